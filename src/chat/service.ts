@@ -1,0 +1,153 @@
+import type { Db } from "../db/client";
+import { conversationTurns, ensureConversation, insertMessage } from "../db/conversations";
+import type { MessageRecord } from "../db/messages";
+import { overloaded } from "../errors";
+import type { Engine, GenerateResult } from "../llm/engine";
+import { KeyedLock } from "./keyed-lock";
+
+export interface TurnInput {
+  userId: number;
+  conversationId: string;
+  message: string;
+  temperature: number;
+  maxTokens: number;
+  seed?: number;
+  /** Aborts when the client goes away: waiting stops, generation stops, the partial reply is kept. */
+  signal?: AbortSignal;
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  cached_tokens: number;
+}
+
+export interface TurnStart {
+  type: "start";
+  conversationId: string;
+  newConversation: boolean;
+  userMessage: MessageRecord;
+  model: string;
+}
+
+export interface TurnDelta {
+  type: "delta";
+  content: string;
+}
+
+export interface TurnResult {
+  conversationId: string;
+  newConversation: boolean;
+  message: MessageRecord;
+  userMessage: MessageRecord;
+  usage: Usage;
+  model: string;
+}
+
+/** Where the service finds the engine: absent while the model is still loading. */
+export interface EngineSource {
+  current(): Engine | undefined;
+}
+
+const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
+
+/**
+ * A conversation turn: store the user's message, generate from the stored history, store the
+ * reply. Knows storage and the engine, nothing of HTTP.
+ */
+export class ChatService {
+  private readonly turns = new KeyedLock();
+
+  constructor(
+    private readonly db: Db,
+    private readonly engines: EngineSource,
+    private readonly queueMax: number,
+  ) {}
+
+  /**
+   * Yields `start` once the user's message is stored, then `delta`s; returns the stored reply.
+   * Returns undefined when the client left before generation began (no reply is stored then).
+   */
+  async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
+    const engine = this.admit();
+    let release: () => void;
+    try {
+      release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, input.signal);
+    } catch (error) {
+      if (isAbort(error)) return undefined;
+      throw error;
+    }
+    try {
+      const conversation = ensureConversation(this.db, input.userId, input.conversationId);
+      const userMessage = insertMessage(this.db, conversation, { role: "user", content: input.message });
+      yield {
+        type: "start",
+        conversationId: input.conversationId,
+        newConversation: conversation.created,
+        userMessage,
+        model: engine.modelName,
+      };
+
+      const generation = engine.generate({
+        conversationKey: String(conversation.id),
+        history: conversationTurns(this.db, conversation.id),
+        temperature: input.temperature,
+        maxTokens: input.maxTokens,
+        seed: input.seed,
+        signal: input.signal,
+      });
+      let result: GenerateResult | undefined;
+      try {
+        for (;;) {
+          const step = await generation.next();
+          if (step.done) {
+            result = step.value;
+            break;
+          }
+          yield { type: "delta", content: step.value };
+        }
+      } catch (error) {
+        if (isAbort(error)) return undefined;
+        throw error;
+      } finally {
+        // Only when our consumer stopped early: hand the engine's sequence back.
+        if (result === undefined) await generation.return(undefined as never);
+      }
+
+      const message = insertMessage(this.db, conversation, {
+        role: "assistant",
+        content: result.text,
+        finishReason: result.finishReason,
+        promptTokens: result.promptTokens,
+        completionTokens: result.completionTokens,
+        cachedTokens: result.cachedTokens,
+        temperature: input.temperature,
+        model: engine.modelName,
+      });
+      return {
+        conversationId: input.conversationId,
+        newConversation: conversation.created,
+        message,
+        userMessage,
+        usage: {
+          prompt_tokens: result.promptTokens,
+          completion_tokens: result.completionTokens,
+          total_tokens: result.promptTokens + result.completionTokens,
+          cached_tokens: result.cachedTokens,
+        },
+        model: engine.modelName,
+      };
+    } finally {
+      release();
+    }
+  }
+
+  /** Refuses up front, before anything is stored, when there is no engine or its queue is full. */
+  private admit(): Engine {
+    const engine = this.engines.current();
+    if (!engine) throw overloaded("the model is still loading", 5);
+    if (engine.stats().queued >= this.queueMax) throw overloaded("too many requests are waiting for the model", 2);
+    return engine;
+  }
+}

@@ -1,0 +1,163 @@
+/**
+ * Configuration is read once, from the environment with command-line flag overrides,
+ * and validated up front: a bad value stops start-up with a message naming the variable.
+ */
+import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+
+export interface Config {
+  host: string;
+  port: number;
+  dbPath: string;
+  /** Used only when the database holds no keys yet (first start). */
+  adminKey?: string;
+  /** A `.gguf` file; unset means the first `.gguf` in `modelsDir`, else the demo model. */
+  modelPath?: string;
+  modelsDir: string;
+  parallel: number;
+  /** Unset means the model's training context, capped at 4096. */
+  contextSize?: number;
+  threads: number;
+  gpu: boolean;
+  queueMax: number;
+  bodyLimitBytes: number;
+  heartbeatMs: number;
+}
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+type Env = Record<string, string | undefined>;
+
+interface Spec {
+  env: string;
+  flag: string;
+  help: string;
+  default: string;
+}
+
+/** The single source for names, flags, defaults and help text (README's table mirrors it). */
+export const CONFIG_SPEC = {
+  host: { env: "PARLEY_HOST", flag: "--host", default: "127.0.0.1", help: "Address to listen on" },
+  port: { env: "PARLEY_PORT", flag: "--port", default: "8080", help: "TCP port (0 = any free port)" },
+  dbPath: { env: "PARLEY_DB", flag: "--db", default: "./data/parley.db", help: "SQLite database file" },
+  adminKey: {
+    env: "PARLEY_ADMIN_KEY",
+    flag: "--admin-key",
+    default: "",
+    help: "Admin key to create on first start (else a random one is printed)",
+  },
+  modelPath: { env: "PARLEY_MODEL", flag: "--model", default: "", help: "GGUF model file" },
+  modelsDir: { env: "PARLEY_MODELS_DIR", flag: "--models-dir", default: "./models", help: "Where to look for GGUF files" },
+  parallel: { env: "PARLEY_PARALLEL", flag: "--parallel", default: "2", help: "Replies generated at once (context sequences)" },
+  contextSize: {
+    env: "PARLEY_CONTEXT_SIZE",
+    flag: "--context-size",
+    default: "",
+    help: "Tokens per sequence (default: the model's, capped at 4096)",
+  },
+  threads: { env: "PARLEY_THREADS", flag: "--threads", default: "", help: "CPU threads for inference (default: physical cores)" },
+  gpu: { env: "PARLEY_GPU", flag: "--gpu", default: "false", help: "Offload to a GPU if one is usable" },
+  queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Requests waiting for a free sequence before 503" },
+  bodyLimitBytes: { env: "PARLEY_BODY_LIMIT", flag: "--body-limit", default: "65536", help: "Largest request body in bytes (413 above)" },
+  heartbeatMs: {
+    env: "PARLEY_HEARTBEAT_MS",
+    flag: "--heartbeat-ms",
+    default: "10000",
+    help: "Interval of `: ping` comments on streams",
+  },
+} satisfies Record<keyof Config, Spec>;
+
+/** Flags that stand alone; every other `--flag` takes a value. */
+const SWITCHES = new Set(["--admin", "--help", "--version"]);
+
+export interface Argv {
+  flags: Map<string, string>;
+  positionals: string[];
+}
+
+/** `--name value`, `--name=value` and bare switches; everything else is positional. */
+export function parseArgv(argv: readonly string[]): Argv {
+  const flags = new Map<string, string>();
+  const positionals: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const eq = arg.indexOf("=");
+    if (!arg.startsWith("--")) positionals.push(arg);
+    else if (eq > 0) flags.set(arg.slice(0, eq), arg.slice(eq + 1));
+    else if (SWITCHES.has(arg)) flags.set(arg, "true");
+    else flags.set(arg, argv[++i] ?? "");
+  }
+  return { flags, positionals };
+}
+
+function physicalCores(): number {
+  // Hyper-threads share one core's matrix units: llama.cpp runs best on physical cores.
+  try {
+    const cores = new Set<string>();
+    let socket = "";
+    for (const line of readFileSync("/proc/cpuinfo", "utf8").split("\n")) {
+      const [key, value] = line.split(":").map((part) => part.trim());
+      if (key === "physical id") socket = value ?? "";
+      else if (key === "core id") cores.add(`${socket}/${value}`);
+    }
+    if (cores.size > 0) return cores.size;
+  } catch {
+    // Not Linux: fall back to logical CPUs.
+  }
+  return Math.max(1, availableParallelism());
+}
+
+export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string> = new Map()): Config {
+  const raw = (key: keyof Config): { value: string; name: string } => {
+    const spec: Spec = CONFIG_SPEC[key];
+    const fromFlag = flags.get(spec.flag);
+    if (fromFlag !== undefined) return { value: fromFlag, name: spec.flag };
+    const fromEnv = env[spec.env];
+    if (fromEnv !== undefined && fromEnv !== "") return { value: fromEnv, name: spec.env };
+    return { value: spec.default, name: spec.env };
+  };
+  const int = (key: keyof Config, min: number, max: number): number => {
+    const { value, name } = raw(key);
+    const n = Number(value);
+    if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      throw new ConfigError(`${name} must be an integer from ${min} to ${max} (got "${value}")`);
+    }
+    return n;
+  };
+  const optionalInt = (key: keyof Config, min: number, max: number): number | undefined =>
+    raw(key).value === "" ? undefined : int(key, min, max);
+  const text = (key: keyof Config): string | undefined => raw(key).value || undefined;
+  const bool = (key: keyof Config): boolean => {
+    const { value, name } = raw(key);
+    if (/^(1|true|yes|on)$/i.test(value)) return true;
+    if (/^(0|false|no|off)$/i.test(value)) return false;
+    throw new ConfigError(`${name} must be true or false (got "${value}")`);
+  };
+
+  const adminKey = text("adminKey");
+  if (adminKey !== undefined && !/^[A-Za-z0-9._~+/=-]{24,256}$/.test(adminKey)) {
+    throw new ConfigError(
+      `${raw("adminKey").name} must be 24 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (a bearer token)`,
+    );
+  }
+  const host = raw("host").value.trim();
+  if (host === "") throw new ConfigError(`${raw("host").name} must not be empty`);
+
+  return {
+    host,
+    port: int("port", 0, 65535),
+    dbPath: raw("dbPath").value,
+    adminKey,
+    modelPath: text("modelPath"),
+    modelsDir: raw("modelsDir").value,
+    parallel: int("parallel", 1, 64),
+    contextSize: optionalInt("contextSize", 64, 1 << 20),
+    threads: optionalInt("threads", 1, 1024) ?? physicalCores(),
+    gpu: bool("gpu"),
+    queueMax: int("queueMax", 0, 100_000),
+    bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
+    heartbeatMs: int("heartbeatMs", 100, 15_000),
+  };
+}

@@ -1,0 +1,40 @@
+import { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
+import { migrate } from "drizzle-orm/bun-sqlite/migrator";
+import * as schema from "./schema";
+
+export type Db = BunSQLiteDatabase<typeof schema>;
+
+export interface Storage {
+  db: Db;
+  sqlite: Database;
+  close(): void;
+}
+
+const MIGRATIONS_DIR = join(import.meta.dir, "migrations");
+
+/**
+ * Opens (creating if needed) and migrates the database. `synchronous = FULL` because a
+ * stored conversation matters more than the fsync per commit, which is negligible next to
+ * generating a reply; WAL lets listings read while a reply is being written.
+ */
+export function openStorage(path: string): Storage {
+  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+  const sqlite = new Database(path, { create: true, strict: true });
+  sqlite.exec("PRAGMA journal_mode = WAL");
+  sqlite.exec("PRAGMA synchronous = FULL");
+  sqlite.exec("PRAGMA foreign_keys = ON");
+  sqlite.exec("PRAGMA busy_timeout = 5000");
+  const db = drizzle({ client: sqlite, schema });
+  migrate(db, { migrationsFolder: MIGRATIONS_DIR });
+  return {
+    db,
+    sqlite,
+    close() {
+      sqlite.exec("PRAGMA optimize");
+      sqlite.close();
+    },
+  };
+}

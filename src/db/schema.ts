@@ -1,0 +1,84 @@
+import { sql } from "drizzle-orm";
+import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+
+/** Milliseconds since the epoch: the contract's times carry milliseconds. */
+const createdAt = () =>
+  integer("created_at", { mode: "number" })
+    .notNull()
+    .default(sql`(cast(unixepoch('subsec') * 1000 as integer))`);
+
+export const users = sqliteTable("users", {
+  id: integer("id").primaryKey({ autoIncrement: true }),
+  name: text("name").notNull().unique(),
+  createdAt: createdAt(),
+});
+
+export const apiKeys = sqliteTable(
+  "api_keys",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    role: text("role", { enum: ["user", "admin"] }).notNull(),
+    /** The first characters of the key, so an operator can tell keys apart; never enough to use. */
+    prefix: text("prefix").notNull(),
+    /** SHA-256 of the whole key: keys are 256-bit random, so a slow hash would add nothing. */
+    hash: text("hash").notNull().unique(),
+    createdAt: createdAt(),
+    lastUsedAt: integer("last_used_at", { mode: "number" }),
+    revokedAt: integer("revoked_at", { mode: "number" }),
+  },
+  (table) => [index("api_keys_user_idx").on(table.userId)],
+);
+
+export const conversations = sqliteTable(
+  "conversations",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    /** The client's `conversation_id`; only unique within one user. */
+    externalId: text("external_id").notNull(),
+    createdAt: createdAt(),
+  },
+  (table) => [uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId)],
+);
+
+export const messages = sqliteTable(
+  "messages",
+  {
+    id: integer("id").primaryKey({ autoIncrement: true }),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    conversationId: integer("conversation_id")
+      .notNull()
+      .references(() => conversations.id),
+    role: text("role", { enum: ["user", "assistant"] }).notNull(),
+    content: text("content").notNull(),
+    createdAt: createdAt(),
+    finishReason: text("finish_reason", { enum: ["stop", "length", "cancelled"] }),
+    promptTokens: integer("prompt_tokens"),
+    completionTokens: integer("completion_tokens"),
+    cachedTokens: integer("cached_tokens"),
+    temperature: real("temperature"),
+    model: text("model"),
+  },
+  (table) => [
+    // Serves "a user's messages by created_at" in either direction with id as tie-break, no sort step.
+    index("messages_user_created_idx").on(table.userId, table.createdAt, table.id),
+    // SQLite appends the rowid (= id) to every index entry, so this one serves "a user's messages by id".
+    index("messages_user_idx").on(table.userId),
+    index("messages_conversation_created_idx").on(table.conversationId, table.createdAt, table.id),
+  ],
+);
+
+export type User = typeof users.$inferSelect;
+export type ApiKey = typeof apiKeys.$inferSelect;
+export type Conversation = typeof conversations.$inferSelect;
+export type Message = typeof messages.$inferSelect;
+export type NewMessage = typeof messages.$inferInsert;
+export type Role = Message["role"];
+export type FinishReason = NonNullable<Message["finishReason"]>;

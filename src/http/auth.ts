@@ -1,0 +1,59 @@
+import { Elysia } from "elysia";
+import type { KeyStore, Principal } from "../db/keys";
+import { AppError } from "../errors";
+
+/** RFC 6750 token68 characters. */
+const BEARER = /^bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
+
+type Credentials = { token: string } | { problem: "missing" | "malformed"; tokenSent: boolean };
+
+/**
+ * Reads only the Authorization header: tokens in the query string end up in access logs,
+ * so they are never accepted (unlike @elysiajs/bearer's default). The scheme is matched
+ * case-insensitively (RFC 7235) and exactly one token must follow it.
+ */
+export function readCredentials(header: string | null): Credentials {
+  if (header === null || header.trim() === "") return { problem: "missing", tokenSent: false };
+  const match = BEARER.exec(header.trim());
+  if (match) return { token: match[1]! };
+  return { problem: "malformed", tokenSent: /^bearer\s/i.test(header.trim()) };
+}
+
+const unauthorized = (message: string, tokenSent: boolean) =>
+  new AppError("unauthorized", 401, message, {
+    headers: {
+      "www-authenticate": tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"',
+    },
+  });
+
+export function authenticate(keys: KeyStore, header: string | null): Principal {
+  const credentials = readCredentials(header);
+  if ("problem" in credentials) {
+    throw credentials.problem === "missing"
+      ? unauthorized("an API key is required: send Authorization: Bearer <key>", false)
+      : unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
+  }
+  const principal = keys.verify(credentials.token);
+  if (!principal) throw unauthorized("the API key is unknown or revoked", true);
+  return principal;
+}
+
+/**
+ * Authenticates in `onRequest`, which runs before Elysia parses the body: a request with a
+ * bad key and a bad body must get 401, not 400/413/415. Routes that use this plugin get
+ * `principal` in their context.
+ */
+export function auth(keys: KeyStore, isProtected: (path: string) => boolean) {
+  const principals = new WeakMap<Request, Principal>();
+  return new Elysia({ name: "parley/auth" })
+    .onRequest(({ request }) => {
+      if (isProtected(new URL(request.url).pathname)) {
+        principals.set(request, authenticate(keys, request.headers.get("authorization")));
+      }
+    })
+    .resolve({ as: "scoped" }, ({ request }) => {
+      const principal = principals.get(request);
+      if (!principal) throw unauthorized("an API key is required: send Authorization: Bearer <key>", false);
+      return { principal };
+    });
+}

@@ -1,0 +1,74 @@
+import type { MessageQuery, SortDirection, SortField } from "../db/messages";
+import type { Principal } from "../db/keys";
+import { AppError, invalidRequest } from "../errors";
+
+export interface ListingParams {
+  user_id?: string;
+  conversation_id?: string;
+  rows_per_page?: string;
+  current_page?: string;
+  sort_by?: string;
+}
+
+export const CONVERSATION_ID = /^(?!:)[A-Za-z0-9._:-]{1,128}$/;
+const DIGITS = /^\d+$/;
+
+/** `:eq:<v>` and `<v>` mean the same; any other `:op:` is not supported. */
+function equalsValue(param: string, raw: string): string {
+  if (!raw.startsWith(":")) return raw;
+  if (raw.startsWith(":eq:")) return raw.slice(4);
+  throw invalidRequest(param, `${param} supports only the :eq: operator`);
+}
+
+function integer(param: string, raw: string | undefined, fallback: number, max: number): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!DIGITS.test(raw) || value < 1 || value > max) {
+    throw invalidRequest(param, `${param} must be an integer from 1${max === Infinity ? " up" : ` to ${max}`}`);
+  }
+  return value;
+}
+
+function sortOrder(raw: string | undefined): { sortField: SortField; sortDirection: SortDirection } {
+  if (raw === undefined) return { sortField: "created_at", sortDirection: "desc" };
+  const [field, direction, extra] = raw.split(":");
+  if ((field !== "created_at" && field !== "id") || (direction !== "asc" && direction !== "desc") || extra !== undefined) {
+    throw invalidRequest("sort_by", "sort_by must be <field>:<direction> with field created_at or id and direction asc or desc");
+  }
+  return { sortField: field, sortDirection: direction };
+}
+
+export interface Listing {
+  query: Omit<MessageQuery, "limit" | "offset">;
+  page: number;
+  rowsPerPage: number;
+}
+
+/** Validates the listing's query string and applies the access rule for `user` keys. */
+export function parseListing(params: ListingParams, principal: Principal): Listing {
+  let userId = principal.userId;
+  if (params.user_id !== undefined) {
+    const raw = equalsValue("user_id", params.user_id);
+    if (!DIGITS.test(raw) || !Number.isSafeInteger(Number(raw))) {
+      throw invalidRequest("user_id", "user_id must be an integer, optionally written :eq:<integer>");
+    }
+    userId = Number(raw);
+  }
+  if (principal.role !== "admin" && userId !== principal.userId) {
+    throw new AppError("forbidden", 403, "this key may only read its own user's messages", { param: "user_id" });
+  }
+
+  let conversationId: string | undefined;
+  if (params.conversation_id !== undefined) {
+    conversationId = equalsValue("conversation_id", params.conversation_id);
+    if (!CONVERSATION_ID.test(conversationId)) {
+      throw invalidRequest("conversation_id", "conversation_id must be 1 to 128 characters of A-Z a-z 0-9 . _ : - not starting with :");
+    }
+  }
+
+  return {
+    query: { userId, conversationId, ...sortOrder(params.sort_by) },
+    rowsPerPage: integer("rows_per_page", params.rows_per_page, 20, 100),
+    page: integer("current_page", params.current_page, 1, Infinity),
+  };
+}

@@ -1,0 +1,59 @@
+import { sse } from "elysia";
+
+/** A comment line: keeps proxies and clients from timing out an idle stream. */
+export const PING = { toSSE: () => ": ping\n\n" } as const;
+export type Ping = typeof PING;
+
+/** Data is always an object: `sse()` would write a string with a newline as a broken event. */
+export const event = (name: string, data: object) => sse({ event: name, data });
+
+type Step<T, R> = { kind: "item"; result: IteratorResult<T, R> } | { kind: "tick" } | { kind: "aborted" };
+
+/**
+ * Interleaves `PING` into `source` whenever it is silent for `intervalMs`, and stops at once
+ * when `signal` aborts, even while `source` is blocked. A source left unfinished (abort, or the
+ * consumer stopped early) is drained in the background: its own abort handling ends it soon,
+ * and it must reach its end to store what it has and release what it holds.
+ */
+export async function* withHeartbeat<T, R>(
+  source: AsyncIterator<T, R>,
+  intervalMs: number,
+  signal: AbortSignal,
+): AsyncGenerator<T | Ping, R | undefined> {
+  const aborted = new Promise<Step<T, R>>((resolve) => {
+    if (signal.aborted) resolve({ kind: "aborted" });
+    else signal.addEventListener("abort", () => resolve({ kind: "aborted" }), { once: true });
+  });
+  const pull = () => source.next().then((result): Step<T, R> => ({ kind: "item", result }));
+  let pending = pull();
+  let finished = false;
+  try {
+    for (;;) {
+      let timer: Timer | undefined;
+      const tick = new Promise<Step<T, R>>((resolve) => (timer = setTimeout(() => resolve({ kind: "tick" }), intervalMs)));
+      const step = await Promise.race([pending, tick, aborted]).finally(() => clearTimeout(timer));
+      if (step.kind === "aborted") return undefined;
+      if (step.kind === "tick") {
+        yield PING;
+        continue;
+      }
+      if (step.result.done) {
+        finished = true;
+        return step.result.value;
+      }
+      yield step.result.value;
+      pending = pull();
+    }
+  } finally {
+    if (!finished) void drain(source, pending);
+  }
+}
+
+async function drain<T, R>(source: AsyncIterator<T, R>, pending: Promise<Step<T, R>>): Promise<void> {
+  try {
+    let step = await pending;
+    while (step.kind === "item" && !step.result.done) step = { kind: "item", result: await source.next() };
+  } catch (error) {
+    console.error(JSON.stringify({ level: "error", msg: "abandoned stream failed", err: String(error) }));
+  }
+}
