@@ -1,0 +1,119 @@
+// Assembles a `llama`-architecture GGUF: the hyperparameters and tokenizer metadata llama.cpp
+// reads (src/models/llama.cpp, src/llama-vocab.cpp) and the tensor list it requires. The
+// tensor contents come from the caller, one tensor at a time.
+
+import { CHATML_TEMPLATE } from "./chatml";
+import { gguf, type GgufValue } from "./values";
+import { BOS, IM_END, UNK, tokenId, type Vocab } from "./vocab";
+import { GGUF_ALIGNMENT, type GgufFile, type GgufTensor } from "./writer";
+
+export interface LlamaHparams {
+  readonly nEmbd: number;
+  readonly nLayer: number;
+  readonly nHead: number;
+  readonly nHeadKv: number;
+  /** llama.feed_forward_length: llama.cpp aborts the process when it is missing. */
+  readonly nFf: number;
+  readonly contextLength: number;
+  readonly rmsEps: number;
+}
+
+/** Tensor names without the `blk.N.` prefix and the `.weight` suffix. */
+export type LlamaTensorKind =
+  | "token_embd" | "output_norm" | "output"
+  | "attn_norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output"
+  | "ffn_norm" | "ffn_gate" | "ffn_up" | "ffn_down";
+
+export interface LlamaTensorSpec {
+  readonly kind: LlamaTensorKind;
+  readonly layer: number | null;
+  readonly shape: readonly number[];
+}
+
+export type WeightSource = (spec: LlamaTensorSpec) => Pick<GgufTensor, "type" | "data">;
+
+export interface LlamaModel {
+  readonly name: string;
+  readonly hparams: LlamaHparams;
+  readonly vocab: Vocab;
+  /** general.file_type: 0 = all F32, 1 = mostly F16 (llama_ftype). */
+  readonly fileType: 0 | 1;
+  readonly weights: WeightSource;
+}
+
+export function llamaTensorSpecs(h: LlamaHparams, nVocab: number): LlamaTensorSpec[] {
+  const headDim = h.nEmbd / h.nHead;
+  const kvDim = headDim * h.nHeadKv;
+  const specs: LlamaTensorSpec[] = [{ kind: "token_embd", layer: null, shape: [h.nEmbd, nVocab] }];
+  for (let layer = 0; layer < h.nLayer; layer++) {
+    const blk = (kind: LlamaTensorKind, shape: number[]): LlamaTensorSpec => ({ kind, layer, shape });
+    specs.push(
+      blk("attn_norm", [h.nEmbd]),
+      blk("attn_q", [h.nEmbd, h.nEmbd]),
+      blk("attn_k", [h.nEmbd, kvDim]),
+      blk("attn_v", [h.nEmbd, kvDim]),
+      blk("attn_output", [h.nEmbd, h.nEmbd]),
+      blk("ffn_norm", [h.nEmbd]),
+      blk("ffn_gate", [h.nEmbd, h.nFf]),
+      blk("ffn_up", [h.nEmbd, h.nFf]),
+      blk("ffn_down", [h.nFf, h.nEmbd]),
+    );
+  }
+  specs.push({ kind: "output_norm", layer: null, shape: [h.nEmbd] }, { kind: "output", layer: null, shape: [h.nEmbd, nVocab] });
+  return specs;
+}
+
+export function parameterCount(h: LlamaHparams, nVocab: number): number {
+  return llamaTensorSpecs(h, nVocab).reduce((n, s) => n + s.shape.reduce((a, d) => a * d, 1), 0);
+}
+
+function validate(h: LlamaHparams): void {
+  const headDim = h.nEmbd / h.nHead;
+  // llama.cpp requires n_rot == head size, and RoPE rotates pairs of dimensions.
+  if (!Number.isInteger(headDim) || headDim % 2 !== 0) throw new Error(`n_embd ${h.nEmbd} / n_head ${h.nHead} must be an even integer`);
+  if (h.nHead % h.nHeadKv !== 0) throw new Error("n_head must be a multiple of n_head_kv");
+}
+
+export function llamaGguf(m: LlamaModel): GgufFile {
+  const h = m.hparams;
+  validate(h);
+  const v = m.vocab;
+  const eog = tokenId(v, IM_END);
+  const metadata: Record<string, GgufValue> = {
+    "general.architecture": gguf.string("llama"),
+    "general.name": gguf.string(m.name),
+    "general.file_type": gguf.u32(m.fileType),
+    "general.alignment": gguf.u32(GGUF_ALIGNMENT),
+    "llama.vocab_size": gguf.u32(v.tokens.length),
+    "llama.context_length": gguf.u32(h.contextLength),
+    "llama.embedding_length": gguf.u32(h.nEmbd),
+    "llama.block_count": gguf.u32(h.nLayer),
+    "llama.feed_forward_length": gguf.u32(h.nFf),
+    "llama.attention.head_count": gguf.u32(h.nHead),
+    "llama.attention.head_count_kv": gguf.u32(h.nHeadKv),
+    "llama.attention.layer_norm_rms_epsilon": gguf.f32(h.rmsEps),
+    "llama.rope.dimension_count": gguf.u32(h.nEmbd / h.nHead),
+    "llama.rope.freq_base": gguf.f32(10000),
+    "tokenizer.ggml.model": gguf.string("llama"),
+    "tokenizer.ggml.tokens": gguf.array("string", v.tokens),
+    "tokenizer.ggml.scores": gguf.array("f32", v.scores),
+    "tokenizer.ggml.token_type": gguf.array("i32", v.types),
+    "tokenizer.ggml.unknown_token_id": gguf.u32(tokenId(v, UNK)),
+    "tokenizer.ggml.bos_token_id": gguf.u32(tokenId(v, BOS)),
+    // A reply ends with <|im_end|>, so it is both end of sequence and end of turn.
+    "tokenizer.ggml.eos_token_id": gguf.u32(eog),
+    "tokenizer.ggml.eot_token_id": gguf.u32(eog),
+    "tokenizer.ggml.add_bos_token": gguf.bool(true),
+    "tokenizer.ggml.add_eos_token": gguf.bool(false),
+    // Without the implicit leading space, text and pieces map one to one: "Hi there" is
+    // "Hi" + "▁there" wherever it appears, including right after "assistant\n".
+    "tokenizer.ggml.add_space_prefix": gguf.bool(false),
+    "tokenizer.chat_template": gguf.string(CHATML_TEMPLATE),
+  };
+  const tensors = llamaTensorSpecs(h, v.tokens.length).map((spec): GgufTensor => ({
+    name: spec.layer === null ? `${spec.kind}.weight` : `blk.${spec.layer}.${spec.kind}.weight`,
+    shape: spec.shape,
+    ...m.weights(spec),
+  }));
+  return { metadata, tensors };
+}
