@@ -6,7 +6,8 @@ import { KeyStore } from "../src/db/keys";
 import { ChatService } from "../src/chat/service";
 import type { Db } from "../src/db/client";
 import { createApp } from "../src/http/app";
-import type { Engine } from "../src/llm/engine";
+import { Engine } from "../src/llm/engine";
+import { type ModelPreset, writePresetModel } from "../src/llm/gguf/presets";
 
 export const tempDir = (label: string) => mkdtempSync(join(tmpdir(), `parley-${label}-`));
 
@@ -60,3 +61,57 @@ export function serveApp(options: ServeOptions): Served {
 }
 
 export const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+const presetFiles = new Map<ModelPreset, Promise<string>>();
+
+/** A generated model, written once per test process into a temp dir. */
+export function presetModel(preset: ModelPreset): Promise<string> {
+  let file = presetFiles.get(preset);
+  if (!file) {
+    const path = join(tempDir(`model-${preset}`), `${preset}.gguf`);
+    file = writePresetModel(preset, path).then(() => path);
+    presetFiles.set(preset, file);
+  }
+  return file;
+}
+
+/**
+ * Real inference for tests. One thread: on these tiny models, handing work between two
+ * threads costs more than it saves, and two test processes must not fight over the cores.
+ */
+export async function testEngine(options: { preset?: ModelPreset; parallel?: number; queueMax?: number; contextSize?: number } = {}) {
+  return Engine.load({
+    modelPath: await presetModel(options.preset ?? "demo"),
+    parallel: options.parallel ?? 2,
+    queueMax: options.queueMax ?? 64,
+    contextSize: options.contextSize ?? 2048,
+    threads: 1,
+  });
+}
+
+export interface SseEvent {
+  event: string;
+  data: unknown;
+}
+
+/** Reads a text/event-stream body into events; comment lines become `{ event: "comment" }`. */
+export async function* readSse(response: Response): AsyncGenerator<SseEvent> {
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for await (const chunk of response.body!) {
+    buffer += decoder.decode(chunk, { stream: true });
+    let end: number;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      if (block.startsWith(":")) {
+        yield { event: "comment", data: block.slice(1).trim() };
+        continue;
+      }
+      const fields = Object.fromEntries(
+        block.split("\n").map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 1).trimStart()]),
+      );
+      yield { event: fields.event ?? "message", data: JSON.parse(fields.data ?? "null") };
+    }
+  }
+}

@@ -1,0 +1,43 @@
+/** The engine's public vocabulary: what the chat service sends in and gets back. */
+
+export type Role = "system" | "user" | "assistant";
+
+export interface Turn {
+  role: Role;
+  content: string;
+}
+
+export type FinishReason = "stop" | "length" | "cancelled";
+
+export interface GenerateRequest {
+  /** Stable per conversation: the engine prefers the sequence whose KV cache already holds it. */
+  conversationKey: string;
+  /** The full history, the new user message last. */
+  history: Turn[];
+  /** 0 = greedy. */
+  temperature: number;
+  maxTokens: number;
+  /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
+  seed?: number;
+  signal?: AbortSignal;
+}
+
+export interface GenerateResult {
+  /** Exactly the concatenation of the yielded pieces. */
+  text: string;
+  finishReason: FinishReason;
+  /** Tokens of the whole prompt the reply was conditioned on, history included. */
+  promptTokens: number;
+  /** Of `promptTokens`, how many were reused from the sequence's KV cache. */
+  cachedTokens: number;
+  /** Tokens the model generated for the reply; the end-of-generation token is not counted. */
+  completionTokens: number;
+  /** The prompt as evaluated (after trimming to fit the context), special tokens rendered as text. */
+  prompt: string;
+}
+
+export interface EngineStats {
+  parallel: number;
+  busy: number;
+  queued: number;
+}
