@@ -2,9 +2,6 @@
  * Configuration is read once, from the environment with command-line flag overrides,
  * and validated up front: a bad value stops start-up with a message naming the variable.
  */
-import { readFileSync } from "node:fs";
-import { availableParallelism } from "node:os";
-
 export interface Config {
   host: string;
   port: number;
@@ -17,7 +14,8 @@ export interface Config {
   parallel: number;
   /** Unset means the model's training context, capped at 4096. */
   contextSize?: number;
-  threads: number;
+  /** Unset means automatic: see the engine. */
+  threads?: number;
   gpu: boolean;
   queueMax: number;
   bodyLimitBytes: number;
@@ -57,7 +55,7 @@ export const CONFIG_SPEC = {
     default: "",
     help: "Tokens per sequence (default: the model's, capped at 4096)",
   },
-  threads: { env: "PARLEY_THREADS", flag: "--threads", default: "", help: "CPU threads for inference (default: physical cores)" },
+  threads: { env: "PARLEY_THREADS", flag: "--threads", default: "", help: "CPU threads for inference (default: 1 for tiny models, else physical cores)" },
   gpu: { env: "PARLEY_GPU", flag: "--gpu", default: "false", help: "Offload to a GPU if one is usable" },
   queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Requests waiting for a free sequence before 503" },
   bodyLimitBytes: { env: "PARLEY_BODY_LIMIT", flag: "--body-limit", default: "65536", help: "Largest request body in bytes (413 above)" },
@@ -90,23 +88,6 @@ export function parseArgv(argv: readonly string[]): Argv {
     else flags.set(arg, argv[++i] ?? "");
   }
   return { flags, positionals };
-}
-
-function physicalCores(): number {
-  // Hyper-threads share one core's matrix units: llama.cpp runs best on physical cores.
-  try {
-    const cores = new Set<string>();
-    let socket = "";
-    for (const line of readFileSync("/proc/cpuinfo", "utf8").split("\n")) {
-      const [key, value] = line.split(":").map((part) => part.trim());
-      if (key === "physical id") socket = value ?? "";
-      else if (key === "core id") cores.add(`${socket}/${value}`);
-    }
-    if (cores.size > 0) return cores.size;
-  } catch {
-    // Not Linux: fall back to logical CPUs.
-  }
-  return Math.max(1, availableParallelism());
 }
 
 export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string> = new Map()): Config {
@@ -154,7 +135,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     modelsDir: raw("modelsDir").value,
     parallel: int("parallel", 1, 64),
     contextSize: optionalInt("contextSize", 64, 1 << 20),
-    threads: optionalInt("threads", 1, 1024) ?? physicalCores(),
+    threads: optionalInt("threads", 1, 1024),
     gpu: bool("gpu"),
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),

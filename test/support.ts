@@ -36,7 +36,6 @@ export interface ServeOptions {
   keys: KeyStore;
   /** Without one the app is up but not ready: chat answers 503, listing works. */
   engine?: Engine;
-  queueMax?: number;
   bodyLimitBytes?: number;
   heartbeatMs?: number;
 }
@@ -47,7 +46,7 @@ export function serveApp(options: ServeOptions): Served {
   const app = createApp({
     db,
     keys,
-    chat: new ChatService(db, { current: () => engine }, options.queueMax ?? 64),
+    chat: new ChatService(db, { current: () => engine }),
     isReady: () => engine !== undefined,
     bodyLimitBytes: options.bodyLimitBytes ?? 65_536,
     heartbeatMs: options.heartbeatMs ?? 10_000,

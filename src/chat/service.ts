@@ -62,7 +62,6 @@ export class ChatService {
   constructor(
     private readonly db: Db,
     private readonly engines: EngineSource,
-    private readonly queueMax: number,
   ) {}
 
   /**
@@ -147,7 +146,8 @@ export class ChatService {
   private admit(): Engine {
     const engine = this.engines.current();
     if (!engine) throw overloaded("the model is still loading", 5);
-    if (engine.stats().queued >= this.queueMax) throw overloaded("too many requests are waiting for the model", 2);
+    const { parallel, busy, queued, queueMax } = engine.stats();
+    if (busy >= parallel && queued >= queueMax) throw overloaded("too many requests are waiting for the model", 2);
     return engine;
   }
 }

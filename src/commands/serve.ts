@@ -23,7 +23,7 @@ export async function serveCommand(config: Config): Promise<number> {
   }
 
   let engine: Engine | undefined;
-  const chat = new ChatService(storage.db, { current: () => engine }, config.queueMax);
+  const chat = new ChatService(storage.db, { current: () => engine });
   const app = createApp({
     db: storage.db,
     keys,
@@ -55,7 +55,7 @@ export async function serveCommand(config: Config): Promise<number> {
     gpu: config.gpu,
     queueMax: config.queueMax,
   });
-  log("model loaded", { model: engine.modelName, path: model.path, ms: Math.round(performance.now() - started), context_size: engine.contextSize, parallel: config.parallel, threads: config.threads });
+  log("model loaded", { model: engine.modelName, path: model.path, ms: Math.round(performance.now() - started), context_size: engine.contextSize, parallel: config.parallel, threads: engine.threads });
 
   await stopped;
   log("shutting down");

@@ -10,6 +10,7 @@ export interface PoolStats {
   parallel: number;
   busy: number;
   queued: number;
+  queueMax: number;
 }
 
 export interface Lease<T> {
@@ -87,6 +88,7 @@ export class SequencePool<T> {
       parallel: this.slots.length,
       busy: this.slots.filter((slot) => slot.busy).length,
       queued: this.waiters.length,
+      queueMax: this.queueMax,
     };
   }
 

@@ -40,4 +40,5 @@ export interface EngineStats {
   parallel: number;
   busy: number;
   queued: number;
+  queueMax: number;
 }

@@ -59,7 +59,7 @@ describe("SequencePool", () => {
     const third = pool.acquire("c");
     const fourth = pool.acquire("d");
     await expect(fourth).rejects.toMatchObject({ code: "overloaded", status: 503 });
-    expect(pool.stats()).toEqual({ parallel: 1, busy: 1, queued: 2 });
+    expect(pool.stats()).toMatchObject({ parallel: 1, busy: 1, queued: 2 });
 
     controller.abort();
     await expect(second).rejects.toMatchObject({ name: "AbortError" });
@@ -68,7 +68,7 @@ describe("SequencePool", () => {
     first.release();
     first.release(); // idempotent: must not hand the item out twice
     const granted = await third;
-    expect(pool.stats()).toEqual({ parallel: 1, busy: 1, queued: 0 });
+    expect(pool.stats()).toMatchObject({ parallel: 1, busy: 1, queued: 0 });
     granted.release();
     expect(pool.stats().busy).toBe(0);
   });
@@ -138,7 +138,7 @@ describe("Engine (parallel 2)", () => {
   test("names the model and reports its context", () => {
     expect(engine.modelName).toBe(DEMO_MODEL_NAME);
     expect(engine.contextSize).toBeGreaterThanOrEqual(1024);
-    expect(engine.stats()).toEqual({ parallel: 2, busy: 0, queued: 0 });
+    expect(engine.stats()).toMatchObject({ parallel: 2, busy: 0, queued: 0 });
   });
 
   test("streams a reply in pieces whose concatenation is the text, with real token counts", async () => {
@@ -230,13 +230,13 @@ describe("Engine (parallel 2)", () => {
     const holders = ["b1", "b2"].map((key) => run(engine, ask("keep going", { conversationKey: key })));
     const controller = new AbortController();
     const queued = run(engine, ask("me too", { conversationKey: "q", signal: controller.signal }));
-    expect(engine.stats()).toEqual({ parallel: 2, busy: 2, queued: 1 });
+    expect(engine.stats()).toMatchObject({ parallel: 2, busy: 2, queued: 1 });
 
     controller.abort();
     expect(await queued.catch((err: unknown) => err)).toMatchObject({ name: "AbortError" });
     expect(engine.stats().queued).toBe(0);
     await Promise.all(holders);
-    expect(engine.stats()).toEqual({ parallel: 2, busy: 0, queued: 0 });
+    expect(engine.stats()).toMatchObject({ parallel: 2, busy: 0, queued: 0 });
   });
 
   test("<|im_start|> inside a user message is text, not a control token", async () => {
@@ -258,7 +258,7 @@ describe("Engine (parallel 2)", () => {
       ["k1", "k2", "k3", "k4"].map((key) => run(engine, ask(`hi from ${key}`, { conversationKey: key }))),
     );
     for (const { result } of results) expect(["stop", "length"]).toContain(result.finishReason);
-    expect(engine.stats()).toEqual({ parallel: 2, busy: 0, queued: 0 });
+    expect(engine.stats()).toMatchObject({ parallel: 2, busy: 0, queued: 0 });
   });
 });
 
@@ -277,7 +277,7 @@ describe("Engine (parallel 1, queueMax 1, contextSize 256)", () => {
     expect(refused).toBeInstanceOf(AppError);
     expect(refused).toMatchObject({ code: "overloaded", status: 503 });
     await Promise.all([running, waiting]);
-    expect(engine.stats()).toEqual({ parallel: 1, busy: 0, queued: 0 });
+    expect(engine.stats()).toMatchObject({ parallel: 1, busy: 0, queued: 0 });
   });
 
   test("a history longer than the context drops the oldest turns but keeps the system prompt", async () => {

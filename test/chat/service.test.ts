@@ -1,0 +1,91 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { KeyedLock } from "../../src/chat/keyed-lock";
+import { ChatService, type TurnInput } from "../../src/chat/service";
+import { AppError } from "../../src/errors";
+import type { Engine } from "../../src/llm/engine";
+import { testDb, testEngine } from "../support";
+
+describe("KeyedLock", () => {
+  test("holders of one key run in arrival order; other keys do not wait", async () => {
+    const lock = new KeyedLock();
+    const order: string[] = [];
+    const first = await lock.acquire("a");
+    const second = lock.acquire("a").then((release) => (order.push("a2"), release));
+    const other = await lock.acquire("b");
+    order.push("b1");
+    other();
+    first();
+    (await second)();
+    expect(order).toEqual(["b1", "a2"]);
+    expect(lock.size).toBe(0);
+  });
+
+  test("a waiter that aborts passes the lock on instead of blocking the ones behind it", async () => {
+    const lock = new KeyedLock();
+    const first = await lock.acquire("k");
+    const controller = new AbortController();
+    const quitter = lock.acquire("k", controller.signal);
+    const third = lock.acquire("k");
+    controller.abort();
+    expect(quitter).rejects.toThrow();
+    first();
+    (await third)();
+    expect(lock.size).toBe(0);
+  });
+});
+
+describe("ChatService admission", () => {
+  const db = testDb("service");
+  const { userId } = db.keys.create("alice", "user");
+  let engine: Engine;
+  beforeAll(async () => {
+    // bench-small: random weights never end a reply, so "running" stays busy until aborted.
+    engine = await testEngine({ preset: "bench-small", parallel: 1, queueMax: 0, contextSize: 256 });
+  });
+  afterAll(async () => {
+    await engine.dispose();
+    db.storage.close();
+  });
+
+  const input = (conversationId: string, signal?: AbortSignal): TurnInput => ({
+    userId,
+    conversationId,
+    message: "Hello",
+    temperature: 0,
+    maxTokens: 8,
+    signal,
+  });
+
+  async function finish(service: ChatService, turn: TurnInput) {
+    const generator = service.turn(turn);
+    for (;;) {
+      const step = await generator.next();
+      if (step.done) return step.value;
+    }
+  }
+
+  test("with no queue, a free sequence still serves; a busy one refuses before storing anything", async () => {
+    const service = new ChatService(db.storage.db, { current: () => engine });
+    expect((await finish(service, input("free")))?.message.finishReason).toBe("length");
+
+    const controller = new AbortController();
+    const running = service.turn({ ...input("running", controller.signal), maxTokens: 4096 });
+    await running.next(); // start: the user message is stored
+    await running.next(); // the first delta: the sequence is taken
+    const refused = finish(service, input("refused"));
+    expect(refused).rejects.toBeInstanceOf(AppError);
+    await refused.catch(() => undefined);
+    const count = db.storage.sqlite.query("SELECT count(*) AS n FROM conversations WHERE external_id = 'refused'").get() as { n: number };
+    expect(count.n).toBe(0);
+    controller.abort();
+    let last = await running.next();
+    while (!last.done) last = await running.next();
+    expect(last.value?.message.finishReason).toBe("cancelled");
+  });
+
+  test("while the model is loading, turns are refused with 503", async () => {
+    const service = new ChatService(db.storage.db, { current: () => undefined });
+    const error = await finish(service, input("early")).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: "overloaded", status: 503 });
+  });
+});
