@@ -7,7 +7,11 @@ export type Ping = typeof PING;
 /** Data is always an object: `sse()` would write a string with a newline as a broken event. */
 export const event = (name: string, data: object) => sse({ event: name, data });
 
-type Step<T, R> = { kind: "item"; result: IteratorResult<T, R> } | { kind: "tick" } | { kind: "aborted" };
+type Step<T, R> =
+  | { kind: "item"; result: IteratorResult<T, R> }
+  | { kind: "failed"; error: unknown }
+  | { kind: "tick" }
+  | { kind: "aborted" };
 
 /**
  * Interleaves `PING` into `source` whenever it is silent for `intervalMs`, and stops at once
@@ -24,7 +28,11 @@ export async function* withHeartbeat<T, R>(
     if (signal.aborted) resolve({ kind: "aborted" });
     else signal.addEventListener("abort", () => resolve({ kind: "aborted" }), { once: true });
   });
-  const pull = () => source.next().then((result): Step<T, R> => ({ kind: "item", result }));
+  const pull = () =>
+    source.next().then(
+      (result): Step<T, R> => ({ kind: "item", result }),
+      (error: unknown): Step<T, R> => ({ kind: "failed", error }),
+    );
   let pending = pull();
   let finished = false;
   try {
@@ -36,6 +44,10 @@ export async function* withHeartbeat<T, R>(
       if (step.kind === "tick") {
         yield PING;
         continue;
+      }
+      if (step.kind === "failed") {
+        finished = true;
+        throw step.error;
       }
       if (step.result.done) {
         finished = true;
@@ -50,10 +62,13 @@ export async function* withHeartbeat<T, R>(
 }
 
 async function drain<T, R>(source: AsyncIterator<T, R>, pending: Promise<Step<T, R>>): Promise<void> {
+  let step = await pending;
   try {
-    let step = await pending;
     while (step.kind === "item" && !step.result.done) step = { kind: "item", result: await source.next() };
   } catch (error) {
-    console.error(JSON.stringify({ level: "error", msg: "abandoned stream failed", err: String(error) }));
+    step = { kind: "failed", error };
+  }
+  if (step.kind === "failed") {
+    console.error(JSON.stringify({ level: "error", msg: "abandoned stream failed", err: String(step.error) }));
   }
 }

@@ -120,3 +120,23 @@ describe("streams that end early, and a full queue", () => {
     expect(body.message).toMatchObject({ finish_reason: "length", user_id: userId });
   });
 });
+
+describe("a failure after the stream began", () => {
+  test("becomes an error event, and the stream ends", async () => {
+    const response = await post({ message: "Run until the engine goes away", conversation_id: "doomed", stream: true });
+    expect(response.status).toBe(200);
+    const events: SseEvent[] = [];
+    for await (const event of readSse(response)) {
+      events.push(event);
+      // Pulling the engine out from under a running reply is a failure the client cannot cause.
+      if (event.event === "delta" && events.filter((e) => e.event === "delta").length === 1) void engine.dispose();
+    }
+    const last = events.at(-1)!;
+    expect(last.event).toBe("error");
+    const error = (last.data as { error: { code: string; message: string; request_id: string } }).error;
+    expect(error.code).toBe("internal");
+    expect(error.message).toBe("internal error");
+    expect(error.request_id).toBe(response.headers.get("x-request-id")!);
+    expect(rows("doomed")).toEqual([{ role: "user", content: "Run until the engine goes away", finish_reason: null }]);
+  });
+});
