@@ -2,6 +2,8 @@
  * Configuration is read once, from the environment with command-line flag overrides,
  * and validated up front: a bad value stops start-up with a message naming the variable.
  */
+import { LOG_LEVELS, type LogLevel } from "./log";
+
 export interface Config {
   host: string;
   port: number;
@@ -20,6 +22,14 @@ export interface Config {
   queueMax: number;
   bodyLimitBytes: number;
   heartbeatMs: number;
+  logLevel: LogLevel;
+  /** Requests per minute per key; 0 = unlimited. */
+  rateLimit: number;
+  maxStreamsPerKey: number;
+  /** 0 = no cap. */
+  generationTimeoutS: number;
+  shutdownGraceS: number;
+  metricsPublic: boolean;
 }
 
 export class ConfigError extends Error {
@@ -65,6 +75,22 @@ export const CONFIG_SPEC = {
     default: "10000",
     help: "Interval of `: ping` comments on streams",
   },
+  logLevel: { env: "PARLEY_LOG_LEVEL", flag: "--log-level", default: "info", help: `Log level: ${LOG_LEVELS.join(", ")}` },
+  rateLimit: { env: "PARLEY_RATE_LIMIT", flag: "--rate-limit", default: "120", help: "Requests per minute per key (0 = unlimited)" },
+  maxStreamsPerKey: { env: "PARLEY_MAX_STREAMS_PER_KEY", flag: "--max-streams-per-key", default: "20", help: "Streams one key may hold open at once" },
+  generationTimeoutS: {
+    env: "PARLEY_GENERATION_TIMEOUT_S",
+    flag: "--generation-timeout",
+    default: "300",
+    help: "Longest a reply may generate, from its first token; then it is stored as `length` (0 = no cap)",
+  },
+  shutdownGraceS: {
+    env: "PARLEY_SHUTDOWN_GRACE_S",
+    flag: "--shutdown-grace",
+    default: "30",
+    help: "On SIGTERM/SIGINT, how long running replies may finish before they are cancelled",
+  },
+  metricsPublic: { env: "PARLEY_METRICS_PUBLIC", flag: "--metrics-public", default: "false", help: "Serve /metrics without an admin key" },
 } satisfies Record<keyof Config, Spec>;
 
 /** Flags that stand alone; every other `--flag` takes a value. */
@@ -117,6 +143,12 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     throw new ConfigError(`${name} must be true or false (got "${value}")`);
   };
 
+  const oneOf = <T extends string>(key: keyof Config, allowed: readonly T[]): T => {
+    const { value, name } = raw(key);
+    if (!(allowed as readonly string[]).includes(value)) throw new ConfigError(`${name} must be one of ${allowed.join(", ")} (got "${value}")`);
+    return value as T;
+  };
+
   const adminKey = text("adminKey");
   if (adminKey !== undefined && !/^[A-Za-z0-9._~+/=-]{24,256}$/.test(adminKey)) {
     throw new ConfigError(
@@ -140,5 +172,11 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
     heartbeatMs: int("heartbeatMs", 100, 15_000),
+    logLevel: oneOf("logLevel", LOG_LEVELS),
+    rateLimit: int("rateLimit", 0, 1_000_000),
+    maxStreamsPerKey: int("maxStreamsPerKey", 1, 10_000),
+    generationTimeoutS: int("generationTimeoutS", 0, 86_400),
+    shutdownGraceS: int("shutdownGraceS", 0, 3_600),
+    metricsPublic: bool("metricsPublic"),
   };
 }

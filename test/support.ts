@@ -5,7 +5,9 @@ import { openStorage, type Storage } from "../src/db/client";
 import { KeyStore } from "../src/db/keys";
 import { ChatService } from "../src/chat/service";
 import type { Db } from "../src/db/client";
-import { createApp } from "../src/http/app";
+import { createApp, type HttpLimits } from "../src/http/app";
+import { createLogger, type Logger, silentLogger } from "../src/log";
+import { Metrics } from "../src/metrics";
 import { Engine } from "../src/llm/engine";
 import { type ModelPreset, writePresetModel } from "../src/llm/gguf/presets";
 
@@ -36,8 +38,24 @@ export interface ServeOptions {
   keys: KeyStore;
   /** Without one the app is up but not ready: chat answers 503, listing works. */
   engine?: Engine;
-  bodyLimitBytes?: number;
-  heartbeatMs?: number;
+  limits?: Partial<HttpLimits>;
+  /** Captures the app's log lines (JSON) when given. */
+  logLines?: string[];
+  metrics?: Metrics;
+  chat?: ChatService;
+}
+
+export const DEFAULT_LIMITS: HttpLimits = {
+  bodyLimitBytes: 65_536,
+  heartbeatMs: 10_000,
+  rateLimitPerMinute: 0,
+  maxStreamsPerKey: 20,
+  metricsPublic: false,
+};
+
+/** A logger writing JSON lines into `lines`, so tests can read what operators would see. */
+export function captureLog(lines: string[]): Logger {
+  return createLogger("info", { write: (line: string) => void lines.push(line) });
 }
 
 /** The real app on a real port, so tests speak HTTP like any client. */
@@ -46,10 +64,11 @@ export function serveApp(options: ServeOptions): Served {
   const app = createApp({
     db,
     keys,
-    chat: new ChatService(db, { current: () => engine }),
+    chat: options.chat ?? new ChatService(db, { current: () => engine }),
     isReady: () => engine !== undefined,
-    bodyLimitBytes: options.bodyLimitBytes ?? 65_536,
-    heartbeatMs: options.heartbeatMs ?? 10_000,
+    log: options.logLines ? captureLog(options.logLines) : silentLogger(),
+    metrics: options.metrics ?? new Metrics(),
+    limits: { ...DEFAULT_LIMITS, ...options.limits },
   }).listen({ hostname: "127.0.0.1", port: 0 });
   return {
     url: `http://127.0.0.1:${app.server!.port}`,

@@ -52,16 +52,26 @@ export interface EngineSource {
 
 const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
+export interface ChatServiceOptions {
+  /** Wall-clock cap on one reply, counted from its first token; 0 = none. The reply is kept as `length`. */
+  generationTimeoutMs?: number;
+}
+
 /**
  * A conversation turn: store the user's message, generate from the stored history, store the
  * reply. Knows storage and the engine, nothing of HTTP.
  */
 export class ChatService {
   private readonly turns = new KeyedLock();
+  /** One per running turn: aborting it cancels the turn the way a client disconnect does. */
+  private readonly inFlight = new Set<AbortController>();
+  private idleWaiters: (() => void)[] = [];
+  private closing = false;
 
   constructor(
     private readonly db: Db,
     private readonly engines: EngineSource,
+    private readonly options: ChatServiceOptions = {},
   ) {}
 
   /**
@@ -70,6 +80,53 @@ export class ChatService {
    */
   async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
     const engine = this.admit();
+    const cancel = new AbortController();
+    const timeout = new AbortController();
+    this.inFlight.add(cancel);
+    try {
+      const signals = [cancel.signal, timeout.signal, ...(input.signal ? [input.signal] : [])];
+      return yield* this.run(engine, { ...input, signal: AbortSignal.any(signals) }, () => this.startTimeout(timeout), timeout.signal);
+    } finally {
+      timeout.abort();
+      this.inFlight.delete(cancel);
+      if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+    }
+  }
+
+  /**
+   * Refuses new turns, lets running ones finish for up to `graceMs`, then cancels the rest
+   * (their partial replies are stored as `cancelled`) and resolves once all are stored.
+   */
+  async shutdown(graceMs: number): Promise<void> {
+    this.closing = true;
+    let timer: Timer | undefined;
+    await Promise.race([this.idle(), new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+    clearTimeout(timer);
+    for (const cancel of this.inFlight) cancel.abort(new DOMException("the server is shutting down", "AbortError"));
+    await this.idle();
+  }
+
+  get activeTurns(): number {
+    return this.inFlight.size;
+  }
+
+  private idle(): Promise<void> {
+    return this.inFlight.size === 0 ? Promise.resolve() : new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private startTimeout(timeout: AbortController): void {
+    const ms = this.options.generationTimeoutMs ?? 0;
+    if (ms <= 0 || timeout.signal.aborted) return;
+    const timer = setTimeout(() => timeout.abort(), ms);
+    timeout.signal.addEventListener("abort", () => clearTimeout(timer), { once: true });
+  }
+
+  private async *run(
+    engine: Engine,
+    input: TurnInput & { signal: AbortSignal },
+    firstToken: () => void,
+    timedOut: AbortSignal,
+  ): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
     let release: () => void;
     try {
       release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, input.signal);
@@ -104,6 +161,7 @@ export class ChatService {
             result = step.value;
             break;
           }
+          firstToken();
           yield { type: "delta", content: step.value };
         }
       } catch (error) {
@@ -114,10 +172,12 @@ export class ChatService {
         if (result === undefined) await generation.return(undefined as never);
       }
 
+      // Cut by the time cap rather than by the client: the reply is as complete as it will get.
+      const finishReason = result.finishReason === "cancelled" && timedOut.aborted && !this.closing ? "length" : result.finishReason;
       const message = insertMessage(this.db, conversation, {
         role: "assistant",
         content: result.text,
-        finishReason: result.finishReason,
+        finishReason,
         promptTokens: result.promptTokens,
         completionTokens: result.completionTokens,
         cachedTokens: result.cachedTokens,
@@ -142,10 +202,11 @@ export class ChatService {
     }
   }
 
-  /** Refuses up front, before anything is stored, when there is no engine or its queue is full. */
+  /** Refuses up front, before anything is stored: no engine yet, shutting down, or a full queue. */
   private admit(): Engine {
     const engine = this.engines.current();
     if (!engine) throw overloaded("the model is still loading", 5);
+    if (this.closing) throw overloaded("the server is shutting down", 5);
     const { parallel, busy, queued, queueMax } = engine.stats();
     if (busy >= parallel && queued >= queueMax) throw overloaded("too many requests are waiting for the model", 2);
     return engine;

@@ -5,62 +5,114 @@ import { KeyStore } from "../db/keys";
 import { createApp } from "../http/app";
 import { Engine } from "../llm/engine";
 import { resolveModel } from "../llm/model";
+import { createLogger, type Logger } from "../log";
+import { Metrics } from "../metrics";
 
-const log = (msg: string, fields: Record<string, unknown> = {}) =>
-  console.log(JSON.stringify({ time: new Date().toISOString(), level: "info", msg, ...fields }));
+/** How long responses may take to finish once every reply is stored, before connections are cut. */
+const CONNECTION_DRAIN_MS = 5_000;
 
-/** Starts the service, listening at once while the model loads, and runs until SIGTERM/SIGINT. */
+function waitForSignal(): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    for (const signal of ["SIGTERM", "SIGINT"] as const) process.once(signal, () => resolve(signal));
+  });
+}
+
+/** Once shutdown has begun, a second signal means "now": SQLite's WAL keeps the database whole. */
+function exitOnSecondSignal(log: Logger): void {
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    process.once(signal, () => {
+      log.warn({ signal }, "second signal: exiting at once");
+      process.exit(1);
+    });
+  }
+}
+
+/**
+ * Starts the service: listens at once (readiness turns 200 when the model is loaded) and runs
+ * until SIGTERM/SIGINT, then stops accepting, lets running replies finish for the grace period,
+ * cancels the rest (stored as `cancelled`) and closes the database. Returns the exit code.
+ */
 export async function serveCommand(config: Config): Promise<number> {
+  const log = createLogger(config.logLevel);
+  const signalled = waitForSignal();
   const storage = openStorage(config.dbPath);
   const keys = new KeyStore(storage.db);
   const bootstrapKey = keys.bootstrap(config.adminKey);
-  if (bootstrapKey !== undefined) {
-    console.log(
-      config.adminKey === undefined
-        ? `First start: created user "admin" with an admin key. It is shown only now:\n${bootstrapKey}`
-        : `First start: created user "admin" with the admin key from PARLEY_ADMIN_KEY.`,
+  if (bootstrapKey !== undefined && config.adminKey === undefined) {
+    // Printed, not logged: it is the one time this key is ever shown, and logs are kept.
+    console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${bootstrapKey}`);
+  } else if (bootstrapKey !== undefined) {
+    log.info('first start: created user "admin" with the admin key from PARLEY_ADMIN_KEY');
+  }
+
+  const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
+  if (model.demo) {
+    log.info(
+      { model: model.path },
+      "no model configured: using the built-in demo model, which only babbles; put a GGUF chat model " +
+        "(e.g. Qwen2.5-0.5B-Instruct) in the models directory or set PARLEY_MODEL",
     );
   }
 
   let engine: Engine | undefined;
-  const chat = new ChatService(storage.db, { current: () => engine });
+  const metrics = new Metrics();
+  metrics.watchEngine(() => engine);
+  const chat = new ChatService(storage.db, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
   const app = createApp({
     db: storage.db,
     keys,
     chat,
     isReady: () => engine !== undefined,
-    bodyLimitBytes: config.bodyLimitBytes,
-    heartbeatMs: config.heartbeatMs,
+    log,
+    metrics,
+    limits: {
+      bodyLimitBytes: config.bodyLimitBytes,
+      heartbeatMs: config.heartbeatMs,
+      rateLimitPerMinute: config.rateLimit,
+      maxStreamsPerKey: config.maxStreamsPerKey,
+      metricsPublic: config.metricsPublic,
+    },
   }).listen({ hostname: config.host, port: config.port });
-  log("listening", { url: `http://${app.server?.hostname}:${app.server?.port}` });
+  log.info(
+    { url: `http://${app.server?.hostname}:${app.server?.port}`, model: model.path, parallel: config.parallel, db: config.dbPath },
+    "listening",
+  );
 
-  const stopped = new Promise<void>((resolve) => {
-    process.once("SIGTERM", () => resolve());
-    process.once("SIGINT", () => resolve());
-  });
-
-  const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
-  if (model.demo) {
-    log(
-      `no model configured: using the built-in demo model ${model.path} (it only babbles); ` +
-        "put a GGUF chat model (e.g. Qwen2.5-0.5B-Instruct) in the models directory or set PARLEY_MODEL",
-    );
-  }
   const started = performance.now();
-  engine = await Engine.load({
+  // Settles only if loading fails: a loaded model serves until a signal comes.
+  const loadFailed = Engine.load({
     modelPath: model.path,
     contextSize: config.contextSize,
     parallel: config.parallel,
     threads: config.threads,
     gpu: config.gpu,
     queueMax: config.queueMax,
-  });
-  log("model loaded", { model: engine.modelName, path: model.path, ms: Math.round(performance.now() - started), context_size: engine.contextSize, parallel: config.parallel, threads: engine.threads });
+  }).then(
+    (loaded) => {
+      engine = loaded;
+      const seconds = (performance.now() - started) / 1000;
+      metrics.modelLoadSeconds.set(seconds);
+      log.info({ model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads }, "model loaded");
+      return new Promise<never>(() => {});
+    },
+    (error: unknown) => error,
+  );
 
-  await stopped;
-  log("shutting down");
-  await app.stop();
-  await engine.dispose();
+  const stop = await Promise.race([signalled.then((signal) => ({ signal })), loadFailed.then((error) => ({ error }))]);
+  exitOnSecondSignal(log);
+  if ("error" in stop) log.fatal({ model: model.path, reason: String((stop.error as Error)?.message ?? stop.error) }, "cannot load the model");
+  else log.info({ signal: stop.signal, grace_s: config.shutdownGraceS }, "shutting down");
+
+  const server = app.server!;
+  void server.stop(false);
+  await chat.shutdown(config.shutdownGraceS * 1000);
+  // Every reply is stored; let responses still being written (a stream's last event) finish.
+  // Idle keep-alive connections would hold `stop(false)` open, so requests are counted instead.
+  const deadline = Date.now() + CONNECTION_DRAIN_MS;
+  while (server.pendingRequests > 0 && Date.now() < deadline) await Bun.sleep(10);
+  await server.stop(true);
+  await engine?.dispose();
   storage.close();
-  return 0;
+  log.info("stopped");
+  return "error" in stop ? 1 : 0;
 }

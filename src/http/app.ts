@@ -2,13 +2,29 @@ import { Elysia } from "elysia";
 import type { ChatService } from "../chat/service";
 import type { Db } from "../db/client";
 import type { KeyStore } from "../db/keys";
+import type { Logger } from "../log";
+import type { Metrics } from "../metrics";
 import { auth } from "./auth";
 import { errorHandler, JSON_CONTENT_TYPE } from "./errors";
-import { requestId } from "./request-id";
+import { observe } from "./observe";
+import { RateLimiter } from "./rate-limit";
+import { requestContext } from "./request-context";
 import { routeGuard } from "./routing";
 import { chatRoutes } from "./routes/chat";
+import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
+import { metricsRoutes } from "./routes/metrics";
+
+export interface HttpLimits {
+  bodyLimitBytes: number;
+  heartbeatMs: number;
+  /** Requests per minute per key; 0 = unlimited. */
+  rateLimitPerMinute: number;
+  maxStreamsPerKey: number;
+  /** Serve /metrics without a key. */
+  metricsPublic: boolean;
+}
 
 export interface AppDeps {
   db: Db;
@@ -16,27 +32,41 @@ export interface AppDeps {
   chat: ChatService;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
-  bodyLimitBytes: number;
-  heartbeatMs: number;
+  log: Logger;
+  metrics: Metrics;
+  limits: HttpLimits;
 }
-
-const API_PREFIX = "/api/";
 
 /** Builds the HTTP app from its dependencies; nothing here reads config or opens files. */
 export function createApp(deps: AppDeps) {
-  const authentication = auth(deps.keys, (path) => path.startsWith(API_PREFIX));
+  const { limits, metrics } = deps;
+  const limiter = new RateLimiter(limits.rateLimitPerMinute, limits.maxStreamsPerKey, (reason) => metrics.rateLimited.inc({ reason }));
+  const authentication = auth(deps.keys, limiter, (path) => path.startsWith("/api/") || (path === "/metrics" && !limits.metricsPublic));
   const app = new Elysia({ name: "parley" });
   return app
-    .use(errorHandler)
-    .use(requestId)
+    .use(errorHandler(deps.log))
+    .use(requestContext)
+    .use(observe(deps.log, metrics))
     .use(routeGuard(() => app.routes))
     .onRequest(({ set }) => {
       // Elysia writes `application/json;charset=utf-8`; the contract spells it with a space.
       set.headers["content-type"] = JSON_CONTENT_TYPE;
     })
     .use(healthRoutes(deps))
+    .use(metricsRoutes({ metrics, auth: authentication, isPublic: limits.metricsPublic }))
+    .use(docsRoutes())
     .use(messagesRoutes({ db: deps.db, auth: authentication }))
-    .use(chatRoutes({ chat: deps.chat, auth: authentication, bodyLimitBytes: deps.bodyLimitBytes, heartbeatMs: deps.heartbeatMs }));
+    .use(
+      chatRoutes({
+        chat: deps.chat,
+        auth: authentication,
+        limiter,
+        metrics,
+        log: deps.log,
+        bodyLimitBytes: limits.bodyLimitBytes,
+        heartbeatMs: limits.heartbeatMs,
+      }),
+    );
 }
 
 export type App = ReturnType<typeof createApp>;

@@ -1,6 +1,8 @@
 import { Elysia } from "elysia";
 import type { KeyStore, Principal } from "../db/keys";
 import { AppError } from "../errors";
+import type { RateLimiter } from "./rate-limit";
+import { contextOf } from "./request-context";
 
 /** RFC 6750 token68 characters. */
 const BEARER = /^bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
@@ -39,17 +41,21 @@ export function authenticate(keys: KeyStore, header: string | null): Principal {
 }
 
 /**
- * Authenticates in `onRequest`, which runs before Elysia parses the body: a request with a
- * bad key and a bad body must get 401, not 400/413/415. Routes that use this plugin get
- * `principal` in their context.
+ * Authenticates and rate-limits in `onRequest`, which runs before Elysia parses the body: a
+ * request with a bad key and a bad body must get 401, not 400/413/415, and a flood must be
+ * refused before its bodies are read. Routes that use this plugin get `principal`.
  */
-export function auth(keys: KeyStore, isProtected: (path: string) => boolean) {
+export function auth(keys: KeyStore, limiter: RateLimiter, isProtected: (path: string) => boolean) {
   const principals = new WeakMap<Request, Principal>();
   return new Elysia({ name: "parley/auth" })
-    .onRequest(({ request }) => {
-      if (isProtected(new URL(request.url).pathname)) {
-        principals.set(request, authenticate(keys, request.headers.get("authorization")));
-      }
+    .onRequest(({ request, set }) => {
+      if (!isProtected(new URL(request.url).pathname)) return;
+      const principal = authenticate(keys, request.headers.get("authorization"));
+      const context = contextOf(request);
+      context.userId = principal.userId;
+      context.keyId = principal.keyId;
+      principals.set(request, principal);
+      Object.assign(set.headers, limiter.take(principal.keyId));
     })
     .resolve({ as: "scoped" }, ({ request }) => {
       const principal = principals.get(request);

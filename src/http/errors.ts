@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import { AppError } from "../errors";
-import { requestIdOf } from "./request-id";
+import type { Logger } from "../log";
+import { contextOf } from "./request-context";
 
 export interface ErrorBody {
   error: { code: string; message: string; param?: string; request_id: string };
@@ -17,10 +18,11 @@ export const errorBody = (error: AppError, requestId: string): ErrorBody => ({
 
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
-export function errorResponse(error: AppError, requestId: string): Response {
-  const headers = new Headers({ "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...error.headers });
-  if (error.retryAfter !== undefined) headers.set("retry-after", String(Math.ceil(error.retryAfter)));
-  return new Response(JSON.stringify(errorBody(error, requestId)), { status: error.status, headers });
+/** `headers` are what the request already earned (request id, rate-limit state); the error's own win. */
+export function errorResponse(error: AppError, requestId: string, headers: Record<string, string> = {}): Response {
+  const merged = new Headers({ ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...error.headers });
+  if (error.retryAfter !== undefined) merged.set("retry-after", String(Math.ceil(error.retryAfter)));
+  return new Response(JSON.stringify(errorBody(error, requestId)), { status: error.status, headers: merged });
 }
 
 interface SchemaWithMessage {
@@ -59,12 +61,12 @@ export function toAppError(code: unknown, error: unknown): AppError {
   }
 }
 
-/** The one place where failures become responses. */
-export const errorHandler = new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request }) => {
-  const appError = toAppError(code, error);
-  const id = requestIdOf(request);
-  if (appError.status >= 500 && appError.code === "internal") {
-    console.error(JSON.stringify({ level: "error", request_id: id, msg: "unhandled error", err: String((error as Error)?.stack ?? error) }));
-  }
-  return errorResponse(appError, id);
-});
+/** The one place where failures become responses; only unexpected ones are logged, with detail. */
+export const errorHandler = (log: Logger) =>
+  new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request, set }) => {
+    const appError = toAppError(code, error);
+    const context = contextOf(request);
+    context.status = appError.status;
+    if (appError.code === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
+    return errorResponse(appError, context.id, set.headers as Record<string, string>);
+  });

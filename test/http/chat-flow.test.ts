@@ -11,7 +11,7 @@ let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "bench-small", parallel: 1, queueMax: 1, contextSize: 512 });
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine, heartbeatMs: 100 });
+  server = serveApp({ db: db.storage.db, keys: db.keys, engine, limits: { heartbeatMs: 100 } });
 });
 afterAll(async () => {
   await server.stop();

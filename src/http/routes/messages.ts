@@ -3,14 +3,15 @@ import type { Db } from "../../db/client";
 import { listMessages } from "../../db/messages";
 import type { auth } from "../auth";
 import { parseListing } from "../listing-query";
+import { errorResponses, messagePageSchema } from "../openapi";
 import { messageJson } from "../present";
 
 const listingQuery = t.Object({
-  user_id: t.Optional(t.String()),
-  conversation_id: t.Optional(t.String()),
-  rows_per_page: t.Optional(t.String()),
-  current_page: t.Optional(t.String()),
-  sort_by: t.Optional(t.String()),
+  user_id: t.Optional(t.String({ description: "`:eq:<int>` or `<int>`; default: the key's own user" })),
+  conversation_id: t.Optional(t.String({ description: "`:eq:<id>` or `<id>`: only this conversation" })),
+  rows_per_page: t.Optional(t.String({ description: "Integer 1..100, default 20" })),
+  current_page: t.Optional(t.String({ description: "Integer >= 1, default 1" })),
+  sort_by: t.Optional(t.String({ description: "`<created_at|id>:<asc|desc>`, default created_at:desc" })),
 });
 
 export const messagesRoutes = (deps: { db: Db; auth: ReturnType<typeof auth> }) =>
@@ -37,5 +38,15 @@ export const messagesRoutes = (deps: { db: Db; auth: ReturnType<typeof auth> }) 
           },
         };
       },
-      { query: listingQuery },
+      {
+        query: listingQuery,
+        detail: {
+          summary: "List a user's stored messages, paged and sorted",
+          security: [{ bearer: [] }],
+          responses: {
+            "200": { description: "One page of messages", content: { "application/json": { schema: messagePageSchema } } },
+            ...errorResponses(401, 403, 422, 429),
+          },
+        } as never,
+      },
     );

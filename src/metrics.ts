@@ -1,0 +1,88 @@
+/**
+ * Prometheus metrics, on a registry of Parley's own (never prom-client's global one), so each
+ * app built in a test counts only its own traffic.
+ */
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+
+export interface EngineGauges {
+  stats(): { busy: number; queued: number };
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly requests = new Counter({
+    name: "parley_http_requests_total",
+    help: "HTTP requests by route, method and status",
+    labelNames: ["route", "method", "status"] as const,
+    registers: [this.registry],
+  });
+
+  readonly requestDuration = new Histogram({
+    name: "parley_http_request_duration_seconds",
+    help: "HTTP request duration until the last byte (streams included)",
+    labelNames: ["route", "method"] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+    registers: [this.registry],
+  });
+
+  readonly timeToFirstToken = new Histogram({
+    name: "parley_time_to_first_token_seconds",
+    help: "From the chat request's arrival to the reply's first token (queueing included)",
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60],
+    registers: [this.registry],
+  });
+
+  readonly tokensGenerated = new Counter({
+    name: "parley_tokens_generated_total",
+    help: "Reply tokens generated",
+    registers: [this.registry],
+  });
+
+  readonly tokensPerSecond = new Histogram({
+    name: "parley_generation_tokens_per_second",
+    help: "Decode speed of each reply, from its first to its last token",
+    buckets: [1, 5, 10, 25, 50, 100, 200, 400, 800, 1600],
+    registers: [this.registry],
+  });
+
+  readonly promptTokens = new Counter({
+    name: "parley_prompt_tokens_total",
+    help: "Prompt tokens, by whether they were evaluated now or reused from the KV cache",
+    labelNames: ["source"] as const,
+    registers: [this.registry],
+  });
+
+  readonly rateLimited = new Counter({
+    name: "parley_rate_limit_rejections_total",
+    help: "Requests refused with 429, by reason",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
+
+  readonly modelLoadSeconds = new Gauge({
+    name: "parley_model_load_seconds",
+    help: "How long loading the model took",
+    registers: [this.registry],
+  });
+
+  /** Queue depth and busy sequences are read from the engine when scraped, not tracked twice. */
+  watchEngine(current: () => EngineGauges | undefined): void {
+    new Gauge({
+      name: "parley_queue_depth",
+      help: "Chat requests waiting for a free sequence",
+      registers: [this.registry],
+      collect() {
+        this.set(current()?.stats().queued ?? 0);
+      },
+    });
+    new Gauge({
+      name: "parley_sequences_busy",
+      help: "Sequences generating a reply",
+      registers: [this.registry],
+      collect() {
+        this.set(current()?.stats().busy ?? 0);
+      },
+    });
+  }
+}
