@@ -66,14 +66,17 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  /** Queue depth and busy sequences are read from the engine when scraped, not tracked twice. */
-  watchEngine(current: () => EngineGauges | undefined): void {
+  /** `engine` is read when scraped (queue depth, busy sequences), not tracked twice. */
+  constructor(engine: () => EngineGauges | undefined) {
+    // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
+    for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
+    for (const source of ["cached", "evaluated"]) this.promptTokens.inc({ source }, 0);
     new Gauge({
       name: "parley_queue_depth",
       help: "Chat requests waiting for a free sequence",
       registers: [this.registry],
       collect() {
-        this.set(current()?.stats().queued ?? 0);
+        this.set(engine()?.stats().queued ?? 0);
       },
     });
     new Gauge({
@@ -81,7 +84,7 @@ export class Metrics {
       help: "Sequences generating a reply",
       registers: [this.registry],
       collect() {
-        this.set(current()?.stats().busy ?? 0);
+        this.set(engine()?.stats().busy ?? 0);
       },
     });
   }

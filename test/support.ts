@@ -67,7 +67,7 @@ export function serveApp(options: ServeOptions): Served {
     chat: options.chat ?? new ChatService(db, { current: () => engine }),
     isReady: () => engine !== undefined,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
-    metrics: options.metrics ?? new Metrics(),
+    metrics: options.metrics ?? new Metrics(() => engine),
     limits: { ...DEFAULT_LIMITS, ...options.limits },
   }).listen({ hostname: "127.0.0.1", port: 0 });
   return {

@@ -55,8 +55,7 @@ export async function serveCommand(config: Config): Promise<number> {
   }
 
   let engine: Engine | undefined;
-  const metrics = new Metrics();
-  metrics.watchEngine(() => engine);
+  const metrics = new Metrics(() => engine);
   const chat = new ChatService(storage.db, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
   const app = createApp({
     db: storage.db,

@@ -46,7 +46,7 @@ export function createApp(deps: AppDeps) {
   return app
     .use(errorHandler(deps.log))
     .use(requestContext)
-    .use(observe(deps.log, metrics))
+    .use(observe(deps.log, metrics, () => app.routes))
     .use(routeGuard(() => app.routes))
     .onRequest(({ set }) => {
       // Elysia writes `application/json;charset=utf-8`; the contract spells it with a space.

@@ -8,10 +8,19 @@ import { contextOf, type RequestContext } from "./request-context";
  * at once for ordinary responses, when the last event is written for streams (the chat route
  * calls `finishRequest`), since Elysia's after-response hook fires before a stream's body.
  */
-export function observe(log: Logger, metrics: Metrics) {
+export function observe(log: Logger, metrics: Metrics, routes: () => readonly { path: string }[]) {
+  let known: Set<string> | undefined;
+  // A request refused before routing (401, 404, 405, 429) has no matched route: label it by its
+  // path only when that is one of ours, so arbitrary paths cannot blow up the label set.
+  const label = (request: Request, route: string) => {
+    if (route) return route;
+    known ??= new Set(routes().map((r) => r.path));
+    const path = new URL(request.url).pathname;
+    return known.has(path) ? path : "unmatched";
+  };
   return new Elysia({ name: "parley/observe" }).onAfterResponse({ as: "global" }, ({ request, set, responseValue, route }) => {
     const context = contextOf(request);
-    context.route = route || "unmatched";
+    context.route = label(request, route);
     context.status ??= responseValue instanceof Response ? responseValue.status : typeof set.status === "number" ? set.status : 200;
     context.record = () => {
       const seconds = (performance.now() - context.startedAt) / 1000;

@@ -1,0 +1,109 @@
+import { Database } from "bun:sqlite";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { presetModel, readSse, tempDir } from "../support";
+
+const adminKey = "shutdown-test-admin-key-0123456789abcdef";
+const processes: Bun.Subprocess[] = [];
+afterAll(() => {
+  for (const child of processes) child.kill("SIGKILL");
+});
+
+let benchModel: string;
+beforeAll(async () => {
+  benchModel = await presetModel("bench-small");
+});
+
+interface Server {
+  url: string;
+  dbPath: string;
+  lines: string[];
+  child: Bun.Subprocess<"ignore", "pipe", "pipe">;
+}
+
+/** `parley serve` on the bench model (it never ends a reply by itself), ready to chat. */
+async function start(env: Record<string, string> = {}): Promise<Server> {
+  const dir = tempDir("shutdown");
+  const dbPath = join(dir, "parley.db");
+  const child = Bun.spawn(["bun", "src/cli.ts", "serve"], {
+    env: { ...Bun.env, PARLEY_DB: dbPath, PARLEY_MODEL: benchModel, PARLEY_PORT: "0", PARLEY_ADMIN_KEY: adminKey, PARLEY_THREADS: "1", PARLEY_CONTEXT_SIZE: "512", ...env },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  processes.push(child);
+  const lines: string[] = [];
+  void (async () => {
+    for await (const chunk of child.stdout) lines.push(...new TextDecoder().decode(chunk).split("\n").filter(Boolean));
+  })();
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    const url = lines.map((line) => /"url":"([^"]+)"/.exec(line)?.[1]).find(Boolean);
+    if (url && (await fetch(`${url}/readyz`)).status === 200) return { url, dbPath, lines, child };
+    await Bun.sleep(50);
+  }
+  throw new Error(`not ready: ${lines.join("\n")}`);
+}
+
+async function openStream(server: Server, conversationId: string) {
+  const response = await fetch(`${server.url}/api/v1.0/chat`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${adminKey}`, "content-type": "application/json" },
+    body: JSON.stringify({ message: "Go on forever", conversation_id: conversationId, stream: true, max_tokens: 4096 }),
+  });
+  expect(response.status).toBe(200);
+  const events = readSse(response);
+  // Not `for await … break`: that would cancel the body, which is a disconnect.
+  for (let step = await events.next(); !step.done && step.value.event !== "delta"; step = await events.next());
+  return events;
+}
+
+const replies = (dbPath: string) => {
+  const db = new Database(dbPath, { readonly: true });
+  try {
+    return db.query("SELECT role, finish_reason, length(content) AS length FROM messages ORDER BY id").all() as { role: string; finish_reason: string | null; length: number }[];
+  } finally {
+    db.close();
+  }
+};
+
+describe("shutdown", () => {
+  test("SIGTERM during a stream: the reply ends as cancelled after the grace period, is stored, and the exit code is 0", async () => {
+    const server = await start({ PARLEY_SHUTDOWN_GRACE_S: "1" });
+    const events = await openStream(server, "interrupted");
+    const signalledAt = performance.now();
+    server.child.kill("SIGTERM");
+
+    let done: { message: { finish_reason: string; content: string } } | undefined;
+    for await (const event of events) if (event.event === "done") done = event.data as typeof done;
+    expect(done?.message.finish_reason).toBe("cancelled");
+    expect(await server.child.exited).toBe(0);
+    // It waited for the grace period, then stopped promptly.
+    const seconds = (performance.now() - signalledAt) / 1000;
+    expect(seconds).toBeGreaterThan(0.9);
+
+    const rows = replies(server.dbPath);
+    expect(rows.map((row) => [row.role, row.finish_reason])).toEqual([
+      ["user", null],
+      ["assistant", "cancelled"],
+    ]);
+    expect(rows[1]!.length).toBe(done!.message.content.length);
+    expect(server.lines.some((line) => line.includes('"msg":"shutting down"'))).toBe(true);
+    expect(server.lines.some((line) => line.includes('"msg":"stopped"'))).toBe(true);
+  });
+
+  test("a second signal exits at once and the database stays whole", async () => {
+    const server = await start({ PARLEY_SHUTDOWN_GRACE_S: "60" });
+    await openStream(server, "held");
+    server.child.kill("SIGTERM");
+    await Bun.sleep(200);
+    const exitedEarly = await Promise.race([server.child.exited.then(() => true), Bun.sleep(300).then(() => false)]);
+    expect(exitedEarly).toBe(false);
+
+    server.child.kill("SIGTERM");
+    expect(await server.child.exited).toBe(1);
+    const db = new Database(server.dbPath, { readonly: true });
+    expect(db.query("PRAGMA integrity_check").get()).toEqual({ integrity_check: "ok" });
+    db.close();
+    expect(replies(server.dbPath)[0]).toMatchObject({ role: "user" });
+  });
+});

@@ -1,0 +1,119 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ChatService } from "../../src/chat/service";
+import type { Engine } from "../../src/llm/engine";
+import { bearer, readSse, type Served, serveApp, testDb, testEngine } from "../support";
+
+const db = testDb("limits");
+const alice = db.keys.create("alice", "user");
+const bob = db.keys.create("bob", "user");
+
+describe("body size", () => {
+  const server = serveApp({ db: db.storage.db, keys: db.keys, limits: { bodyLimitBytes: 4096 } });
+  afterAll(() => server.stop());
+
+  test("an endless body is refused with 413 after reading little more than the limit", async () => {
+    let pulled = 0;
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (pulled > 50_000_000) return controller.close();
+        pulled += 16_384;
+        controller.enqueue(new Uint8Array(16_384).fill(0x20));
+      },
+    });
+    const response = await fetch(`${server.url}/api/v1.0/chat`, {
+      method: "POST",
+      headers: { ...bearer(alice.key), "content-type": "application/json" },
+      body: endless,
+    });
+    expect(response.status).toBe(413);
+    expect(((await response.json()) as { error: { code: string } }).error.code).toBe("payload_too_large");
+    // What the client had produced when the answer came: far below the 50 MB it would send.
+    expect(pulled).toBeLessThan(5_000_000);
+  });
+});
+
+describe("per-key rate limit", () => {
+  const server = serveApp({ db: db.storage.db, keys: db.keys, limits: { rateLimitPerMinute: 3 } });
+  afterAll(() => server.stop());
+  const list = (key: string, query = "") => fetch(`${server.url}/api/v1.0/chat/messages${query}`, { headers: bearer(key) });
+
+  test("every response carries the limit headers; the request past the limit gets 429 with Retry-After", async () => {
+    const seen: [number, string | null][] = [];
+    for (let i = 0; i < 3; i++) {
+      // The third is a 422: refused requests still count and still carry the headers.
+      const response = await list(alice.key, i === 2 ? "?rows_per_page=0" : "");
+      expect(response.headers.get("x-ratelimit-limit")).toBe("3");
+      expect(Number(response.headers.get("x-ratelimit-reset"))).toBeGreaterThan(0);
+      seen.push([response.status, response.headers.get("x-ratelimit-remaining")]);
+    }
+    expect(seen).toEqual([
+      [200, "2"],
+      [200, "1"],
+      [422, "0"],
+    ]);
+    const limited = await list(alice.key);
+    expect(limited.status).toBe(429);
+    expect(Number(limited.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(limited.headers.get("x-ratelimit-remaining")).toBe("0");
+    expect(((await limited.json()) as { error: { code: string } }).error.code).toBe("rate_limited");
+  });
+
+  test("keys are limited separately", async () => {
+    expect((await list(bob.key)).status).toBe(200);
+  });
+
+  test("a limit of 0 turns it off", async () => {
+    const open = serveApp({ db: db.storage.db, keys: db.keys, limits: { rateLimitPerMinute: 0 } });
+    for (let i = 0; i < 10; i++) {
+      const response = await fetch(`${open.url}/api/v1.0/chat/messages`, { headers: bearer(bob.key) });
+      expect(response.status).toBe(200);
+      expect(response.headers.get("x-ratelimit-limit")).toBeNull();
+    }
+    await open.stop();
+  });
+});
+
+describe("streams per key and the time cap on a reply", () => {
+  // bench-small: random weights, never ends a reply by itself.
+  let engine: Engine;
+  let server: Served;
+  beforeAll(async () => {
+    engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
+    const chat = new ChatService(db.storage.db, { current: () => engine }, { generationTimeoutMs: 300 });
+    server = serveApp({ db: db.storage.db, keys: db.keys, engine, chat, limits: { maxStreamsPerKey: 1 } });
+  });
+  afterAll(async () => {
+    await server.stop();
+    await engine.dispose();
+  });
+  const post = (key: string, body: Record<string, unknown>) =>
+    fetch(`${server.url}/api/v1.0/chat`, {
+      method: "POST",
+      headers: { ...bearer(key), "content-type": "application/json" },
+      body: JSON.stringify({ max_tokens: 4096, ...body }),
+    });
+
+  test("a second concurrent stream of one key gets 429; the reply cut by the time cap is stored as length", async () => {
+    const first = await post(alice.key, { message: "Talk", conversation_id: "capped", stream: true });
+    expect(first.status).toBe(200);
+    const events = readSse(first);
+    expect((await events.next()).value?.event).toBe("start");
+
+    const second = await post(alice.key, { message: "Me too", conversation_id: "other", stream: true });
+    expect(second.status).toBe(429);
+    expect(second.headers.get("retry-after")).toBe("1");
+    // Another key is not affected, and a non-streamed request is not a stream.
+    const bobs = await post(bob.key, { message: "Hi", conversation_id: "bob", max_tokens: 2 });
+    expect(bobs.status).toBe(200);
+
+    let done: { message: { finish_reason: string; content: string } } | undefined;
+    for await (const event of events) if (event.event === "done") done = event.data as typeof done;
+    expect(done?.message.finish_reason).toBe("length");
+    expect(done?.message.content.length).toBeGreaterThan(0);
+
+    // The stream is over, so the key may open another.
+    const third = await post(alice.key, { message: "Again", conversation_id: "again", stream: true, max_tokens: 2 });
+    expect(third.status).toBe(200);
+    await third.text();
+  });
+});
