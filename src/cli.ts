@@ -1,25 +1,76 @@
 #!/usr/bin/env bun
-import { ConfigError, CONFIG_SPEC, loadConfig, parseArgv } from "./config";
-import { keysCommand } from "./commands/keys";
-import { modelCommand } from "./commands/model";
-import { serveCommand } from "./commands/serve";
+import { CONFIG_SPEC, type Config, ConfigError, loadConfig, parseArgv } from "./config";
 import pkg from "../package.json";
+
+const OPTIONS = Object.values(CONFIG_SPEC)
+  .map((spec) => `  ${`${spec.flag} / ${spec.env}`.padEnd(44)}${spec.help}${spec.default ? ` (default ${spec.default})` : ""}`)
+  .join("\n");
+
+const EXIT_CODES = "Exit codes: 0 success, 1 failure, 2 usage or configuration error.";
+
+interface Command {
+  summary: string;
+  /** Undefined when the command explains its own subcommands (`--help` is passed on to it). */
+  help?: string;
+  /** Imported only when run: loading the engine or the HTTP stack costs ~0.5 s a command need not pay. */
+  run(config: Config, args: string[], flags: Map<string, string>): Promise<number>;
+}
+
+const COMMANDS: Record<string, Command> = {
+  serve: {
+    summary: "parley serve [options]                      start the HTTP service",
+    help: `Usage: parley serve [options]
+
+Starts the HTTP service. It listens at once, logs one "listening" line (URL, model, parallelism,
+database), and answers chats once the model is loaded (GET /readyz turns 200). SIGTERM or SIGINT
+stops it gracefully; a second signal stops it at once.
+
+Options (flags override environment variables):
+${OPTIONS}
+
+${EXIT_CODES}`,
+    run: async (config) => (await import("./commands/serve")).serveCommand(config),
+  },
+  keys: {
+    summary: `parley keys create --user <name> [--admin]  issue an API key (printed once)
+  parley keys list                            list keys (never the keys themselves)
+  parley keys revoke <id>                     revoke a key`,
+    help: `Usage:
+  parley keys create --user <name> [--admin]  issue a key for the user (created if new); the key is
+                                              printed once, alone on the last line of stdout
+  parley keys list                            id, user, role, prefix, created, last used, revoked
+  parley keys revoke <id>                     the key is refused from then on
+
+Keys live in the database (--db / PARLEY_DB), stored only as a hash.
+
+${EXIT_CODES}`,
+    run: async (config, args, flags) => (await import("./commands/keys")).keysCommand(config, args, flags),
+  },
+  model: {
+    summary: `parley model list                           GGUF files in the models directory
+  parley model info <file>                    what a GGUF file's header says (exit 1 if unusable)
+  parley model pull <url | hf-uri> [--out <dir | file>]
+                                              download a model (needs a network), resumable
+  parley model demo [--preset demo|bench-small] [--out <file>]
+                                              write a model Parley generates itself
+  parley model <command> --help               details of a model command`,
+    run: async (config, args, flags) => (await import("./commands/model")).modelCommand(config, args, flags),
+  },
+};
 
 const HELP = `Parley ${pkg.version}: a chat service answering from a local GGUF model.
 
 Usage:
-  parley serve [options]                      start the HTTP service
-  parley keys create --user <name> [--admin]  issue an API key (printed once)
-  parley keys list                            list keys (never the keys themselves)
-  parley keys revoke <id>                     revoke a key
-  parley model demo [--preset demo|bench-small] [--out <file>]
-                                              write a model Parley generates itself
+${Object.values(COMMANDS)
+  .map((command) => `  ${command.summary}`)
+  .join("\n")}
+  parley <command> --help                     details of a command
   parley --help | --version
 
 Options (flags override environment variables):
-${Object.values(CONFIG_SPEC)
-  .map((spec) => `  ${`${spec.flag} / ${spec.env}`.padEnd(44)}${spec.help}${spec.default ? ` (default ${spec.default})` : ""}`)
-  .join("\n")}
+${OPTIONS}
+
+${EXIT_CODES}
 `;
 
 const KNOWN_FLAGS = new Set([
@@ -29,32 +80,30 @@ const KNOWN_FLAGS = new Set([
 
 async function main(argv: readonly string[]): Promise<number> {
   const { flags, positionals } = parseArgv(argv);
-  const [command, ...rest] = positionals;
+  const [name, ...rest] = positionals;
   if (flags.has("--version")) {
-    console.log(`parley ${pkg.version}`);
+    console.log(await (await import("./version")).versionText());
     return 0;
   }
-  if (flags.has("--help") || command === undefined || command === "help") {
-    console.log(HELP);
-    return command === undefined && !flags.has("--help") ? 2 : 0;
+  const command = name === undefined ? undefined : COMMANDS[name];
+  if (command === undefined) {
+    if (name === "help" || (name === undefined && flags.has("--help"))) {
+      console.log(HELP);
+      return 0;
+    }
+    console.error(name === undefined ? HELP : `unknown command "${name}"\n\n${HELP}`);
+    return 2;
+  }
+  if (flags.has("--help") && command.help !== undefined) {
+    console.log(command.help);
+    return 0;
   }
   const unknown = [...flags.keys()].filter((flag) => !KNOWN_FLAGS.has(flag));
   if (unknown.length > 0) {
-    console.error(`unknown option ${unknown.join(", ")} (see parley --help)`);
+    console.error(`unknown option ${unknown.join(", ")} (see parley ${name} --help)`);
     return 2;
   }
-  const config = loadConfig(Bun.env, flags);
-  switch (command) {
-    case "serve":
-      return serveCommand(config);
-    case "keys":
-      return keysCommand(config, rest, flags);
-    case "model":
-      return modelCommand(config, rest, flags);
-    default:
-      console.error(`unknown command "${command}"\n\n${HELP}`);
-      return 2;
-  }
+  return command.run(loadConfig(Bun.env, flags), rest, flags);
 }
 
 try {

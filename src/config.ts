@@ -30,6 +30,8 @@ export interface Config {
   generationTimeoutS: number;
   shutdownGraceS: number;
   metricsPublic: boolean;
+  /** Disk budget for saved KV states (`<db dir>/kv/`); 0 = none saved. */
+  kvCacheMb: number;
 }
 
 export class ConfigError extends Error {
@@ -91,6 +93,12 @@ export const CONFIG_SPEC = {
     help: "On SIGTERM/SIGINT, how long running replies may finish before they are cancelled",
   },
   metricsPublic: { env: "PARLEY_METRICS_PUBLIC", flag: "--metrics-public", default: "false", help: "Serve /metrics without an admin key" },
+  kvCacheMb: {
+    env: "PARLEY_KV_CACHE_MB",
+    flag: "--kv-cache-mb",
+    default: "2048",
+    help: "MiB of disk for saved conversation KV states next to the database, least recently used dropped first (0 = off)",
+  },
 } satisfies Record<keyof Config, Spec>;
 
 /** Flags that stand alone; every other `--flag` takes a value. */
@@ -178,5 +186,6 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     generationTimeoutS: int("generationTimeoutS", 0, 86_400),
     shutdownGraceS: int("shutdownGraceS", 0, 3_600),
     metricsPublic: bool("metricsPublic"),
+    kvCacheMb: int("kvCacheMb", 0, 1 << 24),
   };
 }

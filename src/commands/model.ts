@@ -1,22 +1,202 @@
-import { join } from "node:path";
-import type { Config } from "../config";
+import { existsSync, readdirSync } from "node:fs";
+import { join, sep } from "node:path";
+import { CONFIG_SPEC, type Config } from "../config";
+import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
 import { DEMO_MODEL_NAME, MODEL_PRESETS, type ModelPreset, writePresetModel } from "../llm/gguf/presets";
+import type { GgufValue } from "../llm/gguf/values";
+import { formatBytes, formatCount } from "./units";
 
-const USAGE = `usage: parley model demo [--preset ${MODEL_PRESETS.join("|")}] [--out <file.gguf>]`;
+interface Subcommand {
+  readonly summary: string;
+  readonly usage: string;
+  readonly details: string;
+  readonly positionals: number;
+  /** Besides --help and the configuration flags, which every subcommand accepts. */
+  readonly flags: readonly string[];
+  readonly run: (config: Config, args: readonly string[], flags: Map<string, string>) => Promise<number> | number;
+}
+
+const EXIT_CODES = "Exit codes: 0 ok, 1 failure (bad file, download failed), 2 usage error.";
+
+const SUBCOMMANDS: Record<string, Subcommand> = {
+  list: {
+    summary: "GGUF files in the models directory, with what their headers say",
+    usage: "parley model list [--models-dir <dir>]",
+    details: `Lists the .gguf files in the models directory (PARLEY_MODELS_DIR or --models-dir, default
+./models) with name, architecture, parameters, size, context length and quantization, all read
+from each file's GGUF header. A file that cannot be used is listed with the reason.`,
+    positionals: 0,
+    flags: [],
+    run: (config) => list(config.modelsDir),
+  },
+  info: {
+    summary: "everything one GGUF file's header says about the model",
+    usage: "parley model info <file>",
+    details: `Describes one GGUF file from its header. <file> is a path, or a file name in the models
+directory. A missing, non-GGUF, corrupt or truncated file exits 1 with a one-line reason.`,
+    positionals: 1,
+    flags: [],
+    run: (config, [file]) => info(resolveFile(file!, config.modelsDir)),
+  },
+  pull: {
+    summary: "download a model (needs a network); resumes an interrupted download",
+    usage: "parley model pull <url | hf-uri> [--out <dir | file.gguf>]",
+    details: `Downloads a GGUF model into the models directory (or --out) with progress on stderr, then
+checks it: a file that is not a usable GGUF model is reported and removed. An interrupted
+download (Ctrl-C, lost connection) resumes when the same command is run again; a file that is
+already there with the remote size is not downloaded again.
+
+  https://host/path/model.gguf
+  hf:<user>/<repo>:<quant>         e.g. hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M
+  hf:<user>/<repo>/<file.gguf>
+
+Pulling needs a network (hf: URIs need huggingface.co, or HF_ENDPOINT). Parley never downloads
+anything while serving; on an offline machine, copy the .gguf file into the models directory.`,
+    positionals: 1,
+    flags: ["--out"],
+    run: async (config, [uri], flags) => {
+      if (!/^(https?:\/\/|hf:)/i.test(uri!)) return usageError("pull", `"${uri}" is not an http(s):// URL or an hf: URI`);
+      // Imported here: node-llama-cpp takes a few hundred ms to load and only pull needs it.
+      const { pullModel } = await import("./model-pull");
+      return pullModel(uri!, flags.get("--out"), config.modelsDir);
+    },
+  },
+  demo: {
+    summary: "write a model Parley generates itself",
+    usage: `parley model demo [--preset ${MODEL_PRESETS.join("|")}] [--out <file.gguf>]`,
+    details: "Writes a model Parley generates itself (no download): by default the demo model into the models directory.",
+    positionals: 0,
+    flags: ["--preset", "--out"],
+    run: (config, _args, flags) => demo(config, flags),
+  },
+};
+
+const OVERVIEW = `usage: parley model <command> [options]
+
+Commands:
+${Object.entries(SUBCOMMANDS)
+  .map(([name, sub]) => `  ${name.padEnd(6)}${sub.summary}`)
+  .join("\n")}
+
+Run parley model <command> --help for details. ${EXIT_CODES}`;
+
+const CONFIG_FLAGS = new Set(Object.values(CONFIG_SPEC).map((spec) => spec.flag));
+
+function usageError(name: string, problem: string): number {
+  console.error(`parley model ${name}: ${problem}\nusage: ${SUBCOMMANDS[name]!.usage}   (see --help)`);
+  return 2;
+}
+
+/** `parley model list|info|pull|demo`; returns the process exit code. */
+export async function modelCommand(config: Config, args: readonly string[], flags: Map<string, string>): Promise<number> {
+  const [name, ...rest] = args;
+  const sub = name === undefined ? undefined : SUBCOMMANDS[name];
+  if (sub === undefined) {
+    if (flags.has("--help") && name === undefined) {
+      console.log(OVERVIEW);
+      return 0;
+    }
+    console.error(name === undefined ? OVERVIEW : `parley model: unknown command "${name}"\n\n${OVERVIEW}`);
+    return 2;
+  }
+  if (flags.has("--help")) {
+    console.log(`usage: ${sub.usage}\n\n${sub.details}\n\n${EXIT_CODES}`);
+    return 0;
+  }
+  const foreign = [...flags.keys()].filter((flag) => !CONFIG_FLAGS.has(flag) && !sub.flags.includes(flag));
+  if (foreign.length > 0) return usageError(name!, `${foreign.join(", ")} does not apply here`);
+  if (rest.length !== sub.positionals) {
+    return usageError(name!, sub.positionals === 0 ? "takes no arguments" : "takes exactly one argument");
+  }
+  return sub.run(config, rest, flags);
+}
 
 const isPreset = (name: string): name is ModelPreset => (MODEL_PRESETS as readonly string[]).includes(name);
 
-/** `parley model demo`: writes one of the models Parley generates itself; returns the exit code. */
-export async function modelCommand(config: Config, args: readonly string[], flags: Map<string, string>): Promise<number> {
+async function demo(config: Config, flags: Map<string, string>): Promise<number> {
   const preset = flags.get("--preset") ?? "demo";
-  if (args[0] !== "demo" || !isPreset(preset)) {
-    console.error(USAGE);
-    return 2;
-  }
+  if (!isPreset(preset)) return usageError("demo", `unknown preset "${preset}"`);
   const out = flags.get("--out") ?? join(config.modelsDir, preset === "demo" ? `${DEMO_MODEL_NAME}.gguf` : `parley-${preset}.gguf`);
   const started = performance.now();
   await writePresetModel(preset, out);
   const { size } = Bun.file(out);
   console.log(`Wrote the ${preset} model to ${out} (${(size / 1e6).toFixed(1)} MB, ${Math.round(performance.now() - started)} ms)`);
   return 0;
+}
+
+function list(dir: string): number {
+  let names: string[];
+  try {
+    // Hidden files are partial writes (the demo writer's temp files), not models.
+    names = readdirSync(dir).filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".")).sort();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    names = [];
+  }
+  if (names.length === 0) {
+    console.log(`No GGUF files in ${dir}`);
+    return 0;
+  }
+  const rows = names.map((file): string[] => {
+    try {
+      const m = describeGguf(join(dir, file));
+      return [file, m.name, m.architecture ?? "?", formatCount(m.parameters), formatBytes(m.sizeBytes), String(m.contextLength ?? "?"), m.quantization];
+    } catch (err) {
+      if (!(err instanceof InvalidModelError)) throw err;
+      return [file, `unusable: ${err.reason}`];
+    }
+  });
+  const header = ["FILE", "NAME", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT"];
+  // An unusable file's reason starts in the NAME column and does not widen it.
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r.length === header.length || i === 0 ? r[i]!.length : 0))));
+  for (const row of [header, ...rows]) console.log(row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join("  "));
+  console.log(`\n${dir}: ${names.length} file(s)`);
+  return 0;
+}
+
+/** A bare file name that is not in the working directory is looked up in the models directory. */
+function resolveFile(file: string, modelsDir: string): string {
+  if (existsSync(file) || file.includes(sep) || file.includes("/")) return file;
+  const inModels = join(modelsDir, file);
+  return existsSync(inModels) ? inModels : file;
+}
+
+function info(path: string): number {
+  let m: ModelDescription;
+  try {
+    m = describeGguf(path);
+  } catch (err) {
+    if (!(err instanceof InvalidModelError)) throw err;
+    console.error(err.message);
+    return 1;
+  }
+  const meta = (key: string): GgufValue | undefined => m.metadata[key];
+  const arch = (key: string) => scalar(meta(`${m.architecture}.${key}`));
+  const tokens = meta("tokenizer.ggml.tokens");
+  const template = meta("tokenizer.chat_template");
+  const splitCount = scalar(meta("split.count"));
+  const lines: [string, string | undefined][] = [
+    ["file", m.path],
+    ["name", m.name],
+    ["architecture", m.architecture ?? "unknown"],
+    ["parameters", `${formatCount(m.parameters)} (${m.parameters})`],
+    ["quantization", m.quantization],
+    ["size", `${formatBytes(m.sizeBytes)} (${m.sizeBytes} bytes)`],
+    ["context length", m.contextLength === undefined ? "unknown" : String(m.contextLength)],
+    ["layers", arch("block_count")],
+    ["embedding length", arch("embedding_length")],
+    ["attention heads", arch("attention.head_count")],
+    ["vocabulary", tokens?.type === "array" ? `${tokens.items.length} tokens (${scalar(meta("tokenizer.ggml.model")) ?? "unknown"} tokenizer)` : undefined],
+    ["chat template", template?.type === "string" ? `yes (${template.value.length} characters)` : "none (a prompt format is guessed from the name and architecture)"],
+    ["license", scalar(meta("general.license"))],
+    ["split", splitCount === undefined ? undefined : `part ${Number(scalar(meta("split.no")) ?? 0) + 1} of ${splitCount}`],
+    ["tensors", String(m.tensors)],
+    ["gguf version", String(m.ggufVersion)],
+  ];
+  for (const [key, value] of lines) if (value !== undefined) console.log(`${key.padEnd(17)}${value}`);
+  return 0;
+}
+
+function scalar(value: GgufValue | undefined): string | undefined {
+  return value === undefined || value.type === "array" ? undefined : String(value.value);
 }

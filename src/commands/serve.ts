@@ -1,9 +1,11 @@
+import { dirname, join } from "node:path";
 import { ChatService } from "../chat/service";
 import type { Config } from "../config";
 import { openStorage } from "../db/client";
 import { KeyStore } from "../db/keys";
 import { createApp } from "../http/app";
 import { Engine } from "../llm/engine";
+import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
 import { resolveModel } from "../llm/model";
 import { createLogger, type Logger } from "../log";
 import { Metrics } from "../metrics";
@@ -46,6 +48,17 @@ export async function serveCommand(config: Config): Promise<number> {
   }
 
   const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
+  let described: ModelDescription;
+  try {
+    // Reading the header first turns a wrong, truncated or corrupt file into one clear line
+    // before anything listens, instead of a native loader error later.
+    described = describeGguf(model.path);
+  } catch (error) {
+    if (!(error instanceof InvalidModelError)) throw error;
+    console.error(`parley: cannot serve this model: ${error.message}`);
+    storage.close();
+    return 1;
+  }
   if (model.demo) {
     log.info(
       { model: model.path },
@@ -71,9 +84,23 @@ export async function serveCommand(config: Config): Promise<number> {
       maxStreamsPerKey: config.maxStreamsPerKey,
       metricsPublic: config.metricsPublic,
     },
-  }).listen({ hostname: config.host, port: config.port });
+  });
+  try {
+    app.listen({ hostname: config.host, port: config.port });
+  } catch (error) {
+    // Typically the port is taken (Parley does not share ports: reusePort is off).
+    console.error(`parley: cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
+    storage.close();
+    return 1;
+  }
   log.info(
-    { url: `http://${app.server?.hostname}:${app.server?.port}`, model: model.path, parallel: config.parallel, db: config.dbPath },
+    {
+      url: `http://${app.server?.hostname}:${app.server?.port}`,
+      model: described.name,
+      model_path: model.path,
+      parallel: config.parallel,
+      db: config.dbPath,
+    },
     "listening",
   );
 
@@ -86,12 +113,14 @@ export async function serveCommand(config: Config): Promise<number> {
     threads: config.threads,
     gpu: config.gpu,
     queueMax: config.queueMax,
+    kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
+    onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
   }).then(
     (loaded) => {
       engine = loaded;
       const seconds = (performance.now() - started) / 1000;
       metrics.modelLoadSeconds.set(seconds);
-      log.info({ model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads }, "model loaded");
+      log.info({ model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
       return new Promise<never>(() => {});
     },
     (error: unknown) => error,

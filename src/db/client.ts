@@ -13,6 +13,8 @@ export interface Storage {
   close(): void;
 }
 
+// Also right inside the single executable: there this module's directory is /$bunfs/root, and the
+// build embeds the folder as /$bunfs/root/migrations (src/build/build.ts).
 const MIGRATIONS_DIR = join(import.meta.dir, "migrations");
 
 /**

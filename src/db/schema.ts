@@ -75,6 +75,24 @@ export const messages = sqliteTable(
   ],
 );
 
+/**
+ * Message counts kept by triggers on `messages` (migration 0002), so `total_rows` of a listing is
+ * one row read instead of a count over the user's whole history.
+ */
+export const userMessageCounts = sqliteTable("user_message_counts", {
+  userId: integer("user_id")
+    .primaryKey()
+    .references(() => users.id),
+  messageCount: integer("message_count").notNull(),
+});
+
+export const conversationMessageCounts = sqliteTable("conversation_message_counts", {
+  conversationId: integer("conversation_id")
+    .primaryKey()
+    .references(() => conversations.id),
+  messageCount: integer("message_count").notNull(),
+});
+
 export type User = typeof users.$inferSelect;
 export type ApiKey = typeof apiKeys.$inferSelect;
 export type Conversation = typeof conversations.$inferSelect;

@@ -15,6 +15,7 @@ import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
+import { webRoutes } from "./routes/web";
 
 export interface HttpLimits {
   bodyLimitBytes: number;
@@ -42,7 +43,13 @@ export function createApp(deps: AppDeps) {
   const { limits, metrics } = deps;
   const limiter = new RateLimiter(limits.rateLimitPerMinute, limits.maxStreamsPerKey, (reason) => metrics.rateLimited.inc({ reason }));
   const authentication = auth(deps.keys, limiter, (path) => path.startsWith("/api/") || (path === "/metrics" && !limits.metricsPublic));
-  const app = new Elysia({ name: "parley" });
+  // Bun answers a declared body over its own cap (128 MB) with a bare 413 before the app runs;
+  // lifting it lets the chat route's capped reader refuse every oversized body with the contract's
+  // JSON 413 (it checks Content-Length before reading, so nothing is buffered). Any route that
+  // takes a body must therefore read it through `jsonBody`'s cap.
+  // Elysia turns on SO_REUSEPORT by default: a second server on the same port would then start
+  // and silently take half the connections (with its own database); it must fail instead.
+  const app = new Elysia({ name: "parley", serve: { maxRequestBodySize: Number.MAX_SAFE_INTEGER, reusePort: false } });
   return app
     .use(errorHandler(deps.log))
     .use(requestContext)
@@ -55,6 +62,7 @@ export function createApp(deps: AppDeps) {
     .use(healthRoutes(deps))
     .use(metricsRoutes({ metrics, auth: authentication, isPublic: limits.metricsPublic }))
     .use(docsRoutes())
+    .use(webRoutes())
     .use(messagesRoutes({ db: deps.db, auth: authentication }))
     .use(
       chatRoutes({

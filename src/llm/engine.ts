@@ -1,22 +1,28 @@
 /**
- * The inference engine: one model, one context split into `parallel` sequences, each wrapped
- * once in a LlamaChat and reused for the engine's whole life. It knows nothing of HTTP or
- * storage; callers hand it a conversation and stream the reply.
+ * The inference engine: one model, one context split into `parallel` sequences. It knows nothing
+ * of HTTP or storage; callers hand it a conversation and stream the reply. Each sequence keeps
+ * the exact tokens of the conversation it last served (see transcript.ts), so a follow-up turn
+ * evaluates only its new tokens.
  */
-import { basename } from "node:path";
+import { stat } from "node:fs/promises";
+import { basename, resolve } from "node:path";
 import {
   getLlama,
-  LlamaChat,
   resolveChatWrapper,
+  type ChatWrapper,
   type Llama,
-  type LlamaChatResponse,
   type LlamaContext,
   type LlamaContextSequence,
   type LlamaModel,
+  type Token,
 } from "node-llama-cpp";
 import { bridge } from "./bridge";
+import { decode, type Decoded, type StopReason } from "./decode";
+import { KvStore } from "./kv-store";
+import { useLocalNatives } from "./natives";
 import { SequencePool } from "./pool";
-import { PromptRenderer } from "./prompt";
+import { PromptRenderer, type FittedPrompt } from "./prompt";
+import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
 import type { EngineStats, FinishReason, GenerateRequest, GenerateResult } from "./types";
 
 export type * from "./types";
@@ -36,13 +42,22 @@ export interface EngineOptions {
   gpu?: boolean;
   /** Requests allowed to wait for a free sequence before `overloaded`. Default 64. */
   queueMax?: number;
+  /** Use `bun run natives`' build when present (default true); false forces the npm prebuilt. */
+  localNatives?: boolean;
+  /** Where to keep conversations' KV states beyond their sequence, and how many bytes at most. */
+  kvCache?: { dir: string; maxBytes: number };
+  /** Failures that cost only speed (a KV state not saved), reported instead of thrown. */
+  onWarning?: (message: string, error: unknown) => void;
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
 
 interface Slot {
   sequence: LlamaContextSequence;
-  chat: LlamaChat;
+  /** What the sequence holds, when known token for token. */
+  transcript?: Transcript;
+  /** The transcript's state is on disk as it is now. */
+  saved: boolean;
 }
 
 export class Engine {
@@ -54,12 +69,18 @@ export class Engine {
     private readonly context: LlamaContext,
     private readonly slots: readonly Slot[],
     private readonly pool: SequencePool<Slot>,
+    private readonly kv: KvStore | undefined,
+    private readonly onWarning: (message: string, error: unknown) => void,
     private readonly prompts: PromptRenderer,
+    private readonly stopTokens: ReadonlySet<Token>,
     readonly modelName: string,
+    /** Where the native binaries came from: the local build's directory, or "prebuilt". */
+    readonly natives: string,
   ) {}
 
   static async load(options: EngineOptions): Promise<Engine> {
     const { modelPath, parallel = 2, gpu = false, queueMax = 64 } = options;
+    const natives = options.localNatives === false ? undefined : await useLocalNatives();
     const llama = await getLlama({ gpu: gpu ? "auto" : false, build: gpu ? "auto" : "never" });
     try {
       const model = await llama.loadModel({ modelPath, gpuLayers: gpu ? "auto" : 0 });
@@ -71,21 +92,25 @@ export class Engine {
         threads,
       });
       // Resolving the wrapper parses and trial-renders the Jinja template (0.2-0.4 s of blocking
-      // JS measured here, even for plain ChatML), so it happens once and every LlamaChat shares it.
+      // JS measured here, even for plain ChatML), so it happens once.
       const chatWrapper = resolveChatWrapper(model);
-      const slots = Array.from({ length: parallel }, (): Slot => {
-        const sequence = context.getSequence();
-        return { sequence, chat: new LlamaChat({ contextSequence: sequence, chatWrapper, autoDisposeSequence: false }) };
-      });
+      const slots = Array.from({ length: parallel }, (): Slot => ({ sequence: context.getSequence(), saved: false }));
       const name = model.fileInfo.metadata.general?.name;
+      const kv = options.kvCache && options.kvCache.maxBytes > 0
+        ? await KvStore.open(options.kvCache.dir, await stateIdentity(modelPath, llama, context), options.kvCache.maxBytes)
+        : undefined;
       return new Engine(
         llama,
         model,
         context,
         slots,
         new SequencePool(slots, queueMax),
+        kv,
+        options.onWarning ?? (() => {}),
         new PromptRenderer(model, chatWrapper),
+        stopTokensOf(model, chatWrapper),
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
+        natives ?? "prebuilt",
       );
     } catch (err) {
       await llama.dispose();
@@ -117,57 +142,60 @@ export class Engine {
     const lease = await this.pool.acquire(request.conversationKey, request.signal);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
-    let running: Promise<LlamaChatResponse | undefined> | undefined;
+    let running: Promise<Decoded> | undefined;
     try {
-      const { sequence, chat } = lease.item;
-      const prompt = this.prompts.fit(request.history, this.promptBudget(request.maxTokens));
-      // LlamaChat keeps the longest common prefix (minus one token it must re-evaluate for logits).
-      const cachedTokens = Math.min(
-        sequence.compareContextTokens(prompt.tokens).firstDifferentIndex,
-        prompt.tokens.length - 1,
-      );
+      const slot = lease.item;
+      const { sequence } = slot;
+      if (slot.transcript?.key !== request.conversationKey) await this.swapIn(slot, request.conversationKey);
+      const budget = this.promptBudget(request.maxTokens);
+      const fitted = this.prompts.fit(request.history, budget);
+      const tokens = this.promptTokens(slot, request.conversationKey, fitted, budget);
+      // The last prompt token is always evaluated again: its logits give the first reply token.
+      const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
+      slot.transcript = undefined;
+      slot.saved = false;
+      if (cachedTokens < sequence.nextTokenIndex) {
+        await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
+      }
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
-      let completionTokens = 0;
       const pieces: string[] = [];
 
-      const response = yield* bridge<string, LlamaChatResponse | undefined>((emit) => {
-        running = chat
-          .generateResponse(prompt.history, {
-            // Capped to the room left in the context: LlamaChat would otherwise shift the context
-            // mid-reply, which can fail outright and would make `prompt` and the token counts stale.
-            // (At least 1: LlamaChat reads 0 as "no limit".)
-            maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - prompt.tokens.length - 1)),
+      const decoded = yield* bridge<string, Decoded>((emit) => {
+        running = decode(
+          sequence,
+          tokens.slice(cachedTokens),
+          {
             temperature: request.temperature,
             seed: request.seed ?? (request.temperature > 0 ? randomSeed() : undefined),
+            // Capped to the room left in the context: a shift mid-reply would make the token
+            // counts and `prompt` stale. (At least 1, so a full context still answers.)
+            maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - tokens.length - 1)),
             signal,
-            stopOnAbortSignal: true,
-            onResponseChunk: (chunk) => {
-              completionTokens += chunk.tokens.length;
-              // Segments (e.g. a reasoning model's thoughts) are not part of the reply text, and the
-              // final chunk is empty.
-              if (chunk.type === undefined && chunk.text !== "") {
-                pieces.push(chunk.text);
-                emit(chunk.text);
-              }
-            },
-          })
-          .catch((err: unknown) => {
-            // Aborted before the first token: LlamaChat throws the signal's reason instead of returning.
-            if (signal.aborted) return undefined;
-            throw err;
-          });
+            stopTokens: this.stopTokens,
+          },
+          (piece) => {
+            pieces.push(piece);
+            emit(piece);
+          },
+        );
         // The sequence is free once evaluation ends, even while the consumer still reads buffered pieces.
-        void running.then(lease.release, lease.release);
+        void running.then(
+          (result) => {
+            slot.transcript = this.transcriptAfter(request.conversationKey, fitted, tokens, result, pieces.join(""));
+            lease.release();
+          },
+          lease.release,
+        );
         return running;
       });
 
       return {
         text: pieces.join(""),
-        finishReason: finishReason(response),
-        promptTokens: prompt.tokens.length,
+        finishReason: finishReason(decoded.stopReason),
+        promptTokens: tokens.length,
         cachedTokens,
-        completionTokens,
-        prompt: this.model.detokenize(prompt.tokens, true),
+        completionTokens: decoded.tokens.length,
+        prompt: this.model.detokenize(tokens, true),
       };
     } finally {
       stop.abort();
@@ -176,15 +204,54 @@ export class Engine {
     }
   }
 
-  /** Releases the model and native memory. Waiting requests fail; call after in-flight ones end. */
+  /**
+   * Releases the model and native memory, saving live conversations' KV states first so they stay
+   * warm across a restart. Waiting requests fail; call after in-flight ones end.
+   */
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
     this.pool.close(new Error("Engine is disposed"));
-    for (const { chat } of this.slots) chat.dispose();
+    for (const slot of this.slots) await this.saveState(slot);
     await this.context.dispose();
     await this.model.dispose();
     await this.llama.dispose();
+  }
+
+  /**
+   * Before a sequence serves another conversation: its current conversation's state goes to
+   * disk, and the new one's comes back from there if it was saved.
+   */
+  private async swapIn(slot: Slot, key: string): Promise<void> {
+    if (!this.kv) return;
+    await this.saveState(slot);
+    slot.transcript = await this.kv.restore(slot.sequence, key);
+    slot.saved = slot.transcript !== undefined;
+  }
+
+  private async saveState(slot: Slot): Promise<void> {
+    if (!this.kv || !slot.transcript || slot.saved) return;
+    try {
+      await this.kv.save(slot.sequence, slot.transcript);
+      slot.saved = true;
+    } catch (error) {
+      this.onWarning("could not save a conversation's KV state; it will be re-evaluated when it returns", error);
+    }
+  }
+
+  /** The fitted prompt's tokens, reusing the sequence's exact tokens when the prompt continues them. */
+  private promptTokens(slot: Slot, key: string, fitted: FittedPrompt, budget: number): Token[] {
+    const { transcript } = slot;
+    if (transcript?.key !== key) return fitted.tokens;
+    const continued = continueTranscript(transcript, fitted.text, this.model.tokenizer);
+    // Generated tokens can spell a reply in more tokens than its text needs: the budget still rules.
+    return continued && continued.length <= budget ? continued : fitted.tokens;
+  }
+
+  /** What the sequence now holds, if the reply renders back as exactly its text. */
+  private transcriptAfter(key: string, fitted: FittedPrompt, prompt: Token[], decoded: Decoded, reply: string): Transcript | undefined {
+    const text = this.prompts.withReply(fitted.history, reply);
+    return isReplyOf(fitted.text, text, reply) ? { key, text, tokens: [...prompt, ...decoded.tokens] } : undefined;
   }
 
   /**
@@ -194,21 +261,38 @@ export class Engine {
    */
   private promptBudget(maxTokens: number): number {
     const size = this.context.contextSize;
-    // One more for the token LlamaChat must leave free at the end of the context.
+    // One more for the token that must stay free at the end of the context.
     return size - 1 - Math.max(1, Math.min(maxTokens, Math.floor(size / 4)));
   }
 }
 
-function finishReason(response: LlamaChatResponse | undefined): FinishReason {
-  switch (response?.metadata.stopReason) {
-    case undefined:
+function finishReason(stop: StopReason): FinishReason {
+  switch (stop) {
     case "abort":
       return "cancelled";
     case "maxTokens":
       return "length";
-    default:
+    case "stop":
       return "stop";
   }
+}
+
+/** The chat template's stop triggers that are single tokens (e.g. `<|im_end|>`), besides end-of-generation ones. */
+function stopTokensOf(model: LlamaModel, chatWrapper: ChatWrapper): Set<Token> {
+  const { stopGenerationTriggers } = chatWrapper.generateContextState({ chatHistory: [] });
+  const stops = new Set<Token>();
+  for (const trigger of stopGenerationTriggers) {
+    const tokens = trigger.tokenize(model.tokenizer, "trimLeadingSpace");
+    if (tokens.length === 1 && (model.isSpecialToken(tokens[0]) || model.isEogToken(tokens[0]))) stops.add(tokens[0]!);
+  }
+  return stops;
+}
+
+/** What a saved state depends on: loading one made by another model can crash the process. */
+async function stateIdentity(modelPath: string, llama: Llama, context: LlamaContext): Promise<string> {
+  const file = await stat(modelPath);
+  const { repo, release } = llama.llamaCppRelease;
+  return [resolve(modelPath), file.size, file.mtimeMs, repo, release, context.kvCacheKeyType, context.kvCacheValueType].join("|");
 }
 
 /** Below this size a model's matrices are too small to split: thread hand-offs cost more than they save. */

@@ -1,20 +1,22 @@
 /**
  * Renders a conversation with the model's chat template and trims it to fit the context.
  *
- * Trimming happens here rather than in LlamaChat's context shift because the engine must know
- * the exact prompt (for token counts and the `prompt` it reports) before generation starts,
- * and because LlamaChat's default shift drops the new message itself: with a 256-token context,
- * both a 16,000-character message and a 40-turn history left it answering a conversation with
- * no user turn at all. The policy here: drop the oldest turns first, keeping leading system
+ * Trimming happens here rather than in a context shift because the engine must know the exact
+ * prompt (for token counts and the `prompt` it reports) before generation starts, and because
+ * LlamaChat's default shift dropped the new message itself: with a 256-token context, both a
+ * 16,000-character message and a 40-turn history left it answering a conversation with no user
+ * turn at all. The policy here: drop the oldest turns first, keeping leading system
  * turns; if the new message alone is still too long, keep its end (the newest text).
  */
-import type { ChatHistoryItem, ChatWrapper, LlamaModel, Token } from "node-llama-cpp";
+import type { ChatHistoryItem, ChatWrapper, LlamaModel, LlamaText, Token } from "node-llama-cpp";
 import type { Turn } from "./types";
 
 export interface FittedPrompt {
-  /** The history to hand to LlamaChat, already short enough that it will not shift it. */
+  /** The history that fits, oldest turns dropped if needed. */
   history: ChatHistoryItem[];
-  /** The prompt tokens exactly as LlamaChat will tokenize `history`. */
+  /** `history` rendered with the chat template, ending with the open assistant turn. */
+  text: LlamaText;
+  /** `text` tokenized. */
   tokens: Token[];
 }
 
@@ -32,7 +34,7 @@ export class PromptRenderer {
     const whole = this.render(items);
     if (whole.tokens.length <= budget) return whole;
 
-    // Outside the contract (the new user message comes last): leave it to LlamaChat's context shift.
+    // Outside the contract (the new user message comes last): nothing sensible to cut.
     const newest = turns.at(-1);
     if (newest?.role !== "user") return whole;
 
@@ -89,12 +91,16 @@ export class PromptRenderer {
     return withText("");
   }
 
+  /** `history` followed by the assistant's `reply`, rendered as the template shows a reply in progress. */
+  withReply(history: readonly ChatHistoryItem[], reply: string): LlamaText {
+    const response = reply === "" ? [] : [reply];
+    return this.chatWrapper.generateContextState({ chatHistory: [...history, { type: "model", response }] }).contextText;
+  }
+
   private render(history: ChatHistoryItem[]): FittedPrompt {
-    // LlamaChat appends this empty model turn itself before rendering; match it token for token.
-    const { contextText } = this.chatWrapper.generateContextState({
-      chatHistory: [...history, { type: "model", response: [] }],
-    });
-    return { history, tokens: contextText.tokenize(this.model.tokenizer) };
+    // The empty model turn renders the assistant's opening, where generation starts.
+    const text = this.withReply(history, "");
+    return { history, text, tokens: text.tokenize(this.model.tokenizer) };
   }
 }
 

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { readSse, tempDir } from "../support";
+import { presetModel, readSse, tempDir } from "../support";
 
 const dir = tempDir("serve");
 const adminKey = "serve-test-admin-key-0123456789abcdef";
@@ -95,5 +95,31 @@ describe("parley serve", () => {
     expect(data.map((message) => message.role)).toEqual(["user", "assistant", "user", "assistant"]);
     expect(data[0]!.content).toBe("Hello!");
     await stop(server);
+  });
+});
+
+describe("parley serve refuses an unusable model", () => {
+  test("a truncated or non-GGUF file stops start-up with exit 1 and a one-line reason", async () => {
+    const models = tempDir("bad-models");
+    const demo = await Bun.file(await presetModel("demo")).arrayBuffer();
+    const cases: [string, Uint8Array | string, RegExp][] = [
+      ["truncated.gguf", new Uint8Array(demo.slice(0, demo.byteLength / 2)), /is truncated/],
+      ["page.gguf", "<!DOCTYPE html><html>not a model</html>", /is not a GGUF file/],
+    ];
+    for (const [name, content, reason] of cases) {
+      const path = join(models, name);
+      await Bun.write(path, content);
+      const result = Bun.spawnSync(["bun", "src/cli.ts", "serve"], {
+        env: { ...env, PARLEY_MODEL: path, PARLEY_DB: join(models, "db", "parley.db") },
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      expect(result.exitCode).toBe(1);
+      const stderr = result.stderr.toString().trim();
+      expect(stderr.split("\n")).toHaveLength(1);
+      expect(stderr).toMatch(reason);
+      expect(stderr).toContain(path);
+      expect(result.stdout.toString()).not.toContain('"msg":"listening"');
+    }
   });
 });

@@ -188,6 +188,23 @@ describe("Engine (parallel 2)", () => {
     expect(second.result.cachedTokens).toBeLessThan(second.result.promptTokens);
   });
 
+  test("a follow-up turn reuses the reply's generated tokens exactly and evaluates only the new turn", async () => {
+    const history: Turn[] = [{ role: "user", content: "hello there" }];
+    const turns: GenerateResult[] = [];
+    for (const next of ["tell me more", "and then?"]) {
+      const { result } = await run(engine, { ...ask(""), conversationKey: "exact", history, maxTokens: 200 });
+      expect(result.finishReason).toBe("stop");
+      turns.push(result);
+      history.push({ role: "assistant", content: result.text }, { role: "user", content: next });
+    }
+    const [first, second] = turns as [GenerateResult, GenerateResult];
+    // Everything the sequence evaluated last turn (prompt + every reply token) is reused as is.
+    expect(second.cachedTokens).toBe(first.promptTokens + first.completionTokens);
+    // What is left is the end of the reply's turn, the new user turn and the assistant's opening.
+    const newTurn = vocab.tokenize("<|im_end|>\n<|im_start|>user\ntell me more<|im_end|>\n<|im_start|>assistant\n", true);
+    expect(second.promptTokens - second.cachedTokens).toBe(newTurn.length);
+  });
+
   test("an abort mid-generation returns the partial reply as cancelled and frees the sequence", async () => {
     const controller = new AbortController();
     const pieces: string[] = [];

@@ -1,0 +1,77 @@
+/**
+ * `bun run bench perf [--quick] [--runs N] [--threads N] [--only B1,B2,...]`: issue 5's B1-B7,
+ * Parley against llama-server (built from the same llama.cpp source) on the same model, threads,
+ * prompts and token counts. Prints a table and writes `.bench/perf-<time>.json`.
+ * `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { writePresetModel } from "../src/llm/gguf/presets";
+import { existsSync } from "node:fs";
+import { NATIVES_BINS_DIR } from "../src/llm/natives";
+import { scenarios, type Context, type Row } from "./perf/scenarios";
+import { buildLlamaServer } from "./perf/yardstick";
+import { printTable } from "./perf/table";
+
+const ROOT = join(import.meta.dir, "..");
+const OUT = join(ROOT, ".bench");
+
+const { values } = parseArgs({
+  args: Bun.argv.slice(2),
+  options: {
+    quick: { type: "boolean", default: false },
+    runs: { type: "string" },
+    threads: { type: "string" },
+    only: { type: "string" },
+    "no-yardstick": { type: "boolean", default: false },
+  },
+});
+const quick = values.quick!;
+mkdirSync(OUT, { recursive: true });
+
+const model = join(OUT, quick ? "demo.gguf" : "bench-small.gguf");
+if (!existsSync(model)) await writePresetModel(quick ? "demo" : "bench-small", model);
+
+const work = mkdtempSync(join(OUT, "run-"));
+const ctx: Context = {
+  quick,
+  model,
+  work,
+  cacheDir: OUT,
+  runs: Number(values.runs ?? (quick ? 1 : 3)),
+  threads: Number(values.threads ?? (quick ? 1 : navigator.hardwareConcurrency)),
+  contextSize: 4096,
+  turns: quick ? 3 : 20,
+  replyTokens: quick ? 16 : 64,
+  decodeTokens: quick ? 16 : 128,
+  llamaServer: quick || values["no-yardstick"] ? undefined : await buildLlamaServer(),
+};
+
+const only = values.only?.split(",");
+const rows: Row[] = [];
+const started = performance.now();
+try {
+  for (const scenario of scenarios) {
+    if (only && !scenario.ids.some((id) => only.includes(id))) continue;
+    console.error(`running ${scenario.ids.join("/")} ...`);
+    rows.push(...(await scenario.run(ctx)));
+  }
+} finally {
+  rmSync(work, { recursive: true, force: true });
+}
+
+const report = {
+  when: new Date().toISOString(),
+  command: `bun run bench perf ${Bun.argv.slice(2).join(" ")}`.trim(),
+  model,
+  threads: ctx.threads,
+  runs: ctx.runs,
+  natives: existsSync(NATIVES_BINS_DIR) ? "local build (dist/natives)" : "npm prebuilt",
+  seconds: Math.round((performance.now() - started) / 1000),
+  rows,
+};
+const file = join(OUT, `perf-${report.when.replace(/[:.]/g, "-")}.json`);
+writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
+printTable(report);
+console.log(`\nwritten ${file.slice(ROOT.length + 1)}`);

@@ -1,0 +1,99 @@
+/**
+ * One streamed chat turn against either server, timed on the client: time to first token and
+ * the decode rate between the first and the last token.
+ */
+import { readSse } from "./sse";
+import { ADMIN_KEY } from "./procs";
+
+export interface Message {
+  role: "user" | "assistant";
+  content: string;
+}
+
+export interface TurnTiming {
+  reply: string;
+  /** ms from sending the request to the first token's arrival. */
+  ttftMs: number;
+  completionTokens: number;
+  /** Tokens per second after the first token. */
+  decodeTps: number;
+  cachedTokens?: number;
+  promptTokens?: number;
+  /** performance.now() of the first and last token. */
+  firstAt: number;
+  lastAt: number;
+}
+
+function timing(started: number, firstAt: number, lastAt: number, tokens: number, reply: string): TurnTiming {
+  return {
+    reply,
+    ttftMs: firstAt - started,
+    completionTokens: tokens,
+    decodeTps: tokens > 1 && lastAt > firstAt ? ((tokens - 1) * 1000) / (lastAt - firstAt) : Number.NaN,
+    firstAt,
+    lastAt,
+  };
+}
+
+/** Parley: POST /api/v1.0/chat with `stream: true`; the server holds the history. */
+export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number): Promise<TurnTiming> {
+  const started = performance.now();
+  const response = await fetch(`${url}/api/v1.0/chat`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${ADMIN_KEY}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens }),
+  });
+  let firstAt = Number.NaN;
+  let lastAt = Number.NaN;
+  let reply = "";
+  for await (const event of readSse(response)) {
+    if (event.event === "delta") {
+      if (Number.isNaN(firstAt)) firstAt = event.at;
+      lastAt = event.at;
+      reply += (JSON.parse(event.data) as { content: string }).content;
+    } else if (event.event === "done") {
+      const done = JSON.parse(event.data) as { usage: { completion_tokens: number; cached_tokens: number; prompt_tokens: number } };
+      return {
+        ...timing(started, firstAt, lastAt, done.usage.completion_tokens, reply),
+        cachedTokens: done.usage.cached_tokens,
+        promptTokens: done.usage.prompt_tokens,
+      };
+    } else if (event.event === "error") {
+      throw new Error(`parley stream error: ${event.data}`);
+    }
+  }
+  throw new Error("parley stream ended without done");
+}
+
+/** llama-server: OpenAI-style chat completion, streamed, with its prompt cache on. */
+export async function llamaServerTurn(url: string, messages: readonly Message[], maxTokens: number): Promise<TurnTiming> {
+  const started = performance.now();
+  const response = await fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ messages, stream: true, temperature: 0, max_tokens: maxTokens, cache_prompt: true }),
+  });
+  let firstAt = Number.NaN;
+  let lastAt = Number.NaN;
+  let reply = "";
+  let chunks = 0;
+  let predicted: number | undefined;
+  let cached: number | undefined;
+  for await (const event of readSse(response)) {
+    if (event.data === "[DONE]") break;
+    const chunk = JSON.parse(event.data) as {
+      choices?: { delta?: { content?: string | null } }[];
+      timings?: { predicted_n?: number; cache_n?: number };
+    };
+    const content = chunk.choices?.[0]?.delta?.content;
+    if (content) {
+      if (Number.isNaN(firstAt)) firstAt = event.at;
+      lastAt = event.at;
+      reply += content;
+      chunks++;
+    }
+    if (chunk.timings?.predicted_n !== undefined) predicted = chunk.timings.predicted_n;
+    if (chunk.timings?.cache_n !== undefined) cached = chunk.timings.cache_n;
+  }
+  return { ...timing(started, firstAt, lastAt, predicted ?? chunks, reply), cachedTokens: cached };
+}

@@ -1,0 +1,224 @@
+/** B1-B7, each a function of the shared context returning table rows. */
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
+import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
+import { load } from "./load";
+import { rssMiB, startBaseline, startLlamaServer, startParley, type Server } from "./procs";
+import { median, medianSeries, sum } from "./stats";
+import { userMessage } from "./text";
+
+export interface Context {
+  quick: boolean;
+  model: string;
+  /** Scratch directory for this run's databases and KV files. */
+  work: string;
+  /** Kept between runs: the generated history database. */
+  cacheDir: string;
+  runs: number;
+  threads: number;
+  contextSize: number;
+  turns: number;
+  replyTokens: number;
+  decodeTokens: number;
+  /** Path to llama-server, or undefined to skip the yardstick. */
+  llamaServer: string | undefined;
+}
+
+export interface Row {
+  id: string;
+  what: string;
+  parley?: number;
+  yardstick?: number;
+  ratio?: number;
+  target?: [">=" | "<=", number];
+  detail?: unknown;
+}
+
+export interface Scenario {
+  ids: string[];
+  run(ctx: Context): Promise<Row[]>;
+}
+
+let dbCounter = 0;
+const freshDb = (ctx: Context) => join(ctx.work, `parley-${++dbCounter}`, "parley.db");
+
+async function withServer<T>(start: () => Promise<Server>, use: (server: Server) => Promise<T>): Promise<T> {
+  const server = await start();
+  try {
+    return await use(server);
+  } finally {
+    await server.stop();
+  }
+}
+
+const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>
+  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env });
+
+const yardstick = (ctx: Context, parallel: number) => () =>
+  startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });
+
+/** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
+async function llamaConversation(url: string, ctx: Context, seed: number): Promise<TurnTiming[]> {
+  const messages: Message[] = [];
+  const timings: TurnTiming[] = [];
+  for (let t = 1; t <= ctx.turns; t++) {
+    messages.push({ role: "user", content: userMessage(seed * 1000 + t) });
+    const turn = await llamaServerTurn(url, messages, ctx.replyTokens);
+    messages.push({ role: "assistant", content: turn.reply });
+    timings.push(turn);
+  }
+  return timings;
+}
+
+async function parleyConversation(url: string, ctx: Context, seed: number, id: string): Promise<TurnTiming[]> {
+  const timings: TurnTiming[] = [];
+  for (let t = 1; t <= ctx.turns; t++) timings.push(await parleyTurn(url, id, userMessage(seed * 1000 + t), ctx.replyTokens));
+  return timings;
+}
+
+const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? undefined : a / b);
+
+/** B1 decode rate and B2/B3 turn costs share one server per side; B7's idle RSS is read on the way. */
+const singleConversation: Scenario = {
+  ids: ["B1", "B2", "B3", "B7"],
+  async run(ctx) {
+    const decode = (turns: TurnTiming[]) => median(turns.map((t) => t.decodeTps));
+    const side = async (
+      start: () => Promise<Server>,
+      one: (url: string, run: number) => Promise<TurnTiming>,
+      conversation: (url: string, run: number) => Promise<TurnTiming[]>,
+    ) =>
+      withServer(start, async (server) => {
+        const rss = rssMiB(server.pid);
+        const b1: TurnTiming[] = [];
+        for (let r = 0; r < ctx.runs; r++) b1.push(await one(server.url, r));
+        const b2: TurnTiming[][] = [];
+        for (let r = 0; r < ctx.runs; r++) b2.push(await conversation(server.url, r));
+        return { rss, decodeTps: decode(b1), ttft: medianSeries(b2.map((c) => c.map((t) => t.ttftMs))), cached: b2[0]!.map((t) => t.cachedTokens ?? 0), sums: b2.map((c) => sum(c.map((t) => t.ttftMs))) };
+      });
+
+    const mine = await side(
+      parley(ctx, 1),
+      (url, r) => parleyTurn(url, `b1-${r}`, userMessage(900 + r, 200), ctx.decodeTokens),
+      (url, r) => parleyConversation(url, ctx, r + 1, `b2-${r}`),
+    );
+    const theirs = ctx.llamaServer
+      ? await side(
+          yardstick(ctx, 1),
+          (url, r) => llamaServerTurn(url, [{ role: "user", content: userMessage(900 + r, 200) }], ctx.decodeTokens),
+          (url, r) => llamaConversation(url, ctx, r + 1),
+        )
+      : undefined;
+    const last = ctx.turns - 1;
+    return [
+      { id: "B1", what: "decode tok/s, streamed over HTTP", parley: mine.decodeTps, yardstick: theirs?.decodeTps, ratio: ratio(mine.decodeTps, theirs?.decodeTps), target: [">=", 0.95] },
+      { id: "B2", what: `TTFT ms, turn ${ctx.turns} ÷ turn 1`, parley: mine.ttft[last], yardstick: theirs?.ttft[last], ratio: mine.ttft[last]! / mine.ttft[0]!, target: ["<=", 1.3], detail: { parley: mine.ttft, llamaServer: theirs?.ttft, parleyCachedTokens: mine.cached, llamaServerCachedTokens: theirs?.cached } },
+      { id: "B3", what: `sum of TTFT ms over ${ctx.turns} turns`, parley: median(mine.sums), yardstick: theirs && median(theirs.sums), ratio: ratio(median(mine.sums), theirs && median(theirs.sums)), target: ["<=", 1.0] },
+      { id: "B7", what: "RSS MiB at idle (model loaded, parallel 1)", parley: mine.rss, yardstick: theirs?.rss },
+    ];
+  },
+};
+
+function dirMiB(dir: string): number {
+  if (!existsSync(dir)) return 0;
+  let bytes = 0;
+  for (const entry of readdirSync(dir, { recursive: true, withFileTypes: true })) {
+    if (entry.isFile()) bytes += statSync(join(entry.parentPath, entry.name)).size;
+  }
+  return bytes / 2 ** 20;
+}
+
+/** B4: two conversations on one sequence, so each turn finds the other conversation's cache. */
+const evicted: Scenario = {
+  ids: ["B4", "B7"],
+  async run(ctx) {
+    const db = freshDb(ctx);
+    const mine = await withServer(parley(ctx, 1, db), async (server) => {
+      const runs: number[][] = [];
+      for (let r = 0; r < ctx.runs; r++) {
+        const ttft: number[] = [];
+        for (let t = 1; t <= ctx.turns; t++) {
+          ttft.push((await parleyTurn(server.url, `b4-a-${r}`, userMessage(5000 + r * 100 + t), ctx.replyTokens)).ttftMs);
+          await parleyTurn(server.url, `b4-b-${r}`, userMessage(7000 + r * 100 + t), ctx.replyTokens);
+        }
+        runs.push(ttft);
+      }
+      return medianSeries(runs);
+    });
+    const last = ctx.turns - 1;
+    return [
+      { id: "B4", what: `TTFT ms turn ${ctx.turns} ÷ turn 1, evicted every turn`, parley: mine[last], ratio: mine[last]! / mine[0]!, target: ["<=", 1.5], detail: { parley: mine } },
+      { id: "B7", what: "KV state directory MiB after B4", parley: dirMiB(join(db, "..", "kv")) },
+    ];
+  },
+};
+
+/** B5: four conversations at once through one context, against one alone on the same server. */
+const parallel: Scenario = {
+  ids: ["B5", "B7"],
+  async run(ctx) {
+    const side = (start: () => Promise<Server>, turn: (url: string, seed: number) => Promise<TurnTiming>) =>
+      withServer(start, async (server) => {
+        const alone: number[] = [];
+        const together: number[] = [];
+        for (let r = 0; r < ctx.runs; r++) {
+          alone.push((await turn(server.url, 100 * r)).decodeTps);
+          const four = await Promise.all([1, 2, 3, 4].map((i) => turn(server.url, 100 * r + i)));
+          const window = Math.max(...four.map((t) => t.lastAt)) - Math.min(...four.map((t) => t.firstAt));
+          together.push((sum(four.map((t) => t.completionTokens)) * 1000) / window);
+        }
+        return { alone: median(alone), together: median(together), rss: rssMiB(server.pid) };
+      });
+    const prompt = (seed: number) => userMessage(300 + seed, 50);
+    const mine = await side(parley(ctx, 4), (url, seed) => parleyTurn(url, `b5-${seed}`, prompt(seed), ctx.decodeTokens));
+    const theirs = ctx.llamaServer
+      ? await side(yardstick(ctx, 4), (url, seed) => llamaServerTurn(url, [{ role: "user", content: prompt(seed) }], ctx.decodeTokens))
+      : undefined;
+    return [
+      { id: "B5", what: "aggregate decode tok/s, 4 at once ÷ 1 alone", parley: mine.together, yardstick: theirs?.together, ratio: mine.together / mine.alone, target: [">=", 1.0], detail: { parleyAlone: mine.alone, llamaServerAlone: theirs?.alone } },
+      { id: "B7", what: "RSS MiB after B5 (parallel 4)", parley: mine.rss, yardstick: theirs?.rss },
+    ];
+  },
+};
+
+/** B6: the listing on a big history, against a bare Bun.serve + bun:sqlite handler. */
+const history: Scenario = {
+  ids: ["B6"],
+  async run(ctx) {
+    const shape: HistoryShape = ctx.quick ? { total: 20_000, mine: 4_000, perConversation: 100 } : FULL_HISTORY;
+    const cached = ensureHistoryDb(ctx.cacheDir, shape);
+    const seconds = ctx.quick ? 0.5 : 5;
+    const concurrency = 8;
+    const deepPage = ctx.quick ? 100 : 5000;
+    const headers = { Authorization: `Bearer ${HISTORY_USER_KEY}` };
+    const path = (page: number) => `/api/v1.0/chat/messages?rows_per_page=20&current_page=${page}&sort_by=created_at:desc`;
+    const measure = async (url: string) => {
+      await load(`${url}${path(1)}`, headers, concurrency, seconds / 5); // warm-up
+      return { first: await load(`${url}${path(1)}`, headers, concurrency, seconds), deep: await load(`${url}${path(deepPage)}`, headers, concurrency, seconds) };
+    };
+    // A copy per run: Parley migrates and writes to its database.
+    const db = freshDb(ctx);
+    mkdirSync(dirname(db), { recursive: true });
+    copyFileSync(cached, db);
+    const mine = await withServer(parley(ctx, 1, db), (server) => measure(server.url));
+    const bare = await withServer(() => startBaseline(db), (server) => measure(server.url));
+    return [
+      {
+        id: "B6",
+        what: "listing page 1 req/s (vs bare Bun.serve+bun:sqlite)",
+        parley: mine.first.rps,
+        yardstick: bare.first.rps,
+        ratio: mine.first.rps / bare.first.rps,
+        target: [">=", 0.7],
+        detail: { parley: mine, bare, deepPage, concurrency, seconds, shape },
+      },
+      { id: "B6", what: "page 1 p50 ms", parley: mine.first.p50Ms, yardstick: bare.first.p50Ms },
+      { id: "B6", what: "page 1 p99 ms", parley: mine.first.p99Ms, yardstick: bare.first.p99Ms },
+      { id: "B6", what: `page ${deepPage} p50 ms`, parley: mine.deep.p50Ms, yardstick: bare.deep.p50Ms },
+      { id: "B6", what: `page ${deepPage} p99 ms`, parley: mine.deep.p99Ms, yardstick: bare.deep.p99Ms },
+    ];
+  },
+};
+
+export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history];

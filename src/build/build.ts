@@ -1,0 +1,66 @@
+/**
+ * `bun run build [--outfile <path>]`: the single executable for linux-x64 (default `dist/parley`):
+ * the CLI, the migrations and node-llama-cpp's CPU natives, compressed. Which natives:
+ *   - `dist/natives/bins/linux-x64/` when it exists: locally compiled (tools/natives.ts), laid out like
+ *     the prebuilt package's `bins/linux-x64/` (llama-addon.node, the libraries, _nlcBuildMetadata.json);
+ *   - else the prebuilt `node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/`.
+ */
+import { existsSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+import { parseArgv } from "../config";
+import { NATIVES_DIR } from "../llm/natives";
+import { packNatives } from "./natives-pack";
+import { assertPinnedVersion, NODE_LLAMA_CPP_VERSION, nativesPlugin } from "./natives-plugin";
+
+const ROOT = resolve(import.meta.dir, "../..");
+/** node-llama-cpp's name for the CPU build's folder, under the `binsDir` that `getBinsDir()` returns. */
+const FOLDER = "linux-x64";
+const PREBUILT_NATIVES = join(ROOT, "node_modules/@node-llama-cpp/linux-x64/bins");
+
+const { flags } = parseArgv(Bun.argv.slice(2));
+const outfile = resolve(flags.get("--outfile") ?? join(ROOT, "dist/parley"));
+const started = performance.now();
+
+const binsDir = existsSync(join(NATIVES_DIR, FOLDER)) ? NATIVES_DIR : PREBUILT_NATIVES;
+for (const required of ["llama-addon.node", "_nlcBuildMetadata.json"]) {
+  if (!existsSync(join(binsDir, FOLDER, required))) throw new Error(`${join(binsDir, FOLDER)} has no ${required}`);
+}
+const packageDir = join(dirname(Bun.resolveSync("node-llama-cpp", ROOT)), "..");
+// Before the slow part: a node-llama-cpp the patches were not written for, or a prebuilt package of
+// another version (node-llama-cpp would refuse it at run time), fails at once.
+assertPinnedVersion(packageDir);
+if (binsDir === PREBUILT_NATIVES) {
+  const prebuilt = (await Bun.file(join(binsDir, "../package.json")).json()) as { version: string };
+  if (prebuilt.version !== NODE_LLAMA_CPP_VERSION) throw new Error(`${binsDir} is version ${prebuilt.version}, node-llama-cpp is ${NODE_LLAMA_CPP_VERSION}`);
+}
+const natives = await packNatives(binsDir, FOLDER, NODE_LLAMA_CPP_VERSION, join(ROOT, "node_modules/.cache/parley"));
+
+const result = await Bun.build({
+  entrypoints: [join(ROOT, "src/cli.ts")],
+  compile: {
+    target: "bun-linux-x64",
+    outfile,
+    // The executable reads its configuration from the environment and flags only, like `bun run start`
+    // from a checkout; a stray .env or bunfig.toml in the directory it is started from must not count.
+    autoloadDotenv: false,
+    autoloadBunfig: false,
+    // drizzle's migrator reads a folder; an absolute path is embedded under its last name, as
+    // /$bunfs/root/migrations, which is where src/db/client.ts looks.
+    assets: [join(ROOT, "src/db/migrations")],
+  },
+  // The Bun runtime alone is 107 MB of the 120 MB budget. Names stay unminified so stack traces read
+  // without a source map; an embedded map would cost 2 MB, minified names only save 0.8 MB.
+  minify: { whitespace: true, syntax: true, identifiers: false },
+  plugins: [nativesPlugin({ natives, packageDir, cacheModule: join(ROOT, "src/natives/cache.ts") })],
+});
+if (!result.success) {
+  for (const log of result.logs) console.error(log);
+  process.exit(1);
+}
+
+const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
+console.log(
+  `Built ${relative(process.cwd(), outfile) || outfile} (${mb(statSync(outfile).size)}) in ${((performance.now() - started) / 1000).toFixed(1)} s; ` +
+    `natives ${natives.id}: ${natives.files} files, ${mb(natives.bytes)} from ${relative(ROOT, binsDir)}/${FOLDER}, ${mb(Bun.file(natives.archive).size)} compressed; ` +
+    `the target needs glibc ≥ ${natives.requires.glibc} and libstdc++ with GLIBCXX_${natives.requires.glibcxx}`,
+);

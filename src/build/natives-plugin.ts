@@ -1,0 +1,111 @@
+/**
+ * The Bun.build plugin that lets node-llama-cpp run inside the single executable. In a compiled
+ * binary `import.meta.url` is `/$bunfs/root/...`, so every file node-llama-cpp locates next to its
+ * own code is missing, and its optional per-platform packages do not resolve. The plugin:
+ *  1. replaces `@node-llama-cpp/linux-x64` with a module that unpacks the embedded natives on first
+ *     use (src/natives/cache.ts) and returns that directory from `getBinsDir()`;
+ *  2. replaces every other `@node-llama-cpp/*` package with one whose `getBinsDir()` returns `{}`,
+ *     which node-llama-cpp reads as "not installed";
+ *  3. patches three files of node-llama-cpp (below), each patch failing the build if its text is
+ *     not found exactly once, or if its file was never bundled.
+ * The patches are written against one version of node-llama-cpp; any other fails the build.
+ */
+import type { BunPlugin } from "bun";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { PackedNatives } from "./natives-pack";
+
+export const NODE_LLAMA_CPP_VERSION = "3.22.1";
+
+export interface NativesPluginOptions {
+  natives: PackedNatives;
+  /** The installed node-llama-cpp package's directory. */
+  packageDir: string;
+  /** Absolute path of src/natives/cache.ts. */
+  cacheModule: string;
+}
+
+interface Patch {
+  file: RegExp;
+  find: string;
+  replace: string;
+  why: string;
+}
+
+const NAMESPACE = "parley-natives";
+/** The package for linux-x64 without a GPU, the only one embedded. */
+const CPU_PACKAGE = "@node-llama-cpp/linux-x64";
+
+/** Throws unless the installed node-llama-cpp is the version the patches were written for. */
+export function assertPinnedVersion(packageDir: string): void {
+  const { version } = JSON.parse(readFileSync(join(packageDir, "package.json"), "utf8")) as { version: string };
+  if (version !== NODE_LLAMA_CPP_VERSION) {
+    throw new Error(
+      `natives plugin: written for node-llama-cpp ${NODE_LLAMA_CPP_VERSION}, found ${version}. Check every patch in ` +
+        "src/build/natives-plugin.ts against the new version, then update NODE_LLAMA_CPP_VERSION.",
+    );
+  }
+}
+
+export function nativesPlugin({ natives, packageDir, cacheModule }: NativesPluginOptions): BunPlugin {
+  assertPinnedVersion(packageDir);
+  const patches: Patch[] = [
+    {
+      why: "reads llama/binariesGithubRelease.json (not in the executable) at import time",
+      file: /\/node-llama-cpp\/dist\/bindings\/utils\/binariesGithubRelease\.js$/,
+      find: "await fs.readJson(binariesGithubReleasePath)",
+      replace: readFileSync(join(packageDir, "llama/binariesGithubRelease.json"), "utf8").trim(),
+    },
+    {
+      why: "reads its own package.json (not in the executable) for the version the natives must match",
+      file: /\/node-llama-cpp\/dist\/utils\/getModuleVersion\.js$/,
+      find: `await fs.readJson(path.join(__dirname, "..", "..", "package.json"))`,
+      replace: JSON.stringify({ version: NODE_LLAMA_CPP_VERSION }),
+    },
+    {
+      // It would fork its own .js file to try the addon first; in one bundled file it cannot, and
+      // only prints a warning that the test was skipped. Load errors still surface when the addon loads.
+      why: "test-loads the addon in a child process started from its own file",
+      file: /\/node-llama-cpp\/dist\/bindings\/utils\/testBindingBinary\.js$/,
+      find: "export async function testBindingBinary(bindingBinaryPath, extBackendsPath, gpu, testTimeout = 1000 * 60 * 5, pipeOutputOnNode = false) {",
+      replace: "export async function testBindingBinary() { return true;",
+    },
+  ];
+  const applied = new Set<Patch>();
+
+  const embedded = [
+    `import archive from ${JSON.stringify(natives.archive)} with { type: "file" };`,
+    `import { installNatives } from ${JSON.stringify(cacheModule)};`,
+    `export function getBinsDir() {`,
+    `  return { binsDir: installNatives({ archive, id: ${JSON.stringify(natives.id)} }), packageVersion: ${JSON.stringify(NODE_LLAMA_CPP_VERSION)} };`,
+    `}`,
+  ].join("\n");
+
+  return {
+    name: "parley-natives",
+    setup(build) {
+      build.onResolve({ filter: /^@node-llama-cpp\// }, ({ path }) => ({ path, namespace: NAMESPACE }));
+      build.onLoad({ filter: /.*/, namespace: NAMESPACE }, ({ path }) => ({
+        loader: "js",
+        contents: path === CPU_PACKAGE ? embedded : "export function getBinsDir() { return {}; }",
+      }));
+      for (const patch of patches) {
+        build.onLoad({ filter: patch.file }, async ({ path }) => {
+          const source = await Bun.file(path).text();
+          const count = source.split(patch.find).length - 1;
+          if (count !== 1) throw new Error(`natives plugin: expected "${patch.find}" once in ${path}, found it ${count} times`);
+          applied.add(patch);
+          return { loader: "js", contents: source.replace(patch.find, () => patch.replace) };
+        });
+      }
+      build.onEnd((result) => {
+        // A failed build reports its own errors; files after the failure were never loaded.
+        if (!result.success) return;
+        const missed = patches.filter((patch) => !applied.has(patch));
+        if (missed.length > 0) {
+          throw new Error(`natives plugin: never saw the file to patch for: ${missed.map((patch) => `${patch.file} (${patch.why})`).join("; ")}`);
+        }
+      });
+    },
+  };
+}

@@ -1,0 +1,113 @@
+// The browser side of docs/API.md: only the fields the page uses.
+
+export interface Message {
+  id: number;
+  role: "user" | "assistant";
+  content: string;
+  created_at: string;
+  conversation_id: string;
+  finish_reason?: "stop" | "length" | "cancelled";
+}
+
+export interface MessagePage {
+  data: Message[];
+  pagination: { current_page: number; total_pages: number };
+}
+
+export interface ChatRequest {
+  message: string;
+  conversation_id: string;
+  temperature: number;
+  max_tokens: number;
+}
+
+/** What a stream delivers; its `error` event is thrown as an ApiError instead. */
+export type StreamEvent =
+  | { event: "start"; data: { user_message: Message } }
+  | { event: "delta"; data: { content: string } }
+  | { event: "done"; data: { message: Message } };
+
+interface ApiErrorBody {
+  code: string;
+  message: string;
+  request_id?: string;
+}
+
+/** A refusal from the API, carrying what the page shows inline. */
+export class ApiError extends Error {
+  readonly code: string;
+  readonly requestId?: string;
+
+  constructor(
+    body: ApiErrorBody,
+    /** Absent for a failure reported inside a stream, which began as 200. */
+    readonly status?: number,
+    readonly retryAfterS?: number,
+  ) {
+    super(body.message);
+    this.code = body.code;
+    this.requestId = body.request_id;
+  }
+}
+
+const API = "/api/v1.0";
+
+async function failure(response: Response): Promise<ApiError> {
+  const retry = Number(response.headers.get("retry-after") ?? Number.NaN);
+  const retryAfterS = Number.isFinite(retry) ? retry : undefined;
+  try {
+    const { error } = (await response.json()) as { error: ApiErrorBody };
+    return new ApiError(error, response.status, retryAfterS);
+  } catch {
+    // A proxy in front of Parley may answer with its own non-JSON page.
+    return new ApiError({ code: "http", message: `the server answered ${response.status} ${response.statusText}` }, response.status, retryAfterS);
+  }
+}
+
+export async function listMessages(key: string, conversationId: string | undefined, page: number, rows: number): Promise<MessagePage> {
+  const query = new URLSearchParams({ rows_per_page: String(rows), current_page: String(page), sort_by: "created_at:desc" });
+  if (conversationId) query.set("conversation_id", conversationId);
+  const response = await fetch(`${API}/chat/messages?${query}`, { headers: { authorization: `Bearer ${key}` } });
+  if (!response.ok) throw await failure(response);
+  return (await response.json()) as MessagePage;
+}
+
+/**
+ * Sends a message with `stream: true` and yields its events as they arrive. `fetch` rather than
+ * `EventSource`, which can neither POST nor send the Authorization header. Aborting `signal`
+ * closes the connection, which the server takes as "stop" and stores the partial reply.
+ */
+export async function* streamChat(key: string, request: ChatRequest, signal: AbortSignal): AsyncGenerator<StreamEvent> {
+  const response = await fetch(`${API}/chat`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify({ ...request, stream: true }),
+    signal,
+  });
+  if (!response.ok || !response.body) throw await failure(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value;
+    let end: number;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const parsed = parseEvent(buffer.slice(0, end));
+      buffer = buffer.slice(end + 2);
+      if (parsed?.event === "error") throw new ApiError((parsed.data as { error: ApiErrorBody }).error);
+      if (parsed) yield parsed as StreamEvent;
+    }
+  }
+}
+
+/** One SSE block; comment-only blocks (`: ping`) give nothing. */
+function parseEvent(block: string): { event: string; data: unknown } | undefined {
+  let event = "message";
+  let data = "";
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event:")) event = line.slice(6).trim();
+    else if (line.startsWith("data:")) data += line.slice(5).trimStart();
+  }
+  return data === "" ? undefined : { event, data: JSON.parse(data) };
+}

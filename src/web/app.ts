@@ -1,0 +1,215 @@
+import { listMessages, type Message, streamChat } from "./api";
+import { byId, describeError, MessageView } from "./view";
+
+const PAGE_ROWS = 20;
+// sessionStorage, not localStorage: the key is gone when the tab closes, and never in the URL.
+const KEY_ITEM = "parley.key";
+const CONVERSATION_ITEM = "parley.conversation";
+
+const settings = byId<HTMLFormElement>("settings");
+const keyInput = byId<HTMLInputElement>("key");
+const conversationInput = byId<HTMLInputElement>("conversation");
+const conversationList = byId<HTMLDataListElement>("conversations");
+const temperature = byId<HTMLInputElement>("temperature");
+const temperatureValue = byId<HTMLOutputElement>("temperature-value");
+const maxTokens = byId<HTMLInputElement>("max-tokens");
+const scroller = document.querySelector("main")!;
+const log = byId<HTMLOListElement>("log");
+const loadOlderButton = byId<HTMLButtonElement>("load-older");
+const errorLine = byId<HTMLParagraphElement>("error");
+const composer = byId<HTMLFormElement>("composer");
+const messageInput = byId<HTMLTextAreaElement>("message");
+const sendButton = byId<HTMLButtonElement>("send");
+const stopButton = byId<HTMLButtonElement>("stop");
+
+/** Ids already in the log: a page fetched after new turns were added overlaps the one before it. */
+let shown = new Set<number>();
+let nextPage: number | undefined;
+let inFlight: AbortController | undefined;
+/** Bumped when the key or conversation changes, so a slow answer for the old one is dropped. */
+let epoch = 0;
+
+const newConversationId = () => `chat-${crypto.getRandomValues(new Uint32Array(1))[0]!.toString(36)}`;
+
+function showError(error: unknown): void {
+  // Shown before it is filled: an alert is announced when its text changes, not when it appears.
+  errorLine.hidden = false;
+  errorLine.textContent = describeError(error);
+}
+
+function clearError(): void {
+  errorLine.hidden = true;
+  errorLine.textContent = "";
+}
+
+/** Keeps the newest text in view unless the reader has scrolled up to read older messages. */
+function follow(action: () => void): void {
+  const atBottom = scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 48;
+  action();
+  if (atBottom) scroller.scrollTop = scroller.scrollHeight;
+}
+
+/** Adds one page of history (newest first, as the API sorts it) above what is shown. */
+function prepend(messages: readonly Message[]): void {
+  const before = scroller.scrollHeight;
+  for (const message of messages) {
+    if (shown.has(message.id)) continue;
+    shown.add(message.id);
+    log.prepend(MessageView.of(message).element);
+  }
+  scroller.scrollTop += scroller.scrollHeight - before;
+}
+
+async function loadPage(page: number): Promise<void> {
+  const key = keyInput.value.trim();
+  if (!key || !conversationInput.checkValidity()) return;
+  const asked = epoch;
+  const result = await listMessages(key, conversationInput.value, page, PAGE_ROWS);
+  if (asked !== epoch) return;
+  prepend(result.data);
+  nextPage = page < result.pagination.total_pages ? page + 1 : undefined;
+  loadOlderButton.hidden = nextPage === undefined;
+}
+
+async function reloadHistory(): Promise<void> {
+  clearError();
+  epoch++;
+  log.replaceChildren();
+  shown = new Set();
+  nextPage = undefined;
+  loadOlderButton.hidden = true;
+  try {
+    await loadPage(1);
+    scroller.scrollTop = scroller.scrollHeight;
+  } catch (error) {
+    showError(error);
+  }
+}
+
+/** Offers the user's recent conversation ids to pick from; a failure here is reported by the history load. */
+async function refreshConversations(): Promise<void> {
+  const key = keyInput.value.trim();
+  if (!key) return;
+  try {
+    const recent = await listMessages(key, undefined, 1, 100);
+    const ids = [...new Set(recent.data.map((message) => message.conversation_id))];
+    conversationList.replaceChildren(...ids.map((id) => new Option(id)));
+  } catch {}
+}
+
+async function loadOlder(): Promise<void> {
+  // aria-disabled, not disabled: a focused button that gets disabled drops keyboard focus to <body>.
+  if (nextPage === undefined || loadOlderButton.getAttribute("aria-disabled") === "true") return;
+  loadOlderButton.setAttribute("aria-disabled", "true");
+  try {
+    await loadPage(nextPage);
+  } catch (error) {
+    showError(error);
+  } finally {
+    loadOlderButton.removeAttribute("aria-disabled");
+  }
+  // The button disappears once the first message is reached; keep keyboard focus in the page.
+  if (loadOlderButton.hidden) log.focus();
+}
+
+async function send(): Promise<void> {
+  const key = keyInput.value.trim();
+  const text = messageInput.value;
+  if (!key) {
+    showError("Paste an API key first.");
+    keyInput.focus();
+    return;
+  }
+  // The inputs' own constraints (range, min/max, pattern) are the validation: nothing invalid is sent.
+  if (!settings.reportValidity() || text.trim() === "") return;
+  clearError();
+  const controller = new AbortController();
+  inFlight = controller;
+  sendButton.setAttribute("aria-disabled", "true");
+  stopButton.disabled = false;
+  messageInput.value = "";
+
+  const question = new MessageView("user", text);
+  const reply = new MessageView("assistant");
+  reply.element.setAttribute("aria-busy", "true");
+  follow(() => log.append(question.element, reply.element));
+  let replyId: number | undefined;
+  let finish: string | undefined;
+  try {
+    const request = { message: text, conversation_id: conversationInput.value, temperature: temperature.valueAsNumber, max_tokens: maxTokens.valueAsNumber };
+    for await (const item of streamChat(key, request, controller.signal)) {
+      if (item.event === "start") {
+        question.settle(item.data.user_message.id);
+        shown.add(item.data.user_message.id);
+      } else if (item.event === "delta") follow(() => reply.append(item.data.content));
+      else if (item.event === "done") {
+        replyId = item.data.message.id;
+        finish = item.data.message.finish_reason;
+        shown.add(replyId);
+      }
+    }
+  } catch (error) {
+    if (controller.signal.aborted) finish = "cancelled";
+    else {
+      showError(error);
+      // Refused before the message was stored: give the text back to edit and resend.
+      if (question.element.dataset.id === undefined) {
+        question.element.remove();
+        reply.element.remove();
+        messageInput.value = text;
+      }
+    }
+  } finally {
+    reply.settle(replyId, finish);
+    inFlight = undefined;
+    sendButton.removeAttribute("aria-disabled");
+    // Disabling the focused Stop button would drop keyboard focus to <body>.
+    if (document.activeElement === stopButton) messageInput.focus();
+    stopButton.disabled = true;
+  }
+}
+
+function start(): void {
+  keyInput.value = sessionStorage.getItem(KEY_ITEM) ?? "";
+  conversationInput.value = sessionStorage.getItem(CONVERSATION_ITEM) ?? newConversationId();
+  sessionStorage.setItem(CONVERSATION_ITEM, conversationInput.value);
+  temperatureValue.value = temperature.value;
+
+  keyInput.addEventListener("change", () => {
+    sessionStorage.setItem(KEY_ITEM, keyInput.value.trim());
+    void reloadHistory();
+    void refreshConversations();
+  });
+  conversationInput.addEventListener("change", () => {
+    if (!conversationInput.reportValidity()) return;
+    sessionStorage.setItem(CONVERSATION_ITEM, conversationInput.value);
+    void reloadHistory();
+  });
+  byId("new-conversation").addEventListener("click", () => {
+    conversationInput.value = newConversationId();
+    sessionStorage.setItem(CONVERSATION_ITEM, conversationInput.value);
+    void reloadHistory();
+    messageInput.focus();
+  });
+  temperature.addEventListener("input", () => (temperatureValue.value = temperature.value));
+  settings.addEventListener("submit", (event) => event.preventDefault());
+  loadOlderButton.addEventListener("click", () => void loadOlder());
+  composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (!inFlight) void send();
+  });
+  messageInput.addEventListener("keydown", (event) => {
+    // Enter sends; Shift+Enter is a new line; Enter that confirms an IME composition is neither.
+    if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    event.preventDefault();
+    composer.requestSubmit();
+  });
+  stopButton.addEventListener("click", () => inFlight?.abort());
+
+  if (keyInput.value) {
+    void reloadHistory();
+    void refreshConversations();
+  } else keyInput.focus();
+}
+
+start();

@@ -1,0 +1,285 @@
+import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import { ensureConversation, insertMessage } from "../../src/db/conversations";
+import type { Engine } from "../../src/llm/engine";
+import { bearer, type Served, serveApp, type TestDb, testDb, testEngine } from "../support";
+
+// Debian's Chromium: browser downloads do not work here. `.ci/run` installs it when missing.
+const CHROMIUM = "/usr/bin/chromium";
+const ARTIFACTS = join(import.meta.dir, "../../test-artifacts");
+const skipped = process.env.PARLEY_SKIP_BROWSER === "1";
+const installed = existsSync(CHROMIUM);
+
+if (!installed && !skipped) {
+  test("headless Chromium is installed", () => {
+    throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium (as .ci/run does), or set PARLEY_SKIP_BROWSER=1 to skip the browser tests`);
+  });
+}
+
+interface Stored {
+  id: number;
+  role: string;
+  content: string;
+  finish_reason?: string;
+}
+
+describe.skipIf(skipped || !installed)("the web page at /", () => {
+  let db: TestDb;
+  let engine: Engine;
+  let served: Served;
+  let browser: Browser;
+  let alice: { key: string; userId: number };
+  let context: BrowserContext | undefined;
+  /** Uncaught exceptions and CSP violations in the page: any of them fails the test. */
+  let pageErrors: string[] = [];
+
+  beforeAll(async () => {
+    db = testDb("web");
+    alice = db.keys.create("alice", "user");
+    // bench-small never ends a reply by itself and emits a token every 20–40 ms: each one is
+    // visible in the page, and a Stop always lands mid-reply. Replies are capped by max tokens.
+    engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
+    served = serveApp({ db: db.storage.db, keys: db.keys, engine });
+    // `launch` gives the browser a fresh temporary profile (its --user-data-dir) and removes it on close.
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
+    });
+  });
+
+  afterAll(async () => {
+    await browser?.close();
+    await served?.stop();
+    await engine?.dispose();
+    db?.storage.close();
+  });
+
+  afterEach(async () => {
+    await context?.close();
+    context = undefined;
+    const errors = pageErrors;
+    pageErrors = [];
+    expect(errors).toEqual([]);
+  });
+
+  async function open(options: { width?: number; height?: number; colorScheme?: "light" | "dark" } = {}): Promise<Page> {
+    context = await browser.newContext({ viewport: { width: options.width ?? 1280, height: options.height ?? 800 }, colorScheme: options.colorScheme ?? "light" });
+    const page = await context.newPage();
+    page.on("pageerror", (error) => pageErrors.push(error.message));
+    page.on("console", (message) => {
+      if (message.type() === "error" && !message.text().startsWith("Failed to load resource")) pageErrors.push(message.text());
+    });
+    await page.goto(`${served.url}/`);
+    return page;
+  }
+
+  /** Types the key and the conversation id as a user would; Tab commits each field. */
+  async function signIn(page: Page, conversationId: string, key = alice.key): Promise<void> {
+    await page.fill("#key", key);
+    await page.press("#key", "Tab");
+    await page.fill("#conversation", conversationId);
+    await page.press("#conversation", "Tab");
+  }
+
+  async function send(page: Page, text: string): Promise<void> {
+    await page.fill("#message", text);
+    await page.press("#message", "Enter");
+  }
+
+  async function stored(conversationId: string): Promise<Stored[]> {
+    const response = await fetch(`${served.url}/api/v1.0/chat/messages?conversation_id=${conversationId}&sort_by=created_at:desc&rows_per_page=100`, {
+      headers: bearer(alice.key),
+    });
+    return ((await response.json()) as { data: Stored[] }).data;
+  }
+
+  const texts = (page: Page, selector: string) => page.locator(selector).allTextContents();
+
+  /** Polls from the test side: the page's CSP (rightly) refuses the `eval` that `waitForFunction` needs. */
+  async function until(what: string, check: () => Promise<boolean>): Promise<void> {
+    for (let tries = 0; tries < 200; tries++) {
+      if (await check()) return;
+      await Bun.sleep(25);
+    }
+    throw new Error(`timed out waiting until ${what}`);
+  }
+
+  /** Records the reply's text after every DOM change, to see it grow rather than appear at once. */
+  const watchReply = (page: Page) =>
+    page.evaluate(`
+      window.replyStates = [];
+      new MutationObserver(() => {
+        const reply = document.querySelector("#log .assistant .body");
+        if (reply) window.replyStates.push(reply.textContent);
+      }).observe(document.getElementById("log"), { subtree: true, childList: true, characterData: true });
+    `);
+
+  test("Enter sends; the reply streams in token by token and is the stored message", async () => {
+    const page = await open();
+    await signIn(page, "stream-1");
+    await page.fill("#max-tokens", "16");
+    await watchReply(page);
+    await send(page, "Hello there");
+
+    const reply = page.locator("#log .assistant[data-id]");
+    await reply.waitFor();
+    const final = await page.locator("#log .assistant .body").textContent();
+    const states = (await page.evaluate("window.replyStates")) as string[];
+    const intermediate = [...new Set(states)].filter((state) => state !== "" && state !== final);
+    expect(intermediate.length).toBeGreaterThanOrEqual(2);
+    for (const state of intermediate) expect(final!.startsWith(state)).toBe(true);
+
+    const [storedReply, storedQuestion] = await stored("stream-1");
+    expect(storedReply).toMatchObject({ role: "assistant", content: final!, finish_reason: "length" });
+    expect(await reply.getAttribute("data-id")).toBe(String(storedReply!.id));
+    expect(storedQuestion).toMatchObject({ role: "user", content: "Hello there" });
+    expect(await page.locator("#log .user").getAttribute("data-id")).toBe(String(storedQuestion!.id));
+    // Ready for the next message without touching the mouse.
+    expect(await page.inputValue("#message")).toBe("");
+    expect(await page.evaluate("document.activeElement.id")).toBe("message");
+  });
+
+  test("Stop ends the stream; the partial reply stays shown and is stored as cancelled", async () => {
+    const page = await open();
+    await signIn(page, "stop-1");
+    await send(page, "Tell me everything");
+    await until("the reply has a few tokens", async () => ((await page.locator("#log .assistant .body").textContent()) ?? "").length > 8);
+    // Screen readers hear the reply once, when it is complete, not token by token.
+    expect(await page.getAttribute("#log", "aria-live")).toBe("polite");
+    expect(await page.getAttribute("#log .assistant", "aria-busy")).toBe("true");
+    // By keyboard: from the message box, past Send, to Stop.
+    await page.keyboard.press("Tab");
+    await page.keyboard.press("Tab");
+    expect(await page.evaluate("document.activeElement.id")).toBe("stop");
+    await page.keyboard.press("Enter");
+
+    await page.locator('#log .assistant[data-finish="cancelled"]').waitFor();
+    const shown = (await page.locator("#log .assistant .body").textContent())!;
+    expect(await page.locator("#log .assistant .note").textContent()).toBe("(stopped)");
+    expect(await page.getAttribute("#send", "aria-disabled")).toBeNull();
+    expect(await page.isDisabled("#stop")).toBe(true);
+    expect(await page.getAttribute("#log .assistant", "aria-busy")).toBeNull();
+    expect(await page.evaluate("document.activeElement.id")).toBe("message");
+
+    // The server notices the closed connection within a few tokens, then stores what it generated.
+    let reply: Stored | undefined;
+    for (let tries = 0; !reply && tries < 100; tries++) {
+      reply = (await stored("stop-1")).find((message) => message.role === "assistant");
+      if (!reply) await Bun.sleep(50);
+    }
+    expect(reply?.finish_reason).toBe("cancelled");
+    expect(shown.length).toBeGreaterThan(8);
+    expect(reply!.content.startsWith(shown)).toBe(true);
+  });
+
+  test("a wrong key shows the API's 401 message inline, and the unsent text is kept", async () => {
+    const page = await open();
+    await signIn(page, "nope", "pk_not_a_real_key_0000000000");
+    const error = page.locator("#error");
+    await error.waitFor();
+    expect(await error.textContent()).toContain("the API key is unknown or revoked (401 unauthorized)");
+
+    await send(page, "Anyone there?");
+    await until("the refused text is back", async () => (await page.inputValue("#message")) === "Anyone there?");
+    expect(await error.textContent()).toContain("the API key is unknown or revoked (401 unauthorized)");
+    expect(await page.locator("#log li").count()).toBe(0);
+  });
+
+  test("temperature and max tokens out of range cannot be sent", async () => {
+    const page = await open();
+    await signIn(page, "bounds-1");
+    const chatRequests: string[] = [];
+    page.on("request", (request) => {
+      if (request.url().endsWith("/api/v1.0/chat")) chatRequests.push(request.postData() ?? "");
+    });
+
+    // The slider clamps whatever it is given, by script or by keyboard.
+    await page.evaluate(`document.getElementById("temperature").value = "1.7"`);
+    expect(await page.inputValue("#temperature")).toBe("1");
+    await page.evaluate(`document.getElementById("temperature").value = "-3"`);
+    expect(await page.inputValue("#temperature")).toBe("0");
+    await page.focus("#temperature");
+    await page.keyboard.press("End");
+    await page.keyboard.press("ArrowRight");
+    expect(await page.inputValue("#temperature")).toBe("1");
+    expect(await page.textContent("#temperature-value")).toBe("1");
+
+    await page.fill("#max-tokens", "5000");
+    await send(page, "Too long a reply");
+    expect(await page.evaluate(`document.getElementById("max-tokens").validity.rangeOverflow`)).toBe(true);
+    expect(await page.inputValue("#message")).toBe("Too long a reply");
+
+    await page.fill("#max-tokens", "3");
+    await send(page, "Short, please");
+    await page.locator("#log .assistant[data-id]").waitFor();
+    expect(chatRequests.map((body) => JSON.parse(body))).toEqual([
+      { message: "Short, please", conversation_id: "bounds-1", temperature: 1, max_tokens: 3, stream: true },
+    ]);
+  });
+
+  test("after a reload the key is still there (not in the URL) and so is the history", async () => {
+    const page = await open();
+    await signIn(page, "reload-1");
+    await page.fill("#max-tokens", "4");
+    await send(page, "Remember me");
+    await page.locator("#log .assistant[data-id]").waitFor();
+    const before = await texts(page, "#log li");
+
+    await page.reload();
+    await page.locator("#log .assistant[data-id]").waitFor();
+    expect(await texts(page, "#log li")).toEqual(before);
+    expect(await page.inputValue("#key")).toBe(alice.key);
+    expect(await page.inputValue("#conversation")).toBe("reload-1");
+    expect(page.url()).toBe(`${served.url}/`);
+  });
+
+  test('"Load older" pages back through 45 stored messages, oldest first', async () => {
+    const conversation = ensureConversation(db.storage.db, alice.userId, "long-1");
+    const start = Date.parse("2026-01-01T00:00:00Z");
+    for (let i = 1; i <= 45; i++) {
+      const role = i % 2 === 1 ? "user" : "assistant";
+      insertMessage(db.storage.db, conversation, { role, content: `message ${i}`, createdAt: start + i * 1000, ...(role === "assistant" ? { finishReason: "stop" } : {}) });
+    }
+    const page = await open({ height: 600 });
+    await signIn(page, "long-1");
+    const button = page.locator("#load-older");
+    await button.waitFor();
+    expect(await texts(page, "#log .body")).toEqual(range(26, 45));
+
+    await button.focus();
+    await page.keyboard.press("Enter");
+    await page.locator("#log li").nth(39).waitFor();
+    expect(await texts(page, "#log .body")).toEqual(range(6, 45));
+
+    await page.keyboard.press("Enter");
+    await button.waitFor({ state: "hidden" });
+    expect(await texts(page, "#log .body")).toEqual(range(1, 45));
+    expect(await page.evaluate("document.activeElement.id")).toBe("log");
+  });
+
+  test("fits 360 px and 1280 px wide, light and dark (screenshots in test-artifacts/)", async () => {
+    const conversation = ensureConversation(db.storage.db, alice.userId, "screenshot");
+    const turns = [
+      "What can I do with Parley?",
+      "Parley answers chat messages from a model that runs on this machine, and keeps every conversation.",
+      "Does it need the internet?",
+      "No: the model, the database and this page are all served by Parley itself.",
+    ];
+    turns.forEach((content, i) => insertMessage(db.storage.db, conversation, { role: i % 2 ? "assistant" : "user", content }));
+    mkdirSync(ARTIFACTS, { recursive: true });
+
+    for (const [width, height, colorScheme] of [[360, 740, "light"], [1280, 800, "light"], [1280, 800, "dark"]] as const) {
+      const page = await open({ width, height, colorScheme });
+      await signIn(page, "screenshot");
+      await page.locator("#log li").nth(3).waitFor();
+      await page.fill("#message", "And in the dark?");
+      expect(await page.evaluate("document.documentElement.scrollWidth")).toBeLessThanOrEqual(width);
+      await page.screenshot({ path: join(ARTIFACTS, `web-${width}-${colorScheme}.png`) });
+      await context!.close();
+    }
+  });
+});
+
+const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `message ${from + i}`);
