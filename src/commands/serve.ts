@@ -113,6 +113,7 @@ export async function serveCommand(config: Config): Promise<number> {
     threads: config.threads,
     gpu: config.gpu,
     queueMax: config.queueMax,
+    cacheDir: dirname(config.dbPath),
     kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
     onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
   }).then(

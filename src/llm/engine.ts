@@ -8,7 +8,6 @@ import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import {
   getLlama,
-  resolveChatWrapper,
   type ChatWrapper,
   type Llama,
   type LlamaContext,
@@ -16,6 +15,7 @@ import {
   type LlamaModel,
   type Token,
 } from "node-llama-cpp";
+import { resolveModelChatWrapper } from "./chat-wrapper";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore } from "./kv-store";
@@ -44,6 +44,8 @@ export interface EngineOptions {
   queueMax?: number;
   /** Use `bun run natives`' build when present (default true); false forces the npm prebuilt. */
   localNatives?: boolean;
+  /** Where to remember what is slow to work out about a model (its chat format). */
+  cacheDir?: string;
   /** Where to keep conversations' KV states beyond their sequence, and how many bytes at most. */
   kvCache?: { dir: string; maxBytes: number };
   /** Failures that cost only speed (a KV state not saved), reported instead of thrown. */
@@ -91,9 +93,7 @@ export class Engine {
         sequences: parallel,
         threads,
       });
-      // Resolving the wrapper parses and trial-renders the Jinja template (0.2-0.4 s of blocking
-      // JS measured here, even for plain ChatML), so it happens once.
-      const chatWrapper = resolveChatWrapper(model);
+      const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const slots = Array.from({ length: parallel }, (): Slot => ({ sequence: context.getSequence(), saved: false }));
       const name = model.fileInfo.metadata.general?.name;
       const kv = options.kvCache && options.kvCache.maxBytes > 0
