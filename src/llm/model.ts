@@ -4,7 +4,9 @@
  */
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
+import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "./gguf/demo";
 import { DEMO_MODEL_NAME, writePresetModel } from "./gguf/presets";
+import { readGgufHeader } from "./gguf/reader";
 
 export interface ModelSource {
   modelPath?: string;
@@ -34,11 +36,21 @@ export async function resolveModel({ modelPath, modelsDir }: ModelSource): Promi
   const found = await firstGguf(modelsDir);
   if (found !== undefined) return { path: found, demo: false };
 
-  // Rewritten on every start (it takes well under a second) so it always matches this build's
-  // preset; writePresetModel replaces the file atomically, so a concurrent start never reads half of it.
+  // Written when missing or made by another version of the demo (its fingerprint differs), so it
+  // always matches this build; writePresetModel replaces the file atomically, so a concurrent start
+  // never reads half of it.
   const path = join(modelsDir, DEMO_FILE);
-  await writePresetModel("demo", path);
+  if (!isCurrentDemo(path)) await writePresetModel("demo", path);
   return { path, demo: true };
+}
+
+function isCurrentDemo(path: string): boolean {
+  try {
+    const stamp = readGgufHeader(path).metadata[DEMO_FINGERPRINT_KEY];
+    return stamp?.type === "string" && stamp.value === demoFingerprint();
+  } catch {
+    return false;
+  }
 }
 
 async function firstGguf(dir: string): Promise<string | undefined> {

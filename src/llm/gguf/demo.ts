@@ -12,9 +12,21 @@ import { DEMO_CORPUS } from "./corpus";
 import { llamaGguf, type LlamaHparams, type LlamaTensorSpec } from "./llama";
 import { constant, fromFloats } from "./tensor-data";
 import { IM_END, SPACE, buildVocab, toPiece, tokenId, type Vocab } from "./vocab";
+import { gguf } from "./values";
 import type { GgufFile } from "./writer";
 
 export const DEMO_MODEL_NAME = "parley-demo";
+
+/**
+ * Bump when a change to how the demo is built changes its bytes without changing the corpus:
+ * a start reuses a demo file whose fingerprint matches instead of writing it again.
+ */
+const DEMO_REVISION = 1;
+export const DEMO_FINGERPRINT_KEY = "parley.demo.fingerprint";
+
+export function demoFingerprint(): string {
+  return new Bun.CryptoHasher("sha256").update(JSON.stringify([DEMO_REVISION, DEMO_CORPUS])).digest("hex");
+}
 
 /** Sharpens the corpus distribution a little, so temperature-1 replies stay readable. */
 const LOGIT_SCALE = 1.25;
@@ -107,7 +119,8 @@ export function demoGguf(): GgufFile {
       default: return { type: "F32" as const, data: constant(0, count, "F32") };
     }
   };
-  return llamaGguf({ name: DEMO_MODEL_NAME, hparams, vocab: bigrams.vocab, fileType: 0, weights });
+  const file = llamaGguf({ name: DEMO_MODEL_NAME, hparams, vocab: bigrams.vocab, fileType: 0, weights });
+  return { ...file, metadata: { ...file.metadata, [DEMO_FINGERPRINT_KEY]: gguf.string(demoFingerprint()) } };
 }
 
 /** The reply greedy decoding produces, computed from the bigram table (no repeat penalty). */
