@@ -49,7 +49,7 @@ export function auth(keys: KeyStore, limiter: RateLimiter, isProtected: (path: s
   const principals = new WeakMap<Request, Principal>();
   return new Elysia({ name: "parley/auth" })
     .onRequest(({ request, set }) => {
-      if (!isProtected(new URL(request.url).pathname)) return;
+      if (!isProtected(contextOf(request).path)) return;
       const principal = authenticate(keys, request.headers.get("authorization"));
       const context = contextOf(request);
       context.userId = principal.userId;

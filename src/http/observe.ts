@@ -15,7 +15,7 @@ export function observe(log: Logger, metrics: Metrics, routes: () => readonly { 
   const label = (request: Request, route: string) => {
     if (route) return route;
     known ??= new Set(routes().map((r) => r.path));
-    const path = new URL(request.url).pathname;
+    const path = contextOf(request).path;
     return known.has(path) ? path : "unmatched";
   };
   return new Elysia({ name: "parley/observe" }).onAfterResponse({ as: "global" }, ({ request, set, responseValue, route }) => {

@@ -4,6 +4,8 @@ import { Elysia } from "elysia";
 export interface RequestContext {
   id: string;
   startedAt: number;
+  /** The URL's path, parsed once for the hooks that route, authenticate and label by it. */
+  path: string;
   /** Set once authenticated. */
   userId?: number;
   keyId?: number;
@@ -27,7 +29,7 @@ const contexts = new WeakMap<Request, RequestContext>();
 export function contextOf(request: Request): RequestContext {
   let context = contexts.get(request);
   if (!context) {
-    context = { id: crypto.randomUUID(), startedAt: performance.now() };
+    context = { id: crypto.randomUUID(), startedAt: performance.now(), path: new URL(request.url).pathname };
     contexts.set(request, context);
   }
   return context;

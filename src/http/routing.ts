@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import { AppError } from "../errors";
+import { contextOf } from "./request-context";
 
 interface RouteEntry {
   method: string;
@@ -28,7 +29,7 @@ export function routeGuard(routes: () => readonly RouteEntry[]) {
     return table;
   };
   return new Elysia({ name: "parley/route-guard" }).onRequest(({ request }) => {
-    const methods = methodsByPath().get(normalize(new URL(request.url).pathname));
+    const methods = methodsByPath().get(normalize(contextOf(request).path));
     if (!methods) throw new AppError("not_found", 404, "no such endpoint");
     if (!methods.includes(request.method)) {
       throw new AppError("method_not_allowed", 405, `use ${methods.join(" or ")} on this endpoint`, {
