@@ -11,7 +11,22 @@ export type { Logger };
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
-export function createLogger(level: LogLevel, destination: DestinationStream = pino.destination({ sync: true })): Logger {
+/** How long a request line may wait in the buffer of a quiet server. */
+const FLUSH_INTERVAL_MS = 1_000;
+
+/**
+ * Request lines are batched into writes of 4 KiB instead of a write per line (measured: the log
+ * write was ~10% of a listing request). A timer flushes a quiet buffer within a second, the
+ * lifecycle lines call `flush()` themselves, and the rest is written out when the process exits.
+ */
+function stdoutDestination(): DestinationStream {
+  const stream = pino.destination({ sync: true, minLength: 4096 });
+  setInterval(() => stream.flush(), FLUSH_INTERVAL_MS).unref();
+  process.once("exit", () => stream.flushSync());
+  return stream;
+}
+
+export function createLogger(level: LogLevel, destination: DestinationStream = stdoutDestination()): Logger {
   return pino(
     {
       level,

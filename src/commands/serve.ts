@@ -36,6 +36,12 @@ function exitOnSecondSignal(log: Logger): void {
  */
 export async function serveCommand(config: Config): Promise<number> {
   const log = createLogger(config.logLevel);
+  // Lifecycle lines are written at once: operators and supervisors wait for them. Request lines
+  // may sit in the log's buffer for up to a second.
+  const announce = (level: "info" | "fatal", fields: object, msg: string) => {
+    log[level](fields, msg);
+    log.flush();
+  };
   const signalled = waitForSignal();
   const storage = openStorage(config.dbPath);
   const keys = new KeyStore(storage.db);
@@ -44,7 +50,7 @@ export async function serveCommand(config: Config): Promise<number> {
     // Printed, not logged: it is the one time this key is ever shown, and logs are kept.
     console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${bootstrapKey}`);
   } else if (bootstrapKey !== undefined) {
-    log.info('first start: created user "admin" with the admin key from PARLEY_ADMIN_KEY');
+    announce("info", {}, 'first start: created user "admin" with the admin key from PARLEY_ADMIN_KEY');
   }
 
   const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
@@ -60,7 +66,8 @@ export async function serveCommand(config: Config): Promise<number> {
     return 1;
   }
   if (model.demo) {
-    log.info(
+    announce(
+      "info",
       { model: model.path },
       "no model configured: using the built-in demo model, which only babbles; put a GGUF chat model " +
         "(e.g. Qwen2.5-0.5B-Instruct) in the models directory or set PARLEY_MODEL",
@@ -93,7 +100,8 @@ export async function serveCommand(config: Config): Promise<number> {
     storage.close();
     return 1;
   }
-  log.info(
+  announce(
+    "info",
     {
       url: `http://${app.server?.hostname}:${app.server?.port}`,
       model: described.name,
@@ -121,7 +129,7 @@ export async function serveCommand(config: Config): Promise<number> {
       engine = loaded;
       const seconds = (performance.now() - started) / 1000;
       metrics.modelLoadSeconds.set(seconds);
-      log.info({ model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
+      announce("info", { model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
       return new Promise<never>(() => {});
     },
     (error: unknown) => error,
@@ -129,8 +137,8 @@ export async function serveCommand(config: Config): Promise<number> {
 
   const stop = await Promise.race([signalled.then((signal) => ({ signal })), loadFailed.then((error) => ({ error }))]);
   exitOnSecondSignal(log);
-  if ("error" in stop) log.fatal({ model: model.path, reason: String((stop.error as Error)?.message ?? stop.error) }, "cannot load the model");
-  else log.info({ signal: stop.signal, grace_s: config.shutdownGraceS }, "shutting down");
+  if ("error" in stop) announce("fatal", { model: model.path, reason: String((stop.error as Error)?.message ?? stop.error) }, "cannot load the model");
+  else announce("info", { signal: stop.signal, grace_s: config.shutdownGraceS }, "shutting down");
 
   const server = app.server!;
   void server.stop(false);
@@ -142,6 +150,6 @@ export async function serveCommand(config: Config): Promise<number> {
   await server.stop(true);
   await engine?.dispose();
   storage.close();
-  log.info("stopped");
+  announce("info", {}, "stopped");
   return "error" in stop ? 1 : 0;
 }
