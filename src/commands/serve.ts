@@ -77,6 +77,31 @@ export async function serveCommand(config: Config): Promise<number> {
   let engine: Engine | undefined;
   const metrics = new Metrics(() => engine);
   const chat = new ChatService(storage.db, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
+  const started = performance.now();
+  // Started before the HTTP app is built: the native model loading overlaps that JS work.
+  const loading = Engine.load({
+    modelPath: model.path,
+    contextSize: config.contextSize,
+    parallel: config.parallel,
+    threads: config.threads,
+    gpu: config.gpu,
+    queueMax: config.queueMax,
+    cacheDir: dirname(config.dbPath),
+    kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
+    onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
+  });
+  // Settles only if loading fails: a loaded model serves until a signal comes.
+  const loadFailed = loading.then(
+    (loaded) => {
+      engine = loaded;
+      const seconds = (performance.now() - started) / 1000;
+      metrics.modelLoadSeconds.set(seconds);
+      announce("info", { model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
+      return new Promise<never>(() => {});
+    },
+    (error: unknown) => error,
+  );
+
   const app = createApp({
     db: storage.db,
     keys,
@@ -97,6 +122,7 @@ export async function serveCommand(config: Config): Promise<number> {
   } catch (error) {
     // Typically the port is taken (Parley does not share ports: reusePort is off).
     console.error(`parley: cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
+    await loading.then((loaded) => loaded.dispose(), () => undefined);
     storage.close();
     return 1;
   }
@@ -110,29 +136,6 @@ export async function serveCommand(config: Config): Promise<number> {
       db: config.dbPath,
     },
     "listening",
-  );
-
-  const started = performance.now();
-  // Settles only if loading fails: a loaded model serves until a signal comes.
-  const loadFailed = Engine.load({
-    modelPath: model.path,
-    contextSize: config.contextSize,
-    parallel: config.parallel,
-    threads: config.threads,
-    gpu: config.gpu,
-    queueMax: config.queueMax,
-    cacheDir: dirname(config.dbPath),
-    kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
-    onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
-  }).then(
-    (loaded) => {
-      engine = loaded;
-      const seconds = (performance.now() - started) / 1000;
-      metrics.modelLoadSeconds.set(seconds);
-      announce("info", { model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
-      return new Promise<never>(() => {});
-    },
-    (error: unknown) => error,
   );
 
   const stop = await Promise.race([signalled.then((signal) => ({ signal })), loadFailed.then((error) => ({ error }))]);
