@@ -207,8 +207,7 @@ export class ChatService {
     const engine = this.engines.current();
     if (!engine) throw overloaded("the model is still loading", 5);
     if (this.closing) throw overloaded("the server is shutting down", 5);
-    const { parallel, busy, queued, queueMax } = engine.stats();
-    if (busy >= parallel && queued >= queueMax) throw overloaded("too many requests are waiting for the model", 2);
+    if (engine.isFull()) throw overloaded("too many requests are waiting for the model", 2);
     return engine;
   }
 }

@@ -35,8 +35,6 @@ export function contextOf(request: Request): RequestContext {
   return context;
 }
 
-export const requestIdOf = (request: Request): string => contextOf(request).id;
-
 /** Echoes a client's `X-Request-Id` when it is short and safe to log, else mints one. */
 export const requestContext = new Elysia({ name: "parley/request-context" }).onRequest(({ request, set }) => {
   const supplied = request.headers.get("x-request-id");

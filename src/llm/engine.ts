@@ -132,6 +132,11 @@ export class Engine {
     return this.pool.stats();
   }
 
+  /** True when a request would be refused with `overloaded` right now. */
+  isFull(): boolean {
+    return this.pool.isFull();
+  }
+
   /**
    * Waits for a free sequence, then yields the reply's text pieces as they are generated.
    * An abort while queued throws an `AbortError`; an abort (or `return()`) during generation
@@ -189,13 +194,17 @@ export class Engine {
         return running;
       });
 
+      const model = this.model;
       return {
         text: pieces.join(""),
         finishReason: finishReason(decoded.stopReason),
         promptTokens: tokens.length,
         cachedTokens,
         completionTokens: decoded.tokens.length,
-        prompt: this.model.detokenize(tokens, true),
+        // Rendered on demand: detokenizing the whole history on every turn would be work no caller needs.
+        get prompt() {
+          return model.detokenize(tokens, true);
+        },
       };
     } finally {
       stop.abort();

@@ -10,7 +10,6 @@ export interface PoolStats {
   parallel: number;
   busy: number;
   queued: number;
-  queueMax: number;
 }
 
 export interface Lease<T> {
@@ -57,9 +56,7 @@ export class SequencePool<T> {
     const free = this.pickFree(key);
     if (free) return Promise.resolve(this.lease(free, key));
 
-    if (this.waiters.length >= this.queueMax) {
-      return Promise.reject(overloaded(`All ${this.slots.length} sequences are busy and the queue is full`));
-    }
+    if (this.isFull()) return Promise.reject(overloaded(`All ${this.slots.length} sequences are busy and the queue is full`));
 
     return new Promise<Lease<T>>((resolve, reject) => {
       const onAbort = () => {
@@ -83,12 +80,16 @@ export class SequencePool<T> {
     });
   }
 
+  /** True when `acquire` would be refused now: no free item and no room left in the queue. */
+  isFull(): boolean {
+    return this.waiters.length >= this.queueMax && this.slots.every((slot) => slot.busy);
+  }
+
   stats(): PoolStats {
     return {
       parallel: this.slots.length,
       busy: this.slots.filter((slot) => slot.busy).length,
       queued: this.waiters.length,
-      queueMax: this.queueMax,
     };
   }
 

@@ -40,5 +40,4 @@ export interface EngineStats {
   parallel: number;
   busy: number;
   queued: number;
-  queueMax: number;
 }
