@@ -8,9 +8,9 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { tempDir } from "../test/support";
+import { startServer, tempDir, until } from "../test/support";
 import { engineGauges, percentile, runLoad, seedKeys } from "../test/reliability/load-driver";
-import { rssKb, startServer, until } from "../test/reliability/support";
+import { rssKb } from "../test/reliability/support";
 
 const OUT = join(import.meta.dir, "..", ".bench");
 const { values } = parseArgs({

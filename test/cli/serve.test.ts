@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { presetModel, readSse, tempDir } from "../support";
+import { type ChildServer, presetModel, readSse, startServer, tempDir } from "../support";
 
 const dir = tempDir("serve");
 const adminKey = "serve-test-admin-key-0123456789abcdef";
@@ -13,44 +13,24 @@ const env = {
   PARLEY_ADMIN_KEY: adminKey,
 };
 
-interface Running {
-  url: string;
-  output: string[];
-  process: Bun.Subprocess<"ignore", "pipe", "pipe">;
-}
-const started: Running[] = [];
+const started: ChildServer[] = [];
 afterAll(() => {
-  for (const server of started) server.process.kill("SIGKILL");
+  for (const server of started) server.child.kill("SIGKILL");
 });
 
-/** Starts `parley serve` as its own process and waits until /readyz says it can chat. */
-async function start(): Promise<Running> {
-  const process = Bun.spawn(["bun", "src/cli.ts", "serve"], { env, stdout: "pipe", stderr: "pipe" });
-  const output: string[] = [];
-  const running = { url: "", output, process };
-  started.push(running);
-  void (async () => {
-    const decoder = new TextDecoder();
-    for await (const chunk of process.stdout) output.push(...decoder.decode(chunk).split("\n").filter(Boolean));
-  })();
-  const deadline = Date.now() + 20_000;
-  while (Date.now() < deadline) {
-    const listening = output.map((line) => line.startsWith("{") && (JSON.parse(line) as { msg: string; url?: string })).find((line) => line && line.msg === "listening");
-    if (listening && listening.url) {
-      running.url = listening.url;
-      if ((await fetch(`${running.url}/readyz`)).status === 200) return running;
-    }
-    await Bun.sleep(50);
-  }
-  throw new Error(`parley serve did not become ready:\n${output.join("\n")}\n${await new Response(process.stderr).text()}`);
+/** `parley serve` with no model configured, so it writes and uses the demo model in PARLEY_MODELS_DIR. */
+async function start(): Promise<ChildServer> {
+  const server = await startServer({ dbPath: env.PARLEY_DB, adminKey, env: { PARLEY_MODEL: "", PARLEY_MODELS_DIR: env.PARLEY_MODELS_DIR, PARLEY_THREADS: "" } });
+  started.push(server);
+  return server;
 }
 
-async function stop(server: Running) {
-  server.process.kill("SIGTERM");
-  expect(await server.process.exited).toBe(0);
+async function stop(server: ChildServer) {
+  server.child.kill("SIGTERM");
+  expect(await server.child.exited).toBe(0);
 }
 
-const chat = (server: Running, body: Record<string, unknown>) =>
+const chat = (server: ChildServer, body: Record<string, unknown>) =>
   fetch(`${server.url}/api/v1.0/chat`, {
     method: "POST",
     headers: { authorization: `Bearer ${adminKey}`, "content-type": "application/json" },
@@ -63,9 +43,9 @@ describe("parley serve", () => {
   test("first start: bootstraps the admin key, writes and uses the demo model, answers a stream", async () => {
     const server = await start();
     expect(existsSync(join(dir, "models", "parley-demo.gguf"))).toBe(true);
-    expect(server.output.some((line) => line.includes("demo model") && line.includes("PARLEY_MODEL"))).toBe(true);
-    expect(server.output.some((line) => line.includes("PARLEY_ADMIN_KEY"))).toBe(true);
-    expect(server.output.join("\n")).not.toContain(adminKey);
+    expect(server.lines.some((line) => line.includes("demo model") && line.includes("PARLEY_MODEL"))).toBe(true);
+    expect(server.lines.some((line) => line.includes("PARLEY_ADMIN_KEY"))).toBe(true);
+    expect(server.lines.join("\n")).not.toContain(adminKey);
 
     const response = await chat(server, { message: "Hello!", conversation_id: "kept", stream: true, temperature: 0 });
     const names: string[] = [];
@@ -80,7 +60,7 @@ describe("parley serve", () => {
 
   test("a restart on the same data continues the conversation with its full history", async () => {
     const server = await start();
-    expect(server.output.some((line) => line.includes("First start"))).toBe(false);
+    expect(server.lines.some((line) => line.includes("First start"))).toBe(false);
     const response = await chat(server, { message: "And now?", conversation_id: "kept", temperature: 0 });
     expect(response.status).toBe(200);
     const reply = (await response.json()) as { new_conversation: boolean; usage: { prompt_tokens: number } };

@@ -1,47 +1,22 @@
 import { Database } from "bun:sqlite";
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { presetModel, readSse, tempDir } from "../support";
+import { type ChildServer, readSse, startServer, tempDir } from "../support";
 
 const adminKey = "shutdown-test-admin-key-0123456789abcdef";
-const processes: Bun.Subprocess[] = [];
+const started: ChildServer[] = [];
 afterAll(() => {
-  for (const child of processes) child.kill("SIGKILL");
+  for (const server of started) server.child.kill("SIGKILL");
 });
 
-let benchModel: string;
-beforeAll(async () => {
-  benchModel = await presetModel("bench-small");
-});
-
-interface Server {
-  url: string;
-  dbPath: string;
-  lines: string[];
-  child: Bun.Subprocess<"ignore", "pipe", "pipe">;
-}
+type Server = ChildServer & { dbPath: string };
 
 /** `parley serve` on the bench model (it never ends a reply by itself), ready to chat. */
 async function start(env: Record<string, string> = {}): Promise<Server> {
-  const dir = tempDir("shutdown");
-  const dbPath = join(dir, "parley.db");
-  const child = Bun.spawn(["bun", "src/cli.ts", "serve"], {
-    env: { ...Bun.env, PARLEY_DB: dbPath, PARLEY_MODEL: benchModel, PARLEY_PORT: "0", PARLEY_ADMIN_KEY: adminKey, PARLEY_THREADS: "1", PARLEY_CONTEXT_SIZE: "512", ...env },
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  processes.push(child);
-  const lines: string[] = [];
-  void (async () => {
-    for await (const chunk of child.stdout) lines.push(...new TextDecoder().decode(chunk).split("\n").filter(Boolean));
-  })();
-  const deadline = Date.now() + 20_000;
-  while (Date.now() < deadline) {
-    const url = lines.map((line) => /"url":"([^"]+)"/.exec(line)?.[1]).find(Boolean);
-    if (url && (await fetch(`${url}/readyz`)).status === 200) return { url, dbPath, lines, child };
-    await Bun.sleep(50);
-  }
-  throw new Error(`not ready: ${lines.join("\n")}`);
+  const dbPath = join(tempDir("shutdown"), "parley.db");
+  const server = await startServer({ dbPath, adminKey, preset: "bench-small", env: { PARLEY_CONTEXT_SIZE: "512", ...env } });
+  started.push(server);
+  return { ...server, dbPath };
 }
 
 async function openStream(server: Server, conversationId: string) {

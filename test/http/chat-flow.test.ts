@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, readSse, type Served, serveApp, type SseEvent, testDb, testEngine } from "../support";
+import { bearer, readSse, type Served, serveApp, type SseEvent, testDb, testEngine, until } from "../support";
 
 // The bench-small model (random weights, ~100 M parameters) never ends a reply by itself and
 // takes tens of ms per token: long enough to disconnect mid-reply and to fill the queue.
@@ -31,14 +31,6 @@ const rows = (conversation: string) =>
   db.storage.sqlite
     .query("SELECT m.role, m.content, m.finish_reason FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.external_id = ? ORDER BY m.id")
     .all(conversation) as { role: string; content: string; finish_reason: string | null }[];
-
-async function until(condition: () => boolean, what: string, ms = 10_000) {
-  const deadline = Date.now() + ms;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(10);
-  }
-}
 
 /**
  * Opens a stream and resolves once `ready` holds for the events seen so far. Reading goes on in

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { readSse, tempDir } from "../support";
-import { type ChildServer, startServer, withDb } from "./support";
+import { type ChildServer, readSse, startServer, tempDir } from "../support";
+import { withDb } from "./support";
 
 /*
  * Why acknowledged turns survive a SIGKILL: each message is its own committed transaction

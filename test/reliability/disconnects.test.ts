@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, readSse, type Served, serveApp, testDb, testEngine } from "../support";
-import { until } from "./support";
+import { bearer, readSse, type Served, serveApp, testDb, testEngine, until } from "../support";
 
 // 50 streams that go away: 2 that hold both sequences, 20 that leave while queued behind them,
 // 20 that leave mid-reply after a random number of tokens, 8 that leave at a random moment

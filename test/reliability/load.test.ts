@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { tempDir } from "../support";
+import { type ChildServer, startServer, tempDir, until } from "../support";
 import { engineGauges, percentile, runLoad, seedKeys } from "./load-driver";
-import { type ChildServer, rssKb, startServer, until } from "./support";
+import { rssKb } from "./support";
 
 // The light variant of `bun run bench load`: enough concurrency to overflow a small queue and
 // a shared key's rate limit, short enough for CI on two cores.

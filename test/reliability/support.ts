@@ -1,6 +1,5 @@
-/** Helpers shared by the reliability suite: a real `parley serve` child process and contract checks. */
+/** Helpers of the reliability suite: contract checks, raw requests, process memory. */
 import { Database } from "bun:sqlite";
-import { presetModel } from "../support";
 
 export const ERROR_CODES: Record<number, string> = {
   400: "invalid_json",
@@ -15,14 +14,6 @@ export const ERROR_CODES: Record<number, string> = {
   503: "overloaded",
   500: "internal",
 };
-
-export async function until(condition: () => boolean | Promise<boolean>, what: string, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await Bun.sleep(10);
-  }
-}
 
 /**
  * Reads a response whole and checks it against the contract: a 2xx, or an error body whose
@@ -42,63 +33,6 @@ export async function contractResponse(response: Response): Promise<{ status: nu
     throw new Error(`status ${response.status} with body ${text.slice(0, 300)}`);
   }
   return { status: response.status, body };
-}
-
-export interface ChildServer {
-  url: string;
-  pid: number;
-  lines: string[];
-  child: Bun.Subprocess<"ignore", "pipe", "pipe">;
-}
-
-/**
- * `bun src/cli.ts serve` on a generated model, resolved once `/readyz` is 200. `dbPath` may
- * be an existing database (a restart on the same data).
- */
-export async function startServer(options: {
-  dbPath: string;
-  adminKey: string;
-  preset?: "demo" | "bench-small";
-  env?: Record<string, string>;
-}): Promise<ChildServer> {
-  const model = await presetModel(options.preset ?? "demo");
-  const child = Bun.spawn(["bun", "src/cli.ts", "serve"], {
-    env: {
-      ...Bun.env,
-      PARLEY_DB: options.dbPath,
-      PARLEY_MODEL: model,
-      PARLEY_PORT: "0",
-      PARLEY_ADMIN_KEY: options.adminKey,
-      PARLEY_THREADS: "1",
-      ...options.env,
-    },
-    cwd: `${import.meta.dir}/../..`,
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const lines: string[] = [];
-  const collect = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder();
-    for await (const chunk of stream) {
-      lines.push(...decoder.decode(chunk, { stream: true }).split("\n").filter(Boolean));
-      // One log line per request: keep only the recent ones, for failure messages.
-      if (lines.length > 400) lines.splice(0, lines.length - 200);
-    }
-  };
-  const collected = Promise.all([collect(child.stdout), collect(child.stderr)]);
-  const deadline = Date.now() + 30_000;
-  let url: string | undefined;
-  while (Date.now() < deadline && child.exitCode === null) {
-    url ??= lines.map((line) => /"url":"([^"]+)"/.exec(line)?.[1]).find(Boolean);
-    if (url) {
-      const ready = await fetch(`${url}/readyz`).then((r) => r.status === 200, () => false);
-      if (ready) return { url, pid: child.pid, lines, child };
-    }
-    await Bun.sleep(30);
-  }
-  child.kill("SIGKILL");
-  await Promise.race([collected, Bun.sleep(1_000)]);
-  throw new Error(`server not ready (exit code ${child.exitCode}): ${lines.join("\n")}`);
 }
 
 /** Resident set size of a process, in KiB. */
