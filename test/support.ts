@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { openStorage, type Storage } from "../src/db/client";
 import { KeyStore } from "../src/db/keys";
 import { ChatService } from "../src/chat/service";
+import { TurnRunner } from "../src/chat/turn-runner";
 import type { Db } from "../src/db/client";
 import { createApp, type HttpLimits } from "../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../src/log";
@@ -64,7 +65,7 @@ export function serveApp(options: ServeOptions): Served {
   const app = createApp({
     db,
     keys,
-    chat: options.chat ?? new ChatService(db, { current: () => engine }),
+    chat: options.chat ?? new ChatService(db, new TurnRunner({ current: () => engine })),
     isReady: () => engine !== undefined,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
     metrics: options.metrics ?? new Metrics(() => engine),

@@ -1,9 +1,9 @@
 import type { Db } from "../db/client";
 import { conversationTurns, ensureConversation, insertMessage } from "../db/conversations";
 import type { MessageRecord } from "../db/messages";
-import { overloaded } from "../errors";
-import type { Engine, GenerateResult } from "../llm/engine";
+import type { GenerateResult } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
+import type { RunningTurn, TurnRunner } from "./turn-runner";
 
 export interface TurnInput {
   userId: number;
@@ -45,33 +45,18 @@ export interface TurnResult {
   model: string;
 }
 
-/** Where the service finds the engine: absent while the model is still loading. */
-export interface EngineSource {
-  current(): Engine | undefined;
-}
-
 const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
-
-export interface ChatServiceOptions {
-  /** Wall-clock cap on one reply, counted from its first token; 0 = none. The reply is kept as `length`. */
-  generationTimeoutMs?: number;
-}
 
 /**
  * A conversation turn: store the user's message, generate from the stored history, store the
- * reply. Knows storage and the engine, nothing of HTTP.
+ * reply. Knows storage and the engine, nothing of HTTP; the runner admits and cancels turns.
  */
 export class ChatService {
   private readonly turns = new KeyedLock();
-  /** One per running turn: aborting it cancels the turn the way a client disconnect does. */
-  private readonly inFlight = new Set<AbortController>();
-  private idleWaiters: (() => void)[] = [];
-  private closing = false;
 
   constructor(
     private readonly db: Db,
-    private readonly engines: EngineSource,
-    private readonly options: ChatServiceOptions = {},
+    private readonly runner: TurnRunner,
   ) {}
 
   /**
@@ -79,57 +64,19 @@ export class ChatService {
    * Returns undefined when the client left before generation began (no reply is stored then).
    */
   async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
-    const engine = this.admit();
-    const cancel = new AbortController();
-    const timeout = new AbortController();
-    this.inFlight.add(cancel);
+    const running = this.runner.begin(input.signal);
     try {
-      const signals = [cancel.signal, timeout.signal, ...(input.signal ? [input.signal] : [])];
-      return yield* this.run(engine, { ...input, signal: AbortSignal.any(signals) }, () => this.startTimeout(timeout), timeout.signal);
+      return yield* this.run(running, input);
     } finally {
-      timeout.abort();
-      this.inFlight.delete(cancel);
-      if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+      running.end();
     }
   }
 
-  /**
-   * Refuses new turns, lets running ones finish for up to `graceMs`, then cancels the rest
-   * (their partial replies are stored as `cancelled`) and resolves once all are stored.
-   */
-  async shutdown(graceMs: number): Promise<void> {
-    this.closing = true;
-    let timer: Timer | undefined;
-    await Promise.race([this.idle(), new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
-    clearTimeout(timer);
-    for (const cancel of this.inFlight) cancel.abort(new DOMException("the server is shutting down", "AbortError"));
-    await this.idle();
-  }
-
-  get activeTurns(): number {
-    return this.inFlight.size;
-  }
-
-  private idle(): Promise<void> {
-    return this.inFlight.size === 0 ? Promise.resolve() : new Promise((resolve) => this.idleWaiters.push(resolve));
-  }
-
-  private startTimeout(timeout: AbortController): void {
-    const ms = this.options.generationTimeoutMs ?? 0;
-    if (ms <= 0 || timeout.signal.aborted) return;
-    const timer = setTimeout(() => timeout.abort(), ms);
-    timeout.signal.addEventListener("abort", () => clearTimeout(timer), { once: true });
-  }
-
-  private async *run(
-    engine: Engine,
-    input: TurnInput & { signal: AbortSignal },
-    firstToken: () => void,
-    timedOut: AbortSignal,
-  ): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
+  private async *run(running: RunningTurn, input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
+    const { engine, signal } = running;
     let release: () => void;
     try {
-      release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, input.signal);
+      release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, signal);
     } catch (error) {
       if (isAbort(error)) return undefined;
       throw error;
@@ -151,7 +98,7 @@ export class ChatService {
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,
-        signal: input.signal,
+        signal,
       });
       let result: GenerateResult | undefined;
       try {
@@ -161,7 +108,7 @@ export class ChatService {
             result = step.value;
             break;
           }
-          firstToken();
+          running.tokenArrived();
           yield { type: "delta", content: step.value };
         }
       } catch (error) {
@@ -172,8 +119,7 @@ export class ChatService {
         if (result === undefined) await generation.return(undefined as never);
       }
 
-      // Cut by the time cap rather than by the client: the reply is as complete as it will get.
-      const finishReason = result.finishReason === "cancelled" && timedOut.aborted && !this.closing ? "length" : result.finishReason;
+      const finishReason = running.finishReason(result.finishReason);
       const message = insertMessage(this.db, conversation, {
         role: "assistant",
         content: result.text,
@@ -200,14 +146,5 @@ export class ChatService {
     } finally {
       release();
     }
-  }
-
-  /** Refuses up front, before anything is stored: no engine yet, shutting down, or a full queue. */
-  private admit(): Engine {
-    const engine = this.engines.current();
-    if (!engine) throw overloaded("the model is still loading", 5);
-    if (this.closing) throw overloaded("the server is shutting down", 5);
-    if (engine.isFull()) throw overloaded("too many requests are waiting for the model", 2);
-    return engine;
   }
 }

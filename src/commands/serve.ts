@@ -1,5 +1,6 @@
 import { dirname, join } from "node:path";
 import { ChatService } from "../chat/service";
+import { TurnRunner } from "../chat/turn-runner";
 import type { Config } from "../config";
 import { openStorage } from "../db/client";
 import { KeyStore } from "../db/keys";
@@ -76,7 +77,8 @@ export async function serveCommand(config: Config): Promise<number> {
 
   let engine: Engine | undefined;
   const metrics = new Metrics(() => engine);
-  const chat = new ChatService(storage.db, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
+  const runner = new TurnRunner({ current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 });
+  const chat = new ChatService(storage.db, runner);
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.
   const loading = Engine.load({
@@ -145,7 +147,7 @@ export async function serveCommand(config: Config): Promise<number> {
 
   const server = app.server!;
   void server.stop(false);
-  await chat.shutdown(config.shutdownGraceS * 1000);
+  await runner.close();
   // Every reply is stored; let responses still being written (a stream's last event) finish.
   // Idle keep-alive connections would hold `stop(false)` open, so requests are counted instead.
   const deadline = Date.now() + CONNECTION_DRAIN_MS;

@@ -4,18 +4,19 @@ import type { Db } from "../db/client";
 import type { KeyStore } from "../db/keys";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
-import { auth } from "./auth";
+import { authGate } from "./auth";
 import { errorHandler, JSON_CONTENT_TYPE } from "./errors";
 import { observe } from "./observe";
 import { RateLimiter } from "./rate-limit";
 import { requestContext } from "./request-context";
-import { routeGuard } from "./routing";
+import { RouteTable, routeGuard } from "./routing";
 import { chatRoutes } from "./routes/chat";
 import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { webRoutes } from "./routes/web";
+import { TurnDriver } from "./turn-driver";
 
 export interface HttpLimits {
   bodyLimitBytes: number;
@@ -42,7 +43,7 @@ export interface AppDeps {
 export function createApp(deps: AppDeps) {
   const { limits, metrics } = deps;
   const limiter = new RateLimiter(limits.rateLimitPerMinute, limits.maxStreamsPerKey, (reason) => metrics.rateLimited.inc({ reason }));
-  const authentication = auth(deps.keys, limiter, (path) => path.startsWith("/api/") || (path === "/metrics" && !limits.metricsPublic));
+  const turns = new TurnDriver({ limiter, metrics, log: deps.log, heartbeatMs: limits.heartbeatMs });
   // Bun answers a declared body over its own cap (128 MB) with a bare 413 before the app runs;
   // lifting it lets the chat route's capped reader refuse every oversized body with the contract's
   // JSON 413 (it checks Content-Length before reading, so nothing is buffered). Any route that
@@ -50,31 +51,23 @@ export function createApp(deps: AppDeps) {
   // Elysia turns on SO_REUSEPORT by default: a second server on the same port would then start
   // and silently take half the connections (with its own database); it must fail instead.
   const app = new Elysia({ name: "parley", serve: { maxRequestBodySize: Number.MAX_SAFE_INTEGER, reusePort: false } });
+  const routes = new RouteTable(() => app.routes);
   return app
     .use(errorHandler(deps.log))
     .use(requestContext)
     .use(observe(deps.log, metrics, () => app.routes))
-    .use(routeGuard(() => app.routes))
+    .use(routeGuard(routes))
+    .use(authGate(deps.keys, limiter, routes))
     .onRequest(({ set }) => {
       // Elysia writes `application/json;charset=utf-8`; the contract spells it with a space.
       set.headers["content-type"] = JSON_CONTENT_TYPE;
     })
     .use(healthRoutes(deps))
-    .use(metricsRoutes({ metrics, auth: authentication, isPublic: limits.metricsPublic }))
+    .use(metricsRoutes({ metrics, isPublic: limits.metricsPublic }))
     .use(docsRoutes())
     .use(webRoutes())
-    .use(messagesRoutes({ db: deps.db, auth: authentication }))
-    .use(
-      chatRoutes({
-        chat: deps.chat,
-        auth: authentication,
-        limiter,
-        metrics,
-        log: deps.log,
-        bodyLimitBytes: limits.bodyLimitBytes,
-        heartbeatMs: limits.heartbeatMs,
-      }),
-    );
+    .use(messagesRoutes({ db: deps.db }))
+    .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }));
 }
 
 export type App = ReturnType<typeof createApp>;

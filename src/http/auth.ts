@@ -3,6 +3,10 @@ import type { KeyStore, Principal } from "../db/keys";
 import { AppError } from "../errors";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
+import type { RouteTable } from "./routing";
+
+/** What a route asks of a request's key: any valid key, or an admin's. */
+export type Access = "key" | "admin";
 
 /** RFC 6750 token68 characters. */
 const BEARER = /^bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
@@ -41,25 +45,47 @@ export function authenticate(keys: KeyStore, header: string | null): Principal {
 }
 
 /**
- * Authenticates and rate-limits in `onRequest`, which runs before Elysia parses the body: a
- * request with a bad key and a bad body must get 401, not 400/413/415, and a flood must be
- * refused before its bodies are read. Routes that use this plugin get `principal`.
+ * OpenAPI's security requirement for an access level. OpenAPI 3.1 lets a non-OAuth scheme list
+ * the roles it requires: `bearer: ["admin"]`. The route table reads it back (`accessOf`), so a
+ * route's declaration is both its documentation and what the gate enforces.
  */
-export function auth(keys: KeyStore, limiter: RateLimiter, isProtected: (path: string) => boolean) {
-  const principals = new WeakMap<Request, Principal>();
-  return new Elysia({ name: "parley/auth" })
-    .onRequest(({ request, set }) => {
-      if (!isProtected(contextOf(request).path)) return;
-      const principal = authenticate(keys, request.headers.get("authorization"));
-      const context = contextOf(request);
-      context.userId = principal.userId;
-      context.keyId = principal.keyId;
-      principals.set(request, principal);
-      Object.assign(set.headers, limiter.take(principal.keyId));
-    })
-    .resolve({ as: "scoped" }, ({ request }) => {
-      const principal = principals.get(request);
-      if (!principal) throw unauthorized("an API key is required: send Authorization: Bearer <key>", false);
-      return { principal };
-    });
+const security = (access: Access) => [{ bearer: access === "admin" ? ["admin"] : [] }];
+
+export function accessOf(detail: unknown): Access | undefined {
+  const requirement = (detail as { security?: { bearer?: string[] }[] } | undefined)?.security?.[0]?.bearer;
+  if (requirement === undefined) return undefined;
+  return requirement.includes("admin") ? "admin" : "key";
 }
+
+/**
+ * The one way a route (or a `guard` around a group) says it needs a key: `{ auth: "key" }` or
+ * `{ auth: "admin" }`. Handlers then get the verified `principal`.
+ */
+export const requireKey = new Elysia({ name: "parley/require-key" }).macro({
+  auth: (access: Access) => ({
+    detail: { security: security(access) },
+    resolve: ({ request }) => {
+      const { principal } = contextOf(request);
+      // The gate authenticates every route whose declaration this macro wrote.
+      if (!principal) throw new Error("a route that needs a key was reached without one");
+      return { principal };
+    },
+  }),
+});
+
+/**
+ * Authenticates, rate-limits and checks the role in `onRequest`, which runs before Elysia parses
+ * the body: a request with a bad key and a bad body must get 401, not 400/413/415, and a flood
+ * must be refused before its bodies are read. Which routes need which key comes from their own
+ * `auth` declarations, through the route table.
+ */
+export const authGate = (keys: KeyStore, limiter: RateLimiter, routes: RouteTable) =>
+  new Elysia({ name: "parley/auth" }).onRequest(({ request, set }) => {
+    const context = contextOf(request);
+    const access = routes.match(context.path, request.method);
+    if (access === undefined) return;
+    const principal = authenticate(keys, request.headers.get("authorization"));
+    context.principal = principal;
+    Object.assign(set.headers, limiter.take(principal.keyId));
+    if (access === "admin" && principal.role !== "admin") throw new AppError("forbidden", 403, "this endpoint needs an admin key");
+  });

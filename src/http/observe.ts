@@ -1,14 +1,39 @@
 import { Elysia } from "elysia";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
-import { contextOf, type RequestContext } from "./request-context";
+import { contextOf } from "./request-context";
+
+/** Where a response stands: a request is recorded once it has been answered and its body has ended. */
+interface Progress {
+  answered: boolean;
+  /** A generator's body (a stream) is still being written. */
+  streaming: boolean;
+  recorded: boolean;
+  record?: () => void;
+}
+
+const isGenerator = (value: unknown): value is AsyncGenerator<unknown, unknown, unknown> =>
+  typeof (value as AsyncGenerator | undefined)?.next === "function" && typeof (value as AsyncGenerator)[Symbol.asyncIterator] === "function";
 
 /**
- * One log line and one set of metrics per request, written when the response is complete:
- * at once for ordinary responses, when the last event is written for streams (the chat route
- * calls `finishRequest`), since Elysia's after-response hook fires before a stream's body.
+ * One log line and one set of metrics per request, written when the response is complete. Elysia's
+ * after-response hook fires before a stream's body is written, so every generator a handler returns
+ * is wrapped here and the request is recorded when that generator ends (its last event written, or
+ * the client gone). No route takes part: a new streaming route is observed like any other.
  */
 export function observe(log: Logger, metrics: Metrics, routes: () => readonly { path: string }[]) {
+  const progress = new WeakMap<Request, Progress>();
+  const progressOf = (request: Request) => {
+    let state = progress.get(request);
+    if (!state) progress.set(request, (state = { answered: false, streaming: false, recorded: false }));
+    return state;
+  };
+  const flush = (state: Progress) => {
+    if (state.recorded || !state.answered || state.streaming || !state.record) return;
+    state.recorded = true;
+    state.record();
+  };
+
   let known: Set<string> | undefined;
   // A request refused before routing (401, 404, 405, 429) has no matched route: label it by its
   // path only when that is one of ours, so arbitrary paths cannot blow up the label set.
@@ -18,42 +43,46 @@ export function observe(log: Logger, metrics: Metrics, routes: () => readonly { 
     const path = contextOf(request).path;
     return known.has(path) ? path : "unmatched";
   };
-  return new Elysia({ name: "parley/observe" }).onAfterResponse({ as: "global" }, ({ request, set, responseValue, route }) => {
-    const context = contextOf(request);
-    context.route = label(request, route);
-    context.status ??= responseValue instanceof Response ? responseValue.status : typeof set.status === "number" ? set.status : 200;
-    context.record = () => {
-      const seconds = (performance.now() - context.startedAt) / 1000;
-      const labels = { route: context.route!, method: request.method };
-      metrics.requests.inc({ ...labels, status: String(context.status) });
-      metrics.requestDuration.observe(labels, seconds);
-      log.info(
-        {
-          request_id: context.id,
-          method: request.method,
-          route: context.route,
-          status: context.status,
-          duration_ms: Math.round(seconds * 1000),
-          user_id: context.userId,
-          tokens: context.tokens,
-        },
-        "request",
-      );
-    };
-    flush(context);
-  });
-}
 
-/** Called by a stream when its last event is written. */
-export function finishRequest(request: Request): void {
-  const context = contextOf(request);
-  context.ended = true;
-  flush(context);
-}
-
-/** Writes once, when both the response exists and (for a stream) its body has ended, in either order. */
-function flush(context: RequestContext): void {
-  if (context.finished || !context.record || (context.streaming && !context.ended)) return;
-  context.finished = true;
-  context.record();
+  return new Elysia({ name: "parley/observe" })
+    .mapResponse({ as: "global" }, ({ request, responseValue }) => {
+      if (!isGenerator(responseValue)) return;
+      const state = progressOf(request);
+      state.streaming = true;
+      return (async function* () {
+        try {
+          return yield* responseValue;
+        } finally {
+          state.streaming = false;
+          flush(state);
+        }
+      })() as never;
+    })
+    .onAfterResponse({ as: "global" }, ({ request, set, responseValue, route }) => {
+      const context = contextOf(request);
+      const state = progressOf(request);
+      const routeLabel = label(request, route);
+      const status =
+        context.status ?? (responseValue instanceof Response ? responseValue.status : typeof set.status === "number" ? set.status : 200);
+      state.answered = true;
+      state.record = () => {
+        const seconds = (performance.now() - context.startedAt) / 1000;
+        const labels = { route: routeLabel, method: request.method };
+        metrics.requests.inc({ ...labels, status: String(status) });
+        metrics.requestDuration.observe(labels, seconds);
+        log.info(
+          {
+            request_id: context.id,
+            method: request.method,
+            route: routeLabel,
+            status,
+            duration_ms: Math.round(seconds * 1000),
+            user_id: context.principal?.userId,
+            tokens: context.tokens,
+          },
+          "request",
+        );
+      };
+      flush(state);
+    });
 }

@@ -1,44 +1,42 @@
 import { Elysia } from "elysia";
+import type { Principal } from "../db/keys";
 
-/** What Parley knows about a request while it runs; read by the log line and the metrics. */
+/**
+ * What Parley knows about a request while it runs, for its log line and metrics. Each field
+ * has one writer: the id, start and path are fixed when first asked for; `principal` is set by
+ * authentication, `status` by the error handler, `tokens` by the turn driver. How a response
+ * ends (a stream's last event) is the observer's own business, not kept here.
+ */
 export interface RequestContext {
-  id: string;
-  startedAt: number;
+  readonly id: string;
+  readonly startedAt: number;
   /** The URL's path, parsed once for the hooks that route, authenticate and label by it. */
-  path: string;
-  /** Set once authenticated. */
-  userId?: number;
-  keyId?: number;
-  /** Set by the error handler: the status Elysia's own bookkeeping does not see. */
+  readonly path: string;
+  principal?: Principal;
+  /** An error's status: Elysia's own bookkeeping does not see a status set by `onError`. */
   status?: number;
-  /** Generated tokens, for chat requests. */
+  /** Reply tokens generated, for chat requests. */
   tokens?: number;
-  /** The matched route's pattern: a bounded label, unlike the raw path. */
-  route?: string;
-  /** A stream is finished (logged, counted) when its last event is written, not when headers go out. */
-  streaming?: boolean;
-  ended?: boolean;
-  finished?: boolean;
-  /** Writes the request's log line and metrics; set once the response exists. */
-  record?: () => void;
 }
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const contexts = new WeakMap<Request, RequestContext>();
 
+/** Echoes a client's `X-Request-Id` when it is short and safe to log, else mints one. */
+function requestId(request: Request): string {
+  const supplied = request.headers.get("x-request-id");
+  return supplied !== null && SAFE_ID.test(supplied) ? supplied : crypto.randomUUID();
+}
+
 export function contextOf(request: Request): RequestContext {
   let context = contexts.get(request);
   if (!context) {
-    context = { id: crypto.randomUUID(), startedAt: performance.now(), path: new URL(request.url).pathname };
+    context = { id: requestId(request), startedAt: performance.now(), path: new URL(request.url).pathname };
     contexts.set(request, context);
   }
   return context;
 }
 
-/** Echoes a client's `X-Request-Id` when it is short and safe to log, else mints one. */
 export const requestContext = new Elysia({ name: "parley/request-context" }).onRequest(({ request, set }) => {
-  const supplied = request.headers.get("x-request-id");
-  const context = contextOf(request);
-  if (supplied !== null && SAFE_ID.test(supplied)) context.id = supplied;
-  set.headers["x-request-id"] = context.id;
+  set.headers["x-request-id"] = contextOf(request).id;
 });

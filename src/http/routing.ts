@@ -1,40 +1,64 @@
 import { Elysia } from "elysia";
 import { AppError } from "../errors";
+import { type Access, accessOf } from "./auth";
 import { contextOf } from "./request-context";
 
 interface RouteEntry {
   method: string;
   path: string;
+  hooks?: { detail?: unknown };
+}
+
+interface Methods {
+  allowed: string[];
+  access: Map<string, Access | undefined>;
 }
 
 const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path);
 
 /**
- * Elysia answers a known path with the wrong method as 404; the contract wants 405 with
- * `Allow`. Runs before authentication, so an unknown route is a 404 with or without a key.
- * `routes` is read lazily: the app registers its routes after installing this guard.
+ * The app's routes by path: which methods each allows and what key each needs. Read lazily from
+ * the app, which registers its routes after installing the hooks that consult this table.
  */
-export function routeGuard(routes: () => readonly RouteEntry[]) {
-  let table: Map<string, string[]> | undefined;
-  const methodsByPath = () => {
-    if (!table) {
-      table = new Map();
-      for (const route of routes()) {
-        const methods = table.get(normalize(route.path)) ?? [];
-        methods.push(route.method);
-        if (route.method === "GET") methods.push("HEAD");
-        table.set(normalize(route.path), methods);
-      }
-    }
-    return table;
-  };
-  return new Elysia({ name: "parley/route-guard" }).onRequest(({ request }) => {
-    const methods = methodsByPath().get(normalize(contextOf(request).path));
+export class RouteTable {
+  private table: Map<string, Methods> | undefined;
+
+  constructor(private readonly routes: () => readonly RouteEntry[]) {}
+
+  /**
+   * The access the route for this request declares (undefined: public). Elysia answers a known path
+   * with the wrong method as 404; the contract wants 405 with `Allow`, so both are decided here.
+   */
+  match(path: string, method: string): Access | undefined {
+    const methods = this.byPath().get(normalize(path));
     if (!methods) throw new AppError("not_found", 404, "no such endpoint");
-    if (!methods.includes(request.method)) {
-      throw new AppError("method_not_allowed", 405, `use ${methods.join(" or ")} on this endpoint`, {
-        headers: { allow: methods.join(", ") },
+    if (!methods.allowed.includes(method)) {
+      throw new AppError("method_not_allowed", 405, `use ${methods.allowed.join(" or ")} on this endpoint`, {
+        headers: { allow: methods.allowed.join(", ") },
       });
     }
-  });
+    return methods.access.get(method);
+  }
+
+  private byPath(): Map<string, Methods> {
+    if (this.table) return this.table;
+    this.table = new Map();
+    for (const route of this.routes()) {
+      const path = normalize(route.path);
+      const methods: Methods = this.table.get(path) ?? { allowed: [], access: new Map() };
+      const access = accessOf(route.hooks?.detail);
+      for (const method of route.method === "GET" ? ["GET", "HEAD"] : [route.method]) {
+        methods.allowed.push(method);
+        methods.access.set(method, access);
+      }
+      this.table.set(path, methods);
+    }
+    return this.table;
+  }
 }
+
+/** Runs before authentication, so an unknown route is a 404 with or without a key. */
+export const routeGuard = (table: RouteTable) =>
+  new Elysia({ name: "parley/route-guard" }).onRequest(({ request }) => {
+    table.match(contextOf(request).path, request.method);
+  });

@@ -7,6 +7,9 @@ export type Ping = typeof PING;
 /** Data is always an object: `sse()` would write a string with a newline as a broken event. */
 export const event = (name: string, data: object) => sse({ event: name, data });
 
+/** What a stream writes: an event, or a heartbeat comment. */
+export type SseChunk = ReturnType<typeof event> | Ping;
+
 type Step<T, R> =
   | { kind: "item"; result: IteratorResult<T, R> }
   | { kind: "failed"; error: unknown }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { KeyedLock } from "../../src/chat/keyed-lock";
 import { ChatService, type TurnInput } from "../../src/chat/service";
+import { TurnRunner } from "../../src/chat/turn-runner";
 import { AppError } from "../../src/errors";
 import type { Engine } from "../../src/llm/engine";
 import { testDb, testEngine } from "../support";
@@ -65,7 +66,7 @@ describe("ChatService admission", () => {
   }
 
   test("with no queue, a free sequence still serves; a busy one refuses before storing anything", async () => {
-    const service = new ChatService(db.storage.db, { current: () => engine });
+    const service = new ChatService(db.storage.db, new TurnRunner({ current: () => engine }));
     expect((await finish(service, input("free")))?.message.finishReason).toBe("length");
 
     const controller = new AbortController();
@@ -84,7 +85,7 @@ describe("ChatService admission", () => {
   });
 
   test("while the model is loading, turns are refused with 503", async () => {
-    const service = new ChatService(db.storage.db, { current: () => undefined });
+    const service = new ChatService(db.storage.db, new TurnRunner({ current: () => undefined }));
     const error = await finish(service, input("early")).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: "overloaded", status: 503 });
   });

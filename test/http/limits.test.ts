@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
+import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
 import { bearer, readSse, type Served, serveApp, testDb, testEngine } from "../support";
 
@@ -79,7 +80,7 @@ describe("streams per key and the time cap on a reply", () => {
   let server: Served;
   beforeAll(async () => {
     engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
-    const chat = new ChatService(db.storage.db, { current: () => engine }, { generationTimeoutMs: 300 });
+    const chat = new ChatService(db.storage.db, new TurnRunner({ current: () => engine }, { generationTimeoutMs: 300 }));
     server = serveApp({ db: db.storage.db, keys: db.keys, engine, chat, limits: { maxStreamsPerKey: 1 } });
   });
   afterAll(async () => {

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
+import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
 import { bearer, readSse, type Served, serveApp, testDb, testEngine, until } from "../support";
 
@@ -11,11 +12,13 @@ const db = testDb("disconnects");
 const { key } = db.keys.create("alice", "user");
 let engine: Engine;
 let chat: ChatService;
+let runner: TurnRunner;
 let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "bench-small", parallel: 2, queueMax: 64, contextSize: 512 });
-  chat = new ChatService(db.storage.db, { current: () => engine });
+  runner = new TurnRunner({ current: () => engine });
+  chat = new ChatService(db.storage.db, runner);
   server = serveApp({ db: db.storage.db, keys: db.keys, engine, chat, limits: { heartbeatMs: 100, maxStreamsPerKey: 64 } });
 });
 afterAll(async () => {
@@ -79,7 +82,7 @@ const storedTurn = (conversation: string) =>
 
 const idle = () => {
   const stats = engine.stats();
-  return stats.busy === 0 && stats.queued === 0 && chat.activeTurns === 0;
+  return stats.busy === 0 && stats.queued === 0 && runner.activeTurns === 0;
 };
 
 describe("clients that disconnect", () => {

@@ -1,18 +1,14 @@
 import { Elysia, t } from "elysia";
 import type { ChatService, TurnResult, TurnStart } from "../../chat/service";
-import type { Logger } from "../../log";
-import type { Metrics } from "../../metrics";
 import { invalidRequest } from "../../errors";
-import type { auth } from "../auth";
-import { errorBody, toAppError } from "../errors";
+import { requireKey } from "../auth";
+import { errorBody } from "../errors";
 import { jsonBody } from "../json-body";
 import { chatReplySchema, errorResponses, SSE_DESCRIPTION } from "../openapi";
 import { CONVERSATION_ID } from "../listing-query";
 import { messageJson } from "../present";
-import { finishRequest } from "../observe";
-import type { RateLimiter } from "../rate-limit";
-import { contextOf } from "../request-context";
-import { event, PING, withHeartbeat } from "../sse";
+import { event } from "../sse";
+import type { Framing, TurnDriver } from "../turn-driver";
 
 const MAX_MESSAGE_CODE_POINTS = 16_000;
 
@@ -53,115 +49,47 @@ const resultJson = (result: TurnResult) => ({
   model: result.model,
 });
 
+/** The native API's stream: `start`, `delta`s, then `done` or `error`. */
+const nativeFraming: Framing<TurnStart, TurnResult> = {
+  start: (start) => [event("start", startJson(start))],
+  delta: (content) => event("delta", { content }),
+  done: (result) => [event("done", resultJson(result))],
+  error: (error, requestId) => [event("error", errorBody(error, requestId))],
+};
+
 export interface ChatRouteDeps {
   chat: ChatService;
-  auth: ReturnType<typeof auth>;
-  limiter: RateLimiter;
-  metrics: Metrics;
-  log: Logger;
+  turns: TurnDriver;
   bodyLimitBytes: number;
-  heartbeatMs: number;
-}
-
-/** Times one reply's tokens for the metrics, from the events the route relays anyway. */
-function meter(metrics: Metrics, request: Request) {
-  const arrived = contextOf(request).startedAt;
-  let firstTokenAt: number | undefined;
-  return {
-    token() {
-      if (firstTokenAt !== undefined) return;
-      firstTokenAt = performance.now();
-      metrics.timeToFirstToken.observe((firstTokenAt - arrived) / 1000);
-    },
-    done(result: TurnResult) {
-      const { completion_tokens, prompt_tokens, cached_tokens } = result.usage;
-      contextOf(request).tokens = completion_tokens;
-      metrics.tokensGenerated.inc(completion_tokens);
-      metrics.promptTokens.inc({ source: "cached" }, cached_tokens);
-      metrics.promptTokens.inc({ source: "evaluated" }, prompt_tokens - cached_tokens);
-      const seconds = firstTokenAt === undefined ? 0 : (performance.now() - firstTokenAt) / 1000;
-      if (completion_tokens > 1 && seconds > 0) metrics.tokensPerSecond.observe((completion_tokens - 1) / seconds);
-    },
-  };
 }
 
 export const chatRoutes = (deps: ChatRouteDeps) =>
-  new Elysia({ name: "parley/routes/chat" }).use(deps.auth).post(
+  new Elysia({ name: "parley/routes/chat" }).use(requireKey).post(
     "/api/v1.0/chat",
     async function* ({ body, principal, request, server, set }) {
       checkMessage(body.message);
-      const closeStream = body.stream === true ? deps.limiter.openStream(principal.keyId) : undefined;
-      const metered = meter(deps.metrics, request);
-      const turn = deps.chat.turn({
-        userId: principal.userId,
-        conversationId: body.conversation_id,
-        message: body.message,
-        temperature: body.temperature ?? 0.7,
-        maxTokens: body.max_tokens ?? 512,
-        seed: body.seed,
-        signal: request.signal,
-      });
-
-      if (closeStream === undefined) {
-        for (;;) {
-          const step = await turn.next();
-          if (!step.done) {
-            if (step.value.type === "delta") metered.token();
-            continue;
-          }
-          if (!step.value) return;
-          metered.done(step.value);
-          return resultJson(step.value);
-        }
+      const turn = (signal: AbortSignal) =>
+        deps.chat.turn({
+          userId: principal.userId,
+          conversationId: body.conversation_id,
+          message: body.message,
+          temperature: body.temperature ?? 0.7,
+          maxTokens: body.max_tokens ?? 512,
+          seed: body.seed,
+          signal,
+        });
+      if (body.stream !== true) {
+        const result = await deps.turns.complete(request, turn);
+        return result && resultJson(result);
       }
-
-      const context = contextOf(request);
-      try {
-        // Everything up to the stored user message happens before the first byte, so a refusal
-        // (overloaded, model loading) is still an ordinary JSON error.
-        const first = await turn.next();
-        if (first.done || first.value.type !== "start") return;
-        set.headers["content-type"] = "text/event-stream";
-        set.headers["cache-control"] = "no-cache";
-        context.streaming = true;
-        // Heartbeats keep the stream alive; Bun's idle timeout must not cut a long queue wait.
-        server?.timeout(request, 0);
-        yield event("start", startJson(first.value));
-        try {
-          const events = withHeartbeat(turn, deps.heartbeatMs, request.signal);
-          for (;;) {
-            const step = await events.next();
-            if (step.done) {
-              if (step.value) {
-                metered.done(step.value);
-                yield event("done", resultJson(step.value));
-              }
-              return;
-            }
-            const item = step.value;
-            if ("toSSE" in item) yield PING;
-            else if (item.type === "delta") {
-              metered.token();
-              yield event("delta", { content: item.content });
-            }
-          }
-        } catch (error) {
-          // Past the first byte Elysia would only log a throw; the client gets an error event.
-          const appError = toAppError(undefined, error);
-          if (appError.code === "internal") deps.log.error({ request_id: context.id, err: error }, "stream failed");
-          yield event("error", errorBody(appError, context.id));
-        }
-      } finally {
-        closeStream();
-        finishRequest(request);
-      }
+      yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, nativeFraming);
     },
     {
+      auth: "key",
       body: chatRequest,
       parse: jsonBody(deps.bodyLimitBytes),
       detail: {
         summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
-        security: [{ bearer: [] }],
         responses: {
           "200": {
             description: `The stored reply. ${SSE_DESCRIPTION}`,

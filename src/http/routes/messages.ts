@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import type { Db } from "../../db/client";
 import { listMessages } from "../../db/messages";
-import type { auth } from "../auth";
+import { requireKey } from "../auth";
 import { parseListing } from "../listing-query";
 import { errorResponses, messagePageSchema } from "../openapi";
 import { messageJson } from "../present";
@@ -14,9 +14,9 @@ const listingQuery = t.Object({
   sort_by: t.Optional(t.String({ description: "`<created_at|id>:<asc|desc>`, default created_at:desc" })),
 });
 
-export const messagesRoutes = (deps: { db: Db; auth: ReturnType<typeof auth> }) =>
+export const messagesRoutes = (deps: { db: Db }) =>
   new Elysia({ name: "parley/routes/messages" })
-    .use(deps.auth)
+    .use(requireKey)
     .get(
       "/api/v1.0/chat/messages",
       ({ query, principal }) => {
@@ -39,10 +39,10 @@ export const messagesRoutes = (deps: { db: Db; auth: ReturnType<typeof auth> }) 
         };
       },
       {
+        auth: "key",
         query: listingQuery,
         detail: {
           summary: "List a user's stored messages, paged and sorted",
-          security: [{ bearer: [] }],
           responses: {
             "200": { description: "One page of messages", content: { "application/json": { schema: messagePageSchema } } },
             ...errorResponses(401, 403, 422, 429),

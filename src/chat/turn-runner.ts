@@ -1,0 +1,113 @@
+import { overloaded } from "../errors";
+import type { Engine, FinishReason } from "../llm/engine";
+
+/** Where turns find the engine: absent while the model is still loading. */
+export interface EngineSource {
+  current(): Engine | undefined;
+}
+
+export interface TurnRunnerOptions {
+  /** Wall-clock cap on one reply, counted from its first token; 0 = none. The reply is kept as `length`. */
+  generationTimeoutMs?: number;
+  /** How long `close()` lets running replies finish before it cancels them. */
+  shutdownGraceMs?: number;
+}
+
+/**
+ * One reply being generated. Its `signal` aborts when the caller's signal does (a client gone),
+ * when the generation cap runs out, or when shutdown cancels it; each ends generation the same
+ * way, keeping the partial reply.
+ */
+export class RunningTurn {
+  readonly signal: AbortSignal;
+  private readonly cancelled = new AbortController();
+  private readonly capped = new AbortController();
+  private cap: Timer | undefined;
+
+  constructor(
+    readonly engine: Engine,
+    callerSignal: AbortSignal | undefined,
+    private readonly capMs: number,
+    private readonly onEnd: (turn: RunningTurn) => void,
+  ) {
+    const signals = [this.cancelled.signal, this.capped.signal];
+    this.signal = AbortSignal.any(callerSignal ? [...signals, callerSignal] : signals);
+  }
+
+  /** Arms the generation cap at the reply's first token; later calls (every token) cost nothing. */
+  tokenArrived(): void {
+    if (this.cap !== undefined || this.capMs <= 0) return;
+    this.cap = setTimeout(() => this.capped.abort(), this.capMs);
+  }
+
+  /** A reply cut by the cap, not by its client or a shutdown, is as complete as it will get: `length`. */
+  finishReason(reason: FinishReason): FinishReason {
+    return reason === "cancelled" && this.capped.signal.aborted && !this.cancelled.signal.aborted ? "length" : reason;
+  }
+
+  cancel(reason: unknown): void {
+    this.cancelled.abort(reason);
+  }
+
+  /** Idempotent. */
+  end(): void {
+    clearTimeout(this.cap);
+    this.onEnd(this);
+  }
+}
+
+/**
+ * What every reply shares, whatever protocol asked for it and whether it is stored: admission
+ * (refused before anything is stored), its cancellation, and the replies in flight that closing
+ * waits for.
+ */
+export class TurnRunner {
+  private readonly inFlight = new Set<RunningTurn>();
+  private idleWaiters: (() => void)[] = [];
+  private closing = false;
+
+  constructor(
+    private readonly engines: EngineSource,
+    private readonly options: TurnRunnerOptions = {},
+  ) {}
+
+  /** Admits a turn or refuses it up front: no engine yet, closing, or a full queue. Call `end()` when done. */
+  begin(signal?: AbortSignal): RunningTurn {
+    const engine = this.engines.current();
+    if (!engine) throw overloaded("the model is still loading", 5);
+    if (this.closing) throw overloaded("the server is shutting down", 5);
+    if (engine.isFull()) throw overloaded("too many requests are waiting for the model", 2);
+    const turn = new RunningTurn(engine, signal, this.options.generationTimeoutMs ?? 0, (ended) => {
+      this.inFlight.delete(ended);
+      if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+    });
+    this.inFlight.add(turn);
+    return turn;
+  }
+
+  get activeTurns(): number {
+    return this.inFlight.size;
+  }
+
+  /**
+   * Refuses new turns, lets running ones finish for the grace period, then cancels the rest
+   * (their partial replies are kept as `cancelled`) and resolves once every one has ended.
+   */
+  async close(): Promise<void> {
+    this.closing = true;
+    let timer: Timer | undefined;
+    const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.options.shutdownGraceMs ?? 0)));
+    await Promise.race([this.idle(), grace]);
+    clearTimeout(timer);
+    for (const turn of this.inFlight) turn.cancel(new DOMException("the server is shutting down", "AbortError"));
+    await this.idle();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private idle(): Promise<void> {
+    return this.inFlight.size === 0 ? Promise.resolve() : new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+}

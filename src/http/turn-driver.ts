@@ -1,0 +1,136 @@
+import type { Server } from "elysia/universal";
+import type { Usage } from "../chat/service";
+import type { Logger } from "../log";
+import type { Metrics } from "../metrics";
+import type { AppError } from "../errors";
+import { toAppError } from "./errors";
+import type { RateLimiter } from "./rate-limit";
+import { contextOf } from "./request-context";
+import { PING, type SseChunk, withHeartbeat } from "./sse";
+
+/** A turn as the chat layer runs it: one `start` once it is admitted, its reply's deltas, its result. */
+export type TurnEvents<Start, Result> = AsyncGenerator<Start | { type: "delta"; content: string }, Result | undefined, void>;
+
+/** Starts the turn; `signal` aborts when the client goes away. */
+export type StartTurn<Start, Result> = (signal: AbortSignal) => TurnEvents<Start, Result>;
+
+/** How one protocol writes a turn's events on a stream. */
+export interface Framing<Start, Result> {
+  start(start: Start): SseChunk[];
+  delta(content: string): SseChunk;
+  done(result: Result): SseChunk[];
+  error(error: AppError, requestId: string): SseChunk[];
+}
+
+/** What the driver needs from a request. */
+export interface Exchange {
+  request: Request;
+  set: { headers: Record<string, unknown> };
+  server: Server | null;
+  keyId: number;
+}
+
+export interface TurnDriverDeps {
+  limiter: RateLimiter;
+  metrics: Metrics;
+  log: Logger;
+  heartbeatMs: number;
+}
+
+/**
+ * Runs a turn for an HTTP request, whatever protocol frames it: cancellation when the client goes
+ * away, metering (time to first token, tokens, decode speed, the log line's token count), and for
+ * streams the per-key stream slot, heartbeats, Bun's idle timeout and the error that arrives after
+ * the first byte. Routes only choose plain or streamed and frame the events.
+ */
+export class TurnDriver {
+  constructor(private readonly deps: TurnDriverDeps) {}
+
+  /** Runs the turn to its end for a plain response; undefined when the client left first. */
+  async complete<Start, Result extends { usage: Usage }>(request: Request, start: StartTurn<Start, Result>): Promise<Result | undefined> {
+    const meter = this.meter(request);
+    const turn = start(request.signal);
+    for (;;) {
+      const step = await turn.next();
+      if (step.done) {
+        if (step.value) meter.done(step.value.usage);
+        return step.value;
+      }
+      if (isDelta(step.value)) meter.token();
+    }
+  }
+
+  /**
+   * The turn as a stream of framed events. Everything up to the turn's `start` happens before the
+   * first byte, so a refusal (overloaded, stream cap) is still an ordinary JSON error.
+   */
+  async *stream<Start, Result extends { usage: Usage }>(
+    exchange: Exchange,
+    start: StartTurn<Start, Result>,
+    framing: Framing<Start, Result>,
+  ): AsyncGenerator<SseChunk, void, void> {
+    const { request, set, server } = exchange;
+    const closeSlot = this.deps.limiter.openStream(exchange.keyId);
+    try {
+      const meter = this.meter(request);
+      const turn = start(request.signal);
+      const first = await turn.next();
+      if (first.done || isDelta(first.value)) return;
+      set.headers["content-type"] = "text/event-stream";
+      set.headers["cache-control"] = "no-cache";
+      // Heartbeats keep the stream alive; Bun's idle timeout must not cut a long queue wait.
+      server?.timeout(request, 0);
+      yield* framing.start(first.value);
+      try {
+        const events = withHeartbeat(turn, this.deps.heartbeatMs, request.signal);
+        for (;;) {
+          const step = await events.next();
+          if (step.done) {
+            if (step.value) {
+              meter.done(step.value.usage);
+              yield* framing.done(step.value);
+            }
+            return;
+          }
+          if (step.value === PING) yield PING;
+          else if (isDelta(step.value)) {
+            meter.token();
+            yield framing.delta(step.value.content);
+          }
+        }
+      } catch (error) {
+        // Past the first byte Elysia would only log a throw; the client gets an error event.
+        const appError = toAppError(undefined, error);
+        const { id } = contextOf(request);
+        if (appError.code === "internal") this.deps.log.error({ request_id: id, err: error }, "stream failed");
+        yield* framing.error(appError, id);
+      }
+    } finally {
+      closeSlot();
+    }
+  }
+
+  /** Times one reply's tokens for the metrics and the request's log line. */
+  private meter(request: Request) {
+    const { metrics } = this.deps;
+    const context = contextOf(request);
+    let firstTokenAt: number | undefined;
+    return {
+      token() {
+        if (firstTokenAt !== undefined) return;
+        firstTokenAt = performance.now();
+        metrics.timeToFirstToken.observe((firstTokenAt - context.startedAt) / 1000);
+      },
+      done({ completion_tokens, prompt_tokens, cached_tokens }: Usage) {
+        context.tokens = completion_tokens;
+        metrics.tokensGenerated.inc(completion_tokens);
+        metrics.promptTokens.inc({ source: "cached" }, cached_tokens);
+        metrics.promptTokens.inc({ source: "evaluated" }, prompt_tokens - cached_tokens);
+        const seconds = firstTokenAt === undefined ? 0 : (performance.now() - firstTokenAt) / 1000;
+        if (completion_tokens > 1 && seconds > 0) metrics.tokensPerSecond.observe((completion_tokens - 1) / seconds);
+      },
+    };
+  }
+}
+
+const isDelta = (event: unknown): event is { type: "delta"; content: string } => (event as { type?: unknown }).type === "delta";
