@@ -217,7 +217,7 @@ export class Engine {
    * Releases the model and native memory, saving live conversations' KV states first so they stay
    * warm across a restart. Waiting requests fail; call after in-flight ones end.
    */
-  async dispose(): Promise<void> {
+  async close(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
     this.pool.close(new Error("Engine is disposed"));
@@ -225,6 +225,10 @@ export class Engine {
     await this.context.dispose();
     await this.model.dispose();
     await this.llama.dispose();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
   }
 
   /**

@@ -44,7 +44,7 @@ describe("ChatService admission", () => {
     engine = await testEngine({ preset: "bench-small", parallel: 1, queueMax: 0, contextSize: 256 });
   });
   afterAll(async () => {
-    await engine.dispose();
+    await engine.close();
     db.storage.close();
   });
 

@@ -15,7 +15,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await server.stop();
-  await engine.dispose();
+  await engine.close();
   db.storage.close();
 });
 
@@ -121,7 +121,7 @@ describe("a failure after the stream began", () => {
     for await (const event of readSse(response)) {
       events.push(event);
       // Pulling the engine out from under a running reply is a failure the client cannot cause.
-      if (event.event === "delta" && events.filter((e) => e.event === "delta").length === 1) void engine.dispose();
+      if (event.event === "delta" && events.filter((e) => e.event === "delta").length === 1) void engine.close();
     }
     const last = events.at(-1)!;
     expect(last.event).toBe("error");

@@ -22,7 +22,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await server.stop();
-  await engine.dispose();
+  await engine.close();
   db.storage.close();
 });
 

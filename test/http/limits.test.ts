@@ -85,7 +85,7 @@ describe("streams per key and the time cap on a reply", () => {
   });
   afterAll(async () => {
     await server.stop();
-    await engine.dispose();
+    await engine.close();
   });
   const post = (key: string, body: Record<string, unknown>) =>
     fetch(`${server.url}/api/v1.0/chat`, {

@@ -18,7 +18,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await server.stop();
-  await engine.dispose();
+  await engine.close();
 });
 
 interface Family {

@@ -131,7 +131,7 @@ describe("Engine (parallel 2)", () => {
     vocab = await llama.loadModel({ modelPath, vocabOnly: true });
   });
   afterAll(async () => {
-    await engine.dispose();
+    await engine.close();
     await llama.dispose();
   });
 
@@ -285,7 +285,7 @@ describe("Engine (parallel 1, queueMax 1, contextSize 256)", () => {
   beforeAll(async () => {
     engine = await Engine.load({ modelPath, contextSize: 256, parallel: 1, threads, queueMax: 1 });
   });
-  afterAll(() => engine.dispose());
+  afterAll(() => engine.close());
 
   test("a third concurrent request is refused with overloaded (503)", async () => {
     const running = run(engine, ask("one"));

@@ -52,7 +52,7 @@ describe("saved KV states", () => {
   });
 
   test("warm conversations survive a restart", async () => {
-    await engine.dispose(); // saves what the sequence holds (a)
+    await engine.close(); // saves what the sequence holds (a)
     engine = await load();
     const before = await b("and b again"); // restored from disk too
     expect(before.cachedTokens).toBeGreaterThan(20);
@@ -66,7 +66,7 @@ describe("saved KV states", () => {
     const result = await a("still there?");
     expect(result.finishReason).toBe("stop");
     expect(result.cachedTokens).toBeLessThan(20);
-    await engine.dispose();
+    await engine.close();
   });
 
   test("the directory stays within its byte budget, least recently used first", async () => {
@@ -77,6 +77,6 @@ describe("saved KV states", () => {
     const bytes = kvFiles().reduce((sum, f) => sum + statSync(join(f.parentPath, f.name)).size, 0);
     expect(bytes).toBeLessThanOrEqual(120_000);
     expect(kvFiles().length).toBeGreaterThan(0);
-    await engine.dispose();
+    await engine.close();
   });
 });

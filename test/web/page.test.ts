@@ -52,7 +52,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   afterAll(async () => {
     await browser?.close();
     await served?.stop();
-    await engine?.dispose();
+    await engine?.close();
     db?.storage.close();
   });
 

@@ -1,0 +1,146 @@
+/**
+ * The service composed from its parts, as `parley serve` runs it. Knows the parts' order and
+ * lifetimes; the command around it knows signals, exit codes and the log.
+ */
+import { dirname, join } from "node:path";
+import { ChatService } from "./chat/service";
+import { TurnRunner } from "./chat/turn-runner";
+import type { Config } from "./config";
+import { openStorage } from "./db/client";
+import { KeyStore } from "./db/keys";
+import { createApp } from "./http/app";
+import { Engine } from "./llm/engine";
+import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
+import { resolveModel } from "./llm/model";
+import type { Logger } from "./log";
+import { Metrics } from "./metrics";
+
+/** How long responses may take to finish once every reply is stored, before connections are cut. */
+const CONNECTION_DRAIN_MS = 5_000;
+
+/** A start-up that cannot go on, for a reason the operator can fix: one line, exit 1. */
+export class Refusal extends Error {}
+
+export type Announce = (level: "info" | "fatal", fields: object, msg: string) => void;
+
+export interface Service extends AsyncDisposable {
+  /** Settles only if the model fails to load: a loaded model serves until the process is told to stop. */
+  loadFailed: Promise<unknown>;
+  modelPath: string;
+}
+
+/**
+ * Composes the service: storage, the engine (loading in the background while the app is built),
+ * turns, and the HTTP app listening. Everything started is registered on one stack, so the
+ * returned handle, or a refusal part-way, closes it all in reverse order: stop accepting, let
+ * running replies finish (then cancel them), let responses finish, stop the engine, close storage.
+ */
+export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
+  await using stack = new AsyncDisposableStack();
+  const storage = openStorage(config.dbPath);
+  stack.defer(() => storage.close());
+  const keys = new KeyStore(storage.db);
+  announceBootstrapKey(keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
+
+  const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
+  // Reading the header first turns a wrong, truncated or corrupt file into one clear line
+  // before anything listens, instead of a native loader error later.
+  const described = describeModel(model.path);
+  if (model.demo) {
+    announce(
+      "info",
+      { model: model.path },
+      "no model configured: using the built-in demo model, which only babbles; put a GGUF chat model " +
+        "(e.g. Qwen2.5-0.5B-Instruct) in the models directory or set PARLEY_MODEL",
+    );
+  }
+
+  let engine: Engine | undefined;
+  const metrics = new Metrics(() => engine);
+  const started = performance.now();
+  // Started before the HTTP app is built: the native model loading overlaps that JS work.
+  const loading = Engine.load({
+    modelPath: model.path,
+    contextSize: config.contextSize,
+    parallel: config.parallel,
+    threads: config.threads,
+    gpu: config.gpu,
+    queueMax: config.queueMax,
+    cacheDir: dirname(config.dbPath),
+    kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
+    onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
+  });
+  stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
+  const loadFailed = loading.then(
+    (loaded) => {
+      engine = loaded;
+      const seconds = (performance.now() - started) / 1000;
+      metrics.modelLoadSeconds.set(seconds);
+      announce("info", { model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
+      return new Promise<never>(() => {});
+    },
+    (error: unknown) => error,
+  );
+
+  const runner = new TurnRunner(
+    { current: () => engine },
+    { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
+  );
+  const app = createApp({
+    db: storage.db,
+    keys,
+    chat: new ChatService(storage.db, runner),
+    isReady: () => engine !== undefined,
+    log,
+    metrics,
+    limits: {
+      bodyLimitBytes: config.bodyLimitBytes,
+      heartbeatMs: config.heartbeatMs,
+      rateLimitPerMinute: config.rateLimit,
+      maxStreamsPerKey: config.maxStreamsPerKey,
+      metricsPublic: config.metricsPublic,
+    },
+  });
+  try {
+    app.listen({ hostname: config.host, port: config.port });
+  } catch (error) {
+    // Typically the port is taken (Parley does not share ports: reusePort is off).
+    throw new Refusal(`cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
+  }
+  const server = app.server!;
+  // Resolves once no request is in flight (idle keep-alive connections do not hold it).
+  let drained: Promise<void> | undefined;
+  stack.defer(async () => {
+    // Every reply is stored by now; a stream may still be writing its last event.
+    let timer: Timer | undefined;
+    await Promise.race([drained, new Promise((resolve) => (timer = setTimeout(resolve, CONNECTION_DRAIN_MS)))]);
+    clearTimeout(timer);
+    await server.stop(true);
+  });
+  stack.use(runner);
+  stack.defer(() => void (drained = server.stop(false)));
+  announce(
+    "info",
+    { url: `http://${server.hostname}:${server.port}`, model: described.name, model_path: model.path, parallel: config.parallel, db: config.dbPath },
+    "listening",
+  );
+
+  const owned = stack.move();
+  return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
+}
+
+function describeModel(path: string) {
+  try {
+    return describeGguf(path);
+  } catch (error) {
+    if (error instanceof InvalidModelError) throw new Refusal(`cannot serve this model: ${error.message}`);
+    throw error;
+  }
+}
+
+function announceBootstrapKey(key: string | undefined, fromConfig: boolean, announce: Announce): void {
+  if (key === undefined) return;
+  // Printed, not logged: it is the one time this key is ever shown, and logs are kept.
+  if (!fromConfig) console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${key}`);
+  else announce("info", {}, 'first start: created user "admin" with the admin key from PARLEY_ADMIN_KEY');
+}
