@@ -1,6 +1,5 @@
-import type { Db } from "../db/client";
-import { conversationTurns, ensureConversation, insertMessage } from "../db/conversations";
-import type { MessageRecord } from "../db/messages";
+import type { ConversationStore } from "../db/storage";
+import type { MessageRecord } from "../db/types";
 import { overloaded } from "../errors";
 import type { Engine, GenerateResult } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
@@ -69,7 +68,7 @@ export class ChatService {
   private closing = false;
 
   constructor(
-    private readonly db: Db,
+    private readonly conversations: ConversationStore,
     private readonly engines: EngineSource,
     private readonly options: ChatServiceOptions = {},
   ) {}
@@ -135,8 +134,8 @@ export class ChatService {
       throw error;
     }
     try {
-      const conversation = ensureConversation(this.db, input.userId, input.conversationId);
-      const userMessage = insertMessage(this.db, conversation, { role: "user", content: input.message });
+      const conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+      const userMessage = await this.conversations.addMessage(conversation, { role: "user", content: input.message });
       yield {
         type: "start",
         conversationId: input.conversationId,
@@ -147,7 +146,7 @@ export class ChatService {
 
       const generation = engine.generate({
         conversationKey: String(conversation.id),
-        history: conversationTurns(this.db, conversation.id),
+        history: await this.conversations.turns(conversation.id),
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,
@@ -174,7 +173,7 @@ export class ChatService {
 
       // Cut by the time cap rather than by the client: the reply is as complete as it will get.
       const finishReason = result.finishReason === "cancelled" && timedOut.aborted && !this.closing ? "length" : result.finishReason;
-      const message = insertMessage(this.db, conversation, {
+      const message = await this.conversations.addMessage(conversation, {
         role: "assistant",
         content: result.text,
         finishReason,

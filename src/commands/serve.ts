@@ -1,8 +1,7 @@
 import { dirname, join } from "node:path";
 import { ChatService } from "../chat/service";
 import type { Config } from "../config";
-import { openStorage } from "../db/client";
-import { KeyStore } from "../db/keys";
+import { openStorage } from "../db/open";
 import { createApp } from "../http/app";
 import { Engine } from "../llm/engine";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
@@ -43,9 +42,8 @@ export async function serveCommand(config: Config): Promise<number> {
     log.flush();
   };
   const signalled = waitForSignal();
-  const storage = openStorage(config.dbPath);
-  const keys = new KeyStore(storage.db);
-  const bootstrapKey = keys.bootstrap(config.adminKey);
+  const storage = await openStorage(config.dbPath);
+  const bootstrapKey = await storage.keys.bootstrap(config.adminKey);
   if (bootstrapKey !== undefined && config.adminKey === undefined) {
     // Printed, not logged: it is the one time this key is ever shown, and logs are kept.
     console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${bootstrapKey}`);
@@ -62,7 +60,7 @@ export async function serveCommand(config: Config): Promise<number> {
   } catch (error) {
     if (!(error instanceof InvalidModelError)) throw error;
     console.error(`parley: cannot serve this model: ${error.message}`);
-    storage.close();
+    await storage.close();
     return 1;
   }
   if (model.demo) {
@@ -76,7 +74,7 @@ export async function serveCommand(config: Config): Promise<number> {
 
   let engine: Engine | undefined;
   const metrics = new Metrics(() => engine);
-  const chat = new ChatService(storage.db, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
+  const chat = new ChatService(storage.conversations, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.
   const loading = Engine.load({
@@ -103,8 +101,7 @@ export async function serveCommand(config: Config): Promise<number> {
   );
 
   const app = createApp({
-    db: storage.db,
-    keys,
+    storage,
     chat,
     isReady: () => engine !== undefined,
     log,
@@ -123,7 +120,7 @@ export async function serveCommand(config: Config): Promise<number> {
     // Typically the port is taken (Parley does not share ports: reusePort is off).
     console.error(`parley: cannot listen on ${config.host}:${config.port}: ${(error as Error).message}`);
     await loading.then((loaded) => loaded.dispose(), () => undefined);
-    storage.close();
+    await storage.close();
     return 1;
   }
   announce(
@@ -152,7 +149,7 @@ export async function serveCommand(config: Config): Promise<number> {
   while (server.pendingRequests > 0 && Date.now() < deadline) await Bun.sleep(10);
   await server.stop(true);
   await engine?.dispose();
-  storage.close();
+  await storage.close();
   announce("info", {}, "stopped");
   return "error" in stop ? 1 : 0;
 }

@@ -1,7 +1,6 @@
 import { Elysia } from "elysia";
 import type { ChatService } from "../chat/service";
-import type { Db } from "../db/client";
-import type { KeyStore } from "../db/keys";
+import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import { auth } from "./auth";
@@ -28,8 +27,7 @@ export interface HttpLimits {
 }
 
 export interface AppDeps {
-  db: Db;
-  keys: KeyStore;
+  storage: Storage;
   chat: ChatService;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
@@ -42,7 +40,7 @@ export interface AppDeps {
 export function createApp(deps: AppDeps) {
   const { limits, metrics } = deps;
   const limiter = new RateLimiter(limits.rateLimitPerMinute, limits.maxStreamsPerKey, (reason) => metrics.rateLimited.inc({ reason }));
-  const authentication = auth(deps.keys, limiter, (path) => path.startsWith("/api/") || (path === "/metrics" && !limits.metricsPublic));
+  const authentication = auth(deps.storage.keys, limiter, (path) => path.startsWith("/api/") || (path === "/metrics" && !limits.metricsPublic));
   // Bun answers a declared body over its own cap (128 MB) with a bare 413 before the app runs;
   // lifting it lets the chat route's capped reader refuse every oversized body with the contract's
   // JSON 413 (it checks Content-Length before reading, so nothing is buffered). Any route that
@@ -63,7 +61,7 @@ export function createApp(deps: AppDeps) {
     .use(metricsRoutes({ metrics, auth: authentication, isPublic: limits.metricsPublic }))
     .use(docsRoutes())
     .use(webRoutes())
-    .use(messagesRoutes({ db: deps.db, auth: authentication }))
+    .use(messagesRoutes({ messages: deps.storage.messages, auth: authentication }))
     .use(
       chatRoutes({
         chat: deps.chat,

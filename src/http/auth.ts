@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
-import type { KeyStore, Principal } from "../db/keys";
+import type { KeyStore } from "../db/storage";
+import type { Principal } from "../db/types";
 import { AppError } from "../errors";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
@@ -28,14 +29,14 @@ const unauthorized = (message: string, tokenSent: boolean) =>
     },
   });
 
-export function authenticate(keys: KeyStore, header: string | null): Principal {
+export async function authenticate(keys: KeyStore, header: string | null): Promise<Principal> {
   const credentials = readCredentials(header);
   if ("problem" in credentials) {
     throw credentials.problem === "missing"
       ? unauthorized("an API key is required: send Authorization: Bearer <key>", false)
       : unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
   }
-  const principal = keys.verify(credentials.token);
+  const principal = await keys.verify(credentials.token);
   if (!principal) throw unauthorized("the API key is unknown or revoked", true);
   return principal;
 }
@@ -48,9 +49,9 @@ export function authenticate(keys: KeyStore, header: string | null): Principal {
 export function auth(keys: KeyStore, limiter: RateLimiter, isProtected: (path: string) => boolean) {
   const principals = new WeakMap<Request, Principal>();
   return new Elysia({ name: "parley/auth" })
-    .onRequest(({ request, set }) => {
+    .onRequest(async ({ request, set }) => {
       if (!isProtected(contextOf(request).path)) return;
-      const principal = authenticate(keys, request.headers.get("authorization"));
+      const principal = await authenticate(keys, request.headers.get("authorization"));
       const context = contextOf(request);
       context.userId = principal.userId;
       context.keyId = principal.keyId;

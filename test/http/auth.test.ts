@@ -2,13 +2,13 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { serveApp, testDb } from "../support";
 
 const db = testDb("auth");
-const alice = db.keys.create("alice", "user");
-const revoked = db.keys.create("alice", "user");
-db.keys.revoke(revoked.id);
-const server = serveApp({ db: db.storage.db, keys: db.keys });
+const alice = await db.keys.create("alice", "user");
+const revoked = await db.keys.create("alice", "user");
+await db.keys.revoke(revoked.id);
+const server = serveApp({ storage: db.storage });
 afterAll(async () => {
   await server.stop();
-  db.storage.close();
+  await db.storage.close();
 });
 
 const list = (headers: Record<string, string> = {}, query = "") =>
@@ -76,8 +76,8 @@ describe("authentication", () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
-  test("using a key records when it was last used", () => {
-    const listed = db.keys.list().find((row) => row.id === alice.id)!;
+  test("using a key records when it was last used", async () => {
+    const listed = (await db.keys.list()).find((row) => row.id === alice.id)!;
     expect(listed.lastUsedAt).toBeGreaterThan(0);
   });
 });

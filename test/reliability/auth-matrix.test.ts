@@ -4,22 +4,22 @@ import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
 import { contractResponse } from "./support";
 
 const db = testDb("auth-matrix");
-const alice = db.keys.create("alice", "user");
-const bob = db.keys.create("bob", "user");
-const admin = db.keys.create("ops", "admin");
-const revoked = db.keys.create("alice", "user");
-db.keys.revoke(revoked.id);
+const alice = await db.keys.create("alice", "user");
+const bob = await db.keys.create("bob", "user");
+const admin = await db.keys.create("ops", "admin");
+const revoked = await db.keys.create("alice", "user");
+await db.keys.revoke(revoked.id);
 let engine: Engine;
 let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "demo" });
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine });
+  server = serveApp({ storage: db.storage, engine });
 });
 afterAll(async () => {
   await server.stop();
   await engine.dispose();
-  db.storage.close();
+  await db.storage.close();
 });
 
 type Endpoint = "chat" | "list own" | "list other" | "metrics";
