@@ -1,4 +1,5 @@
-import { dirname, join } from "node:path";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { ChatService } from "../chat/service";
 import type { Config } from "../config";
 import { openStorage } from "../db/open";
@@ -75,6 +76,7 @@ export async function serveCommand(config: Config): Promise<number> {
   let engine: Engine | undefined;
   const metrics = new Metrics(() => engine);
   const chat = new ChatService(storage.conversations, { current: () => engine }, { generationTimeoutMs: config.generationTimeoutS * 1000 });
+  mkdirSync(config.dataDir, { recursive: true });
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.
   const loading = Engine.load({
@@ -84,8 +86,8 @@ export async function serveCommand(config: Config): Promise<number> {
     threads: config.threads,
     gpu: config.gpu,
     queueMax: config.queueMax,
-    cacheDir: dirname(config.dbPath),
-    kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
+    cacheDir: config.dataDir,
+    kvCache: { dir: join(config.dataDir, "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
     onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
   });
   // Settles only if loading fails: a loaded model serves until a signal comes.
