@@ -105,31 +105,6 @@ describe("authorization matrix", () => {
   });
 });
 
-describe("key lookup timing", () => {
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-  test("an unknown key and one that matches a real key up to its last character take the same time", async () => {
-    const samples: Record<"unknown" | "known prefix", number[]> = { unknown: [], "known prefix": [] };
-    // Interleaved, so drift in machine load hits both kinds alike.
-    for (let i = 0; i < 300; i++) {
-      for (const kind of ["unknown", "known prefix"] as const) {
-        const started = performance.now();
-        const response = await fetch(`${server.url}/api/v1.0/chat/messages`, { headers: { authorization: authorization[kind]! } });
-        await response.arrayBuffer();
-        samples[kind].push(performance.now() - started);
-        expect(response.status).toBe(401);
-      }
-    }
-    const unknown = median(samples.unknown);
-    const knownPrefix = median(samples["known prefix"]);
-    console.log(`key timing: median ${unknown.toFixed(3)} ms unknown vs ${knownPrefix.toFixed(3)} ms known prefix, 300 each`);
-    // The key is hashed before the lookup, so how much of it was right cannot show; a
-    // character-by-character comparison over HTTP would not be visible either at this
-    // tolerance, but a short-circuit that skipped or added work (e.g. a query per prefix) would.
-    expect(Math.abs(unknown - knownPrefix)).toBeLessThan(Math.max(0.5, 0.5 * Math.min(unknown, knownPrefix)));
-  });
-});
-
 interface Message {
   id: number;
   user_id: number;
