@@ -28,7 +28,7 @@ const seconds = Number(values.seconds);
 const dbPath = join(tempDir("bench-load"), "parley.db");
 // One key per client, each honouring Retry-After: the default limits apply as they would to
 // well-behaved clients, so most work reaches the engine and the queue.
-const keys = seedKeys(dbPath, clients);
+const keys = await seedKeys(dbPath, clients);
 const server = await startServer({
   dbPath,
   adminKey: keys.admin,

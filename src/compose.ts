@@ -2,12 +2,12 @@
  * The service composed from its parts, as `parley serve` runs it. Knows the parts' order and
  * lifetimes; the command around it knows signals, exit codes and the log.
  */
-import { dirname, join } from "node:path";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import type { Config } from "./config";
-import { openStorage } from "./db/client";
-import { KeyStore } from "./db/keys";
+import { openStorage } from "./db/open";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
@@ -37,10 +37,8 @@ export interface Service extends AsyncDisposable {
  */
 export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
   await using stack = new AsyncDisposableStack();
-  const storage = openStorage(config.dbPath);
-  stack.defer(() => storage.close());
-  const keys = new KeyStore(storage.db);
-  announceBootstrapKey(keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
+  const storage = stack.use(await openStorage(config.dbPath));
+  announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
 
   const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
@@ -57,6 +55,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
 
   let engine: Engine | undefined;
   const metrics = new Metrics(() => engine);
+  mkdirSync(config.dataDir, { recursive: true });
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.
   const loading = Engine.load({
@@ -66,8 +65,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
     threads: config.threads,
     gpu: config.gpu,
     queueMax: config.queueMax,
-    cacheDir: dirname(config.dbPath),
-    kvCache: { dir: join(dirname(config.dbPath), "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
+    cacheDir: config.dataDir,
+    kvCache: { dir: join(config.dataDir, "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
     onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
@@ -87,9 +86,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
     { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
   );
   const app = createApp({
-    db: storage.db,
-    keys,
-    chat: new ChatService(storage.db, runner),
+    storage,
+    chat: new ChatService(storage.conversations, runner),
     isReady: () => engine !== undefined,
     log,
     metrics,

@@ -2,12 +2,16 @@
  * Configuration is read once, from the environment with command-line flag overrides,
  * and validated up front: a bad value stops start-up with a message naming the variable.
  */
+import { statSync } from "node:fs";
+import { dirname } from "node:path";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {
   host: string;
   port: number;
   dbPath: string;
+  /** Files that are not the database: saved KV states (`kv/`), the chat-format cache. */
+  dataDir: string;
   /** Used only when the database holds no keys yet (first start). */
   adminKey?: string;
   /** A `.gguf` file; unset means the first `.gguf` in `modelsDir`, else the demo model. */
@@ -30,7 +34,7 @@ export interface Config {
   generationTimeoutS: number;
   shutdownGraceS: number;
   metricsPublic: boolean;
-  /** Disk budget for saved KV states (`<db dir>/kv/`); 0 = none saved. */
+  /** Disk budget for saved KV states (`<dataDir>/kv/`); 0 = none saved. */
   kvCacheMb: number;
 }
 
@@ -52,6 +56,12 @@ export const CONFIG_SPEC = {
   host: { env: "PARLEY_HOST", flag: "--host", default: "127.0.0.1", help: "Address to listen on" },
   port: { env: "PARLEY_PORT", flag: "--port", default: "8080", help: "TCP port (0 = any free port)" },
   dbPath: { env: "PARLEY_DB", flag: "--db", default: "./data/parley.db", help: "SQLite database file" },
+  dataDir: {
+    env: "PARLEY_DATA_DIR",
+    flag: "--data-dir",
+    default: "",
+    help: "Directory for saved KV states (kv/) and the chat-format cache (default: the database file's directory)",
+  },
   adminKey: {
     env: "PARLEY_ADMIN_KEY",
     flag: "--admin-key",
@@ -97,7 +107,7 @@ export const CONFIG_SPEC = {
     env: "PARLEY_KV_CACHE_MB",
     flag: "--kv-cache-mb",
     default: "2048",
-    help: "MiB of disk for saved conversation KV states next to the database, least recently used dropped first (0 = off)",
+    help: "MiB of disk for saved conversation KV states in the data directory, least recently used dropped first (0 = off)",
   },
 } satisfies Record<keyof Config, Spec>;
 
@@ -163,13 +173,19 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
       `${raw("adminKey").name} must be 24 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (a bearer token)`,
     );
   }
+  const dbPath = raw("dbPath").value;
+  const dataDir = text("dataDir");
+  if (dataDir !== undefined && (dataDir.trim() === "" || statSync(dataDir, { throwIfNoEntry: false })?.isDirectory() === false)) {
+    throw new ConfigError(`${raw("dataDir").name} must name a directory, existing or to be created (got "${dataDir}")`);
+  }
   const host = raw("host").value.trim();
   if (host === "") throw new ConfigError(`${raw("host").name} must not be empty`);
 
   return {
     host,
     port: int("port", 0, 65535),
-    dbPath: raw("dbPath").value,
+    dbPath,
+    dataDir: dataDir ?? dirname(dbPath),
     adminKey,
     modelPath: text("modelPath"),
     modelsDir: raw("modelsDir").value,

@@ -1,11 +1,10 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { openStorage, type Storage } from "../src/db/client";
-import { KeyStore } from "../src/db/keys";
 import { ChatService } from "../src/chat/service";
 import { TurnRunner } from "../src/chat/turn-runner";
-import type { Db } from "../src/db/client";
+import { openSqliteStorage, type SqliteStorage } from "../src/db/sqlite/storage";
+import type { KeyStore, Storage } from "../src/db/storage";
 import { createApp, type HttpLimits } from "../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../src/log";
 import { Metrics } from "../src/metrics";
@@ -17,7 +16,7 @@ export const tempDir = (label: string) => mkdtempSync(join(tmpdir(), `parley-${l
 export interface TestDb {
   dir: string;
   path: string;
-  storage: Storage;
+  storage: SqliteStorage;
   keys: KeyStore;
 }
 
@@ -25,8 +24,8 @@ export interface TestDb {
 export function testDb(label = "db"): TestDb {
   const dir = tempDir(label);
   const path = join(dir, "parley.db");
-  const storage = openStorage(path);
-  return { dir, path, storage, keys: new KeyStore(storage.db) };
+  const storage = openSqliteStorage(path);
+  return { dir, path, storage, keys: storage.keys };
 }
 
 export interface Served {
@@ -35,8 +34,7 @@ export interface Served {
 }
 
 export interface ServeOptions {
-  db: Db;
-  keys: KeyStore;
+  storage: Storage;
   /** Without one the app is up but not ready: chat answers 503, listing works. */
   engine?: Engine;
   limits?: Partial<HttpLimits>;
@@ -61,11 +59,10 @@ export function captureLog(lines: string[]): Logger {
 
 /** The real app on a real port, so tests speak HTTP like any client. */
 export function serveApp(options: ServeOptions): Served {
-  const { db, keys, engine } = options;
+  const { storage, engine } = options;
   const app = createApp({
-    db,
-    keys,
-    chat: options.chat ?? new ChatService(db, new TurnRunner({ current: () => engine })),
+    storage,
+    chat: options.chat ?? new ChatService(storage.conversations, new TurnRunner({ current: () => engine })),
     isReady: () => engine !== undefined,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
     metrics: options.metrics ?? new Metrics(() => engine),

@@ -5,7 +5,7 @@
  * Usage: bun baseline-server.ts <db>; prints `{"url": ...}` once listening.
  */
 import { Database } from "bun:sqlite";
-import { hashKey } from "../../src/db/keys";
+import { hashKey } from "../../src/db/api-keys";
 
 const db = new Database(Bun.argv[2], { readonly: true, strict: true });
 const keyLookup = db.prepare(

@@ -5,11 +5,10 @@
 import { Database } from "bun:sqlite";
 import { existsSync, readdirSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { openStorage } from "../../src/db/client";
-import { KeyStore } from "../../src/db/keys";
+import { openStorage } from "../../src/db/open";
 
 export const HISTORY_USER_KEY = "pk_bench_history_user_0123456789abcdef";
-const MIGRATIONS = join(import.meta.dir, "../../src/db/migrations");
+const MIGRATIONS = join(import.meta.dir, "../../src/db/sqlite/migrations");
 
 export interface HistoryShape {
   total: number;
@@ -25,17 +24,16 @@ export function historyDbPath(dir: string, shape: HistoryShape): string {
 }
 
 /** Creates the database unless the cached file exists; returns its path. */
-export function ensureHistoryDb(dir: string, shape: HistoryShape): string {
+export async function ensureHistoryDb(dir: string, shape: HistoryShape): Promise<string> {
   const path = historyDbPath(dir, shape);
   if (existsSync(path)) return path;
   const tmp = `${path}.tmp`;
   for (const suffix of ["", "-wal", "-shm"]) rmSync(tmp + suffix, { force: true });
-  const storage = openStorage(tmp);
-  const keys = new KeyStore(storage.db);
+  const storage = await openStorage(tmp);
   const others = 4;
-  const users = [keys.create("bench-user", "user", HISTORY_USER_KEY).userId];
-  for (let i = 0; i < others; i++) users.push(keys.create(`other-${i}`, "user").userId);
-  storage.close();
+  const users = [(await storage.keys.create("bench-user", "user", HISTORY_USER_KEY)).userId];
+  for (let i = 0; i < others; i++) users.push((await storage.keys.create(`other-${i}`, "user")).userId);
+  await storage.close();
 
   // Plain SQL in one transaction: a million rows through the app's per-turn path would take an hour.
   const db = new Database(tmp, { strict: true });
@@ -72,7 +70,7 @@ export function ensureHistoryDb(dir: string, shape: HistoryShape): string {
   db.exec("PRAGMA wal_checkpoint(TRUNCATE)");
   db.close();
   // Reopened through Parley so counters or indexes that later migrations derive are in place.
-  openStorage(tmp).close();
+  await (await openStorage(tmp)).close();
   renameSync(tmp, path);
   for (const suffix of ["-wal", "-shm"]) rmSync(tmp + suffix, { force: true });
   return path;

@@ -187,7 +187,7 @@ const history: Scenario = {
   ids: ["B6"],
   async run(ctx) {
     const shape: HistoryShape = ctx.quick ? { total: 20_000, mine: 4_000, perConversation: 100 } : FULL_HISTORY;
-    const cached = ensureHistoryDb(ctx.cacheDir, shape);
+    const cached = await ensureHistoryDb(ctx.cacheDir, shape);
     const seconds = ctx.quick ? 0.5 : 5;
     const concurrency = 8;
     const deepPage = ctx.quick ? 100 : 5000;

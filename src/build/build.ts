@@ -45,8 +45,8 @@ const result = await Bun.build({
     autoloadDotenv: false,
     autoloadBunfig: false,
     // drizzle's migrator reads a folder; an absolute path is embedded under its last name, as
-    // /$bunfs/root/migrations, which is where src/db/client.ts looks.
-    assets: [join(ROOT, "src/db/migrations")],
+    // /$bunfs/root/migrations, which is where src/db/sqlite/client.ts looks.
+    assets: [join(ROOT, "src/db/sqlite/migrations")],
   },
   // The Bun runtime alone is 107 MB of the 120 MB budget. Names stay unminified so stack traces read
   // without a source map; an embedded map would cost 2 MB, minified names only save 0.8 MB.

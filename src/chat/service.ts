@@ -1,6 +1,5 @@
-import type { Db } from "../db/client";
-import { conversationTurns, ensureConversation, insertMessage } from "../db/conversations";
-import type { MessageRecord } from "../db/messages";
+import type { ConversationStore } from "../db/storage";
+import type { MessageRecord } from "../db/types";
 import type { GenerateResult } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
 import type { RunningTurn, TurnRunner } from "./turn-runner";
@@ -55,7 +54,7 @@ export class ChatService {
   private readonly turns = new KeyedLock();
 
   constructor(
-    private readonly db: Db,
+    private readonly conversations: ConversationStore,
     private readonly runner: TurnRunner,
   ) {}
 
@@ -82,8 +81,8 @@ export class ChatService {
       throw error;
     }
     try {
-      const conversation = ensureConversation(this.db, input.userId, input.conversationId);
-      const userMessage = insertMessage(this.db, conversation, { role: "user", content: input.message });
+      const conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+      const userMessage = await this.conversations.addMessage(conversation, { role: "user", content: input.message });
       yield {
         type: "start",
         conversationId: input.conversationId,
@@ -94,7 +93,7 @@ export class ChatService {
 
       const generation = engine.generate({
         conversationKey: String(conversation.id),
-        history: conversationTurns(this.db, conversation.id),
+        history: await this.conversations.turns(conversation.id),
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,
@@ -120,7 +119,7 @@ export class ChatService {
       }
 
       const finishReason = running.finishReason(result.finishReason);
-      const message = insertMessage(this.db, conversation, {
+      const message = await this.conversations.addMessage(conversation, {
         role: "assistant",
         content: result.text,
         finishReason,

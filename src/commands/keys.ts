@@ -1,22 +1,18 @@
 import type { Config } from "../config";
-import { openStorage } from "../db/client";
-import { KeyStore } from "../db/keys";
+import { openStorage } from "../db/open";
+import type { KeyStore } from "../db/storage";
 
 const USER_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 
 const iso = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString());
 
-function withKeys<T>(config: Config, work: (keys: KeyStore) => T): T {
-  const storage = openStorage(config.dbPath);
-  try {
-    return work(new KeyStore(storage.db));
-  } finally {
-    storage.close();
-  }
+async function withKeys<T>(config: Config, work: (keys: KeyStore) => Promise<T>): Promise<T> {
+  await using storage = await openStorage(config.dbPath);
+  return await work(storage.keys);
 }
 
 /** `parley keys create|list|revoke`; returns the process exit code. */
-export function keysCommand(config: Config, args: readonly string[], flags: Map<string, string>): number {
+export async function keysCommand(config: Config, args: readonly string[], flags: Map<string, string>): Promise<number> {
   const [action, target] = args;
   switch (action) {
     case "create": {
@@ -26,13 +22,13 @@ export function keysCommand(config: Config, args: readonly string[], flags: Map<
         return 2;
       }
       const role = flags.has("--admin") ? "admin" : "user";
-      const created = withKeys(config, (keys) => keys.create(user, role));
+      const created = await withKeys(config, (keys) => keys.create(user, role));
       console.log(`Created ${role} key ${created.id} for user "${user}" (user id ${created.userId}). It is shown only now:`);
       console.log(created.key);
       return 0;
     }
     case "list": {
-      const rows = withKeys(config, (keys) => keys.list());
+      const rows = await withKeys(config, (keys) => keys.list());
       console.log(["id", "user", "user_id", "role", "prefix", "created", "last_used", "revoked"].join("\t"));
       for (const row of rows) {
         console.log(
@@ -47,7 +43,7 @@ export function keysCommand(config: Config, args: readonly string[], flags: Map<
         console.error("usage: parley keys revoke <id>   (ids are shown by `parley keys list`)");
         return 2;
       }
-      if (!withKeys(config, (keys) => keys.revoke(id))) {
+      if (!(await withKeys(config, (keys) => keys.revoke(id)))) {
         console.error(`no key with id ${id}`);
         return 1;
       }

@@ -1,7 +1,6 @@
 import { Elysia } from "elysia";
 import type { ChatService } from "../chat/service";
-import type { Db } from "../db/client";
-import type { KeyStore } from "../db/keys";
+import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import { authGate } from "./auth";
@@ -29,8 +28,7 @@ export interface HttpLimits {
 }
 
 export interface AppDeps {
-  db: Db;
-  keys: KeyStore;
+  storage: Storage;
   chat: ChatService;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
@@ -57,7 +55,7 @@ export function createApp(deps: AppDeps) {
     .use(requestContext)
     .use(observe(deps.log, metrics, () => app.routes))
     .use(routeGuard(routes))
-    .use(authGate(deps.keys, limiter, routes))
+    .use(authGate(deps.storage.keys, limiter, routes))
     .onRequest(({ set }) => {
       // Elysia writes `application/json;charset=utf-8`; the contract spells it with a space.
       set.headers["content-type"] = JSON_CONTENT_TYPE;
@@ -66,7 +64,7 @@ export function createApp(deps: AppDeps) {
     .use(metricsRoutes({ metrics, isPublic: limits.metricsPublic }))
     .use(docsRoutes())
     .use(webRoutes())
-    .use(messagesRoutes({ db: deps.db }))
+    .use(messagesRoutes({ messages: deps.storage.messages }))
     .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }));
 }
 

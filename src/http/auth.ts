@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
-import type { KeyStore, Principal } from "../db/keys";
+import type { KeyStore } from "../db/storage";
+import type { Principal } from "../db/types";
 import { AppError } from "../errors";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
@@ -32,14 +33,14 @@ const unauthorized = (message: string, tokenSent: boolean) =>
     },
   });
 
-export function authenticate(keys: KeyStore, header: string | null): Principal {
+export async function authenticate(keys: KeyStore, header: string | null): Promise<Principal> {
   const credentials = readCredentials(header);
   if ("problem" in credentials) {
     throw credentials.problem === "missing"
       ? unauthorized("an API key is required: send Authorization: Bearer <key>", false)
       : unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
   }
-  const principal = keys.verify(credentials.token);
+  const principal = await keys.verify(credentials.token);
   if (!principal) throw unauthorized("the API key is unknown or revoked", true);
   return principal;
 }
@@ -80,11 +81,11 @@ export const requireKey = new Elysia({ name: "parley/require-key" }).macro({
  * `auth` declarations, through the route table.
  */
 export const authGate = (keys: KeyStore, limiter: RateLimiter, routes: RouteTable) =>
-  new Elysia({ name: "parley/auth" }).onRequest(({ request, set }) => {
+  new Elysia({ name: "parley/auth" }).onRequest(async ({ request, set }) => {
     const context = contextOf(request);
     const access = routes.match(context.path, request.method);
     if (access === undefined) return;
-    const principal = authenticate(keys, request.headers.get("authorization"));
+    const principal = await authenticate(keys, request.headers.get("authorization"));
     context.principal = principal;
     Object.assign(set.headers, limiter.take(principal.keyId));
     if (access === "admin" && principal.role !== "admin") throw new AppError("forbidden", 403, "this endpoint needs an admin key");

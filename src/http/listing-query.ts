@@ -1,5 +1,4 @@
-import type { MessageQuery, SortDirection, SortField } from "../db/messages";
-import type { Principal } from "../db/keys";
+import type { MessageQuery, Principal, SortDirection, SortField } from "../db/types";
 import { AppError, invalidRequest } from "../errors";
 
 export interface ListingParams {

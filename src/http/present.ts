@@ -1,4 +1,4 @@
-import type { MessageRecord } from "../db/messages";
+import type { MessageRecord } from "../db/types";
 
 /** A stored message as the API shows it; `finish_reason` belongs to replies only. */
 export function messageJson(message: MessageRecord) {

@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import type { Principal } from "../db/keys";
+import type { Principal } from "../db/types";
 
 /**
  * What Parley knows about a request while it runs, for its log line and metrics. Each field

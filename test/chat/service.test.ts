@@ -37,15 +37,16 @@ describe("KeyedLock", () => {
 
 describe("ChatService admission", () => {
   const db = testDb("service");
-  const { userId } = db.keys.create("alice", "user");
+  let userId: number;
   let engine: Engine;
   beforeAll(async () => {
+    ({ userId } = await db.keys.create("alice", "user"));
     // bench-small: random weights never end a reply, so "running" stays busy until aborted.
     engine = await testEngine({ preset: "bench-small", parallel: 1, queueMax: 0, contextSize: 256 });
   });
   afterAll(async () => {
     await engine.close();
-    db.storage.close();
+    await db.storage.close();
   });
 
   const input = (conversationId: string, signal?: AbortSignal): TurnInput => ({
@@ -66,7 +67,7 @@ describe("ChatService admission", () => {
   }
 
   test("with no queue, a free sequence still serves; a busy one refuses before storing anything", async () => {
-    const service = new ChatService(db.storage.db, new TurnRunner({ current: () => engine }));
+    const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => engine }));
     expect((await finish(service, input("free")))?.message.finishReason).toBe("length");
 
     const controller = new AbortController();
@@ -85,7 +86,7 @@ describe("ChatService admission", () => {
   });
 
   test("while the model is loading, turns are refused with 503", async () => {
-    const service = new ChatService(db.storage.db, new TurnRunner({ current: () => undefined }));
+    const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => undefined }));
     const error = await finish(service, input("early")).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: "overloaded", status: 503 });
   });

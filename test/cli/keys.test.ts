@@ -1,8 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { openStorage } from "../../src/db/client";
-import { KeyStore } from "../../src/db/keys";
+import { openStorage } from "../../src/db/open";
 import { serveApp, tempDir } from "../support";
 
 const dir = tempDir("cli");
@@ -13,11 +12,11 @@ function parley(...args: string[]) {
   return { code: result.exitCode, stdout: result.stdout.toString(), stderr: result.stderr.toString() };
 }
 
-const storage = openStorage(env.PARLEY_DB);
-const server = serveApp({ db: storage.db, keys: new KeyStore(storage.db) });
+const storage = await openStorage(env.PARLEY_DB);
+const server = serveApp({ storage });
 afterAll(async () => {
   await server.stop();
-  storage.close();
+  await storage.close();
 });
 
 const listAs = (key: string) => fetch(`${server.url}/api/v1.0/chat/messages`, { headers: { authorization: `Bearer ${key}` } });

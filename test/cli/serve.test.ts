@@ -11,6 +11,7 @@ const env = {
   PARLEY_MODELS_DIR: join(dir, "models"),
   PARLEY_PORT: "0",
   PARLEY_ADMIN_KEY: adminKey,
+  PARLEY_DATA_DIR: join(dir, "state"),
 };
 
 const started: ChildServer[] = [];
@@ -20,7 +21,7 @@ afterAll(() => {
 
 /** `parley serve` with no model configured, so it writes and uses the demo model in PARLEY_MODELS_DIR. */
 async function start(): Promise<ChildServer> {
-  const server = await startServer({ dbPath: env.PARLEY_DB, adminKey, env: { PARLEY_MODEL: "", PARLEY_MODELS_DIR: env.PARLEY_MODELS_DIR, PARLEY_THREADS: "" } });
+  const server = await startServer({ dbPath: env.PARLEY_DB, adminKey, env: { PARLEY_MODEL: "", PARLEY_MODELS_DIR: env.PARLEY_MODELS_DIR, PARLEY_THREADS: "", PARLEY_DATA_DIR: env.PARLEY_DATA_DIR } });
   started.push(server);
   return server;
 }
@@ -56,6 +57,10 @@ describe("parley serve", () => {
     expect(names[0]).toBe("start");
     expect(names.at(-1)).toBe("done");
     await stop(server);
+    // What is not the database lives in PARLEY_DATA_DIR: the chat-format cache, the KV states saved on stop.
+    expect(existsSync(join(env.PARLEY_DATA_DIR, "chat-wrappers.json"))).toBe(true);
+    expect(existsSync(join(env.PARLEY_DATA_DIR, "kv"))).toBe(true);
+    expect(existsSync(join(dir, "data", "chat-wrappers.json"))).toBe(false);
   });
 
   test("a restart on the same data continues the conversation with its full history", async () => {

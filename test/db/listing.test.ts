@@ -1,12 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { ensureConversation, insertMessage } from "../../src/db/conversations";
-import { pageStatement } from "../../src/db/messages";
+import { pageStatement } from "../../src/db/sqlite/messages";
 import { bearer, type Served, serveApp, testDb } from "../support";
 
 const db = testDb("listing");
-const alice = db.keys.create("alice", "user");
-const bob = db.keys.create("bob", "user");
-const admin = db.keys.create("root", "admin");
+const alice = await db.keys.create("alice", "user");
+const bob = await db.keys.create("bob", "user");
+const admin = await db.keys.create("root", "admin");
 let server: Served;
 
 interface Row {
@@ -19,11 +18,11 @@ interface Row {
 
 // 250 messages over 3 conversations and 2 users; created_at repeats in runs of 3 so ties are common.
 const expected = new Map<number, Row[]>();
-beforeAll(() => {
+beforeAll(async () => {
   const conversations = [
-    ensureConversation(db.storage.db, alice.userId, "trip-1"),
-    ensureConversation(db.storage.db, alice.userId, "trip-2"),
-    ensureConversation(db.storage.db, bob.userId, "trip-1"),
+    await db.storage.conversations.findOrCreate(alice.userId, "trip-1"),
+    await db.storage.conversations.findOrCreate(alice.userId, "trip-2"),
+    await db.storage.conversations.findOrCreate(bob.userId, "trip-1"),
   ];
   const base = Date.parse("2026-11-22T10:00:00.000Z");
   for (let i = 0; i < 250; i++) {
@@ -31,7 +30,7 @@ beforeAll(() => {
     const conversation = conversations[i % 3]!;
     const createdAt = base + ((i * 37) % 250 - ((i * 37) % 250) % 3) * 1000;
     const role = i % 2 === 0 ? "user" : "assistant";
-    const stored = insertMessage(db.storage.db, conversation, {
+    const stored = await db.storage.conversations.addMessage(conversation, {
       role,
       content: `message ${i}`,
       createdAt,
@@ -47,11 +46,11 @@ beforeAll(() => {
     });
     expected.set(conversation.userId, rows);
   }
-  server = serveApp({ db: db.storage.db, keys: db.keys });
+  server = serveApp({ storage: db.storage });
 });
 afterAll(async () => {
   await server.stop();
-  db.storage.close();
+  await db.storage.close();
 });
 
 async function list(key: string, query: string) {

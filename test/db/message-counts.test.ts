@@ -1,13 +1,12 @@
 import { expect, test } from "bun:test";
-import { ensureConversation, insertMessage } from "../../src/db/conversations";
 import { testDb } from "../support";
 
-test("the stored message counts follow inserts and deletes, per user and per conversation", () => {
+test("the stored message counts follow inserts and deletes, per user and per conversation", async () => {
   const { storage, keys } = testDb("counts");
-  const { userId } = keys.create("carol", "user");
-  const a = ensureConversation(storage.db, userId, "a");
-  const b = ensureConversation(storage.db, userId, "b");
-  for (let i = 0; i < 5; i++) insertMessage(storage.db, i < 3 ? a : b, { role: "user", content: `m${i}` });
+  const { userId } = await keys.create("carol", "user");
+  const a = await storage.conversations.findOrCreate(userId, "a");
+  const b = await storage.conversations.findOrCreate(userId, "b");
+  for (let i = 0; i < 5; i++) await storage.conversations.addMessage(i < 3 ? a : b, { role: "user", content: `m${i}` });
   storage.sqlite.run("DELETE FROM messages WHERE id = (SELECT min(id) FROM messages)");
 
   const counted = (sql: string) => storage.sqlite.query(sql).all();
@@ -18,5 +17,5 @@ test("the stored message counts follow inserts and deletes, per user and per con
     { conversation_id: a.id, message_count: 2 },
     { conversation_id: b.id, message_count: 2 },
   ]);
-  storage.close();
+  await storage.close();
 });

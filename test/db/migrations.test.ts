@@ -1,14 +1,13 @@
 import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { openStorage } from "../../src/db/client";
-import { ensureConversation, insertMessage } from "../../src/db/conversations";
-import { KeyStore } from "../../src/db/keys";
+import { openStorage } from "../../src/db/open";
+import { openSqliteStorage } from "../../src/db/sqlite/storage";
 import { tempDir } from "../support";
 
 describe("storage start-up", () => {
-  test("a fresh database is created and migrated, with the pragmas durability needs", () => {
+  test("a fresh database is created and migrated, with the pragmas durability needs", async () => {
     const path = join(tempDir("migrate"), "nested", "dir", "parley.db");
-    const storage = openStorage(path);
+    const storage = openSqliteStorage(path);
     const pragma = (name: string) => Object.values(storage.sqlite.query(`PRAGMA ${name}`).get() as object)[0];
     expect(pragma("journal_mode")).toBe("wal");
     expect(pragma("foreign_keys")).toBe(1);
@@ -18,43 +17,40 @@ describe("storage start-up", () => {
     expect(tables.map((row) => (row as { name: string }).name)).toEqual(
       expect.arrayContaining(["api_keys", "conversations", "messages", "users"]),
     );
-    storage.close();
+    await storage.close();
   });
 
-  test("an already-migrated database starts again and keeps its data", () => {
+  test("an already-migrated database starts again and keeps its data", async () => {
     const path = join(tempDir("restart"), "parley.db");
-    const first = openStorage(path);
-    const keys = new KeyStore(first.db);
-    const { key, userId } = keys.create("erin", "user");
-    const conversation = ensureConversation(first.db, userId, "kept");
-    insertMessage(first.db, conversation, { role: "user", content: "remember me" });
-    first.close();
+    const first = await openStorage(path);
+    const { key, userId } = await first.keys.create("erin", "user");
+    const conversation = await first.conversations.findOrCreate(userId, "kept");
+    await first.conversations.addMessage(conversation, { role: "user", content: "remember me" });
+    await first.close();
 
-    const second = openStorage(path);
+    const second = openSqliteStorage(path);
     const migrations = second.sqlite.query("SELECT count(*) AS n FROM __drizzle_migrations").get() as { n: number };
     expect(migrations.n).toBeGreaterThan(0);
-    expect(new KeyStore(second.db).verify(key)?.userId).toBe(userId);
-    const again = ensureConversation(second.db, userId, "kept");
+    expect((await second.keys.verify(key))?.userId).toBe(userId);
+    const again = await second.conversations.findOrCreate(userId, "kept");
     expect(again.created).toBe(false);
     const content = second.sqlite.query("SELECT content FROM messages").all();
     expect(content).toEqual([{ content: "remember me" }]);
-    second.close();
+    await second.close();
   });
 
-  test("foreign keys are enforced", () => {
-    const storage = openStorage(join(tempDir("fk"), "parley.db"));
-    expect(() => insertMessage(storage.db, { id: 999, userId: 999, externalId: "x" }, { role: "user", content: "orphan" })).toThrow();
-    storage.close();
+  test("foreign keys are enforced", async () => {
+    await using storage = await openStorage(join(tempDir("fk"), "parley.db"));
+    await expect(storage.conversations.addMessage({ id: 999, userId: 999, externalId: "x" }, { role: "user", content: "orphan" })).rejects.toThrow();
   });
 
-  test("bootstrap creates one admin key on first start only, using PARLEY_ADMIN_KEY when given", () => {
-    const storage = openStorage(join(tempDir("boot"), "parley.db"));
-    const keys = new KeyStore(storage.db);
+  test("bootstrap creates one admin key on first start only, using PARLEY_ADMIN_KEY when given", async () => {
+    await using storage = await openStorage(join(tempDir("boot"), "parley.db"));
+    const { keys } = storage;
     const chosen = "automation-chosen-admin-key-0123456789";
-    expect(keys.bootstrap(chosen)).toBe(chosen);
-    expect(keys.verify(chosen)).toMatchObject({ role: "admin", userName: "admin" });
-    expect(keys.bootstrap()).toBeUndefined();
-    expect(keys.list()).toHaveLength(1);
-    storage.close();
+    expect(await keys.bootstrap(chosen)).toBe(chosen);
+    expect(await keys.verify(chosen)).toMatchObject({ role: "admin", userName: "admin" });
+    expect(await keys.bootstrap()).toBeUndefined();
+    expect(await keys.list()).toHaveLength(1);
   });
 });

@@ -1,14 +1,15 @@
 import { afterAll, describe, expect, test } from "bun:test";
+import { authenticate } from "../../src/http/auth";
 import { serveApp, testDb } from "../support";
 
 const db = testDb("auth");
-const alice = db.keys.create("alice", "user");
-const revoked = db.keys.create("alice", "user");
-db.keys.revoke(revoked.id);
-const server = serveApp({ db: db.storage.db, keys: db.keys });
+const alice = await db.keys.create("alice", "user");
+const revoked = await db.keys.create("alice", "user");
+await db.keys.revoke(revoked.id);
+const server = serveApp({ storage: db.storage });
 afterAll(async () => {
   await server.stop();
-  db.storage.close();
+  await db.storage.close();
 });
 
 const list = (headers: Record<string, string> = {}, query = "") =>
@@ -76,8 +77,44 @@ describe("authentication", () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 
-  test("using a key records when it was last used", () => {
-    const listed = db.keys.list().find((row) => row.id === alice.id)!;
+  test("using a key records when it was last used", async () => {
+    const listed = (await db.keys.list()).find((row) => row.id === alice.id)!;
     expect(listed.lastUsedAt).toBeGreaterThan(0);
+  });
+});
+
+describe("key check timing", () => {
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+  test("a key wrong only in its last character is refused as fast as one wrong in every character", async () => {
+    const flip = (c: string) => (c === "A" ? "B" : "A");
+    const headers = {
+      "last character": `Bearer ${alice.key.slice(0, -1)}${flip(alice.key.at(-1)!)}`,
+      "every character": `Bearer ${[...alice.key].map(flip).join("")}`,
+    };
+    for (const header of Object.values(headers)) {
+      await expect(authenticate(db.keys, header)).rejects.toMatchObject({ status: 401 });
+    }
+    const CALLS = 100;
+    const batch = async (header: string) => {
+      const started = performance.now();
+      for (let i = 0; i < CALLS; i++) await authenticate(db.keys, header).catch(() => undefined);
+      return (performance.now() - started) / CALLS;
+    };
+    const kinds = Object.keys(headers) as (keyof typeof headers)[];
+    const samples = { "last character": [] as number[], "every character": [] as number[] };
+    await batch(headers["every character"]); // warm-up
+    // Interleaved, first one kind then the other first, so drift in machine load hits both alike;
+    // the median of many batches ignores the batches a busy machine interrupted.
+    for (let i = 0; i < 100; i++) {
+      for (const kind of i % 2 ? kinds : [...kinds].reverse()) samples[kind].push(await batch(headers[kind]));
+    }
+    const nearly = median(samples["last character"]);
+    const wholly = median(samples["every character"]);
+    console.log(`key check: median ${(nearly * 1000).toFixed(1)} µs (wrong last character) vs ${(wholly * 1000).toFixed(1)} µs (wrong everywhere), 100 batches of ${CALLS}`);
+    // The key is hashed before the lookup, so how much of it was right cannot show. A
+    // character-by-character comparison would be below this tolerance, but a short-circuit that
+    // skipped or added work for a near miss (a second query, a prefix lookup) would not.
+    expect(Math.abs(nearly - wholly)).toBeLessThan(0.25 * Math.min(nearly, wholly));
   });
 });

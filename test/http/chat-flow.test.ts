@@ -5,18 +5,18 @@ import { bearer, readSse, type Served, serveApp, type SseEvent, testDb, testEngi
 // The bench-small model (random weights, ~100 M parameters) never ends a reply by itself and
 // takes tens of ms per token: long enough to disconnect mid-reply and to fill the queue.
 const db = testDb("chat-flow");
-const { key, userId } = db.keys.create("alice", "user");
+const { key, userId } = await db.keys.create("alice", "user");
 let engine: Engine;
 let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "bench-small", parallel: 1, queueMax: 1, contextSize: 512 });
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine, limits: { heartbeatMs: 100 } });
+  server = serveApp({ storage: db.storage, engine, limits: { heartbeatMs: 100 } });
 });
 afterAll(async () => {
   await server.stop();
   await engine.close();
-  db.storage.close();
+  await db.storage.close();
 });
 
 const post = (body: Record<string, unknown>, signal?: AbortSignal) =>

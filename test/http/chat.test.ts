@@ -3,8 +3,8 @@ import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engi
 import { bearer, readSse, type Served, serveApp, type SseEvent, testDb, testEngine } from "../support";
 
 const db = testDb("chat");
-const alice = db.keys.create("alice", "user");
-const bob = db.keys.create("bob", "user");
+const alice = await db.keys.create("alice", "user");
+const bob = await db.keys.create("bob", "user");
 let engine: Engine;
 let server: Served;
 /** What the engine was really asked and really evaluated: observed, not replaced. */
@@ -18,12 +18,12 @@ beforeAll(async () => {
     generations.push({ request, result });
     return result;
   };
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine });
+  server = serveApp({ storage: db.storage, engine });
 });
 afterAll(async () => {
   await server.stop();
   await engine.close();
-  db.storage.close();
+  await db.storage.close();
 });
 
 interface StoredMessage {

@@ -3,11 +3,11 @@ import { toAppError } from "../../src/http/errors";
 import { bearer, serveApp, testDb } from "../support";
 
 const db = testDb("errors");
-const { key } = db.keys.create("alice", "user");
-const server = serveApp({ db: db.storage.db, keys: db.keys });
+const { key } = await db.keys.create("alice", "user");
+const server = serveApp({ storage: db.storage });
 afterAll(async () => {
   await server.stop();
-  db.storage.close();
+  await db.storage.close();
 });
 
 const MARK = "ZZ-SECRET-INPUT-7731";

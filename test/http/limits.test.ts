@@ -5,11 +5,11 @@ import type { Engine } from "../../src/llm/engine";
 import { bearer, readSse, type Served, serveApp, testDb, testEngine } from "../support";
 
 const db = testDb("limits");
-const alice = db.keys.create("alice", "user");
-const bob = db.keys.create("bob", "user");
+const alice = await db.keys.create("alice", "user");
+const bob = await db.keys.create("bob", "user");
 
 describe("body size", () => {
-  const server = serveApp({ db: db.storage.db, keys: db.keys, limits: { bodyLimitBytes: 4096 } });
+  const server = serveApp({ storage: db.storage, limits: { bodyLimitBytes: 4096 } });
   afterAll(() => server.stop());
 
   test("an endless body is refused with 413 after reading little more than the limit", async () => {
@@ -34,7 +34,7 @@ describe("body size", () => {
 });
 
 describe("per-key rate limit", () => {
-  const server = serveApp({ db: db.storage.db, keys: db.keys, limits: { rateLimitPerMinute: 3 } });
+  const server = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 3 } });
   afterAll(() => server.stop());
   const list = (key: string, query = "") => fetch(`${server.url}/api/v1.0/chat/messages${query}`, { headers: bearer(key) });
 
@@ -64,7 +64,7 @@ describe("per-key rate limit", () => {
   });
 
   test("a limit of 0 turns it off", async () => {
-    const open = serveApp({ db: db.storage.db, keys: db.keys, limits: { rateLimitPerMinute: 0 } });
+    const open = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 0 } });
     for (let i = 0; i < 10; i++) {
       const response = await fetch(`${open.url}/api/v1.0/chat/messages`, { headers: bearer(bob.key) });
       expect(response.status).toBe(200);
@@ -80,8 +80,8 @@ describe("streams per key and the time cap on a reply", () => {
   let server: Served;
   beforeAll(async () => {
     engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
-    const chat = new ChatService(db.storage.db, new TurnRunner({ current: () => engine }, { generationTimeoutMs: 300 }));
-    server = serveApp({ db: db.storage.db, keys: db.keys, engine, chat, limits: { maxStreamsPerKey: 1 } });
+    const chat = new ChatService(db.storage.conversations, new TurnRunner({ current: () => engine }, { generationTimeoutMs: 300 }));
+    server = serveApp({ storage: db.storage, engine, chat, limits: { maxStreamsPerKey: 1 } });
   });
   afterAll(async () => {
     await server.stop();

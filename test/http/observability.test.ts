@@ -5,8 +5,8 @@ import type { Engine } from "../../src/llm/engine";
 import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
 
 const db = testDb("observability");
-const admin = db.keys.create("ops", "admin");
-const user = db.keys.create("alice", "user");
+const admin = await db.keys.create("ops", "admin");
+const user = await db.keys.create("alice", "user");
 const SECRET_TEXT = "my-very-private-message-4412";
 const logLines: string[] = [];
 let engine: Engine;
@@ -14,7 +14,7 @@ let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine();
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine, logLines, limits: { rateLimitPerMinute: 1000 } });
+  server = serveApp({ storage: db.storage, engine, logLines, limits: { rateLimitPerMinute: 1000 } });
 });
 afterAll(async () => {
   await server.stop();

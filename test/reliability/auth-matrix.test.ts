@@ -4,22 +4,22 @@ import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
 import { contractResponse } from "./support";
 
 const db = testDb("auth-matrix");
-const alice = db.keys.create("alice", "user");
-const bob = db.keys.create("bob", "user");
-const admin = db.keys.create("ops", "admin");
-const revoked = db.keys.create("alice", "user");
-db.keys.revoke(revoked.id);
+const alice = await db.keys.create("alice", "user");
+const bob = await db.keys.create("bob", "user");
+const admin = await db.keys.create("ops", "admin");
+const revoked = await db.keys.create("alice", "user");
+await db.keys.revoke(revoked.id);
 let engine: Engine;
 let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "demo" });
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine });
+  server = serveApp({ storage: db.storage, engine });
 });
 afterAll(async () => {
   await server.stop();
   await engine.close();
-  db.storage.close();
+  await db.storage.close();
 });
 
 type Endpoint = "chat" | "list own" | "list other" | "metrics";
@@ -102,31 +102,6 @@ describe("authorization matrix", () => {
     const rows = db.storage.sqlite.query("SELECT DISTINCT user_id FROM messages").all() as { user_id: number }[];
     // Only the two live keys' chats (alice's user key, the admin's) stored anything.
     expect(rows.map((row) => row.user_id).sort()).toEqual([alice.userId, admin.userId].sort());
-  });
-});
-
-describe("key lookup timing", () => {
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-  test("an unknown key and one that matches a real key up to its last character take the same time", async () => {
-    const samples: Record<"unknown" | "known prefix", number[]> = { unknown: [], "known prefix": [] };
-    // Interleaved, so drift in machine load hits both kinds alike.
-    for (let i = 0; i < 300; i++) {
-      for (const kind of ["unknown", "known prefix"] as const) {
-        const started = performance.now();
-        const response = await fetch(`${server.url}/api/v1.0/chat/messages`, { headers: { authorization: authorization[kind]! } });
-        await response.arrayBuffer();
-        samples[kind].push(performance.now() - started);
-        expect(response.status).toBe(401);
-      }
-    }
-    const unknown = median(samples.unknown);
-    const knownPrefix = median(samples["known prefix"]);
-    console.log(`key timing: median ${unknown.toFixed(3)} ms unknown vs ${knownPrefix.toFixed(3)} ms known prefix, 300 each`);
-    // The key is hashed before the lookup, so how much of it was right cannot show; a
-    // character-by-character comparison over HTTP would not be visible either at this
-    // tolerance, but a short-circuit that skipped or added work (e.g. a query per prefix) would.
-    expect(Math.abs(unknown - knownPrefix)).toBeLessThan(Math.max(0.5, 0.5 * Math.min(unknown, knownPrefix)));
   });
 });
 

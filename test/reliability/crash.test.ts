@@ -9,7 +9,7 @@ import { withDb } from "./support";
  * or `done` after the reply), and in WAL mode a commit has written its frames to the WAL file
  * before it returns. A killed process loses only what it had not yet committed; the next open
  * replays the WAL up to the last commit record, so the database is whole and every
- * acknowledged row is there. `synchronous = FULL` (src/db/client.ts) adds an fsync of the WAL
+ * acknowledged row is there. `synchronous = FULL` (src/db/sqlite/client.ts) adds an fsync of the WAL
  * on every commit, which carries the same promise past an OS crash or power loss — something a
  * SIGKILL cannot simulate (the kernel still holds the written pages), and NORMAL would not give:
  * under NORMAL the last commits before a power cut may roll back after they were acknowledged.

@@ -9,7 +9,7 @@ import { bearer, readSse, type Served, serveApp, testDb, testEngine, until } fro
 // (possibly before the response even began). The bench-small model never ends a reply by
 // itself, so every reply that is stored was cut by its client.
 const db = testDb("disconnects");
-const { key } = db.keys.create("alice", "user");
+const { key } = await db.keys.create("alice", "user");
 let engine: Engine;
 let chat: ChatService;
 let runner: TurnRunner;
@@ -18,13 +18,13 @@ let server: Served;
 beforeAll(async () => {
   engine = await testEngine({ preset: "bench-small", parallel: 2, queueMax: 64, contextSize: 512 });
   runner = new TurnRunner({ current: () => engine });
-  chat = new ChatService(db.storage.db, runner);
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine, chat, limits: { heartbeatMs: 100, maxStreamsPerKey: 64 } });
+  chat = new ChatService(db.storage.conversations, runner);
+  server = serveApp({ storage: db.storage, engine, chat, limits: { heartbeatMs: 100, maxStreamsPerKey: 64 } });
 });
 afterAll(async () => {
   await server.stop();
   await engine.close();
-  db.storage.close();
+  await db.storage.close();
 });
 
 interface Client {

@@ -11,15 +11,15 @@ const CASES = 2000;
 const DEADLINE_MS = 10_000;
 
 const db = testDb("fuzz");
-const alice = db.keys.create("alice", "user");
-const bob = db.keys.create("bob", "user");
-const admin = db.keys.create("ops", "admin");
+const alice = await db.keys.create("alice", "user");
+const bob = await db.keys.create("bob", "user");
+const admin = await db.keys.create("ops", "admin");
 let engine: Engine;
 let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "demo" });
-  server = serveApp({ db: db.storage.db, keys: db.keys, engine });
+  server = serveApp({ storage: db.storage, engine });
   // Something to list, and for a stray SQL fragment to destroy.
   for (const conversation_id of ["seed-a", "seed-b"]) {
     const response = await fetch(`${server.url}/api/v1.0/chat`, {
@@ -33,7 +33,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server.stop();
   await engine.close();
-  db.storage.close();
+  await db.storage.close();
 });
 
 const counts = () =>

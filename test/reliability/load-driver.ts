@@ -4,8 +4,7 @@
  * and by `bun run bench load`.
  */
 import { Database } from "bun:sqlite";
-import { openStorage } from "../../src/db/client";
-import { KeyStore } from "../../src/db/keys";
+import { openStorage } from "../../src/db/open";
 import { readSse } from "../support";
 import { rssKb } from "./support";
 
@@ -104,17 +103,12 @@ export const percentile = (values: number[], p: number) => {
 };
 
 /** Creates the keys before the server first opens the database (it then makes no admin key of its own). */
-export function seedKeys(dbPath: string, users: number): { admin: string; users: string[] } {
-  const storage = openStorage(dbPath);
-  try {
-    const keys = new KeyStore(storage.db);
-    return {
-      admin: keys.create("ops", "admin").key,
-      users: Array.from({ length: users }, (_, i) => keys.create(`load-${i}`, "user").key),
-    };
-  } finally {
-    storage.close();
-  }
+export async function seedKeys(dbPath: string, users: number): Promise<{ admin: string; users: string[] }> {
+  await using storage = await openStorage(dbPath);
+  const admin = (await storage.keys.create("ops", "admin")).key;
+  const userKeys: string[] = [];
+  for (let i = 0; i < users; i++) userKeys.push((await storage.keys.create(`load-${i}`, "user")).key);
+  return { admin, users: userKeys };
 }
 
 /** Queue depth and busy sequences as the server reports them on /metrics. */

@@ -11,7 +11,7 @@ const DURATION_MS = 6_000;
 const DEADLINE_MS = 20_000;
 
 const dbPath = join(tempDir("load"), "parley.db");
-const keys = seedKeys(dbPath, 8);
+const keys = await seedKeys(dbPath, 8);
 let server: ChildServer | undefined;
 afterAll(() => server?.child.kill("SIGKILL"));
 

@@ -2,7 +2,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
-import { ensureConversation, insertMessage } from "../../src/db/conversations";
 import type { Engine } from "../../src/llm/engine";
 import { bearer, type Served, serveApp, type TestDb, testDb, testEngine } from "../support";
 
@@ -37,11 +36,11 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
   beforeAll(async () => {
     db = testDb("web");
-    alice = db.keys.create("alice", "user");
+    alice = await db.keys.create("alice", "user");
     // bench-small never ends a reply by itself and emits a token every 20–40 ms: each one is
     // visible in the page, and a Stop always lands mid-reply. Replies are capped by max tokens.
     engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
-    served = serveApp({ db: db.storage.db, keys: db.keys, engine });
+    served = serveApp({ storage: db.storage, engine });
     // `launch` gives the browser a fresh temporary profile (its --user-data-dir) and removes it on close.
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -236,11 +235,11 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   });
 
   test('"Load older" pages back through 45 stored messages, oldest first', async () => {
-    const conversation = ensureConversation(db.storage.db, alice.userId, "long-1");
+    const conversation = await db.storage.conversations.findOrCreate(alice.userId, "long-1");
     const start = Date.parse("2026-01-01T00:00:00Z");
     for (let i = 1; i <= 45; i++) {
       const role = i % 2 === 1 ? "user" : "assistant";
-      insertMessage(db.storage.db, conversation, { role, content: `message ${i}`, createdAt: start + i * 1000, ...(role === "assistant" ? { finishReason: "stop" } : {}) });
+      await db.storage.conversations.addMessage(conversation, { role, content: `message ${i}`, createdAt: start + i * 1000, ...(role === "assistant" ? { finishReason: "stop" } : {}) });
     }
     const page = await open({ height: 600 });
     await signIn(page, "long-1");
@@ -260,14 +259,14 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   });
 
   test("fits 360 px and 1280 px wide, light and dark (screenshots in test-artifacts/)", async () => {
-    const conversation = ensureConversation(db.storage.db, alice.userId, "screenshot");
+    const conversation = await db.storage.conversations.findOrCreate(alice.userId, "screenshot");
     const turns = [
       "What can I do with Parley?",
       "Parley answers chat messages from a model that runs on this machine, and keeps every conversation.",
       "Does it need the internet?",
       "No: the model, the database and this page are all served by Parley itself.",
     ];
-    turns.forEach((content, i) => insertMessage(db.storage.db, conversation, { role: i % 2 ? "assistant" : "user", content }));
+    for (const [i, content] of turns.entries()) await db.storage.conversations.addMessage(conversation, { role: i % 2 ? "assistant" : "user", content });
     mkdirSync(ARTIFACTS, { recursive: true });
 
     for (const [width, height, colorScheme] of [[360, 740, "light"], [1280, 800, "light"], [1280, 800, "dark"]] as const) {

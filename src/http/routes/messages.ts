@@ -1,6 +1,5 @@
 import { Elysia, t } from "elysia";
-import type { Db } from "../../db/client";
-import { listMessages } from "../../db/messages";
+import type { MessageStore } from "../../db/storage";
 import { requireKey } from "../auth";
 import { parseListing } from "../listing-query";
 import { errorResponses, messagePageSchema } from "../openapi";
@@ -14,16 +13,16 @@ const listingQuery = t.Object({
   sort_by: t.Optional(t.String({ description: "`<created_at|id>:<asc|desc>`, default created_at:desc" })),
 });
 
-export const messagesRoutes = (deps: { db: Db }) =>
+export const messagesRoutes = (deps: { messages: MessageStore }) =>
   new Elysia({ name: "parley/routes/messages" })
     .use(requireKey)
     .get(
       "/api/v1.0/chat/messages",
-      ({ query, principal }) => {
+      async ({ query, principal }) => {
         const { query: filter, page, rowsPerPage } = parseListing(query, principal);
         const offset = (page - 1) * rowsPerPage;
         // A page far past the end would overflow SQLite's OFFSET; it is empty anyway.
-        const { rows, total } = listMessages(deps.db, {
+        const { rows, total } = await deps.messages.list({
           ...filter,
           limit: Number.isSafeInteger(offset) ? rowsPerPage : 0,
           offset: Number.isSafeInteger(offset) ? offset : 0,

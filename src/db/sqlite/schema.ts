@@ -1,5 +1,6 @@
 import { sql } from "drizzle-orm";
 import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { FINISH_REASONS, KEY_ROLES, ROLES } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () =>
@@ -20,10 +21,10 @@ export const apiKeys = sqliteTable(
     userId: integer("user_id")
       .notNull()
       .references(() => users.id),
-    role: text("role", { enum: ["user", "admin"] }).notNull(),
+    role: text("role", { enum: KEY_ROLES }).notNull(),
     /** The first characters of the key, so an operator can tell keys apart; never enough to use. */
     prefix: text("prefix").notNull(),
-    /** SHA-256 of the whole key: keys are 256-bit random, so a slow hash would add nothing. */
+    /** `hashKey` of the whole key (src/db/api-keys.ts). */
     hash: text("hash").notNull().unique(),
     createdAt: createdAt(),
     lastUsedAt: integer("last_used_at", { mode: "number" }),
@@ -56,10 +57,10 @@ export const messages = sqliteTable(
     conversationId: integer("conversation_id")
       .notNull()
       .references(() => conversations.id),
-    role: text("role", { enum: ["user", "assistant"] }).notNull(),
+    role: text("role", { enum: ROLES }).notNull(),
     content: text("content").notNull(),
     createdAt: createdAt(),
-    finishReason: text("finish_reason", { enum: ["stop", "length", "cancelled"] }),
+    finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     promptTokens: integer("prompt_tokens"),
     completionTokens: integer("completion_tokens"),
     cachedTokens: integer("cached_tokens"),
@@ -92,11 +93,3 @@ export const conversationMessageCounts = sqliteTable("conversation_message_count
     .references(() => conversations.id),
   messageCount: integer("message_count").notNull(),
 });
-
-export type User = typeof users.$inferSelect;
-export type ApiKey = typeof apiKeys.$inferSelect;
-export type Conversation = typeof conversations.$inferSelect;
-export type Message = typeof messages.$inferSelect;
-export type NewMessage = typeof messages.$inferInsert;
-export type Role = Message["role"];
-export type FinishReason = NonNullable<Message["finishReason"]>;

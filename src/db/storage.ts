@@ -1,0 +1,57 @@
+/**
+ * What the rest of Parley may ask of its database. Every call is async, so a backend with a network
+ * round trip (PostgreSQL) can stand where SQLite does; nothing here knows of chats or HTTP.
+ */
+import type {
+  CreatedKey,
+  FoundConversation,
+  ConversationRef,
+  KeyListing,
+  KeyRole,
+  MessagePage,
+  MessageQuery,
+  MessageRecord,
+  NewMessage,
+  Principal,
+  Turn,
+} from "./types";
+
+export interface KeyStore {
+  /** Creates the user if needed and a key for it (a random one unless given). */
+  create(userName: string, role: KeyRole, key?: string): Promise<CreatedKey>;
+  list(): Promise<KeyListing[]>;
+  /** False when no such key exists; revoking twice keeps the first time. */
+  revoke(id: number): Promise<boolean>;
+  /**
+   * The key's principal, or undefined for an unknown or revoked key. Implementations look the key
+   * up by its digest (`hashKey`), so the time taken cannot depend on how much of a guess was right,
+   * and record its use (`isLastUsedStale`).
+   */
+  verify(key: string): Promise<Principal | undefined>;
+  /**
+   * First start: with no keys at all, creates user "admin" with an admin key (the given one, or a
+   * random one) and returns it, so the caller can show it once; otherwise undefined.
+   */
+  bootstrap(adminKey?: string): Promise<string | undefined>;
+}
+
+export interface ConversationStore {
+  /** The user's conversation with this client id, created on first use. */
+  findOrCreate(userId: number, externalId: string): Promise<FoundConversation>;
+  addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
+  /** The conversation's turns, oldest first (ties in time by insertion order). */
+  turns(conversationId: number): Promise<Turn[]>;
+}
+
+export interface MessageStore {
+  /** One page of a user's messages and how many the query matches in all. */
+  list(query: MessageQuery): Promise<MessagePage>;
+}
+
+export interface Storage extends AsyncDisposable {
+  readonly keys: KeyStore;
+  readonly conversations: ConversationStore;
+  readonly messages: MessageStore;
+  /** Releases the database; calling it again does nothing. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,100 @@
+/**
+ * The rows storage hands out and takes in, the same for every database. Each dialect's schema
+ * builds its enum columns from these lists, so a schema cannot drift from the types.
+ */
+
+export const KEY_ROLES = ["user", "admin"] as const;
+export const ROLES = ["user", "assistant"] as const;
+export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
+
+export type KeyRole = (typeof KEY_ROLES)[number];
+export type Role = (typeof ROLES)[number];
+export type FinishReason = (typeof FINISH_REASONS)[number];
+
+/** Who a request acts as, once its key is verified. */
+export interface Principal {
+  keyId: number;
+  userId: number;
+  userName: string;
+  role: KeyRole;
+}
+
+/** A key just issued: the plaintext is returned this once and never stored. */
+export interface CreatedKey {
+  key: string;
+  id: number;
+  userId: number;
+}
+
+export interface KeyListing {
+  id: number;
+  user: string;
+  userId: number;
+  role: KeyRole;
+  prefix: string;
+  createdAt: number;
+  lastUsedAt: number | null;
+  revokedAt: number | null;
+}
+
+export interface ConversationRef {
+  /** Internal row id. */
+  id: number;
+  userId: number;
+  /** The client's `conversation_id`; only unique within one user. */
+  externalId: string;
+}
+
+export interface FoundConversation extends ConversationRef {
+  /** True when this call created it. */
+  created: boolean;
+}
+
+/** A message to store; the storage fills in its id, owner and conversation. Times are epoch ms. */
+export interface NewMessage {
+  role: Role;
+  content: string;
+  /** Default: now. */
+  createdAt?: number;
+  finishReason?: FinishReason | null;
+  promptTokens?: number | null;
+  completionTokens?: number | null;
+  cachedTokens?: number | null;
+  temperature?: number | null;
+  model?: string | null;
+}
+
+/** A stored message with its conversation's client-facing id. */
+export interface MessageRecord {
+  id: number;
+  role: Role;
+  content: string;
+  createdAt: number;
+  userId: number;
+  finishReason: FinishReason | null;
+  conversationId: string;
+}
+
+/** One turn of a conversation as the model sees it. */
+export interface Turn {
+  role: Role;
+  content: string;
+}
+
+export type SortField = "created_at" | "id";
+export type SortDirection = "asc" | "desc";
+
+export interface MessageQuery {
+  userId: number;
+  conversationId?: string;
+  sortField: SortField;
+  sortDirection: SortDirection;
+  limit: number;
+  offset: number;
+}
+
+export interface MessagePage {
+  rows: MessageRecord[];
+  /** Every message the query matches, not only this page's. */
+  total: number;
+}
