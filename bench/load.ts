@@ -8,9 +8,12 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { startServer, tempDir, until } from "../test/support";
-import { engineGauges, percentile, runLoad, seedKeys } from "../test/reliability/load-driver";
-import { rssKb } from "../test/reliability/support";
+import { tempDir } from "../test/support/files";
+import { engineGauges, runLoad, seedKeys } from "../test/support/load";
+import { startServer } from "../test/support/process";
+import { seededRandom } from "../test/support/random";
+import { quantile, rssKb } from "../test/support/stats";
+import { until } from "../test/support/wait";
 
 const OUT = join(import.meta.dir, "..", ".bench");
 const { values } = parseArgs({
@@ -34,11 +37,12 @@ const server = await startServer({
   adminKey: keys.admin,
   env: { PARLEY_PARALLEL: "2", PARLEY_QUEUE_MAX: values["queue-max"]!, PARLEY_RATE_LIMIT: values["rate-limit"]! },
 });
+const random = seededRandom();
 try {
-  await runLoad({ url: server.url, keys: keys.users, clients: 3, durationMs: 500, deadlineMs: 60_000, maxTokens: 32 });
-  const before = await rssKb(server.pid);
+  await runLoad({ url: server.url, keys: keys.users, clients: 3, durationMs: 500, deadlineMs: 60_000, maxTokens: 32, random });
+  const before = rssKb(server.pid);
   const started = performance.now();
-  const result = await runLoad({ url: server.url, keys: keys.users, clients, durationMs: seconds * 1000, deadlineMs: 60_000, maxTokens: 32, pid: server.pid, honourRetryAfter: true });
+  const result = await runLoad({ url: server.url, keys: keys.users, clients, durationMs: seconds * 1000, deadlineMs: 60_000, maxTokens: 32, pid: server.pid, honourRetryAfter: true, random });
   const elapsed = (performance.now() - started) / 1000;
   await until(async () => {
     const gauges = await engineGauges(server.url, keys.admin);
@@ -47,11 +51,8 @@ try {
   // The JS heap keeps what the peak took until a GC and the allocator's scavenger hand it back,
   // which on an idle server takes about ten seconds: wait for that, up to a minute.
   const drained = performance.now();
-  let after = await rssKb(server.pid);
-  while (after > before * 1.2 && performance.now() - drained < 60_000) {
-    await Bun.sleep(500);
-    after = await rssKb(server.pid);
-  }
+  await until(() => rssKb(server.pid) <= before * 1.2, "RSS to settle", 60_000, 500).catch(() => undefined);
+  const after = rssKb(server.pid);
   const settledS = Math.round((performance.now() - drained) / 100) / 10;
 
   const figures = {
@@ -60,8 +61,8 @@ try {
     requests: result.requests,
     per_second: Math.round(result.requests / elapsed),
     outcomes: result.outcomes,
-    p50_ms: Math.round(percentile(result.latencies, 50)),
-    p99_ms: Math.round(percentile(result.latencies, 99)),
+    p50_ms: Math.round(quantile(result.latencies, 0.5)),
+    p99_ms: Math.round(quantile(result.latencies, 0.99)),
     rss_before_mib: Math.round(before / 1024),
     rss_max_mib: Math.round(result.maxRssKb / 1024),
     rss_after_mib: Math.round(after / 1024),
@@ -85,6 +86,5 @@ try {
   const bad = Object.keys(result.outcomes).some((outcome) => !["200", "429", "503"].includes(outcome));
   process.exitCode = bad ? 1 : 0;
 } finally {
-  server.child.kill("SIGTERM");
-  await server.child.exited;
+  await server.stop();
 }

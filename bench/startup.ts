@@ -8,7 +8,9 @@
 import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { type Installed, installAlone, startServe, type Serving } from "../src/build/run-binary";
+import { type Installed, installAlone } from "../test/support/binary";
+import { type ChildServer, startServer } from "../test/support/process";
+import { median, rssKb } from "../test/support/stats";
 
 const ROOT = join(import.meta.dir, "..");
 const OUT = join(ROOT, ".bench");
@@ -27,9 +29,7 @@ if (binary === undefined) {
   if (build.exitCode !== 0) process.exit(1);
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const ms = (x: number) => Math.round(x);
-const rssKb = async (pid: number) => Number((await Bun.file(`/proc/${pid}/status`).text()).match(/VmRSS:\s+(\d+)/)?.[1]);
 /**
  * CPU time (user + system, all threads) the process has used, in ms. Read right after /readyz turns
  * 200 it shows what a start costs with the machine's other load taken out of the wall time.
@@ -46,34 +46,32 @@ const install = (label: string) => {
   return installs.at(-1)!;
 };
 
-async function stopServe(serving: Serving): Promise<void> {
-  serving.process.kill("SIGTERM");
-  await serving.process.exited;
-}
+/** Polls /readyz every 5 ms, so that the time to ready is measured to within that. */
+const startServe = (installed: Installed) => startServer({ installed, timeoutMs: 20_000, pollMs: 5 });
 
 try {
   // First starts: each in a fresh directory, so also with an empty natives cache (under its HOME).
-  const first: Serving[] = [];
+  const first: ChildServer[] = [];
   for (let i = 0; i < FIRST_RUNS; i++) {
     first.push(await startServe(install("bench-first")));
-    await stopServe(first.at(-1)!);
+    await first.at(-1)!.stop();
   }
 
   // Later starts: one directory, natives already unpacked, database and demo model already there.
   const installed = install("bench-later");
-  await stopServe(await startServe(installed));
-  const later: Serving[] = [];
+  await (await startServe(installed)).stop();
+  const later: ChildServer[] = [];
   const laterCpuMs: number[] = [];
   let idleRssKb = 0;
   for (let i = 0; i < runs; i++) {
     const serving = await startServe(installed);
-    laterCpuMs.push(await cpuMs(serving.process.pid));
+    laterCpuMs.push(await cpuMs(serving.pid));
     later.push(serving);
     if (i === runs - 1) {
       await Bun.sleep(IDLE_MS);
-      idleRssKb = await rssKb(serving.process.pid);
+      idleRssKb = rssKb(serving.pid);
     }
-    await stopServe(serving);
+    await serving.stop();
   }
 
   const sizeBytes = statSync(binary).size;

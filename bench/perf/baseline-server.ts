@@ -6,6 +6,8 @@
  */
 import { Database } from "bun:sqlite";
 import { hashKey } from "../../src/db/api-keys";
+import type { MessageRecord } from "../../src/db/types";
+import { messageJson } from "../../src/http/present";
 
 const db = new Database(Bun.argv[2], { readonly: true, strict: true });
 const keyLookup = db.prepare(
@@ -26,16 +28,6 @@ const total = db.prepare(
     : "SELECT count(*) AS n FROM messages WHERE user_id = ?",
 );
 
-interface Row {
-  id: number;
-  role: string;
-  content: string;
-  createdAt: number;
-  userId: number;
-  finishReason: string | null;
-  conversationId: string;
-}
-
 const server = Bun.serve({
   hostname: "127.0.0.1",
   port: 0,
@@ -46,18 +38,10 @@ const server = Bun.serve({
     const url = new URL(request.url);
     const rowsPerPage = Number(url.searchParams.get("rows_per_page") ?? 20);
     const currentPage = Number(url.searchParams.get("current_page") ?? 1);
-    const rows = page.all(principal.userId, rowsPerPage, (currentPage - 1) * rowsPerPage) as Row[];
+    const rows = page.all(principal.userId, rowsPerPage, (currentPage - 1) * rowsPerPage) as MessageRecord[];
     const n = (total.get(principal.userId) as { n: number } | null)?.n ?? 0;
     return Response.json({
-      data: rows.map((m) => ({
-        id: m.id,
-        role: m.role,
-        content: m.content,
-        created_at: new Date(m.createdAt).toISOString(),
-        conversation_id: m.conversationId,
-        user_id: m.userId,
-        ...(m.role === "assistant" ? { finish_reason: m.finishReason } : {}),
-      })),
+      data: rows.map(messageJson),
       pagination: { current_page: currentPage, rows_per_page: rowsPerPage, total_rows: n, total_pages: Math.ceil(n / rowsPerPage) },
     });
   },

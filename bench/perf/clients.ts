@@ -2,7 +2,8 @@
  * One streamed chat turn against either server, timed on the client: time to first token and
  * the decode rate between the first and the last token.
  */
-import { readSse } from "./sse";
+import { postChat } from "../../test/support/http";
+import { sseEvents, type TimedEvent } from "../../test/support/sse";
 import { ADMIN_KEY } from "./procs";
 
 export interface Message {
@@ -24,6 +25,12 @@ export interface TurnTiming {
   lastAt: number;
 }
 
+/** The stream's events; its comments (heartbeats) say nothing about timing. */
+async function* events(response: Response): AsyncGenerator<TimedEvent> {
+  if (!response.ok || !response.body) throw new Error(`stream failed: HTTP ${response.status} ${await response.text()}`);
+  for await (const event of sseEvents(response)) if (event.event !== "comment") yield event;
+}
+
 function timing(started: number, firstAt: number, lastAt: number, tokens: number, reply: string): TurnTiming {
   return {
     reply,
@@ -38,15 +45,11 @@ function timing(started: number, firstAt: number, lastAt: number, tokens: number
 /** Parley: POST /api/v1.0/chat with `stream: true`; the server holds the history. */
 export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number): Promise<TurnTiming> {
   const started = performance.now();
-  const response = await fetch(`${url}/api/v1.0/chat`, {
-    method: "POST",
-    headers: { Authorization: `Bearer ${ADMIN_KEY}`, "Content-Type": "application/json" },
-    body: JSON.stringify({ message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens }),
-  });
+  const response = await postChat(url, ADMIN_KEY, { message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens });
   let firstAt = Number.NaN;
   let lastAt = Number.NaN;
   let reply = "";
-  for await (const event of readSse(response)) {
+  for await (const event of events(response)) {
     if (event.event === "delta") {
       if (Number.isNaN(firstAt)) firstAt = event.at;
       lastAt = event.at;
@@ -79,7 +82,7 @@ export async function llamaServerTurn(url: string, messages: readonly Message[],
   let chunks = 0;
   let predicted: number | undefined;
   let cached: number | undefined;
-  for await (const event of readSse(response)) {
+  for await (const event of events(response)) {
     if (event.data === "[DONE]") break;
     const chunk = JSON.parse(event.data) as {
       choices?: { delta?: { content?: string | null } }[];

@@ -1,5 +1,5 @@
 /** A closed-loop HTTP load generator: `concurrency` clients, each sending its next request on a reply. */
-import { quantile } from "./stats";
+import { quantile } from "../../test/support/stats";
 
 export interface LoadResult {
   requests: number;

@@ -4,8 +4,8 @@ import { dirname, join } from "node:path";
 import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
 import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
 import { load } from "./load";
-import { rssMiB, startBaseline, startLlamaServer, startParley, type Server } from "./procs";
-import { median, medianSeries, sum } from "./stats";
+import { startBaseline, startLlamaServer, startParley, type Server } from "./procs";
+import { median, medianSeries, rssKb, sum } from "../../test/support/stats";
 import { userMessage } from "./text";
 
 export interface Context {
@@ -90,7 +90,7 @@ const singleConversation: Scenario = {
       conversation: (url: string, run: number) => Promise<TurnTiming[]>,
     ) =>
       withServer(start, async (server) => {
-        const rss = rssMiB(server.pid);
+        const rss = rssKb(server.pid) / 1024;
         const b1: TurnTiming[] = [];
         for (let r = 0; r < ctx.runs; r++) b1.push(await one(server.url, r));
         const b2: TurnTiming[][] = [];
@@ -168,7 +168,7 @@ const parallel: Scenario = {
           const window = Math.max(...four.map((t) => t.lastAt)) - Math.min(...four.map((t) => t.firstAt));
           together.push((sum(four.map((t) => t.completionTokens)) * 1000) / window);
         }
-        return { alone: median(alone), together: median(together), rss: rssMiB(server.pid) };
+        return { alone: median(alone), together: median(together), rss: rssKb(server.pid) / 1024 };
       });
     const prompt = (seed: number) => userMessage(300 + seed, 50);
     const mine = await side(parley(ctx, 4), (url, seed) => parleyTurn(url, `b5-${seed}`, prompt(seed), ctx.decodeTokens));

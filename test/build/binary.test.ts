@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { installAlone, runCli } from "../../src/build/run-binary";
+import { installAlone, runCli } from "../support/binary";
 import pkg from "../../package.json";
 import { binaryScenario } from "./scenario";
 

@@ -7,7 +7,9 @@
  */
 import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
-import { type Installed, installAlone, runCli, startServe, type Serving } from "../../src/build/run-binary";
+import { type Installed, installAlone, runCli } from "../support/binary";
+import { bearer, postChat } from "../support/http";
+import { type ChildServer, startServer } from "../support/process";
 
 interface Message {
   role: string;
@@ -17,56 +19,50 @@ interface Message {
 
 export async function binaryScenario(built: string): Promise<void> {
   const installed = installAlone(built, "e2e");
-  const servers: Serving[] = [];
+  const servers: ChildServer[] = [];
   try {
     await scenario(installed, servers);
   } finally {
-    for (const server of servers) server.process.kill("SIGKILL");
+    for (const server of servers) server.child.kill("SIGKILL");
     rmSync(installed.dir, { recursive: true, force: true });
   }
 }
 
-async function scenario(installed: Installed, servers: Serving[]): Promise<void> {
+async function scenario(installed: Installed, servers: ChildServer[]): Promise<void> {
   const created = runCli(installed, "keys", "create", "--user", "x");
   assert.equal(created.code, 0, created.stderr);
   const key = created.stdout.trim().split("\n").at(-1)!;
   assert.match(key, /^pk_/);
-  const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };
 
-  const first = await startServe(installed);
+  const first = await startServer({ installed });
   servers.push(first);
-  const response = await fetch(`${first.url}/api/v1.0/chat`, {
-    method: "POST",
-    headers,
-    body: JSON.stringify({ message: "hi", conversation_id: "c", stream: true }),
-  });
+  const response = await postChat(first.url, key, { message: "hi", conversation_id: "c", stream: true });
   assert.equal(response.status, 200);
   assert.match(response.headers.get("content-type") ?? "", /^text\/event-stream/);
   const events = [...(await response.text()).matchAll(/^event: (\w+)$/gm)].map((match) => match[1]);
   assert.equal(events[0], "start");
   assert.equal(events.at(-1), "done", `events: ${events.join(",")}`);
 
-  const before = await listMessages(first, headers);
+  const before = await listMessages(first, key);
   assert.deepEqual(before.map((m) => [m.role, m.conversation_id]), [["assistant", "c"], ["user", "c"]]);
   assert.equal(before[1]!.content, "hi");
   await stop(first);
 
-  const second = await startServe(installed);
+  const second = await startServer({ installed });
   servers.push(second);
-  assert.deepEqual(await listMessages(second, headers), before);
+  assert.deepEqual(await listMessages(second, key), before);
   await stop(second);
 }
 
-async function listMessages(server: Serving, headers: Record<string, string>): Promise<Message[]> {
-  const response = await fetch(`${server.url}/api/v1.0/chat/messages`, { headers });
+async function listMessages(server: ChildServer, key: string): Promise<Message[]> {
+  const response = await fetch(`${server.url}/api/v1.0/chat/messages`, { headers: bearer(key) });
   assert.equal(response.status, 200);
   return ((await response.json()) as { data: Message[] }).data;
 }
 
-async function stop(server: Serving): Promise<void> {
-  server.process.kill("SIGTERM");
-  const code = await server.process.exited;
-  assert.equal(code, 0, `exit ${code} after SIGTERM; stderr:\n${await new Response(server.process.stderr).text()}`);
+async function stop(server: ChildServer): Promise<void> {
+  const code = await server.stop();
+  assert.equal(code, 0, `exit ${code} after SIGTERM; output:\n${server.lines.join("\n")}`);
 }
 
 if (import.meta.main) {

@@ -28,7 +28,7 @@ describe("KeyedLock", () => {
     const quitter = lock.acquire("k", controller.signal);
     const third = lock.acquire("k");
     controller.abort();
-    expect(quitter).rejects.toThrow();
+    await expect(quitter).rejects.toThrow();
     first();
     (await third)();
     expect(lock.size).toBe(0);
@@ -75,8 +75,7 @@ describe("ChatService admission", () => {
     await running.next(); // start: the user message is stored
     await running.next(); // the first delta: the sequence is taken
     const refused = finish(service, input("refused"));
-    expect(refused).rejects.toBeInstanceOf(AppError);
-    await refused.catch(() => undefined);
+    await expect(refused).rejects.toBeInstanceOf(AppError);
     const count = db.storage.sqlite.query("SELECT count(*) AS n FROM conversations WHERE external_id = 'refused'").get() as { n: number };
     expect(count.n).toBe(0);
     controller.abort();

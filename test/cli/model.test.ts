@@ -8,6 +8,7 @@ import { writePresetModel } from "../../src/llm/gguf/presets";
 import { fromFloats } from "../../src/llm/gguf/tensor-data";
 import { gguf, type GgufValue } from "../../src/llm/gguf/values";
 import { writeGguf } from "../../src/llm/gguf/writer";
+import { until } from "../support";
 
 const dir = mkdtempSync(join(tmpdir(), "parley-model-cli-"));
 const modelsDir = join(dir, "models");
@@ -254,13 +255,10 @@ describe("parley model pull", () => {
     const first = start("pull", url("big.gguf"), "--out", out);
     // The downloader appends its progress record to the partial file once a chunk is complete.
     const progressSaved = () => existsSync(out) && readdirSync(out).some((name) => statSync(join(out, name)).size > size);
-    for (let waited = 0; !progressSaved(); waited += 20) {
-      if (waited > 10_000) {
-        first.kill("SIGKILL");
-        throw new Error(`the first attempt never completed a chunk: ${(await finish(first)).stderr}`);
-      }
-      await Bun.sleep(20);
-    }
+    await until(progressSaved, "the first attempt to complete a chunk").catch(async () => {
+      first.kill("SIGKILL");
+      throw new Error(`the first attempt never completed a chunk: ${(await finish(first)).stderr}`);
+    });
     first.kill("SIGTERM");
     const interrupted = await finish(first);
     expect(interrupted.code).toBe(1);

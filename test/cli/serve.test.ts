@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { type ChildServer, presetModel, readSse, startServer, tempDir } from "../support";
+import { type ChildServer, postChat, presetModel, readSse, startServer, tempDir } from "../support";
 
 const dir = tempDir("serve");
 const adminKey = "serve-test-admin-key-0123456789abcdef";
@@ -31,12 +31,7 @@ async function stop(server: ChildServer) {
   expect(await server.child.exited).toBe(0);
 }
 
-const chat = (server: ChildServer, body: Record<string, unknown>) =>
-  fetch(`${server.url}/api/v1.0/chat`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${adminKey}`, "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
+const chat = (server: ChildServer, body: Record<string, unknown>) => postChat(server.url, adminKey, body);
 
 let firstTurn = { prompt_tokens: 0, completion_tokens: 0 };
 

@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type ChildServer, readSse, startServer, tempDir } from "../support";
+import { type ChildServer, postChat, readSse, startServer, tempDir, until } from "../support";
 
 const adminKey = "shutdown-test-admin-key-0123456789abcdef";
 const started: ChildServer[] = [];
@@ -20,11 +20,7 @@ async function start(env: Record<string, string> = {}): Promise<Server> {
 }
 
 async function openStream(server: Server, conversationId: string) {
-  const response = await fetch(`${server.url}/api/v1.0/chat`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${adminKey}`, "content-type": "application/json" },
-    body: JSON.stringify({ message: "Go on forever", conversation_id: conversationId, stream: true, max_tokens: 4096 }),
-  });
+  const response = await postChat(server.url, adminKey, { message: "Go on forever", conversation_id: conversationId, stream: true, max_tokens: 4096 });
   expect(response.status).toBe(200);
   const events = readSse(response);
   // Not `for await … break`: that would cancel the body, which is a disconnect.
@@ -70,12 +66,16 @@ describe("shutdown", () => {
     const server = await start({ PARLEY_SHUTDOWN_GRACE_S: "60" });
     const events = await openStream(server, "held");
     // Keep reading: an abandoned body may be collected, and that is a disconnect.
+    let deltas = 0;
     const reading = (async () => {
-      for await (const _ of events);
+      for await (const event of events) if (event.event === "delta") deltas++;
     })().catch(() => undefined);
     server.child.kill("SIGTERM");
-    await Bun.sleep(200);
-    const exitedEarly = await Promise.race([server.child.exited.then(() => true), Bun.sleep(300).then(() => false)]);
+    await until(() => server.lines.some((line) => line.includes('"msg":"shutting down"')), "the first signal to be taken");
+    // Still replying after the first signal was taken: it waits out the grace period.
+    const deltasThen = deltas;
+    await until(() => deltas >= deltasThen + 3 || server.child.exitCode !== null, "more of the reply");
+    const exitedEarly = server.child.exitCode !== null;
     expect(exitedEarly).toBe(false);
 
     server.child.kill("SIGTERM");

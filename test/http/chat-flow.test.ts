@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, readSse, type Served, serveApp, type SseEvent, testDb, testEngine, until } from "../support";
+import { postChat, readSse, type Served, serveApp, type SseEvent, testDb, testEngine, until } from "../support";
 
 // The bench-small model (random weights, ~100 M parameters) never ends a reply by itself and
 // takes tens of ms per token: long enough to disconnect mid-reply and to fill the queue.
@@ -19,13 +19,7 @@ afterAll(async () => {
   await db.storage.close();
 });
 
-const post = (body: Record<string, unknown>, signal?: AbortSignal) =>
-  fetch(`${server.url}/api/v1.0/chat`, {
-    method: "POST",
-    headers: { ...bearer(key), "content-type": "application/json" },
-    body: JSON.stringify({ max_tokens: 4096, temperature: 1, ...body }),
-    signal,
-  });
+const post = (body: Record<string, unknown>, signal?: AbortSignal) => postChat(server.url, key, { max_tokens: 4096, temperature: 1, ...body }, signal);
 
 const rows = (conversation: string) =>
   db.storage.sqlite

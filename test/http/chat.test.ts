@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
-import { bearer, readSse, type Served, serveApp, type SseEvent, testDb, testEngine } from "../support";
+import { bearer, postChat, readSse, type Served, serveApp, type SseEvent, testDb, testEngine } from "../support";
 
 const db = testDb("chat");
 const alice = await db.keys.create("alice", "user");
@@ -44,13 +44,7 @@ interface ChatReply {
   model: string;
 }
 
-const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) =>
-  fetch(`${server.url}/api/v1.0/chat`, {
-    method: "POST",
-    headers: { ...bearer(key), "content-type": "application/json" },
-    body: JSON.stringify(body),
-    signal,
-  });
+const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) => postChat(server.url, key, body, signal);
 
 async function chat(key: string, body: Record<string, unknown>): Promise<ChatReply> {
   const response = await post(key, body);

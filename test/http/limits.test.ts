@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, readSse, type Served, serveApp, testDb, testEngine } from "../support";
+import { bearer, postChat, readSse, type Served, serveApp, testDb, testEngine } from "../support";
 
 const db = testDb("limits");
 const alice = await db.keys.create("alice", "user");
@@ -87,12 +87,7 @@ describe("streams per key and the time cap on a reply", () => {
     await server.stop();
     await engine.close();
   });
-  const post = (key: string, body: Record<string, unknown>) =>
-    fetch(`${server.url}/api/v1.0/chat`, {
-      method: "POST",
-      headers: { ...bearer(key), "content-type": "application/json" },
-      body: JSON.stringify({ max_tokens: 4096, ...body }),
-    });
+  const post = (key: string, body: Record<string, unknown>) => postChat(server.url, key, { max_tokens: 4096, ...body });
 
   test("a second concurrent stream of one key gets 429; the reply cut by the time cap is stored as length", async () => {
     const first = await post(alice.key, { message: "Talk", conversation_id: "capped", stream: true });

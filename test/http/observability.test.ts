@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
+import { bearer, postChat, type Served, serveApp, testDb, testEngine, until } from "../support";
 
 const db = testDb("observability");
 const admin = await db.keys.create("ops", "admin");
@@ -40,12 +40,7 @@ const total = (family: Family | undefined, labels: Record<string, string> = {}) 
     .filter((m) => Object.entries(labels).every(([k, v]) => m.labels?.[k] === v))
     .reduce((sum, m) => sum + Number(m.value ?? m.count ?? 0), 0);
 
-const chat = (body: Record<string, unknown>, key = user.key) =>
-  fetch(`${server.url}/api/v1.0/chat`, {
-    method: "POST",
-    headers: { ...bearer(key), "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
+const chat = (body: Record<string, unknown>, key = user.key) => postChat(server.url, key, body);
 
 describe("/metrics", () => {
   test("needs an admin key by default", async () => {
@@ -99,11 +94,12 @@ describe("logs", () => {
     await chat({ message: SECRET_TEXT, conversation_id: "logged", stream: true }).then((r) => r.text());
     await chat({ message: SECRET_TEXT, conversation_id: "logged", temperature: 7 });
     await fetch(`${server.url}/api/v1.0/chat/messages`, { headers: { authorization: `Bearer ${user.key}x` } });
-    await Bun.sleep(50);
 
-    const entries = logLines.map((line) => JSON.parse(line) as Record<string, unknown>);
     // Lines of the previous test's scrapes may still arrive: they are written after the response.
-    const requests = entries.filter((entry) => entry.msg === "request" && entry.route !== "/metrics");
+    const requestLines = () =>
+      logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((entry) => entry.msg === "request" && entry.route !== "/metrics");
+    await until(() => requestLines().length >= 4, "a log line for each of the four requests");
+    const requests = requestLines();
     expect(requests.map((entry) => entry.status)).toEqual([200, 200, 422, 401]);
     for (const entry of requests) {
       expect(entry).toMatchObject({ level: "info", method: expect.any(String), route: expect.any(String) });

@@ -263,8 +263,8 @@ describe("Engine (parallel 2)", () => {
     const textTokens = (text: string) => vocab.tokenize(text, false).length;
     expect(first.result.promptTokens - plain.result.promptTokens).toBe(textTokens(injected) - textTokens("hi"));
     expect(textTokens(injected)).toBeGreaterThan(vocab.tokenize(injected, true).length);
-    // Asking again on the same sequence reuses all but the last prompt token: the tokens LlamaChat
-    // evaluated are exactly the ones the engine reported.
+    // Asking again on the same sequence reuses all but the last prompt token: the tokens the
+    // engine evaluated are exactly the ones it reported.
     const again = await run(engine, ask(injected, { conversationKey: "inj" }));
     expect(again.result.cachedTokens).toBe(again.result.promptTokens - 1);
     expect(again.result.text).toBe(first.result.text);

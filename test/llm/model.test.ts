@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { statSync, writeFileSync } from "node:fs";
+import { statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/llm/gguf/demo";
 import { readGgufHeader } from "../../src/llm/gguf/reader";
@@ -13,8 +13,10 @@ describe("the built-in demo model on start-up", () => {
     expect(first).toEqual({ path: join(dir, "parley-demo.gguf"), demo: true });
     expect(readGgufHeader(first.path).metadata[DEMO_FINGERPRINT_KEY]).toEqual({ type: "string", value: demoFingerprint() });
 
+    // Dated back, so that a rewrite, even within the same millisecond, would show in the time.
+    const past = new Date("2020-01-01T00:00:00Z");
+    utimesSync(first.path, past, past);
     const written = statSync(first.path);
-    await Bun.sleep(20);
     await resolveModel({ modelsDir: dir });
     const again = statSync(first.path);
     expect([again.ino, again.mtimeMs]).toEqual([written.ino, written.mtimeMs]);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
+import { bearer, postChat, type Served, serveApp, testDb, testEngine } from "../support";
 import { contractResponse } from "./support";
 
 const db = testDb("auth-matrix");
@@ -114,18 +114,8 @@ interface Message {
 }
 
 describe("conversations belong to their user", () => {
-  const aliceChat = (body: Record<string, unknown>) =>
-    fetch(`${server.url}/api/v1.0/chat`, {
-      method: "POST",
-      headers: { ...bearer(alice.key), "content-type": "application/json" },
-      body: JSON.stringify({ temperature: 0, max_tokens: 8, ...body }),
-    });
-  const bobChat = (body: Record<string, unknown>) =>
-    fetch(`${server.url}/api/v1.0/chat`, {
-      method: "POST",
-      headers: { ...bearer(bob.key), "content-type": "application/json" },
-      body: JSON.stringify({ temperature: 0, seed: 7, max_tokens: 8, ...body }),
-    });
+  const aliceChat = (body: Record<string, unknown>) => postChat(server.url, alice.key, { temperature: 0, max_tokens: 8, ...body });
+  const bobChat = (body: Record<string, unknown>) => postChat(server.url, bob.key, { temperature: 0, seed: 7, max_tokens: 8, ...body });
   const aliceRows = () =>
     db.storage.sqlite.query("SELECT id, user_id, content FROM messages WHERE user_id = ? ORDER BY id").all(alice.userId);
 

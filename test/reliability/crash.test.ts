@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type ChildServer, readSse, startServer, tempDir } from "../support";
+import { type ChildServer, postChat, readSse, startServer, tempDir, until, withSeed } from "../support";
 import { withDb } from "./support";
 
 /*
@@ -39,12 +39,12 @@ async function client(server: ChildServer, worker: number, stopped: AbortSignal)
   for (let i = 0; !stopped.aborted; i++) {
     const stream = (worker + i) % 2 === 0;
     try {
-      const response = await fetch(`${server.url}/api/v1.0/chat`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
-        body: JSON.stringify({ message: `turn ${i} of worker ${worker}`, conversation_id: `c${(worker + i) % 4}`, stream, max_tokens: 24 }),
-        signal: AbortSignal.timeout(15_000),
-      });
+      const response = await postChat(
+        server.url,
+        ADMIN_KEY,
+        { message: `turn ${i} of worker ${worker}`, conversation_id: `c${(worker + i) % 4}`, stream, max_tokens: 24 },
+        AbortSignal.timeout(15_000),
+      );
       if (!stream) {
         if (response.status !== 200) continue;
         const reply = (await response.json()) as Reply;
@@ -58,21 +58,24 @@ async function client(server: ChildServer, worker: number, stopped: AbortSignal)
       }
       turns++;
     } catch {
-      // The server was killed mid-request: whatever it had acknowledged so far is recorded.
-      if (!stopped.aborted) await Bun.sleep(5);
+      // The server was killed mid-request: whatever it had acknowledged so far is recorded, and
+      // nothing more will be until the next round.
+      if (!stopped.aborted) await new Promise((resolve) => stopped.addEventListener("abort", resolve, { once: true }));
     }
   }
   return turns;
 }
 
 describe("crash safety", () => {
-  test(`SIGKILL at random moments under concurrent chat traffic, ${KILLS} times: nothing acknowledged is lost`, async () => {
+  test(`SIGKILL at random moments under concurrent chat traffic, ${KILLS} times: nothing acknowledged is lost`, withSeed(async (random) => {
     let turns = 0;
     for (let kill = 0; kill < KILLS; kill++) {
       current = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_RATE_LIMIT: "0", PARLEY_PARALLEL: "2" } });
       const stopped = new AbortController();
       const clients = Array.from({ length: WORKERS }, (_, worker) => client(current!, worker, stopped.signal));
-      await Bun.sleep(100 + Math.random() * 500);
+      // A random moment in the traffic: just after a random number of this round's replies.
+      const killAt = acknowledged.replies.size + random.int(3, 8);
+      await until(() => acknowledged.replies.size >= killAt, `${killAt} acknowledged replies`, 30_000);
       current.child.kill("SIGKILL");
       await current.child.exited;
       stopped.abort();
@@ -101,7 +104,7 @@ describe("crash safety", () => {
         .all();
       expect(orphans).toEqual([]);
     });
-  }, 120_000);
+  }), 120_000);
 
   test("after the kills, the server starts on the same data and serves normally", async () => {
     current = await startServer({ dbPath, adminKey: ADMIN_KEY });

@@ -1,8 +1,6 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type ChildServer, startServer, tempDir, until } from "../support";
-import { engineGauges, percentile, runLoad, seedKeys } from "./load-driver";
-import { rssKb } from "./support";
+import { type ChildServer, engineGauges, quantile, rssKb, runLoad, seedKeys, startServer, tempDir, until, withSeed } from "../support";
 
 // The light variant of `bun run bench load`: enough concurrency to overflow a small queue and
 // a shared key's rate limit, short enough for CI on two cores.
@@ -16,17 +14,17 @@ let server: ChildServer | undefined;
 afterAll(() => server?.child.kill("SIGKILL"));
 
 describe("load", () => {
-  test(`${CLIENTS} clients against parallel 2 and a queue of 6: every request ends in 200, 429 or 503; the queue drains; memory settles`, async () => {
+  test(`${CLIENTS} clients against parallel 2 and a queue of 6: every request ends in 200, 429 or 503; the queue drains; memory settles`, withSeed(async (random) => {
     server = await startServer({
       dbPath,
       adminKey: keys.admin,
       env: { PARLEY_PARALLEL: "2", PARLEY_QUEUE_MAX: "6", PARLEY_RATE_LIMIT: "300" },
     });
     // Warm up every path once, so the baseline includes what the first requests allocate for good.
-    await runLoad({ url: server.url, keys: keys.users, clients: 3, durationMs: 300, deadlineMs: DEADLINE_MS, maxTokens: 16 });
-    const before = await rssKb(server.pid);
+    await runLoad({ url: server.url, keys: keys.users, clients: 3, durationMs: 300, deadlineMs: DEADLINE_MS, maxTokens: 16, random });
+    const before = rssKb(server.pid);
 
-    const result = await runLoad({ url: server.url, keys: keys.users, clients: CLIENTS, durationMs: DURATION_MS, deadlineMs: DEADLINE_MS, maxTokens: 16, pid: server.pid });
+    const result = await runLoad({ url: server.url, keys: keys.users, clients: CLIENTS, durationMs: DURATION_MS, deadlineMs: DEADLINE_MS, maxTokens: 16, pid: server.pid, random });
 
     await until(async () => {
       const gauges = await engineGauges(server!.url, keys.admin);
@@ -35,11 +33,11 @@ describe("load", () => {
     // Generous, and polled: the heap keeps what the peak took until GC and the allocator's
     // scavenger return it (about ten seconds idle), but a per-request leak over thousands of
     // requests would not come back under this bound.
-    await until(async () => (await rssKb(server!.pid)) < before * 1.5, "RSS to settle", 20_000).catch(() => {});
-    const after = await rssKb(server.pid);
+    await until(() => rssKb(server!.pid) < before * 1.5, "RSS to settle", 20_000).catch(() => {});
+    const after = rssKb(server.pid);
     console.log(
-      `load: ${result.requests} requests ${JSON.stringify(result.outcomes)}; p50 ${Math.round(percentile(result.latencies, 50))} ms, ` +
-        `p99 ${Math.round(percentile(result.latencies, 99))} ms; RSS before ${before >> 10} MiB, max ${result.maxRssKb >> 10} MiB, after ${after >> 10} MiB`,
+      `load: ${result.requests} requests ${JSON.stringify(result.outcomes)}; p50 ${Math.round(quantile(result.latencies, 0.5))} ms, ` +
+        `p99 ${Math.round(quantile(result.latencies, 0.99))} ms; RSS before ${before >> 10} MiB, max ${result.maxRssKb >> 10} MiB, after ${after >> 10} MiB`,
     );
 
     const unexpected = Object.keys(result.outcomes).filter((outcome) => !["200", "429", "503"].includes(outcome));
@@ -53,5 +51,5 @@ describe("load", () => {
     expect(health.status).toBe(200);
     server.child.kill("SIGTERM");
     expect(await server.child.exited).toBe(0);
-  }, 60_000);
+  }), 60_000);
 });

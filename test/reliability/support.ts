@@ -1,4 +1,4 @@
-/** Helpers of the reliability suite: contract checks, raw requests, process memory. */
+/** Helpers of the reliability suite: contract checks, raw requests, reading the database. */
 import { Database } from "bun:sqlite";
 
 export const ERROR_CODES: Record<number, string> = {
@@ -33,12 +33,6 @@ export async function contractResponse(response: Response): Promise<{ status: nu
     throw new Error(`status ${response.status} with body ${text.slice(0, 300)}`);
   }
   return { status: response.status, body };
-}
-
-/** Resident set size of a process, in KiB. */
-export async function rssKb(pid: number): Promise<number> {
-  const status = await Bun.file(`/proc/${pid}/status`).text();
-  return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]);
 }
 
 export function withDb<T>(path: string, read: (db: Database) => T): T {

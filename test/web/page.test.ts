@@ -3,7 +3,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, type TestDb, testDb, testEngine } from "../support";
+import { bearer, type Served, serveApp, type TestDb, testDb, testEngine, until } from "../support";
 
 // Debian's Chromium: browser downloads do not work here. `.ci/run` installs it when missing.
 const CHROMIUM = "/usr/bin/chromium";
@@ -96,15 +96,6 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
   const texts = (page: Page, selector: string) => page.locator(selector).allTextContents();
 
-  /** Polls from the test side: the page's CSP (rightly) refuses the `eval` that `waitForFunction` needs. */
-  async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-    for (let tries = 0; tries < 200; tries++) {
-      if (await check()) return;
-      await Bun.sleep(25);
-    }
-    throw new Error(`timed out waiting until ${what}`);
-  }
-
   /** Records the reply's text after every DOM change, to see it grow rather than appear at once. */
   const watchReply = (page: Page) =>
     page.evaluate(`
@@ -144,7 +135,8 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const page = await open();
     await signIn(page, "stop-1");
     await send(page, "Tell me everything");
-    await until("the reply has a few tokens", async () => ((await page.locator("#log .assistant .body").textContent()) ?? "").length > 8);
+    // Polled from the test side: the page's CSP (rightly) refuses the `eval` that `waitForFunction` needs.
+    await until(async () => ((await page.locator("#log .assistant .body").textContent()) ?? "").length > 8, "the reply to have a few tokens");
     // Screen readers hear the reply once, when it is complete, not token by token.
     expect(await page.getAttribute("#log", "aria-live")).toBe("polite");
     expect(await page.getAttribute("#log .assistant", "aria-busy")).toBe("true");
@@ -164,10 +156,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
     // The server notices the closed connection within a few tokens, then stores what it generated.
     let reply: Stored | undefined;
-    for (let tries = 0; !reply && tries < 100; tries++) {
-      reply = (await stored("stop-1")).find((message) => message.role === "assistant");
-      if (!reply) await Bun.sleep(50);
-    }
+    await until(async () => (reply = (await stored("stop-1")).find((message) => message.role === "assistant")) !== undefined, "the reply to be stored");
     expect(reply?.finish_reason).toBe("cancelled");
     expect(shown.length).toBeGreaterThan(8);
     expect(reply!.content.startsWith(shown)).toBe(true);
@@ -181,7 +170,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(await error.textContent()).toContain("the API key is unknown or revoked (401 unauthorized)");
 
     await send(page, "Anyone there?");
-    await until("the refused text is back", async () => (await page.inputValue("#message")) === "Anyone there?");
+    await until(async () => (await page.inputValue("#message")) === "Anyone there?", "the refused text to be back");
     expect(await error.textContent()).toContain("the API key is unknown or revoked (401 unauthorized)");
     expect(await page.locator("#log li").count()).toBe(0);
   });

@@ -3,10 +3,11 @@
  * streamed chat, a plain chat or a listing) until the time is up. Used by the light load test
  * and by `bun run bench load`.
  */
-import { Database } from "bun:sqlite";
 import { openStorage } from "../../src/db/open";
-import { readSse } from "../support";
-import { rssKb } from "./support";
+import { bearer, postChat } from "./http";
+import type { Random } from "./random";
+import { readSse } from "./sse";
+import { rssKb } from "./stats";
 
 export interface LoadOptions {
   url: string;
@@ -24,6 +25,8 @@ export interface LoadOptions {
    * few ms (a client hammering on, which fills the limits in a short test).
    */
   honourRetryAfter?: boolean;
+  /** Spreads the hammering clients' retries. */
+  random: Random;
 }
 
 export type Outcome = "200" | "429" | "503" | "hung" | "stream error" | "connection error" | `other ${number}`;
@@ -42,17 +45,11 @@ type Kind = "stream" | "chat" | "list";
 
 async function one(options: LoadOptions, key: string, kind: Kind, conversation: string): Promise<{ outcome: Outcome; detail?: string; retryAfter?: number }> {
   const signal = AbortSignal.timeout(options.deadlineMs);
-  const headers = { authorization: `Bearer ${key}`, "content-type": "application/json" };
   try {
     const response =
       kind === "list"
-        ? await fetch(`${options.url}/api/v1.0/chat/messages?rows_per_page=50&sort_by=id:desc`, { headers, signal })
-        : await fetch(`${options.url}/api/v1.0/chat`, {
-            method: "POST",
-            headers,
-            body: JSON.stringify({ message: "Tell me something", conversation_id: conversation, stream: kind === "stream", max_tokens: options.maxTokens }),
-            signal,
-          });
+        ? await fetch(`${options.url}/api/v1.0/chat/messages?rows_per_page=50&sort_by=id:desc`, { headers: bearer(key), signal })
+        : await postChat(options.url, key, { message: "Tell me something", conversation_id: conversation, stream: kind === "stream", max_tokens: options.maxTokens }, signal);
     if (response.status !== 200 || kind !== "stream") {
       const text = await response.text();
       const outcome: Outcome = response.status === 200 || response.status === 429 || response.status === 503 ? (String(response.status) as Outcome) : `other ${response.status}`;
@@ -70,8 +67,12 @@ async function one(options: LoadOptions, key: string, kind: Kind, conversation: 
 
 export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const result: LoadResult = { requests: 0, outcomes: {}, latencies: [], maxRssKb: 0, samples: [] };
-  const sampler = options.pid === undefined ? undefined : setInterval(async () => {
-    result.maxRssKb = Math.max(result.maxRssKb, await rssKb(options.pid!).catch(() => 0));
+  const sampler = options.pid === undefined ? undefined : setInterval(() => {
+    try {
+      result.maxRssKb = Math.max(result.maxRssKb, rssKb(options.pid!));
+    } catch {
+      // The process has gone: the load's outcomes say so.
+    }
   }, 100);
   const endAt = Date.now() + options.durationMs;
   const kinds: Kind[] = ["stream", "chat", "list"];
@@ -87,7 +88,7 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
         result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
         if (detail !== undefined && result.samples.length < 5) result.samples.push(`${outcome}: ${detail}`);
         if (outcome === "429" || outcome === "503") {
-          const waitMs = options.honourRetryAfter && retryAfter! > 0 ? retryAfter! * 1000 : 20 + Math.random() * 30;
+          const waitMs = options.honourRetryAfter && retryAfter! > 0 ? retryAfter! * 1000 : 20 + options.random.next() * 30;
           await Bun.sleep(Math.min(waitMs, Math.max(0, endAt - Date.now())));
         }
       }
@@ -96,11 +97,6 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   if (sampler) clearInterval(sampler);
   return result;
 }
-
-export const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
-};
 
 /** Creates the keys before the server first opens the database (it then makes no admin key of its own). */
 export async function seedKeys(dbPath: string, users: number): Promise<{ admin: string; users: string[] }> {
@@ -113,18 +109,7 @@ export async function seedKeys(dbPath: string, users: number): Promise<{ admin: 
 
 /** Queue depth and busy sequences as the server reports them on /metrics. */
 export async function engineGauges(url: string, adminKey: string): Promise<{ queued: number; busy: number }> {
-  const text = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${adminKey}` } })).text();
+  const text = await (await fetch(`${url}/metrics`, { headers: bearer(adminKey) })).text();
   const gauge = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
   return { queued: gauge("parley_queue_depth"), busy: gauge("parley_sequences_busy") };
-}
-
-/** Rows per role and finish reason, read from the file the server writes. */
-export function storedCounts(dbPath: string): Record<string, number> {
-  const db = new Database(dbPath, { readonly: true });
-  try {
-    const rows = db.query("SELECT role || ':' || coalesce(finish_reason, '-') AS k, count(*) AS n FROM messages GROUP BY 1").all() as { k: string; n: number }[];
-    return Object.fromEntries(rows.map((row) => [row.k, row.n]));
-  } finally {
-    db.close();
-  }
 }

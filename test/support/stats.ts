@@ -1,5 +1,7 @@
-/** Order statistics for the benchmark's samples. */
+/** Order statistics of measured samples, and a process's memory. */
+import { readFileSync } from "node:fs";
 
+/** The `q`-quantile (0 to 1) of `samples`, interpolating between neighbours. */
 export function quantile(samples: readonly number[], q: number): number {
   if (samples.length === 0) return Number.NaN;
   const sorted = [...samples].sort((a, b) => a - b);
@@ -18,3 +20,9 @@ export function medianSeries(runs: readonly (readonly number[])[]): number[] {
 }
 
 export const sum = (values: readonly number[]) => values.reduce((a, b) => a + b, 0);
+
+/** Resident set size of a running process, in KiB, from /proc. */
+export function rssKb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]);
+}

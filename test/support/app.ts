@@ -1,0 +1,89 @@
+/** The app in this process, on a real port, with a real database and engine. */
+import { join } from "node:path";
+import { ChatService } from "../../src/chat/service";
+import { TurnRunner } from "../../src/chat/turn-runner";
+import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
+import type { KeyStore, Storage } from "../../src/db/storage";
+import { createApp, type HttpLimits } from "../../src/http/app";
+import { createLogger, type Logger, silentLogger } from "../../src/log";
+import { Metrics } from "../../src/metrics";
+import { Engine } from "../../src/llm/engine";
+import type { ModelPreset } from "../../src/llm/gguf/presets";
+import { presetModel, tempDir } from "./files";
+
+export interface TestDb {
+  dir: string;
+  path: string;
+  storage: SqliteStorage;
+  keys: KeyStore;
+}
+
+/** A real SQLite file in a fresh temp directory. */
+export function testDb(label = "db"): TestDb {
+  const dir = tempDir(label);
+  const path = join(dir, "parley.db");
+  const storage = openSqliteStorage(path);
+  return { dir, path, storage, keys: storage.keys };
+}
+
+export interface Served {
+  url: string;
+  stop(): Promise<void>;
+}
+
+export interface ServeOptions {
+  storage: Storage;
+  /** Without one the app is up but not ready: chat answers 503, listing works. */
+  engine?: Engine;
+  limits?: Partial<HttpLimits>;
+  /** Captures the app's log lines (JSON) when given. */
+  logLines?: string[];
+  metrics?: Metrics;
+  chat?: ChatService;
+}
+
+export const DEFAULT_LIMITS: HttpLimits = {
+  bodyLimitBytes: 65_536,
+  heartbeatMs: 10_000,
+  rateLimitPerMinute: 0,
+  maxStreamsPerKey: 20,
+  metricsPublic: false,
+};
+
+/** A logger writing JSON lines into `lines`, so tests can read what operators would see. */
+export function captureLog(lines: string[]): Logger {
+  return createLogger("info", { write: (line: string) => void lines.push(line) });
+}
+
+/** The real app on a real port, so tests speak HTTP like any client. */
+export function serveApp(options: ServeOptions): Served {
+  const { storage, engine } = options;
+  const app = createApp({
+    storage,
+    chat: options.chat ?? new ChatService(storage.conversations, new TurnRunner({ current: () => engine })),
+    isReady: () => engine !== undefined,
+    log: options.logLines ? captureLog(options.logLines) : silentLogger(),
+    metrics: options.metrics ?? new Metrics(() => engine),
+    limits: { ...DEFAULT_LIMITS, ...options.limits },
+  }).listen({ hostname: "127.0.0.1", port: 0 });
+  return {
+    url: `http://127.0.0.1:${app.server!.port}`,
+    stop: async () => {
+      await app.stop(true);
+    },
+  };
+}
+
+/**
+ * Real inference for tests. One thread: on these tiny models, handing work between two
+ * threads costs more than it saves, and two test processes must not fight over the cores.
+ */
+export async function testEngine(options: { preset?: ModelPreset; parallel?: number; queueMax?: number; contextSize?: number } = {}) {
+  return Engine.load({
+    modelPath: await presetModel(options.preset ?? "demo"),
+    parallel: options.parallel ?? 2,
+    queueMax: options.queueMax ?? 64,
+    contextSize: options.contextSize ?? 2048,
+    threads: 1,
+  });
+}

@@ -1,0 +1,15 @@
+/**
+ * What tests, the binary's scenario and the benchmarks share. Tests import it whole
+ * (`from "../support"`); scripts that run outside `bun test` import the files they need, and so
+ * do without the in-process app (app.ts) and its engine.
+ */
+export * from "./app";
+export * from "./binary";
+export * from "./files";
+export * from "./http";
+export * from "./load";
+export * from "./process";
+export * from "./random";
+export * from "./sse";
+export * from "./stats";
+export * from "./wait";
