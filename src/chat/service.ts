@@ -1,7 +1,7 @@
 import type { Db } from "../db/client";
 import { conversationTurns, ensureConversation, insertMessage } from "../db/conversations";
 import type { MessageRecord } from "../db/messages";
-import { overloaded } from "../errors";
+import { Overloaded } from "../errors";
 import type { Engine, GenerateResult } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
 
@@ -49,6 +49,9 @@ export interface TurnResult {
 export interface EngineSource {
   current(): Engine | undefined;
 }
+
+/** The refusal while there is no engine yet; readiness reports it too. */
+export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
 
 const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
@@ -205,9 +208,9 @@ export class ChatService {
   /** Refuses up front, before anything is stored: no engine yet, shutting down, or a full queue. */
   private admit(): Engine {
     const engine = this.engines.current();
-    if (!engine) throw overloaded("the model is still loading", 5);
-    if (this.closing) throw overloaded("the server is shutting down", 5);
-    if (engine.isFull()) throw overloaded("too many requests are waiting for the model", 2);
+    if (!engine) throw modelLoading();
+    if (this.closing) throw new Overloaded("the server is shutting down", 5_000);
+    if (engine.isFull()) throw new Overloaded("too many requests are waiting for the model", 2_000);
     return engine;
   }
 }

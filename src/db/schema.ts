@@ -1,5 +1,7 @@
 import { sql } from "drizzle-orm";
 import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+// Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
+import { CONVERSATION_ROLES, FINISH_REASONS } from "../llm/types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () =>
@@ -56,10 +58,10 @@ export const messages = sqliteTable(
     conversationId: integer("conversation_id")
       .notNull()
       .references(() => conversations.id),
-    role: text("role", { enum: ["user", "assistant"] }).notNull(),
+    role: text("role", { enum: CONVERSATION_ROLES }).notNull(),
     content: text("content").notNull(),
     createdAt: createdAt(),
-    finishReason: text("finish_reason", { enum: ["stop", "length", "cancelled"] }),
+    finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     promptTokens: integer("prompt_tokens"),
     completionTokens: integer("completion_tokens"),
     cachedTokens: integer("cached_tokens"),
@@ -98,5 +100,3 @@ export type ApiKey = typeof apiKeys.$inferSelect;
 export type Conversation = typeof conversations.$inferSelect;
 export type Message = typeof messages.$inferSelect;
 export type NewMessage = typeof messages.$inferInsert;
-export type Role = Message["role"];
-export type FinishReason = NonNullable<Message["finishReason"]>;

@@ -1,6 +1,6 @@
 import { Elysia } from "elysia";
 import type { KeyStore, Principal } from "../db/keys";
-import { AppError } from "../errors";
+import { Unauthorized } from "../errors";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 
@@ -21,22 +21,17 @@ export function readCredentials(header: string | null): Credentials {
   return { problem: "malformed", tokenSent: /^bearer\s/i.test(header.trim()) };
 }
 
-const unauthorized = (message: string, tokenSent: boolean) =>
-  new AppError("unauthorized", 401, message, {
-    headers: {
-      "www-authenticate": tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"',
-    },
-  });
+const missingKey = () => new Unauthorized("an API key is required: send Authorization: Bearer <key>", false);
 
 export function authenticate(keys: KeyStore, header: string | null): Principal {
   const credentials = readCredentials(header);
   if ("problem" in credentials) {
     throw credentials.problem === "missing"
-      ? unauthorized("an API key is required: send Authorization: Bearer <key>", false)
-      : unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
+      ? missingKey()
+      : new Unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
   }
   const principal = keys.verify(credentials.token);
-  if (!principal) throw unauthorized("the API key is unknown or revoked", true);
+  if (!principal) throw new Unauthorized("the API key is unknown or revoked", true);
   return principal;
 }
 
@@ -59,7 +54,7 @@ export function auth(keys: KeyStore, limiter: RateLimiter, isProtected: (path: s
     })
     .resolve({ as: "scoped" }, ({ request }) => {
       const principal = principals.get(request);
-      if (!principal) throw unauthorized("an API key is required: send Authorization: Bearer <key>", false);
+      if (!principal) throw missingKey();
       return { principal };
     });
 }

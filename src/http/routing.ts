@@ -1,11 +1,13 @@
 import { Elysia } from "elysia";
-import { AppError } from "../errors";
+import { MethodNotAllowed, NotFound } from "../errors";
 import { contextOf } from "./request-context";
 
 interface RouteEntry {
   method: string;
   path: string;
 }
+
+export const noSuchEndpoint = () => new NotFound("no such endpoint");
 
 const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path);
 
@@ -30,11 +32,7 @@ export function routeGuard(routes: () => readonly RouteEntry[]) {
   };
   return new Elysia({ name: "parley/route-guard" }).onRequest(({ request }) => {
     const methods = methodsByPath().get(normalize(contextOf(request).path));
-    if (!methods) throw new AppError("not_found", 404, "no such endpoint");
-    if (!methods.includes(request.method)) {
-      throw new AppError("method_not_allowed", 405, `use ${methods.join(" or ")} on this endpoint`, {
-        headers: { allow: methods.join(", ") },
-      });
-    }
+    if (!methods) throw noSuchEndpoint();
+    if (!methods.includes(request.method)) throw new MethodNotAllowed(methods);
   });
 }

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { KeyedLock } from "../../src/chat/keyed-lock";
 import { ChatService, type TurnInput } from "../../src/chat/service";
-import { AppError } from "../../src/errors";
+import { Overloaded } from "../../src/errors";
+import { wireError } from "../../src/http/errors";
 import type { Engine } from "../../src/llm/engine";
 import { testDb, testEngine } from "../support";
 
@@ -73,8 +74,7 @@ describe("ChatService admission", () => {
     await running.next(); // start: the user message is stored
     await running.next(); // the first delta: the sequence is taken
     const refused = finish(service, input("refused"));
-    expect(refused).rejects.toBeInstanceOf(AppError);
-    await refused.catch(() => undefined);
+    await expect(refused).rejects.toBeInstanceOf(Overloaded);
     const count = db.storage.sqlite.query("SELECT count(*) AS n FROM conversations WHERE external_id = 'refused'").get() as { n: number };
     expect(count.n).toBe(0);
     controller.abort();
@@ -86,6 +86,7 @@ describe("ChatService admission", () => {
   test("while the model is loading, turns are refused with 503", async () => {
     const service = new ChatService(db.storage.db, { current: () => undefined });
     const error = await finish(service, input("early")).catch((e: unknown) => e);
-    expect(error).toMatchObject({ code: "overloaded", status: 503 });
+    expect(error).toBeInstanceOf(Overloaded);
+    expect(wireError(error as Overloaded)).toMatchObject({ code: "overloaded", status: 503 });
   });
 });

@@ -3,8 +3,8 @@ import type { Db } from "../../db/client";
 import { listMessages } from "../../db/messages";
 import type { auth } from "../auth";
 import { parseListing } from "../listing-query";
-import { errorResponses, messagePageSchema } from "../openapi";
-import { messageJson } from "../present";
+import { errorResponses, jsonResponse } from "../openapi";
+import { pageJson } from "../present";
 
 const listingQuery = t.Object({
   user_id: t.Optional(t.String({ description: "`:eq:<int>` or `<int>`; default: the key's own user" })),
@@ -28,15 +28,7 @@ export const messagesRoutes = (deps: { db: Db; auth: ReturnType<typeof auth> }) 
           limit: Number.isSafeInteger(offset) ? rowsPerPage : 0,
           offset: Number.isSafeInteger(offset) ? offset : 0,
         });
-        return {
-          data: rows.map(messageJson),
-          pagination: {
-            current_page: page,
-            rows_per_page: rowsPerPage,
-            total_rows: total,
-            total_pages: Math.ceil(total / rowsPerPage),
-          },
-        };
+        return pageJson(rows, { current: page, rowsPerPage, totalRows: total });
       },
       {
         query: listingQuery,
@@ -44,9 +36,9 @@ export const messagesRoutes = (deps: { db: Db; auth: ReturnType<typeof auth> }) 
           summary: "List a user's stored messages, paged and sorted",
           security: [{ bearer: [] }],
           responses: {
-            "200": { description: "One page of messages", content: { "application/json": { schema: messagePageSchema } } },
-            ...errorResponses(401, 403, 422, 429),
+            "200": jsonResponse("One page of messages", "MessagePage"),
+            ...errorResponses("unauthorized", "forbidden", "invalid_input", "rate_limited"),
           },
-        } as never,
+        },
       },
     );

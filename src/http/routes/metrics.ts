@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import { AppError } from "../../errors";
+import { Forbidden } from "../../errors";
 import type { Metrics } from "../../metrics";
 import type { auth } from "../auth";
 
@@ -13,7 +13,7 @@ export const metricsRoutes = (deps: { metrics: Metrics; auth: ReturnType<typeof 
   if (deps.isPublic) return new Elysia({ name: "parley/routes/metrics" }).get("/metrics", expose, { detail: { hide: true } });
   return new Elysia({ name: "parley/routes/metrics" }).use(deps.auth).get("/metrics", expose, {
     beforeHandle({ principal }) {
-      if (principal.role !== "admin") throw new AppError("forbidden", 403, "metrics need an admin key");
+      if (principal.role !== "admin") throw new Forbidden("metrics need an admin key");
     },
     detail: { hide: true },
   });
