@@ -1,11 +1,14 @@
 /**
  * B6's reference: the least a server can do for `GET /api/v1.0/chat/messages` — a bare Bun.serve
  * with bun:sqlite prepared statements, the same key lookup, page query and row count as Parley
- * and the same JSON, and nothing else (no validation, no framework, no logging).
+ * and the same JSON (Parley's own presenter), and nothing else (no validation, no framework, no
+ * logging).
  * Usage: bun baseline-server.ts <db>; prints `{"url": ...}` once listening.
  */
 import { Database } from "bun:sqlite";
 import { hashKey } from "../../src/db/keys";
+import type { MessageRecord } from "../../src/db/messages";
+import { pageJson } from "../../src/http/present";
 
 const db = new Database(Bun.argv[2], { readonly: true, strict: true });
 const keyLookup = db.prepare(
@@ -26,16 +29,6 @@ const total = db.prepare(
     : "SELECT count(*) AS n FROM messages WHERE user_id = ?",
 );
 
-interface Row {
-  id: number;
-  role: string;
-  content: string;
-  createdAt: number;
-  userId: number;
-  finishReason: string | null;
-  conversationId: string;
-}
-
 const server = Bun.serve({
   hostname: "127.0.0.1",
   port: 0,
@@ -46,20 +39,9 @@ const server = Bun.serve({
     const url = new URL(request.url);
     const rowsPerPage = Number(url.searchParams.get("rows_per_page") ?? 20);
     const currentPage = Number(url.searchParams.get("current_page") ?? 1);
-    const rows = page.all(principal.userId, rowsPerPage, (currentPage - 1) * rowsPerPage) as Row[];
+    const rows = page.all(principal.userId, rowsPerPage, (currentPage - 1) * rowsPerPage) as MessageRecord[];
     const n = (total.get(principal.userId) as { n: number } | null)?.n ?? 0;
-    return Response.json({
-      data: rows.map((m) => ({
-        id: m.id,
-        role: m.role,
-        content: m.content,
-        created_at: new Date(m.createdAt).toISOString(),
-        conversation_id: m.conversationId,
-        user_id: m.userId,
-        ...(m.role === "assistant" ? { finish_reason: m.finishReason } : {}),
-      })),
-      pagination: { current_page: currentPage, rows_per_page: rowsPerPage, total_rows: n, total_pages: Math.ceil(n / rowsPerPage) },
-    });
+    return Response.json(pageJson(rows, { current: currentPage, rowsPerPage, totalRows: n }));
   },
 });
 console.log(JSON.stringify({ url: `http://127.0.0.1:${server.port}` }));
