@@ -1,51 +1,136 @@
 /**
- * Every failure a client can see is an AppError: a stable `code`, the HTTP `status`
- * it maps to, a message safe to show, and optionally the offending parameter.
- * Layers below HTTP throw these without knowing about HTTP; the root error handler
- * turns them into the contract's JSON body.
+ * Every failure a client can see is a ParleyError: a stable `kind` and a message safe to show,
+ * plus what that kind needs (the parameter at fault, how long to wait). Nothing here knows HTTP:
+ * statuses, wire codes and headers are one table in src/http/errors.ts, so another API (an
+ * OpenAI-compatible one, say) can map the same kinds its own way.
  */
-export type ErrorCode =
-  | "invalid_json"
-  | "unauthorized"
-  | "forbidden"
-  | "not_found"
-  | "method_not_allowed"
-  | "payload_too_large"
-  | "unsupported_media_type"
-  | "invalid_request"
-  | "rate_limited"
-  | "overloaded"
-  | "internal";
-
-export interface AppErrorOptions {
-  param?: string;
-  /** Seconds, sent as `Retry-After`. */
-  retryAfter?: number;
-  headers?: Record<string, string>;
-  cause?: unknown;
+export abstract class ParleyError extends Error {
+  abstract readonly kind: string;
 }
 
-export class AppError extends Error {
-  readonly param?: string;
-  readonly retryAfter?: number;
-  readonly headers?: Record<string, string>;
+/** The request body is not JSON (or not UTF-8 text). */
+export class InvalidJson extends ParleyError {
+  readonly kind = "invalid_json";
 
-  constructor(
-    readonly code: ErrorCode,
-    readonly status: number,
-    message: string,
-    options: AppErrorOptions = {},
-  ) {
-    super(message, { cause: options.cause });
-    this.name = "AppError";
-    this.param = options.param;
-    this.retryAfter = options.retryAfter;
-    this.headers = options.headers;
+  constructor() {
+    super("the request body is not valid JSON");
   }
 }
 
-export const invalidRequest = (param: string, message: string) =>
-  new AppError("invalid_request", 422, message, { param });
+export class Unauthorized extends ParleyError {
+  readonly kind = "unauthorized";
 
-export const overloaded = (message: string, retryAfter = 1) =>
-  new AppError("overloaded", 503, message, { retryAfter });
+  constructor(
+    message: string,
+    /** A credential was presented (and is wrong), as opposed to none at all. */
+    readonly tokenSent: boolean,
+  ) {
+    super(message);
+  }
+}
+
+export class Forbidden extends ParleyError {
+  readonly kind = "forbidden";
+
+  constructor(
+    message: string,
+    readonly param?: string,
+  ) {
+    super(message);
+  }
+}
+
+export class NotFound extends ParleyError {
+  readonly kind = "not_found";
+}
+
+/** The target exists, but not for this operation. */
+export class MethodNotAllowed extends ParleyError {
+  readonly kind = "method_not_allowed";
+
+  constructor(readonly allowed: readonly string[]) {
+    super(`use ${allowed.join(" or ")} on this endpoint`);
+  }
+}
+
+export class PayloadTooLarge extends ParleyError {
+  readonly kind = "payload_too_large";
+
+  constructor(readonly limitBytes: number) {
+    super(`the request body must be at most ${limitBytes} bytes`);
+  }
+}
+
+export class UnsupportedMediaType extends ParleyError {
+  readonly kind = "unsupported_media_type";
+}
+
+/** A field or parameter is missing, of the wrong type or out of range. */
+export class InvalidInput extends ParleyError {
+  readonly kind = "invalid_input";
+
+  constructor(
+    readonly param: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A key's allowance at the moment of a request. */
+export interface Quota {
+  limit: number;
+  remaining: number;
+  /** Until the allowance is whole again. */
+  resetMs: number;
+}
+
+/** The caller asked too much; it may try again after `retryAfterMs`. */
+export class RateLimited extends ParleyError {
+  readonly kind = "rate_limited";
+
+  constructor(
+    message: string,
+    readonly retryAfterMs: number,
+    readonly quota?: Quota,
+  ) {
+    super(message);
+  }
+}
+
+/** Parley cannot take the work now (loading, shutting down, queue full); worth retrying later. */
+export class Overloaded extends ParleyError {
+  readonly kind = "overloaded";
+
+  constructor(
+    message: string,
+    readonly retryAfterMs: number,
+  ) {
+    super(message);
+  }
+}
+
+/** Anything unexpected: the message is generic, the detail stays in `cause` for the log. */
+export class Internal extends ParleyError {
+  readonly kind = "internal";
+
+  constructor(cause: unknown) {
+    super("internal error", { cause });
+  }
+}
+
+/** Every ParleyError is one of these: the table that maps them to HTTP is checked against it. */
+export type DomainError =
+  | InvalidJson
+  | Unauthorized
+  | Forbidden
+  | NotFound
+  | MethodNotAllowed
+  | PayloadTooLarge
+  | UnsupportedMediaType
+  | InvalidInput
+  | RateLimited
+  | Overloaded
+  | Internal;
+
+export type ErrorKind = DomainError["kind"];

@@ -3,9 +3,10 @@
  * app built in a test counts only its own traffic.
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { PoolStats } from "./llm/pool";
 
 export interface EngineGauges {
-  stats(): { busy: number; queued: number };
+  stats(): Pick<PoolStats, "busy" | "queued">;
 }
 
 export class Metrics {

@@ -1,13 +1,14 @@
 /**
  * B6's reference: the least a server can do for `GET /api/v1.0/chat/messages` — a bare Bun.serve
  * with bun:sqlite prepared statements, the same key lookup, page query and row count as Parley
- * and the same JSON, and nothing else (no validation, no framework, no logging).
+ * and the same JSON (Parley's own presenter), and nothing else (no validation, no framework, no
+ * logging).
  * Usage: bun baseline-server.ts <db>; prints `{"url": ...}` once listening.
  */
 import { Database } from "bun:sqlite";
 import { hashKey } from "../../src/db/api-keys";
 import type { MessageRecord } from "../../src/db/types";
-import { messageJson } from "../../src/http/present";
+import { pageJson } from "../../src/http/present";
 
 const db = new Database(Bun.argv[2], { readonly: true, strict: true });
 const keyLookup = db.prepare(
@@ -40,10 +41,7 @@ const server = Bun.serve({
     const currentPage = Number(url.searchParams.get("current_page") ?? 1);
     const rows = page.all(principal.userId, rowsPerPage, (currentPage - 1) * rowsPerPage) as MessageRecord[];
     const n = (total.get(principal.userId) as { n: number } | null)?.n ?? 0;
-    return Response.json({
-      data: rows.map(messageJson),
-      pagination: { current_page: currentPage, rows_per_page: rowsPerPage, total_rows: n, total_pages: Math.ceil(n / rowsPerPage) },
-    });
+    return Response.json(pageJson(rows, { current: currentPage, rowsPerPage, totalRows: n }));
   },
 });
 console.log(JSON.stringify({ url: `http://127.0.0.1:${server.port}` }));

@@ -1,5 +1,8 @@
-import { overloaded } from "../errors";
+import { Overloaded } from "../errors";
 import type { Engine, FinishReason } from "../llm/engine";
+
+/** The refusal while there is no engine yet; readiness reports it too. */
+export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
 
 /** Where turns find the engine: absent while the model is still loading. */
 export interface EngineSource {
@@ -74,9 +77,9 @@ export class TurnRunner {
   /** Admits a turn or refuses it up front: no engine yet, closing, or a full queue. Call `end()` when done. */
   begin(signal?: AbortSignal): RunningTurn {
     const engine = this.engines.current();
-    if (!engine) throw overloaded("the model is still loading", 5);
-    if (this.closing) throw overloaded("the server is shutting down", 5);
-    if (engine.isFull()) throw overloaded("too many requests are waiting for the model", 2);
+    if (!engine) throw modelLoading();
+    if (this.closing) throw new Overloaded("the server is shutting down", 5_000);
+    if (engine.isFull()) throw new Overloaded("too many requests are waiting for the model", 2_000);
     const turn = new RunningTurn(engine, signal, this.options.generationTimeoutMs ?? 0, (ended) => {
       this.inFlight.delete(ended);
       if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();

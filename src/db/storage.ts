@@ -13,7 +13,7 @@ import type {
   MessageRecord,
   NewMessage,
   Principal,
-  Turn,
+  StoredTurn,
 } from "./types";
 
 export interface KeyStore {
@@ -40,7 +40,7 @@ export interface ConversationStore {
   findOrCreate(userId: number, externalId: string): Promise<FoundConversation>;
   addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
   /** The conversation's turns, oldest first (ties in time by insertion order). */
-  turns(conversationId: number): Promise<Turn[]>;
+  turns(conversationId: number): Promise<StoredTurn[]>;
 }
 
 export interface MessageStore {

@@ -3,13 +3,15 @@
  * builds its enum columns from these lists, so a schema cannot drift from the types.
  */
 
+import type { CONVERSATION_ROLES, FinishReason } from "../llm/types";
+
+export type { FinishReason };
+
 export const KEY_ROLES = ["user", "admin"] as const;
-export const ROLES = ["user", "assistant"] as const;
-export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
 
 export type KeyRole = (typeof KEY_ROLES)[number];
-export type Role = (typeof ROLES)[number];
-export type FinishReason = (typeof FINISH_REASONS)[number];
+/** Who speaks in a stored conversation (the engine's roles, less the system prompt). */
+export type Role = (typeof CONVERSATION_ROLES)[number];
 
 /** Who a request acts as, once its key is verified. */
 export interface Principal {
@@ -75,11 +77,8 @@ export interface MessageRecord {
   conversationId: string;
 }
 
-/** One turn of a conversation as the model sees it. */
-export interface Turn {
-  role: Role;
-  content: string;
-}
+/** One turn of a stored conversation, as the model is given it. */
+export type StoredTurn = Pick<MessageRecord, "role" | "content">;
 
 export type SortField = "created_at" | "id";
 export type SortDirection = "asc" | "desc";

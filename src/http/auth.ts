@@ -1,7 +1,7 @@
 import { Elysia } from "elysia";
 import type { KeyStore } from "../db/storage";
 import type { Principal } from "../db/types";
-import { AppError } from "../errors";
+import { Forbidden, Unauthorized } from "../errors";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import type { RouteTable } from "./routing";
@@ -26,22 +26,17 @@ export function readCredentials(header: string | null): Credentials {
   return { problem: "malformed", tokenSent: /^bearer\s/i.test(header.trim()) };
 }
 
-const unauthorized = (message: string, tokenSent: boolean) =>
-  new AppError("unauthorized", 401, message, {
-    headers: {
-      "www-authenticate": tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"',
-    },
-  });
+const missingKey = () => new Unauthorized("an API key is required: send Authorization: Bearer <key>", false);
 
 export async function authenticate(keys: KeyStore, header: string | null): Promise<Principal> {
   const credentials = readCredentials(header);
   if ("problem" in credentials) {
     throw credentials.problem === "missing"
-      ? unauthorized("an API key is required: send Authorization: Bearer <key>", false)
-      : unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
+      ? missingKey()
+      : new Unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
   }
   const principal = await keys.verify(credentials.token);
-  if (!principal) throw unauthorized("the API key is unknown or revoked", true);
+  if (!principal) throw new Unauthorized("the API key is unknown or revoked", true);
   return principal;
 }
 
@@ -88,5 +83,5 @@ export const authGate = (keys: KeyStore, limiter: RateLimiter, routes: RouteTabl
     const principal = await authenticate(keys, request.headers.get("authorization"));
     context.principal = principal;
     Object.assign(set.headers, limiter.take(principal.keyId));
-    if (access === "admin" && principal.role !== "admin") throw new AppError("forbidden", 403, "this endpoint needs an admin key");
+    if (access === "admin" && principal.role !== "admin") throw new Forbidden("this endpoint needs an admin key");
   });

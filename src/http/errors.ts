@@ -1,17 +1,79 @@
 import { Elysia } from "elysia";
-import { AppError } from "../errors";
+import { type DomainError, type ErrorKind, Internal, InvalidInput, InvalidJson, ParleyError } from "../errors";
 import type { Logger } from "../log";
+import type { ErrorBody, ErrorCode } from "./contract";
+import { quotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
+import { noSuchEndpoint } from "./routing";
 
-export interface ErrorBody {
-  error: { code: string; message: string; param?: string; request_id: string };
+type HeaderMap = Record<string, string>;
+
+interface WireError<E> {
+  status: number;
+  code: ErrorCode;
+  /** When a client sees it, for the OpenAPI document. */
+  when: string;
+  headers?: (error: E) => HeaderMap;
 }
 
-export const errorBody = (error: AppError, requestId: string): ErrorBody => ({
+const retryAfter = (ms: number): HeaderMap => ({ "retry-after": String(Math.max(1, Math.ceil(ms / 1000))) });
+
+/**
+ * The contract's error table (api-v1.md, "Errors"): how each kind of domain error goes on the
+ * wire. The only place that knows statuses and error headers; the OpenAPI document and the
+ * tests read it too.
+ */
+export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { kind: K }>> } = {
+  invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON" },
+  unauthorized: {
+    status: 401,
+    code: "unauthorized",
+    when: "Missing, malformed, unknown or revoked key (WWW-Authenticate: Bearer)",
+    // RFC 6750: `invalid_token` only when a token was presented.
+    headers: (error) => ({ "www-authenticate": error.tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"' }),
+  },
+  forbidden: { status: 403, code: "forbidden", when: "The key's role does not allow it (a user key asked for another user's messages)" },
+  not_found: { status: 404, code: "not_found", when: "Unknown path" },
+  method_not_allowed: {
+    status: 405,
+    code: "method_not_allowed",
+    when: "Known path, wrong method (see Allow)",
+    headers: (error) => ({ allow: error.allowed.join(", ") }),
+  },
+  payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit" },
+  unsupported_media_type: { status: 415, code: "unsupported_media_type", when: "Body is not application/json" },
+  invalid_input: {
+    status: 422,
+    code: "invalid_request",
+    when: "A field or parameter is missing, of the wrong type or out of range; param names it",
+  },
+  rate_limited: {
+    status: 429,
+    code: "rate_limited",
+    when: "Per-key rate limit or stream cap hit (Retry-After)",
+    headers: (error) => ({ ...(error.quota && quotaHeaders(error.quota)), ...retryAfter(error.retryAfterMs) }),
+  },
+  overloaded: {
+    status: 503,
+    code: "overloaded",
+    when: "Model loading, shutting down, or queue full (Retry-After)",
+    headers: (error) => retryAfter(error.retryAfterMs),
+  },
+  internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log" },
+};
+
+/** The status, contract code and headers `error` is answered with. */
+export function wireError(error: DomainError): { status: number; code: ErrorCode; headers: HeaderMap } {
+  // One kind, one entry: the cast only forgoes correlating the two unions.
+  const entry = HTTP_ERRORS[error.kind] as WireError<DomainError>;
+  return { status: entry.status, code: entry.code, headers: entry.headers?.(error) ?? {} };
+}
+
+export const errorBody = (error: DomainError, requestId: string): ErrorBody => ({
   error: {
-    code: error.code,
+    code: HTTP_ERRORS[error.kind].code,
     message: error.message,
-    ...(error.param === undefined ? {} : { param: error.param }),
+    ...("param" in error && error.param !== undefined ? { param: error.param } : {}),
     request_id: requestId,
   },
 });
@@ -19,10 +81,12 @@ export const errorBody = (error: AppError, requestId: string): ErrorBody => ({
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 /** `headers` are what the request already earned (request id, rate-limit state); the error's own win. */
-export function errorResponse(error: AppError, requestId: string, headers: Record<string, string> = {}): Response {
-  const merged = new Headers({ ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...error.headers });
-  if (error.retryAfter !== undefined) merged.set("retry-after", String(Math.ceil(error.retryAfter)));
-  return new Response(JSON.stringify(errorBody(error, requestId)), { status: error.status, headers: merged });
+export function errorResponse(error: DomainError, requestId: string, headers: HeaderMap = {}): Response {
+  const wire = wireError(error);
+  return new Response(JSON.stringify(errorBody(error, requestId)), {
+    status: wire.status,
+    headers: { ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...wire.headers },
+  });
 }
 
 interface SchemaWithMessage {
@@ -33,40 +97,40 @@ interface SchemaWithMessage {
  * Turns Elysia's validation error into ours without its `found`/`expected` fields, which
  * echo the request. The schema's own `error` text is preferred: it states the rule.
  */
-function fromValidation(error: { valueError?: { path: string; message: string; schema: unknown; value: unknown } }): AppError {
+function fromValidation(error: { valueError?: { path: string; message: string; schema: unknown; value: unknown } }): InvalidInput {
   const issue = error.valueError;
   const param = issue?.path.split("/").filter(Boolean)[0] ?? "body";
-  if (!issue || issue.path === "") return new AppError("invalid_request", 422, "the request body must be a JSON object", { param });
-  if (issue.value === undefined) return new AppError("invalid_request", 422, `${param} is required`, { param });
+  if (!issue || issue.path === "") return new InvalidInput(param, "the request body must be a JSON object");
+  if (issue.value === undefined) return new InvalidInput(param, `${param} is required`);
   const stated = (issue.schema as SchemaWithMessage).error;
-  const message = typeof stated === "string" ? stated : `${param} is invalid: ${issue.message.toLowerCase()}`;
-  return new AppError("invalid_request", 422, message, { param });
+  return new InvalidInput(param, typeof stated === "string" ? stated : `${param} is invalid: ${issue.message.toLowerCase()}`);
 }
 
-/** Maps any failure, ours or Elysia's, to one AppError; unknown ones become a generic 500. */
-export function toAppError(code: unknown, error: unknown): AppError {
-  if (error instanceof AppError) return error;
+/** Maps any failure, ours or Elysia's, to a domain error; unknown ones become `internal`. */
+export function toDomainError(code: unknown, error: unknown): DomainError {
+  // Every ParleyError subclass is a member of DomainError (src/errors.ts).
+  if (error instanceof ParleyError) return error as DomainError;
   switch (code) {
     case "VALIDATION":
       return fromValidation(error as Parameters<typeof fromValidation>[0]);
     case "PARSE": {
       // A throw inside a `parse` hook arrives wrapped: the real reason is its cause.
       const cause = (error as { cause?: unknown }).cause;
-      return cause instanceof AppError ? cause : new AppError("invalid_json", 400, "the request body is not valid JSON");
+      return cause instanceof ParleyError ? (cause as DomainError) : new InvalidJson();
     }
     case "NOT_FOUND":
-      return new AppError("not_found", 404, "no such endpoint");
+      return noSuchEndpoint();
     default:
-      return new AppError("internal", 500, "internal error", { cause: error });
+      return new Internal(error);
   }
 }
 
 /** The one place where failures become responses; only unexpected ones are logged, with detail. */
 export const errorHandler = (log: Logger) =>
   new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request, set }) => {
-    const appError = toAppError(code, error);
+    const domainError = toDomainError(code, error);
     const context = contextOf(request);
-    context.status = appError.status;
-    if (appError.code === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
-    return errorResponse(appError, context.id, set.headers as Record<string, string>);
+    context.status = HTTP_ERRORS[domainError.kind].status;
+    if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
+    return errorResponse(domainError, context.id, set.headers as HeaderMap);
   });

@@ -1,5 +1,6 @@
 import type { MessageQuery, Principal, SortDirection, SortField } from "../db/types";
-import { AppError, invalidRequest } from "../errors";
+import { Forbidden, InvalidInput } from "../errors";
+import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "./conversation-id";
 
 export interface ListingParams {
   user_id?: string;
@@ -9,21 +10,20 @@ export interface ListingParams {
   sort_by?: string;
 }
 
-export const CONVERSATION_ID = /^(?!:)[A-Za-z0-9._:-]{1,128}$/;
 const DIGITS = /^\d+$/;
 
 /** `:eq:<v>` and `<v>` mean the same; any other `:op:` is not supported. */
 function equalsValue(param: string, raw: string): string {
   if (!raw.startsWith(":")) return raw;
   if (raw.startsWith(":eq:")) return raw.slice(4);
-  throw invalidRequest(param, `${param} supports only the :eq: operator`);
+  throw new InvalidInput(param, `${param} supports only the :eq: operator`);
 }
 
 function integer(param: string, raw: string | undefined, fallback: number, max: number): number {
   if (raw === undefined) return fallback;
   const value = Number(raw);
   if (!DIGITS.test(raw) || value < 1 || value > max) {
-    throw invalidRequest(param, `${param} must be an integer from 1${max === Infinity ? " up" : ` to ${max}`}`);
+    throw new InvalidInput(param, `${param} must be an integer from 1${max === Infinity ? " up" : ` to ${max}`}`);
   }
   return value;
 }
@@ -32,7 +32,7 @@ function sortOrder(raw: string | undefined): { sortField: SortField; sortDirecti
   if (raw === undefined) return { sortField: "created_at", sortDirection: "desc" };
   const [field, direction, extra] = raw.split(":");
   if ((field !== "created_at" && field !== "id") || (direction !== "asc" && direction !== "desc") || extra !== undefined) {
-    throw invalidRequest("sort_by", "sort_by must be <field>:<direction> with field created_at or id and direction asc or desc");
+    throw new InvalidInput("sort_by", "sort_by must be <field>:<direction> with field created_at or id and direction asc or desc");
   }
   return { sortField: field, sortDirection: direction };
 }
@@ -49,19 +49,19 @@ export function parseListing(params: ListingParams, principal: Principal): Listi
   if (params.user_id !== undefined) {
     const raw = equalsValue("user_id", params.user_id);
     if (!DIGITS.test(raw) || !Number.isSafeInteger(Number(raw))) {
-      throw invalidRequest("user_id", "user_id must be an integer, optionally written :eq:<integer>");
+      throw new InvalidInput("user_id", "user_id must be an integer, optionally written :eq:<integer>");
     }
     userId = Number(raw);
   }
   if (principal.role !== "admin" && userId !== principal.userId) {
-    throw new AppError("forbidden", 403, "this key may only read its own user's messages", { param: "user_id" });
+    throw new Forbidden("this key may only read its own user's messages", "user_id");
   }
 
   let conversationId: string | undefined;
   if (params.conversation_id !== undefined) {
     conversationId = equalsValue("conversation_id", params.conversation_id);
     if (!CONVERSATION_ID.test(conversationId)) {
-      throw invalidRequest("conversation_id", "conversation_id must be 1 to 128 characters of A-Z a-z 0-9 . _ : - not starting with :");
+      throw new InvalidInput("conversation_id", CONVERSATION_ID_RULE);
     }
   }
 

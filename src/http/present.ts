@@ -1,7 +1,10 @@
+/** Domain values as the API shows them: the shapes are src/http/contract.ts's. */
+import type { TurnResult, TurnStart } from "../chat/service";
 import type { MessageRecord } from "../db/types";
+import type { ChatReply, ChatStart, Message, MessagePage } from "./contract";
 
-/** A stored message as the API shows it; `finish_reason` belongs to replies only. */
-export function messageJson(message: MessageRecord) {
+/** A stored message; `finish_reason` belongs to replies only. */
+export function messageJson(message: MessageRecord): Message {
   return {
     id: message.id,
     role: message.role,
@@ -9,8 +12,34 @@ export function messageJson(message: MessageRecord) {
     created_at: new Date(message.createdAt).toISOString(),
     conversation_id: message.conversationId,
     user_id: message.userId,
-    ...(message.role === "assistant" ? { finish_reason: message.finishReason } : {}),
+    ...(message.role === "assistant" && message.finishReason !== null ? { finish_reason: message.finishReason } : {}),
   };
 }
 
-export type MessageJson = ReturnType<typeof messageJson>;
+export function pageJson(rows: readonly MessageRecord[], page: { current: number; rowsPerPage: number; totalRows: number }): MessagePage {
+  return {
+    data: rows.map(messageJson),
+    pagination: {
+      current_page: page.current,
+      rows_per_page: page.rowsPerPage,
+      total_rows: page.totalRows,
+      total_pages: Math.ceil(page.totalRows / page.rowsPerPage),
+    },
+  };
+}
+
+export const startJson = (start: TurnStart): ChatStart => ({
+  conversation_id: start.conversationId,
+  new_conversation: start.newConversation,
+  user_message: messageJson(start.userMessage),
+  model: start.model,
+});
+
+export const resultJson = (result: TurnResult): ChatReply => ({
+  conversation_id: result.conversationId,
+  new_conversation: result.newConversation,
+  message: messageJson(result.message),
+  user_message: messageJson(result.userMessage),
+  usage: result.usage,
+  model: result.model,
+});

@@ -1,9 +1,16 @@
-import { AppError } from "../errors";
+import { type Quota, RateLimited } from "../errors";
 
 interface Bucket {
   tokens: number;
   updatedAt: number;
 }
+
+/** The `X-RateLimit-*` headers: every response to a limited key carries its quota. */
+export const quotaHeaders = (quota: Quota): Record<string, string> => ({
+  "x-ratelimit-limit": String(quota.limit),
+  "x-ratelimit-remaining": String(quota.remaining),
+  "x-ratelimit-reset": String(Math.ceil(quota.resetMs / 1000)),
+});
 
 /**
  * Per-key admission: a token bucket of `perMinute` requests (refilled continuously, so a key
@@ -24,7 +31,7 @@ export class RateLimiter {
 
   /**
    * Takes one request from the key's bucket. Returns the headers every response to the key
-   * carries, or throws 429 when the bucket is empty. A limit of 0 means no limit (no headers).
+   * carries, or throws RateLimited when the bucket is empty. A limit of 0 means no limit (no headers).
    */
   take(keyId: number): Record<string, string> {
     if (this.perMinute === 0) return {};
@@ -37,19 +44,12 @@ export class RateLimiter {
 
     const allowed = bucket.tokens >= 1;
     if (allowed) bucket.tokens -= 1;
-    const headers = {
-      "x-ratelimit-limit": String(this.perMinute),
-      "x-ratelimit-remaining": String(Math.floor(bucket.tokens)),
-      "x-ratelimit-reset": String(Math.ceil((this.perMinute - bucket.tokens) / perMs / 1000)),
-    };
+    const quota = { limit: this.perMinute, remaining: Math.floor(bucket.tokens), resetMs: (this.perMinute - bucket.tokens) / perMs };
     if (!allowed) {
       this.onReject("requests");
-      throw new AppError("rate_limited", 429, `this key may make at most ${this.perMinute} requests per minute`, {
-        retryAfter: Math.max(1, Math.ceil((1 - bucket.tokens) / perMs / 1000)),
-        headers,
-      });
+      throw new RateLimited(`this key may make at most ${this.perMinute} requests per minute`, (1 - bucket.tokens) / perMs, quota);
     }
-    return headers;
+    return quotaHeaders(quota);
   }
 
   /** Counts a stream against the key; the returned function ends it (idempotent). */
@@ -57,7 +57,7 @@ export class RateLimiter {
     const open = this.streams.get(keyId) ?? 0;
     if (open >= this.maxStreams) {
       this.onReject("streams");
-      throw new AppError("rate_limited", 429, `this key may hold at most ${this.maxStreams} streams at once`, { retryAfter: 1 });
+      throw new RateLimited(`this key may hold at most ${this.maxStreams} streams at once`, 1_000);
     }
     this.streams.set(keyId, open + 1);
     let closed = false;

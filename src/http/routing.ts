@@ -1,5 +1,5 @@
 import { Elysia } from "elysia";
-import { AppError } from "../errors";
+import { MethodNotAllowed, NotFound } from "../errors";
 import { type Access, accessOf } from "./auth";
 import { contextOf } from "./request-context";
 
@@ -13,6 +13,8 @@ interface Methods {
   allowed: string[];
   access: Map<string, Access | undefined>;
 }
+
+export const noSuchEndpoint = () => new NotFound("no such endpoint");
 
 const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path);
 
@@ -31,12 +33,8 @@ export class RouteTable {
    */
   match(path: string, method: string): Access | undefined {
     const methods = this.byPath().get(normalize(path));
-    if (!methods) throw new AppError("not_found", 404, "no such endpoint");
-    if (!methods.allowed.includes(method)) {
-      throw new AppError("method_not_allowed", 405, `use ${methods.allowed.join(" or ")} on this endpoint`, {
-        headers: { allow: methods.allowed.join(", ") },
-      });
-    }
+    if (!methods) throw noSuchEndpoint();
+    if (!methods.allowed.includes(method)) throw new MethodNotAllowed(methods.allowed);
     return methods.access.get(method);
   }
 

@@ -2,8 +2,8 @@ import type { Server } from "elysia/universal";
 import type { Usage } from "../chat/service";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
-import type { AppError } from "../errors";
-import { toAppError } from "./errors";
+import type { DomainError } from "../errors";
+import { toDomainError } from "./errors";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
@@ -19,7 +19,7 @@ export interface Framing<Start, Result> {
   start(start: Start): SseChunk[];
   delta(content: string): SseChunk;
   done(result: Result): SseChunk[];
-  error(error: AppError, requestId: string): SseChunk[];
+  error(error: DomainError, requestId: string): SseChunk[];
 }
 
 /** What the driver needs from a request. */
@@ -100,10 +100,10 @@ export class TurnDriver {
         }
       } catch (error) {
         // Past the first byte Elysia would only log a throw; the client gets an error event.
-        const appError = toAppError(undefined, error);
+        const failure = toDomainError(undefined, error);
         const { id } = contextOf(request);
-        if (appError.code === "internal") this.deps.log.error({ request_id: id, err: error }, "stream failed");
-        yield* framing.error(appError, id);
+        if (failure.kind === "internal") this.deps.log.error({ request_id: id, err: error }, "stream failed");
+        yield* framing.error(failure, id);
       }
     } finally {
       closeSlot();

@@ -20,10 +20,10 @@ import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore } from "./kv-store";
 import { useLocalNatives } from "./natives";
-import { SequencePool } from "./pool";
+import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
-import type { EngineStats, FinishReason, GenerateRequest, GenerateResult } from "./types";
+import type { FinishReason, GenerateRequest, GenerateResult } from "./types";
 
 export type * from "./types";
 
@@ -128,7 +128,7 @@ export class Engine {
     return this.llama.maxThreads;
   }
 
-  stats(): EngineStats {
+  stats(): PoolStats {
     return this.pool.stats();
   }
 

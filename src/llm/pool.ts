@@ -4,11 +4,14 @@
  * sequence's KV cache still holds that conversation's prompt: giving it back to the same
  * conversation turns the shared prefix into cached tokens instead of re-evaluated ones.
  */
-import { overloaded } from "../errors";
+import { Overloaded } from "../errors";
 
+/** The engine's load, as its gauges and its callers see it. */
 export interface PoolStats {
+  /** Items in the pool: replies that can be generated at once. */
   parallel: number;
   busy: number;
+  /** Callers waiting for a free item. */
   queued: number;
 }
 
@@ -46,7 +49,7 @@ export class SequencePool<T> {
   }
 
   /**
-   * Resolves with a lease once an item is free. Rejects with `overloaded` (503) when the queue
+   * Resolves with a lease once an item is free. Rejects with `Overloaded` when the queue
    * is full, and with an `AbortError` if `signal` aborts first (the waiter leaves the queue).
    */
   acquire(key: string, signal?: AbortSignal): Promise<Lease<T>> {
@@ -56,7 +59,7 @@ export class SequencePool<T> {
     const free = this.pickFree(key);
     if (free) return Promise.resolve(this.lease(free, key));
 
-    if (this.isFull()) return Promise.reject(overloaded(`All ${this.slots.length} sequences are busy and the queue is full`));
+    if (this.isFull()) return Promise.reject(new Overloaded(`All ${this.slots.length} sequences are busy and the queue is full`, 1_000));
 
     return new Promise<Lease<T>>((resolve, reject) => {
       const onAbort = () => {

@@ -1,13 +1,18 @@
 /** The engine's public vocabulary: what the chat service sends in and gets back. */
 
-export type Role = "system" | "user" | "assistant";
+/** Who speaks in a stored conversation; the engine adds the system prompt itself. */
+export const CONVERSATION_ROLES = ["user", "assistant"] as const;
+
+export type Role = "system" | (typeof CONVERSATION_ROLES)[number];
 
 export interface Turn {
   role: Role;
   content: string;
 }
 
-export type FinishReason = "stop" | "length" | "cancelled";
+export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
+
+export type FinishReason = (typeof FINISH_REASONS)[number];
 
 export interface GenerateRequest {
   /** Stable per conversation: the engine prefers the sequence whose KV cache already holds it. */
@@ -34,10 +39,4 @@ export interface GenerateResult {
   completionTokens: number;
   /** The prompt as evaluated (after trimming to fit the context), special tokens rendered as text. */
   prompt: string;
-}
-
-export interface EngineStats {
-  parallel: number;
-  busy: number;
-  queued: number;
 }

@@ -1,18 +1,8 @@
-// The browser side of docs/API.md: only the fields the page uses.
+// The browser side of docs/API.md. The bodies' types are the server's own (type-only: nothing
+// of the server is bundled into the page).
+import type { ChatDelta, ChatReply, ChatStart, ErrorBody, Message, MessagePage } from "../http/contract";
 
-export interface Message {
-  id: number;
-  role: "user" | "assistant";
-  content: string;
-  created_at: string;
-  conversation_id: string;
-  finish_reason?: "stop" | "length" | "cancelled";
-}
-
-export interface MessagePage {
-  data: Message[];
-  pagination: { current_page: number; total_pages: number };
-}
+export type { Message, MessagePage };
 
 export interface ChatRequest {
   message: string;
@@ -23,15 +13,12 @@ export interface ChatRequest {
 
 /** What a stream delivers; its `error` event is thrown as an ApiError instead. */
 export type StreamEvent =
-  | { event: "start"; data: { user_message: Message } }
-  | { event: "delta"; data: { content: string } }
-  | { event: "done"; data: { message: Message } };
+  | { event: "start"; data: ChatStart }
+  | { event: "delta"; data: ChatDelta }
+  | { event: "done"; data: ChatReply };
 
-interface ApiErrorBody {
-  code: string;
-  message: string;
-  request_id?: string;
-}
+/** The contract's error, or the page's own `http` code when a proxy answered instead of Parley. */
+type ApiErrorBody = Pick<ErrorBody["error"], "message"> & { code: ErrorBody["error"]["code"] | "http"; request_id?: string };
 
 /** A refusal from the API, carrying what the page shows inline. */
 export class ApiError extends Error {
@@ -56,7 +43,7 @@ async function failure(response: Response): Promise<ApiError> {
   const retry = Number(response.headers.get("retry-after") ?? Number.NaN);
   const retryAfterS = Number.isFinite(retry) ? retry : undefined;
   try {
-    const { error } = (await response.json()) as { error: ApiErrorBody };
+    const { error } = (await response.json()) as ErrorBody;
     return new ApiError(error, response.status, retryAfterS);
   } catch {
     // A proxy in front of Parley may answer with its own non-JSON page.
@@ -95,7 +82,7 @@ export async function* streamChat(key: string, request: ChatRequest, signal: Abo
     while ((end = buffer.indexOf("\n\n")) >= 0) {
       const parsed = parseEvent(buffer.slice(0, end));
       buffer = buffer.slice(end + 2);
-      if (parsed?.event === "error") throw new ApiError((parsed.data as { error: ApiErrorBody }).error);
+      if (parsed?.event === "error") throw new ApiError((parsed.data as ErrorBody).error);
       if (parsed) yield parsed as StreamEvent;
     }
   }

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { KeyedLock } from "../../src/chat/keyed-lock";
 import { ChatService, type TurnInput } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
-import { AppError } from "../../src/errors";
+import { Overloaded } from "../../src/errors";
+import { wireError } from "../../src/http/errors";
 import type { Engine } from "../../src/llm/engine";
 import { testDb, testEngine } from "../support";
 
@@ -75,7 +76,7 @@ describe("ChatService admission", () => {
     await running.next(); // start: the user message is stored
     await running.next(); // the first delta: the sequence is taken
     const refused = finish(service, input("refused"));
-    await expect(refused).rejects.toBeInstanceOf(AppError);
+    await expect(refused).rejects.toBeInstanceOf(Overloaded);
     const count = db.storage.sqlite.query("SELECT count(*) AS n FROM conversations WHERE external_id = 'refused'").get() as { n: number };
     expect(count.n).toBe(0);
     controller.abort();
@@ -87,6 +88,7 @@ describe("ChatService admission", () => {
   test("while the model is loading, turns are refused with 503", async () => {
     const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => undefined }));
     const error = await finish(service, input("early")).catch((e: unknown) => e);
-    expect(error).toMatchObject({ code: "overloaded", status: 503 });
+    expect(error).toBeInstanceOf(Overloaded);
+    expect(wireError(error as Overloaded)).toMatchObject({ code: "overloaded", status: 503 });
   });
 });

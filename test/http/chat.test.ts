@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { ChatReply, ChatStart, MessagePage, Message as StoredMessage } from "../../src/http/contract";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
 import { bearer, postChat, readSse, type Served, serveApp, type SseEvent, testDb, testEngine } from "../support";
 
@@ -26,23 +27,6 @@ afterAll(async () => {
   await db.storage.close();
 });
 
-interface StoredMessage {
-  id: number;
-  role: string;
-  content: string;
-  created_at: string;
-  conversation_id: string;
-  user_id: number;
-  finish_reason?: string;
-}
-interface ChatReply {
-  conversation_id: string;
-  new_conversation: boolean;
-  message: StoredMessage;
-  user_message: StoredMessage;
-  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number; cached_tokens: number };
-  model: string;
-}
 
 const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) => postChat(server.url, key, body, signal);
 
@@ -66,7 +50,7 @@ async function stored(key: string, conversationId: string): Promise<StoredMessag
   const response = await fetch(`${server.url}/api/v1.0/chat/messages?conversation_id=${conversationId}&sort_by=id:asc&rows_per_page=100`, {
     headers: bearer(key),
   });
-  return ((await response.json()) as { data: StoredMessage[] }).data;
+  return ((await response.json()) as MessagePage).data;
 }
 
 describe("POST /api/v1.0/chat", () => {
@@ -101,7 +85,7 @@ describe("POST /api/v1.0/chat", () => {
     expect(names.filter((name) => name === "delta").length).toBeGreaterThanOrEqual(2);
     expect(names.every((name) => ["start", "delta", "done", "comment"].includes(name))).toBe(true);
 
-    const start = events[0]!.data as { conversation_id: string; new_conversation: boolean; user_message: StoredMessage; model: string };
+    const start = events[0]!.data as ChatStart;
     const done = events.at(-1)!.data as ChatReply;
     const text = events.filter((event) => event.event === "delta").map((event) => (event.data as { content: string }).content).join("");
     expect(start).toEqual({ conversation_id: "streamed", new_conversation: true, user_message: done.user_message, model: "parley-demo" });

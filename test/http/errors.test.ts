@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { toAppError } from "../../src/http/errors";
+import { toDomainError, wireError } from "../../src/http/errors";
 import { bearer, serveApp, testDb } from "../support";
 
 const db = testDb("errors");
@@ -153,9 +153,9 @@ describe("the contract's error table", () => {
   });
 
   test("500 internal never carries the original message", () => {
-    const error = toAppError("UNKNOWN", new Error(`SQLITE_ERROR near ${MARK}`));
-    expect(error.status).toBe(500);
-    expect(error.code).toBe("internal");
+    const error = toDomainError("UNKNOWN", new Error(`SQLITE_ERROR near ${MARK}`));
+    expect(wireError(error).status).toBe(500);
+    expect(wireError(error).code).toBe("internal");
     expect(error.message).not.toContain(MARK);
   });
 

@@ -3,7 +3,8 @@ import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
-import { AppError } from "../../src/errors";
+import { Overloaded } from "../../src/errors";
+import { wireError } from "../../src/http/errors";
 import { bridge } from "../../src/llm/bridge";
 import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { DEMO_MODEL_NAME, writePresetModel } from "../../src/llm/gguf/presets";
@@ -58,7 +59,9 @@ describe("SequencePool", () => {
     const second = pool.acquire("b", controller.signal);
     const third = pool.acquire("c");
     const fourth = pool.acquire("d");
-    await expect(fourth).rejects.toMatchObject({ code: "overloaded", status: 503 });
+    const refused = await fourth.catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(Overloaded);
+    expect(wireError(refused as Overloaded)).toMatchObject({ code: "overloaded", status: 503 });
     expect(pool.stats()).toMatchObject({ parallel: 1, busy: 1, queued: 2 });
 
     controller.abort();
@@ -291,8 +294,8 @@ describe("Engine (parallel 1, queueMax 1, contextSize 256)", () => {
     const running = run(engine, ask("one"));
     const waiting = run(engine, ask("two"));
     const refused = await run(engine, ask("three")).catch((err: unknown) => err);
-    expect(refused).toBeInstanceOf(AppError);
-    expect(refused).toMatchObject({ code: "overloaded", status: 503 });
+    expect(refused).toBeInstanceOf(Overloaded);
+    expect(wireError(refused as Overloaded)).toMatchObject({ code: "overloaded", status: 503 });
     await Promise.all([running, waiting]);
     expect(engine.stats()).toMatchObject({ parallel: 1, busy: 0, queued: 0 });
   });

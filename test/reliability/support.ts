@@ -1,19 +1,9 @@
 /** Helpers of the reliability suite: contract checks, raw requests, reading the database. */
 import { Database } from "bun:sqlite";
+import { HTTP_ERRORS } from "../../src/http/errors";
 
-export const ERROR_CODES: Record<number, string> = {
-  400: "invalid_json",
-  401: "unauthorized",
-  403: "forbidden",
-  404: "not_found",
-  405: "method_not_allowed",
-  413: "payload_too_large",
-  415: "unsupported_media_type",
-  422: "invalid_request",
-  429: "rate_limited",
-  503: "overloaded",
-  500: "internal",
-};
+/** The contract's error code for each status, from the app's own error table. */
+const ERROR_CODES: Record<number, string> = Object.fromEntries(Object.values(HTTP_ERRORS).map(({ status, code }) => [status, code]));
 
 /**
  * Reads a response whole and checks it against the contract: a 2xx, or an error body whose

@@ -1,6 +1,6 @@
 import { and, asc, eq } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
-import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, Turn } from "../types";
+import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, StoredTurn } from "../types";
 import type { Db } from "./client";
 import { conversations, messages } from "./schema";
 
@@ -37,7 +37,7 @@ export class SqliteConversationStore implements ConversationStore {
     };
   }
 
-  async turns(conversationId: number): Promise<Turn[]> {
+  async turns(conversationId: number): Promise<StoredTurn[]> {
     return this.db
       .select({ role: messages.role, content: messages.content })
       .from(messages)

@@ -1,6 +1,8 @@
 import { sql } from "drizzle-orm";
 import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
-import { FINISH_REASONS, KEY_ROLES, ROLES } from "../types";
+// Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
+import { CONVERSATION_ROLES, FINISH_REASONS } from "../../llm/types";
+import { KEY_ROLES } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () =>
@@ -57,7 +59,7 @@ export const messages = sqliteTable(
     conversationId: integer("conversation_id")
       .notNull()
       .references(() => conversations.id),
-    role: text("role", { enum: ROLES }).notNull(),
+    role: text("role", { enum: CONVERSATION_ROLES }).notNull(),
     content: text("content").notNull(),
     createdAt: createdAt(),
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),

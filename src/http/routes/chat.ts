@@ -1,24 +1,22 @@
 import { Elysia, t } from "elysia";
 import type { ChatService, TurnResult, TurnStart } from "../../chat/service";
-import { invalidRequest } from "../../errors";
+import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
+import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
 import { jsonBody } from "../json-body";
-import { chatReplySchema, errorResponses, SSE_DESCRIPTION } from "../openapi";
-import { CONVERSATION_ID } from "../listing-query";
-import { messageJson } from "../present";
+import { chatReplyResponse, errorResponses } from "../openapi";
+import { resultJson, startJson } from "../present";
 import { event } from "../sse";
 import type { Framing, TurnDriver } from "../turn-driver";
 
 const MAX_MESSAGE_CODE_POINTS = 16_000;
+const MESSAGE_RULE = `message must be a string of 1 to ${MAX_MESSAGE_CODE_POINTS} characters`;
 
 const chatRequest = t.Object({
   // UTF-16 length is at most twice the code points; the exact count is checked below.
-  message: t.String({ maxLength: MAX_MESSAGE_CODE_POINTS * 2, error: "message must be a string of 1 to 16000 characters" }),
-  conversation_id: t.String({
-    pattern: CONVERSATION_ID.source,
-    error: "conversation_id must be 1 to 128 characters of A-Z a-z 0-9 . _ : - not starting with :",
-  }),
+  message: t.String({ maxLength: MAX_MESSAGE_CODE_POINTS * 2, error: MESSAGE_RULE }),
+  conversation_id: t.String({ pattern: CONVERSATION_ID.source, error: CONVERSATION_ID_RULE }),
   stream: t.Optional(t.Boolean({ error: "stream must be true or false" })),
   temperature: t.Optional(t.Number({ minimum: 0, maximum: 1, error: "temperature must be a number from 0 to 1" })),
   max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 4096, error: "max_tokens must be an integer from 1 to 4096" })),
@@ -29,25 +27,9 @@ function checkMessage(message: string): void {
   let codePoints = 0;
   for (const _ of message) codePoints++;
   if (codePoints < 1 || codePoints > MAX_MESSAGE_CODE_POINTS || message.trim() === "") {
-    throw invalidRequest("message", "message must be a string of 1 to 16000 characters, not only whitespace");
+    throw new InvalidInput("message", `${MESSAGE_RULE}, not only whitespace`);
   }
 }
-
-const startJson = (start: TurnStart) => ({
-  conversation_id: start.conversationId,
-  new_conversation: start.newConversation,
-  user_message: messageJson(start.userMessage),
-  model: start.model,
-});
-
-const resultJson = (result: TurnResult) => ({
-  conversation_id: result.conversationId,
-  new_conversation: result.newConversation,
-  message: messageJson(result.message),
-  user_message: messageJson(result.userMessage),
-  usage: result.usage,
-  model: result.model,
-});
 
 /** The native API's stream: `start`, `delta`s, then `done` or `error`. */
 const nativeFraming: Framing<TurnStart, TurnResult> = {
@@ -91,15 +73,17 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
       detail: {
         summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
         responses: {
-          "200": {
-            description: `The stored reply. ${SSE_DESCRIPTION}`,
-            content: {
-              "application/json": { schema: chatReplySchema },
-              "text/event-stream": { schema: { type: "string", description: SSE_DESCRIPTION } },
-            },
-          },
-          ...errorResponses(400, 401, 413, 415, 422, 429, 503),
+          "200": chatReplyResponse,
+          ...errorResponses(
+            "invalid_json",
+            "unauthorized",
+            "payload_too_large",
+            "unsupported_media_type",
+            "invalid_input",
+            "rate_limited",
+            "overloaded",
+          ),
         },
-      } as never,
+      },
     },
   );

@@ -4,7 +4,7 @@ import type { AnyElysia } from "elysia";
 import swaggerBundle from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
 import swaggerCss from "swagger-ui-dist/swagger-ui.css" with { type: "file" };
 import pkg from "../../../package.json";
-import { errorSchema } from "../openapi";
+import { SCHEMAS } from "../openapi";
 
 const ASSETS = "/docs/assets";
 
@@ -33,7 +33,7 @@ export const docsRoutes = () => (app: AnyElysia) =>
           },
           components: {
             securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "An API key from `parley keys create`" } },
-            schemas: { Error: errorSchema as never },
+            schemas: SCHEMAS as never,
           },
         },
       }),

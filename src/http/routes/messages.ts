@@ -2,8 +2,8 @@ import { Elysia, t } from "elysia";
 import type { MessageStore } from "../../db/storage";
 import { requireKey } from "../auth";
 import { parseListing } from "../listing-query";
-import { errorResponses, messagePageSchema } from "../openapi";
-import { messageJson } from "../present";
+import { errorResponses, jsonResponse } from "../openapi";
+import { pageJson } from "../present";
 
 const listingQuery = t.Object({
   user_id: t.Optional(t.String({ description: "`:eq:<int>` or `<int>`; default: the key's own user" })),
@@ -27,15 +27,7 @@ export const messagesRoutes = (deps: { messages: MessageStore }) =>
           limit: Number.isSafeInteger(offset) ? rowsPerPage : 0,
           offset: Number.isSafeInteger(offset) ? offset : 0,
         });
-        return {
-          data: rows.map(messageJson),
-          pagination: {
-            current_page: page,
-            rows_per_page: rowsPerPage,
-            total_rows: total,
-            total_pages: Math.ceil(total / rowsPerPage),
-          },
-        };
+        return pageJson(rows, { current: page, rowsPerPage, totalRows: total });
       },
       {
         auth: "key",
@@ -43,9 +35,9 @@ export const messagesRoutes = (deps: { messages: MessageStore }) =>
         detail: {
           summary: "List a user's stored messages, paged and sorted",
           responses: {
-            "200": { description: "One page of messages", content: { "application/json": { schema: messagePageSchema } } },
-            ...errorResponses(401, 403, 422, 429),
+            "200": jsonResponse("One page of messages", "MessagePage"),
+            ...errorResponses("unauthorized", "forbidden", "invalid_input", "rate_limited"),
           },
-        } as never,
+        },
       },
     );

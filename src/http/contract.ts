@@ -1,0 +1,128 @@
+/**
+ * The response bodies of API v1.0 (/work/shared/contract/api-v1.md), written once: JSON Schema
+ * (TypeBox) for the OpenAPI document, and TypeScript types for the presenters, the tests and
+ * the browser page. Closed objects (`additionalProperties: false`) wherever the contract fixes
+ * the shape, so drift shows.
+ *
+ * Built with TypeBox itself rather than Elysia's `t` (the same objects): browser code imports
+ * this module type-only, and importing anything of "elysia" would pull Bun's types into the
+ * page's typecheck, which must not see server APIs.
+ */
+import { type SchemaOptions, type Static, Type as t } from "@sinclair/typebox";
+import { CONVERSATION_ROLES, FINISH_REASONS } from "../llm/types";
+
+const closed = { additionalProperties: false } as const;
+
+const oneOf = <const V extends readonly string[]>(values: V, options?: SchemaOptions) =>
+  t.Union(
+    values.map((value) => t.Literal(value as V[number])),
+    options,
+  );
+
+/** The `code` of an error body; which status carries which is src/http/errors.ts's table. */
+export const ERROR_CODES = [
+  "invalid_json",
+  "unauthorized",
+  "forbidden",
+  "not_found",
+  "method_not_allowed",
+  "payload_too_large",
+  "unsupported_media_type",
+  "invalid_request",
+  "rate_limited",
+  "overloaded",
+  "internal",
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export const ErrorBody = t.Object(
+  {
+    error: t.Object(
+      {
+        code: oneOf(ERROR_CODES),
+        message: t.String(),
+        param: t.Optional(t.String({ description: "The field or query parameter at fault" })),
+        request_id: t.String(),
+      },
+      closed,
+    ),
+  },
+  closed,
+);
+export type ErrorBody = Static<typeof ErrorBody>;
+
+export const Message = t.Object(
+  {
+    id: t.Integer(),
+    role: oneOf(CONVERSATION_ROLES),
+    content: t.String(),
+    created_at: t.String({ format: "date-time" }),
+    conversation_id: t.String(),
+    user_id: t.Integer(),
+    finish_reason: t.Optional(oneOf(FINISH_REASONS, { description: "Assistant messages only" })),
+  },
+  closed,
+);
+export type Message = Static<typeof Message>;
+
+export const Usage = t.Object(
+  {
+    prompt_tokens: t.Integer({ description: "The whole prompt the reply was conditioned on, history included" }),
+    completion_tokens: t.Integer(),
+    total_tokens: t.Integer(),
+    cached_tokens: t.Optional(t.Integer({ description: "Of prompt_tokens, how many were reused from a cache" })),
+  },
+  closed,
+);
+
+export const ChatReply = t.Object(
+  {
+    conversation_id: t.String(),
+    new_conversation: t.Boolean(),
+    message: Message,
+    user_message: Message,
+    usage: Usage,
+    model: t.String(),
+  },
+  closed,
+);
+export type ChatReply = Static<typeof ChatReply>;
+
+/** The stream's `start` event: the user's message is stored, generation is next. */
+export const ChatStart = t.Object(
+  {
+    conversation_id: t.String(),
+    new_conversation: t.Boolean(),
+    user_message: Message,
+    model: t.String(),
+  },
+  closed,
+);
+export type ChatStart = Static<typeof ChatStart>;
+
+/** The stream's `delta` event: the next piece of the reply's text. */
+export const ChatDelta = t.Object({ content: t.String() }, closed);
+export type ChatDelta = Static<typeof ChatDelta>;
+
+export const MessagePage = t.Object(
+  {
+    data: t.Array(Message),
+    pagination: t.Object(
+      {
+        current_page: t.Integer(),
+        rows_per_page: t.Integer(),
+        total_rows: t.Integer(),
+        total_pages: t.Integer(),
+      },
+      closed,
+    ),
+  },
+  closed,
+);
+export type MessagePage = Static<typeof MessagePage>;
+
+export const Health = t.Object({ status: t.Literal("ok") }, closed);
+export type Health = Static<typeof Health>;
+
+export const Ready = t.Object({ status: t.Literal("ready") }, closed);
+export type Ready = Static<typeof Ready>;
