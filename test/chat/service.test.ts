@@ -5,7 +5,9 @@ import { TurnRunner } from "../../src/chat/turn-runner";
 import { Overloaded } from "../../src/errors";
 import { wireError } from "../../src/http/errors";
 import type { Engine } from "../../src/llm/engine";
-import { testDb, testEngine } from "../support";
+import { allowSlowTests, testDb, testEngine } from "../support";
+
+allowSlowTests();
 
 describe("KeyedLock", () => {
   test("holders of one key run in arrival order; other keys do not wait", async () => {

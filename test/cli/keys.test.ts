@@ -2,7 +2,9 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { openStorage } from "../../src/db/open";
-import { serveApp, tempDir } from "../support";
+import { allowSlowTests, serveApp, tempDir } from "../support";
+
+allowSlowTests();
 
 const dir = tempDir("cli");
 const env = { ...Bun.env, PARLEY_DB: join(dir, "parley.db") };

@@ -8,7 +8,9 @@ import { writePresetModel } from "../../src/llm/gguf/presets";
 import { fromFloats } from "../../src/llm/gguf/tensor-data";
 import { gguf, type GgufValue } from "../../src/llm/gguf/values";
 import { writeGguf } from "../../src/llm/gguf/writer";
-import { until } from "../support";
+import { allowSlowTests, until } from "../support";
+
+allowSlowTests();
 
 const dir = mkdtempSync(join(tmpdir(), "parley-model-cli-"));
 const modelsDir = join(dir, "models");

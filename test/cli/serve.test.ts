@@ -1,7 +1,9 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { type ChildServer, postChat, presetModel, readSse, startServer, tempDir } from "../support";
+import { allowSlowTests, type ChildServer, postChat, presetModel, readSse, startServer, tempDir } from "../support";
+
+allowSlowTests();
 
 const dir = tempDir("serve");
 const adminKey = "serve-test-admin-key-0123456789abcdef";

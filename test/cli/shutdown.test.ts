@@ -1,7 +1,9 @@
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type ChildServer, postChat, readSse, startServer, tempDir, until } from "../support";
+import { allowSlowTests, type ChildServer, postChat, readSse, startServer, tempDir, until } from "../support";
+
+allowSlowTests();
 
 const adminKey = "shutdown-test-admin-key-0123456789abcdef";
 const started: ChildServer[] = [];

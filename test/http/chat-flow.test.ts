@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { postChat, readSse, type Served, serveApp, type SseEvent, testDb, testEngine, until } from "../support";
+import { allowSlowTests, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine, until } from "../support";
+
+allowSlowTests();
 
 // The bench-small model (random weights, ~100 M parameters) never ends a reply by itself and
 // takes tens of ms per token: long enough to disconnect mid-reply and to fill the queue.

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ChatReply, ChatStart, MessagePage, Message as StoredMessage } from "../../src/http/contract";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
-import { bearer, postChat, readSse, type Served, serveApp, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+
+allowSlowTests();
 
 const db = testDb("chat");
 const alice = await db.keys.create("alice", "user");

@@ -9,7 +9,9 @@ import { ChatService, type TurnInput } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, readSse, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, readSse, serveApp, type Served, testDb, testEngine } from "../support";
+
+allowSlowTests();
 
 const CHAT = "/api/v1.0/chat";
 const MESSAGES = "/api/v1.0/chat/messages";

@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, readSse, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, testDb, testEngine } from "../support";
+
+allowSlowTests();
 
 const db = testDb("limits");
 const alice = await db.keys.create("alice", "user");

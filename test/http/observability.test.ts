@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, type Served, serveApp, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, postChat, serveApp, type Served, testDb, testEngine, until } from "../support";
+
+allowSlowTests();
 
 const db = testDb("observability");
 const admin = await db.keys.create("ops", "admin");

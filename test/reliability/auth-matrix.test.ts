@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, serveApp, type Served, testDb, testEngine } from "../support";
 import { contractResponse } from "./support";
+
+allowSlowTests();
 
 const db = testDb("auth-matrix");
 const alice = await db.keys.create("alice", "user");

@@ -1,7 +1,9 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type ChildServer, postChat, readSse, startServer, tempDir, until, withSeed } from "../support";
+import { allowSlowTests, type ChildServer, postChat, readSse, startServer, tempDir, until, withSeed } from "../support";
 import { withDb } from "./support";
+
+allowSlowTests();
 
 /*
  * Why acknowledged turns survive a SIGKILL: each message is its own committed transaction

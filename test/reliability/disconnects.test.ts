@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { postChat, readSse, type Served, serveApp, testDb, testEngine, until, withSeed } from "../support";
+import { allowSlowTests, postChat, readSse, serveApp, type Served, testDb, testEngine, until, withSeed } from "../support";
+
+allowSlowTests();
 
 // 50 streams that go away: 2 that hold both sequences, 20 that leave while queued behind them,
 // 20 that leave mid-reply after a random number of tokens, 8 that leave at a random moment

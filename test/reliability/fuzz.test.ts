@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import type { Engine } from "../../src/llm/engine";
-import { type Served, serveApp, testDb, testEngine, testSeed } from "../support";
+import { allowSlowTests, serveApp, type Served, testDb, testEngine, testSeed } from "../support";
 import { contractResponse, rawRequest } from "./support";
+
+allowSlowTests();
 
 // Property-based attacks on both endpoints, one request at a time so that every refused request
 // can be checked to have changed nothing. The server runs in this process: a prototype polluted

@@ -1,6 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { type ChildServer, engineGauges, quantile, rssKb, runLoad, seedKeys, startServer, tempDir, until, withSeed } from "../support";
+import { allowSlowTests, type ChildServer, engineGauges, quantile, rssKb, runLoad, seedKeys, startServer, tempDir, until, withSeed } from "../support";
+
+allowSlowTests();
 
 // The light variant of `bun run bench load`: enough concurrency to overflow a small queue and
 // a shared key's rate limit, short enough for CI on two cores.

@@ -1,4 +1,5 @@
-/** Waiting on a condition with a deadline, never for a fixed time. */
+/** Waiting on a condition with a deadline, never for a fixed time; and time allowed to slow tests. */
+import { setDefaultTimeout } from "bun:test";
 
 /** Resolves once `condition` holds, checking every `everyMs`; throws naming `what` after `ms`. */
 export async function until(condition: () => boolean | Promise<boolean>, what: string, ms = 10_000, everyMs = 10): Promise<void> {
@@ -7,4 +8,14 @@ export async function until(condition: () => boolean | Promise<boolean>, what: s
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await Bun.sleep(everyMs);
   }
+}
+
+/**
+ * Gives the calling test file's tests 30 s instead of bun's 5 s: real inference and child
+ * processes outlast 5 s on a loaded machine, while a stuck one still fails instead of hanging the
+ * run. Call it at the top of the file: bun scopes the default timeout to the file it is set in,
+ * and a preload's setting reaches only the first file of a run (oven-sh/bun#43787).
+ */
+export function allowSlowTests(): void {
+  setDefaultTimeout(30_000);
 }

@@ -3,7 +3,9 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, type TestDb, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, serveApp, type Served, type TestDb, testDb, testEngine, until } from "../support";
+
+allowSlowTests();
 
 // Debian's Chromium: browser downloads do not work here. `.ci/run` installs it when missing.
 const CHROMIUM = "/usr/bin/chromium";

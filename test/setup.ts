@@ -1,3 +1,0 @@
-import { setDefaultTimeout } from "bun:test";
-
-setDefaultTimeout(30_000);
