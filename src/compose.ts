@@ -54,7 +54,11 @@ export async function startService(config: Config, log: Logger, announce: Announ
   }
 
   let engine: Engine | undefined;
-  const metrics = new Metrics(() => engine);
+  const runner = new TurnRunner(
+    { current: () => engine },
+    { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
+  );
+  const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns });
   mkdirSync(config.dataDir, { recursive: true });
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.
@@ -81,10 +85,6 @@ export async function startService(config: Config, log: Logger, announce: Announ
     (error: unknown) => error,
   );
 
-  const runner = new TurnRunner(
-    { current: () => engine },
-    { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
-  );
   const app = createApp({
     storage,
     chat: new ChatService(storage.conversations, runner),

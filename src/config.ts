@@ -79,7 +79,7 @@ export const CONFIG_SPEC = {
   },
   threads: { env: "PARLEY_THREADS", flag: "--threads", default: "", help: "CPU threads for inference (default: 1 for tiny models, else physical cores)" },
   gpu: { env: "PARLEY_GPU", flag: "--gpu", default: "false", help: "Offload to a GPU if one is usable" },
-  queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Requests waiting for a free sequence before 503" },
+  queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Chat requests that may wait (for a free sequence or their conversation's previous turn) before 503" },
   bodyLimitBytes: { env: "PARLEY_BODY_LIMIT", flag: "--body-limit", default: "65536", help: "Largest request body in bytes (413 above)" },
   heartbeatMs: {
     env: "PARLEY_HEARTBEAT_MS",

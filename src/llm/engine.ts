@@ -132,9 +132,9 @@ export class Engine {
     return this.pool.stats();
   }
 
-  /** True when a request would be refused with `overloaded` right now. */
-  isFull(): boolean {
-    return this.pool.isFull();
+  /** Replies that may be in hand at once: one generating per sequence, `queueMax` waiting. */
+  get capacity(): number {
+    return this.pool.capacity;
   }
 
   /**
