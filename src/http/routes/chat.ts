@@ -24,6 +24,9 @@ const chatRequest = t.Object({
 });
 
 function checkMessage(message: string): void {
+  // JSON may carry a lone surrogate (`"\ud800"`), which UTF-8 storage would turn into U+FFFD:
+  // the stored text must be what the user sent.
+  if (!message.isWellFormed()) throw new InvalidInput("message", "message must be valid Unicode text (it has a lone surrogate)");
   let codePoints = 0;
   for (const _ of message) codePoints++;
   if (codePoints < 1 || codePoints > MAX_MESSAGE_CODE_POINTS || message.trim() === "") {
