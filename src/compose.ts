@@ -93,6 +93,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     metrics,
     limits: {
       bodyLimitBytes: config.bodyLimitBytes,
+      bodyTimeoutMs: config.bodyTimeoutS * 1000,
       heartbeatMs: config.heartbeatMs,
       rateLimitPerMinute: config.rateLimit,
       maxStreamsPerKey: config.maxStreamsPerKey,

@@ -25,6 +25,7 @@ export interface Config {
   gpu: boolean;
   queueMax: number;
   bodyLimitBytes: number;
+  bodyTimeoutS: number;
   heartbeatMs: number;
   logLevel: LogLevel;
   /** Requests per minute per key; 0 = unlimited. */
@@ -81,6 +82,12 @@ export const CONFIG_SPEC = {
   gpu: { env: "PARLEY_GPU", flag: "--gpu", default: "false", help: "Offload to a GPU if one is usable" },
   queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Chat requests that may wait (for a free sequence or their conversation's previous turn) before 503" },
   bodyLimitBytes: { env: "PARLEY_BODY_LIMIT", flag: "--body-limit", default: "65536", help: "Largest request body in bytes (413 above)" },
+  bodyTimeoutS: {
+    env: "PARLEY_BODY_TIMEOUT_S",
+    flag: "--body-timeout",
+    default: "10",
+    help: "Seconds a request body may take to arrive (408 and the connection closed after)",
+  },
   heartbeatMs: {
     env: "PARLEY_HEARTBEAT_MS",
     flag: "--heartbeat-ms",
@@ -195,6 +202,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     gpu: bool("gpu"),
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
+    bodyTimeoutS: int("bodyTimeoutS", 1, 3_600),
     heartbeatMs: int("heartbeatMs", 100, 15_000),
     logLevel: oneOf("logLevel", LOG_LEVELS),
     rateLimit: int("rateLimit", 0, 1_000_000),

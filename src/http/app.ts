@@ -16,9 +16,9 @@ import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
+import type { BodyLimits } from "./json-body";
 
-export interface HttpLimits {
-  bodyLimitBytes: number;
+export interface HttpLimits extends BodyLimits {
   heartbeatMs: number;
   /** Requests per minute per key; 0 = unlimited. */
   rateLimitPerMinute: number;
@@ -65,7 +65,7 @@ export function createApp(deps: AppDeps) {
     .use(docsRoutes())
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
-    .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }));
+    .use(chatRoutes({ chat: deps.chat, turns, body: limits }));
 }
 
 export type App = ReturnType<typeof createApp>;

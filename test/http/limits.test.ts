@@ -36,6 +36,35 @@ describe("body size", () => {
   });
 });
 
+describe("body time", () => {
+  const server = serveApp({ storage: db.storage, limits: { bodyTimeoutMs: 300 } });
+  afterAll(() => server.stop());
+
+  test("a body trickled in slower than the limit gets 408 and the connection is closed", async () => {
+    const { hostname, port } = new URL(server.url);
+    const answer = Promise.withResolvers<string>();
+    let received = "";
+    const socket = await Bun.connect({
+      hostname,
+      port: Number(port),
+      socket: {
+        data: (_socket, data) => void (received += new TextDecoder().decode(data)),
+        close: () => answer.resolve(received),
+        error: () => answer.resolve(received),
+      },
+    });
+    socket.write(`POST /api/v1.0/chat HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${alice.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
+    // One byte every 100 ms: the whole body would take 10 s.
+    const trickle = setInterval(() => socket.write(" "), 100);
+    const text = await Promise.race([answer.promise, Bun.sleep(5_000).then(() => `no answer; got: ${received}`)]);
+    clearInterval(trickle);
+    socket.end();
+    expect(text).toStartWith("HTTP/1.1 408");
+    expect(text.toLowerCase()).toContain("connection: close");
+    expect(JSON.parse(text.slice(text.indexOf("\r\n\r\n") + 4))).toMatchObject({ error: { code: "request_timeout" } });
+  });
+});
+
 describe("per-key rate limit", () => {
   const server = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 3 } });
   afterAll(() => server.stop());

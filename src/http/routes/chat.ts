@@ -4,7 +4,7 @@ import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
-import { jsonBody } from "../json-body";
+import { type BodyLimits, jsonBody } from "../json-body";
 import { chatReplyResponse, errorResponses } from "../openapi";
 import { resultJson, startJson } from "../present";
 import { event } from "../sse";
@@ -45,7 +45,7 @@ const nativeFraming: Framing<TurnStart, TurnResult> = {
 export interface ChatRouteDeps {
   chat: ChatService;
   turns: TurnDriver;
-  bodyLimitBytes: number;
+  body: BodyLimits;
 }
 
 export const chatRoutes = (deps: ChatRouteDeps) =>
@@ -72,7 +72,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
     {
       auth: "key",
       body: chatRequest,
-      parse: jsonBody(deps.bodyLimitBytes),
+      parse: jsonBody(deps.body),
       detail: {
         summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
         responses: {
