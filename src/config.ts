@@ -39,8 +39,25 @@ export interface Config {
   kvCacheMb: number;
 }
 
-export class ConfigError extends Error {
+/**
+ * A command cannot start, for a reason the operator can fix: the CLI prints one line naming the
+ * setting, never a stack trace, and exits 2 for configuration, 1 otherwise.
+ */
+export class Refusal extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: 1 | 2 = 1,
+  ) {
+    super(message);
+  }
+}
+
+export class ConfigError extends Refusal {
   override name = "ConfigError";
+
+  constructor(message: string) {
+    super(message, 2);
+  }
 }
 
 type Env = Record<string, string | undefined>;
