@@ -95,6 +95,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
       rateLimitPerMinute: config.rateLimit,
       maxStreamsPerKey: config.maxStreamsPerKey,
       metricsPublic: config.metricsPublic,
+      corsOrigins: config.corsOrigins,
     },
   });
   try {

@@ -35,6 +35,7 @@ export interface Config {
   generationTimeoutS: number;
   shutdownGraceS: number;
   metricsPublic: boolean;
+  corsOrigins: string[];
   /** Disk budget for saved KV states (`<dataDir>/kv/`); 0 = none saved. */
   kvCacheMb: number;
 }
@@ -126,6 +127,12 @@ export const CONFIG_SPEC = {
     default: "30",
     help: "On SIGTERM/SIGINT, how long running replies may finish before they are cancelled",
   },
+  corsOrigins: {
+    env: "PARLEY_CORS_ORIGINS",
+    flag: "--cors-origins",
+    default: "",
+    help: "Comma-separated origins (https://app.example.com) whose pages may call the API from a browser, or * for any",
+  },
   metricsPublic: { env: "PARLEY_METRICS_PUBLIC", flag: "--metrics-public", default: "false", help: "Serve /metrics without an admin key" },
   kvCacheMb: {
     env: "PARLEY_KV_CACHE_MB",
@@ -191,6 +198,14 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     return value as T;
   };
 
+  const origins = (key: keyof Config): string[] => {
+    const { value, name } = raw(key);
+    const list = value.split(",").map((origin) => origin.trim()).filter(Boolean);
+    const bad = list.find((origin) => origin !== "*" && !/^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/.test(origin));
+    if (bad !== undefined) throw new ConfigError(`${name} must list origins like https://app.example.com (or *), comma-separated (got "${bad}")`);
+    return list;
+  };
+
   const adminKey = text("adminKey");
   if (adminKey !== undefined && !/^[A-Za-z0-9._~+/=-]{24,256}$/.test(adminKey)) {
     throw new ConfigError(
@@ -227,6 +242,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     generationTimeoutS: int("generationTimeoutS", 0, 86_400),
     shutdownGraceS: int("shutdownGraceS", 0, 3_600),
     metricsPublic: bool("metricsPublic"),
+    corsOrigins: origins("corsOrigins"),
     kvCacheMb: int("kvCacheMb", 0, 1 << 24),
   };
 }

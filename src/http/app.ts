@@ -16,6 +16,7 @@ import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
+import { cors } from "./cors";
 import type { BodyLimits } from "./json-body";
 
 export interface HttpLimits extends BodyLimits {
@@ -25,6 +26,8 @@ export interface HttpLimits extends BodyLimits {
   maxStreamsPerKey: number;
   /** Serve /metrics without a key. */
   metricsPublic: boolean;
+  /** Origins whose pages may call the API from a browser (`*`: any); empty: none. */
+  corsOrigins: readonly string[];
 }
 
 export interface AppDeps {
@@ -54,6 +57,7 @@ export function createApp(deps: AppDeps) {
     .use(errorHandler(deps.log))
     .use(requestContext)
     .use(observe(deps.log, metrics, () => app.routes))
+    .use(cors(limits.corsOrigins, routes))
     .use(routeGuard(routes))
     .use(authGate(deps.storage.keys, limiter, routes))
     .onRequest(({ set }) => {

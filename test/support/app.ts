@@ -51,6 +51,7 @@ export const DEFAULT_LIMITS: HttpLimits = {
   rateLimitPerMinute: 0,
   maxStreamsPerKey: 20,
   metricsPublic: false,
+  corsOrigins: [],
 };
 
 /** A logger writing JSON lines into `lines`, so tests can read what operators would see. */
