@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { allowSlowTests, bearer, type ChildServer, postChat, readSse, startServer, tempDir, until } from "../support";
+import { allowSlowTests, bearer, type ChildServer, postChat, rawRequest, readSse, startServer, tempDir, until } from "../support";
 
 allowSlowTests();
 
@@ -97,6 +97,17 @@ describe("shutdown", () => {
     const rows = replies(server.dbPath);
     expect(rows.filter((row) => row.role === "user").length).toBe(3);
     expect(rows.filter((row) => row.role === "assistant" && row.finish_reason === "cancelled").length).toBe(3);
+  });
+
+  test("requests the server cannot take (an invalid Host) get a 400 and leave a graceful stop at exit 0", async () => {
+    const server = await start();
+    for (const host of ["a b", "", "user@host"]) {
+      const response = await rawRequest(server.url, `GET /healthz HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+      expect(response?.status).toBe(400);
+      expect(JSON.parse(response!.body)).toMatchObject({ error: { code: "bad_request" } });
+    }
+    server.child.kill("SIGTERM");
+    expect(await server.child.exited).toBe(0);
   });
 
   test("a second signal exits at once and the database stays whole", async () => {
