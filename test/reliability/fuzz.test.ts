@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, serveApp, type Served, testDb, testEngine, testSeed } from "../support";
-import { rawRequest } from "../support";
+import { allowSlowTests, rawRequest, serveApp, type Served, testDb, testEngine, testSeed } from "../support";
 import { contractResponse } from "./support";
 
 allowSlowTests();

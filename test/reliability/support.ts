@@ -1,4 +1,4 @@
-/** Helpers of the reliability suite: contract checks, raw requests, reading the database. */
+/** Helpers of the reliability suite: contract checks, reading the database. */
 import { Database } from "bun:sqlite";
 import { HTTP_ERRORS } from "../../src/http/errors";
 
