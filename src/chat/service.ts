@@ -96,7 +96,7 @@ export class ChatService {
 
       const generation = engine.generate({
         conversationKey: String(conversation.id),
-        history: await this.conversations.turns(conversation.id),
+        history: await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }),
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,

@@ -120,6 +120,14 @@ export class Engine {
     return this.context.contextSize;
   }
 
+  /**
+   * Characters of history, counted back from the newest turn, that a prompt can reach: a caller may
+   * leave older turns out of `history` without changing the prompt (see PromptRenderer.historyChars).
+   */
+  get historyChars(): number {
+    return this.prompts.historyChars(this.context.contextSize);
+  }
+
   /** CPU threads inference runs on. */
   get threads(): number {
     return this.llama.maxThreads;
@@ -150,7 +158,7 @@ export class Engine {
       const { sequence } = slot;
       if (slot.transcript?.key !== request.conversationKey) await this.swapIn(slot, request.conversationKey);
       const budget = this.promptBudget(request.maxTokens);
-      const fitted = this.prompts.fit(request.history, budget);
+      const fitted = await this.prompts.fit(request.history, budget);
       const tokens = this.promptTokens(slot, request.conversationKey, fitted, budget);
       // The last prompt token is always evaluated again: its logits give the first reply token.
       const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
@@ -248,7 +256,7 @@ export class Engine {
   private promptTokens(slot: Slot, key: string, fitted: FittedPrompt, budget: number): Token[] {
     const { transcript } = slot;
     if (transcript?.key !== key) return fitted.tokens;
-    const continued = continueTranscript(transcript, fitted.text, this.model.tokenizer);
+    const continued = continueTranscript(transcript, fitted.text, this.prompts.tokenizer);
     // Generated tokens can spell a reply in more tokens than its text needs: the budget still rules.
     return continued && continued.length <= budget ? continued : fitted.tokens;
   }
