@@ -4,6 +4,7 @@
  */
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { CompletionService } from "./chat/completions";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import type { Config } from "./config";
@@ -88,6 +89,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   const app = createApp({
     storage,
     chat: new ChatService(storage.conversations, runner),
+    completions: new CompletionService(runner),
     isReady: () => engine !== undefined,
     log,
     metrics,

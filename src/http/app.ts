@@ -1,4 +1,5 @@
 import { Elysia } from "elysia";
+import type { CompletionService } from "../chat/completions";
 import type { ChatService } from "../chat/service";
 import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
@@ -14,6 +15,7 @@ import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
+import { openAiRoutes } from "./routes/openai";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
 
@@ -30,6 +32,8 @@ export interface HttpLimits {
 export interface AppDeps {
   storage: Storage;
   chat: ChatService;
+  /** The OpenAI-compatible API's stateless completions. */
+  completions: CompletionService;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
   log: Logger;
@@ -65,7 +69,8 @@ export function createApp(deps: AppDeps) {
     .use(docsRoutes())
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
-    .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }));
+    .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }))
+    .use(openAiRoutes({ completions: deps.completions, turns, bodyLimitBytes: limits.bodyLimitBytes }));
 }
 
 export type App = ReturnType<typeof createApp>;

@@ -24,6 +24,8 @@ const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? pat
  */
 export class RouteTable {
   private table: Map<string, Methods> | undefined;
+  /** Routes ending in a wildcard (`/v1/models/*`), by the prefix before it. */
+  private wildcards: [string, Methods][] = [];
 
   constructor(private readonly routes: () => readonly RouteEntry[]) {}
 
@@ -32,7 +34,7 @@ export class RouteTable {
    * with the wrong method as 404; the contract wants 405 with `Allow`, so both are decided here.
    */
   match(path: string, method: string): Access | undefined {
-    const methods = this.byPath().get(normalize(path));
+    const methods = this.byPath().get(normalize(path)) ?? this.wildcards.find(([prefix]) => path.startsWith(prefix) && path.length > prefix.length)?.[1];
     if (!methods) throw noSuchEndpoint();
     if (!methods.allowed.includes(method)) throw new MethodNotAllowed(methods.allowed);
     return methods.access.get(method);
@@ -51,6 +53,7 @@ export class RouteTable {
       }
       this.table.set(path, methods);
     }
+    this.wildcards = [...this.table].filter(([path]) => path.endsWith("/*")).map(([path, methods]) => [path.slice(0, -1), methods]);
     return this.table;
   }
 }

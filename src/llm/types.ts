@@ -15,13 +15,21 @@ export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
 export type FinishReason = (typeof FINISH_REASONS)[number];
 
 export interface GenerateRequest {
-  /** Stable per conversation: the engine prefers the sequence whose KV cache already holds it. */
-  conversationKey: string;
+  /**
+   * Stable per conversation: the engine prefers the sequence whose KV cache already holds it.
+   * Absent for a stateless prompt (the client sends the whole history each time): the engine
+   * then picks the free sequence sharing the longest token prefix with it.
+   */
+  conversationKey?: string;
   /** The full history, the new user message last. */
   history: Turn[];
   /** 0 = greedy. */
   temperature: number;
+  /** Nucleus sampling: only the most likely tokens whose probabilities add up to this. */
+  topP?: number;
   maxTokens: number;
+  /** The reply ends where one of these texts begins; the stop text is not part of it. */
+  stop?: readonly string[];
   /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
   seed?: number;
   signal?: AbortSignal;

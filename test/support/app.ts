@@ -1,5 +1,6 @@
 /** The app in this process, on a real port, with a real database and engine. */
 import { join } from "node:path";
+import { CompletionService } from "../../src/chat/completions";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
@@ -40,6 +41,7 @@ export interface ServeOptions {
   logLines?: string[];
   metrics?: Metrics;
   chat?: ChatService;
+  completions?: CompletionService;
 }
 
 export const DEFAULT_LIMITS: HttpLimits = {
@@ -58,9 +60,11 @@ export function captureLog(lines: string[]): Logger {
 /** The real app on a real port, so tests speak HTTP like any client. */
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
+  const runner = new TurnRunner({ current: () => engine });
   const app = createApp({
     storage,
-    chat: options.chat ?? new ChatService(storage.conversations, new TurnRunner({ current: () => engine })),
+    chat: options.chat ?? new ChatService(storage.conversations, runner),
+    completions: options.completions ?? new CompletionService(runner),
     isReady: () => engine !== undefined,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
     metrics: options.metrics ?? new Metrics(() => engine),
