@@ -66,14 +66,6 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   };
 }
 
-function decodedPath(segment: string): string | undefined {
-  try {
-    return decodeURIComponent(segment);
-  } catch {
-    return undefined;
-  }
-}
-
 export interface OpenAiRouteDeps {
   completions: CompletionService;
   turns: TurnDriver;
@@ -123,12 +115,12 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
         responses: { "200": jsonResponse("The one model Parley serves", "OpenAiModelList"), ...openAiErrorResponses("unauthorized", "rate_limited", "overloaded") },
       },
     })
-    // A wildcard, not `:id`: a model's name may contain a slash.
+    // Clients encode a slash in a model's name (%2F), so one segment holds any name.
     .get(
-      "/v1/models/*",
+      "/v1/models/:model",
       ({ params }) => {
         const model = loadedModel();
-        if (decodedPath(params["*"]) !== model.id) throw new NotFound("no such model: GET /v1/models lists the one Parley serves");
+        if (params.model !== model.id) throw new NotFound("no such model: GET /v1/models lists the one Parley serves");
         return modelJson(model);
       },
       {
