@@ -3,6 +3,7 @@
  * lifetimes; the command around it knows signals, exit codes and the log.
  */
 import { join } from "node:path";
+import { CompletionService } from "./chat/completions";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
@@ -85,6 +86,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   const app = createApp({
     storage,
     chat: new ChatService(storage.conversations, runner),
+    completions: new CompletionService(runner),
     isReady: () => engine !== undefined,
     log,
     metrics,

@@ -1,8 +1,9 @@
 import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
-import type { GenerateResult } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
-import { type RunningTurn, shuttingDown, type TurnRunner } from "./turn-runner";
+import { type RunningTurn, shuttingDown, type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+
+export type { TurnDelta, Usage } from "./turn-runner";
 
 export interface TurnInput {
   userId: number;
@@ -15,24 +16,12 @@ export interface TurnInput {
   signal?: AbortSignal;
 }
 
-export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  cached_tokens: number;
-}
-
 export interface TurnStart {
   type: "start";
   conversationId: string;
   newConversation: boolean;
   userMessage: MessageRecord;
   model: string;
-}
-
-export interface TurnDelta {
-  type: "delta";
-  content: string;
 }
 
 export interface TurnResult {
@@ -94,40 +83,19 @@ export class ChatService {
         model: engine.modelName,
       };
 
-      const generation = engine.generate({
+      const result = yield* running.reply({
         conversationKey: String(conversation.id),
         history: await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }),
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,
-        signal,
       });
-      let result: GenerateResult | undefined;
-      try {
-        for (;;) {
-          const step = await generation.next();
-          if (step.done) {
-            result = step.value;
-            break;
-          }
-          running.tokenArrived();
-          yield { type: "delta", content: step.value };
-        }
-      } catch (error) {
-        // Aborted while waiting for a sequence: nothing was generated.
-        if (!isAbort(error)) throw error;
-        if (!running.closed) return undefined;
-        result = { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };
-      } finally {
-        // Only when our consumer stopped early: hand the engine's sequence back.
-        if (result === undefined) await generation.return(undefined as never);
-      }
+      if (result === undefined) return undefined;
 
-      const finishReason = running.finishReason(result.finishReason);
       const message = await this.conversations.addMessage(conversation, {
         role: "assistant",
         content: result.text,
-        finishReason,
+        finishReason: result.finishReason,
         promptTokens: result.promptTokens,
         completionTokens: result.completionTokens,
         cachedTokens: result.cachedTokens,
@@ -139,12 +107,7 @@ export class ChatService {
         newConversation: conversation.created,
         message,
         userMessage,
-        usage: {
-          prompt_tokens: result.promptTokens,
-          completion_tokens: result.completionTokens,
-          total_tokens: result.promptTokens + result.completionTokens,
-          cached_tokens: result.cachedTokens,
-        },
+        usage: usageOf(result),
         model: engine.modelName,
       };
     } finally {

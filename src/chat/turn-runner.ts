@@ -1,5 +1,28 @@
 import { Overloaded } from "../errors";
-import type { Engine, FinishReason } from "../llm/engine";
+import type { Engine, FinishReason, GenerateRequest, GenerateResult } from "../llm/engine";
+
+/** The next piece of a reply's text. */
+export interface TurnDelta {
+  type: "delta";
+  content: string;
+}
+
+/** A reply's token counts, as both APIs report them. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  cached_tokens: number;
+}
+
+export const usageOf = (result: GenerateResult): Usage => ({
+  prompt_tokens: result.promptTokens,
+  completion_tokens: result.completionTokens,
+  total_tokens: result.promptTokens + result.completionTokens,
+  cached_tokens: result.cachedTokens,
+});
+
+const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
 /** The refusal while there is no engine yet; readiness reports it too. */
 export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
@@ -55,6 +78,36 @@ export class RunningTurn {
     return this.cancelled.signal.aborted;
   }
 
+  /**
+   * Generates the reply under this turn's signal: yields its deltas (arming the cap at the first),
+   * returns the result with its final finish reason, or undefined when the client left before
+   * generation began. A turn the runner's `close()` cancels while it waits for a sequence still
+   * ends in a reply: empty and `cancelled`. A consumer that stops early hands the sequence back.
+   */
+  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta, GenerateResult | undefined, void> {
+    const generation = this.engine.generate({ ...request, signal: this.signal });
+    let result: GenerateResult | undefined;
+    try {
+      for (;;) {
+        const step = await generation.next();
+        if (step.done) {
+          result = step.value;
+          // Assigned, not spread: spreading would render the lazy `prompt`.
+          result.finishReason = this.finishReason(result.finishReason);
+          return result;
+        }
+        this.tokenArrived();
+        yield { type: "delta", content: step.value };
+      }
+    } catch (error) {
+      if (!isAbort(error)) throw error;
+      if (!this.closed) return undefined;
+      return { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };
+    } finally {
+      if (result === undefined) await generation.return(undefined as never);
+    }
+  }
+
   cancel(reason: unknown): void {
     this.cancelled.abort(reason);
   }
@@ -77,7 +130,7 @@ export class TurnRunner {
   private closing = false;
 
   constructor(
-    private readonly engines: EngineSource,
+    readonly engines: EngineSource,
     private readonly options: TurnRunnerOptions = {},
   ) {}
 

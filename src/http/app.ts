@@ -1,4 +1,5 @@
 import { Elysia } from "elysia";
+import type { CompletionService } from "../chat/completions";
 import type { ChatService } from "../chat/service";
 import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
@@ -14,6 +15,7 @@ import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
+import { openAiRoutes } from "./routes/openai";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
 import { cors } from "./cors";
@@ -33,6 +35,8 @@ export interface HttpLimits extends BodyLimits {
 export interface AppDeps {
   storage: Storage;
   chat: ChatService;
+  /** The OpenAI-compatible API's stateless completions. */
+  completions: CompletionService;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
   log: Logger;
@@ -69,7 +73,8 @@ export function createApp(deps: AppDeps) {
     .use(docsRoutes())
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
-    .use(chatRoutes({ chat: deps.chat, turns, body: limits }));
+    .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
+    .use(openAiRoutes({ completions: deps.completions, turns, body: limits }));
 }
 
 export type App = ReturnType<typeof createApp>;

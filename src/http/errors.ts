@@ -2,11 +2,21 @@ import { Elysia } from "elysia";
 import { type DomainError, type ErrorKind, Internal, InvalidInput, InvalidJson, ParleyError } from "../errors";
 import type { Logger } from "../log";
 import type { ErrorBody, ErrorCode } from "./contract";
+import type { OpenAiErrorBody } from "./openai/contract";
 import { quotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { noSuchEndpoint } from "./routing";
 
 type HeaderMap = Record<string, string>;
+
+/** OpenAI's error `type`s, which its SDKs pair with the status to pick a typed error. */
+export type OpenAiErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "not_found_error"
+  | "rate_limit_error"
+  | "server_error";
 
 interface WireError<E> {
   status: number;
@@ -14,6 +24,8 @@ interface WireError<E> {
   /** When a client sees it, for the OpenAPI document. */
   when: string;
   headers?: (error: E) => HeaderMap;
+  /** The OpenAI-compatible API's type, and its status where it differs. */
+  openai: { type: OpenAiErrorType; status?: number };
 }
 
 const retryAfter = (ms: number): HeaderMap => ({ "retry-after": String(Math.max(1, Math.ceil(ms / 1000))) });
@@ -24,56 +36,87 @@ const retryAfter = (ms: number): HeaderMap => ({ "retry-after": String(Math.max(
  * tests read it too.
  */
 export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { kind: K }>> } = {
-  bad_request: { status: 400, code: "bad_request", when: "The request is not valid HTTP for Parley (e.g. an invalid Host header)" },
-  invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON" },
+  bad_request: {
+    status: 400,
+    code: "bad_request",
+    when: "The request is not valid HTTP for Parley (e.g. an invalid Host header)",
+    openai: { type: "invalid_request_error" },
+  },
+  invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON", openai: { type: "invalid_request_error" } },
   unauthorized: {
     status: 401,
     code: "unauthorized",
     when: "Missing, malformed, unknown or revoked key (WWW-Authenticate: Bearer)",
     // RFC 6750: `invalid_token` only when a token was presented.
     headers: (error) => ({ "www-authenticate": error.tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"' }),
+    openai: { type: "authentication_error" },
   },
-  forbidden: { status: 403, code: "forbidden", when: "The key's role does not allow it (a user key asked for another user's messages)" },
-  not_found: { status: 404, code: "not_found", when: "Unknown path" },
+  forbidden: {
+    status: 403,
+    code: "forbidden",
+    when: "The key's role does not allow it (a user key asked for another user's messages)",
+    openai: { type: "permission_error" },
+  },
+  not_found: { status: 404, code: "not_found", when: "Unknown path (or model)", openai: { type: "not_found_error" } },
   method_not_allowed: {
     status: 405,
     code: "method_not_allowed",
     when: "Known path, wrong method (see Allow)",
     headers: (error) => ({ allow: error.allowed.join(", ") }),
+    openai: { type: "invalid_request_error" },
   },
   request_timeout: {
     status: 408,
     code: "request_timeout",
     when: "The body did not arrive in time; the connection is closed",
     headers: () => ({ connection: "close" }),
+    openai: { type: "invalid_request_error" },
   },
-  payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit" },
-  unsupported_media_type: { status: 415, code: "unsupported_media_type", when: "Body is not application/json" },
+  payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit", openai: { type: "invalid_request_error" } },
+  unsupported_media_type: {
+    status: 415,
+    code: "unsupported_media_type",
+    when: "Body is not application/json",
+    openai: { type: "invalid_request_error" },
+  },
   invalid_input: {
     status: 422,
     code: "invalid_request",
     when: "A field or parameter is missing, of the wrong type or out of range; param names it",
+    // OpenAI answers every invalid request with 400, and its SDKs expect it.
+    openai: { type: "invalid_request_error", status: 400 },
   },
   rate_limited: {
     status: 429,
     code: "rate_limited",
     when: "Per-key rate limit or stream cap hit (Retry-After)",
     headers: (error) => ({ ...(error.quota && quotaHeaders(error.quota)), ...retryAfter(error.retryAfterMs) }),
+    openai: { type: "rate_limit_error" },
   },
   overloaded: {
     status: 503,
     code: "overloaded",
     when: "Model loading, shutting down, or queue full (Retry-After)",
     headers: (error) => retryAfter(error.retryAfterMs),
+    openai: { type: "server_error" },
   },
-  internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log" },
+  internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log", openai: { type: "server_error" } },
 };
 
+/** Which shape an error takes: the contract's, or OpenAI's for its compatible API. */
+export type ErrorDialect = "parley" | "openai";
+
+/** Requests under this prefix are OpenAI's API: its errors take OpenAI's shape, so its SDKs raise their typed errors. */
+export const OPENAI_PREFIX = "/v1/";
+
+export const dialectOf = (path: string): ErrorDialect => (path.startsWith(OPENAI_PREFIX) ? "openai" : "parley");
+
 /** The status, contract code and headers `error` is answered with. */
-export function wireError(error: DomainError): { status: number; code: ErrorCode; headers: HeaderMap } {
+export function wireError(error: DomainError, dialect: ErrorDialect = "parley"): { status: number; code: ErrorCode; headers: HeaderMap } {
   // One kind, one entry: the cast only forgoes correlating the two unions.
   const entry = HTTP_ERRORS[error.kind] as WireError<DomainError>;
-  return { status: entry.status, code: entry.code, headers: entry.headers?.(error) ?? {} };
+  const status = dialect === "openai" ? (entry.openai.status ?? entry.status) : entry.status;
+  return { status, code: entry.code, headers: entry.headers?.(error) ?? {} };
 }
 
 export const errorBody = (error: DomainError, requestId: string): ErrorBody => ({
@@ -85,12 +128,23 @@ export const errorBody = (error: DomainError, requestId: string): ErrorBody => (
   },
 });
 
+/** OpenAI's error body; `code` is the contract's code, `param` the field at fault or null. */
+export const openAiErrorBody = (error: DomainError): OpenAiErrorBody => ({
+  error: {
+    message: error.message,
+    type: HTTP_ERRORS[error.kind].openai.type,
+    param: "param" in error && error.param !== undefined ? error.param : null,
+    code: HTTP_ERRORS[error.kind].code,
+  },
+});
+
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 /** `headers` are what the request already earned (request id, rate-limit state); the error's own win. */
-export function errorResponse(error: DomainError, requestId: string, headers: HeaderMap = {}): Response {
-  const wire = wireError(error);
-  return new Response(JSON.stringify(errorBody(error, requestId)), {
+export function errorResponse(error: DomainError, requestId: string, headers: HeaderMap = {}, dialect: ErrorDialect = "parley"): Response {
+  const wire = wireError(error, dialect);
+  const body = dialect === "openai" ? openAiErrorBody(error) : errorBody(error, requestId);
+  return new Response(JSON.stringify(body), {
     status: wire.status,
     headers: { ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...wire.headers },
   });
@@ -137,7 +191,8 @@ export const errorHandler = (log: Logger) =>
   new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request, set }) => {
     const domainError = toDomainError(code, error);
     const context = contextOf(request);
-    context.status = HTTP_ERRORS[domainError.kind].status;
+    const dialect = dialectOf(context.path);
+    context.status = wireError(domainError, dialect).status;
     if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
-    return errorResponse(domainError, context.id, set.headers as HeaderMap);
+    return errorResponse(domainError, context.id, set.headers as HeaderMap, dialect);
   });

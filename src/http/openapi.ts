@@ -10,9 +10,23 @@ import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
 import { ChatDelta, ChatReply, ChatStart, ErrorBody, Health, MessagePage, Ready } from "./contract";
 import { HTTP_ERRORS } from "./errors";
+import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
-export const SCHEMAS = { Error: ErrorBody, ChatReply, ChatStart, ChatDelta, MessagePage, Health, Ready };
+export const SCHEMAS = {
+  Error: ErrorBody,
+  ChatReply,
+  ChatStart,
+  ChatDelta,
+  MessagePage,
+  Health,
+  Ready,
+  OpenAiError: OpenAiErrorBody,
+  ChatCompletion,
+  ChatCompletionChunk,
+  OpenAiModel,
+  OpenAiModelList,
+};
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });
 
@@ -33,6 +47,43 @@ export function errorResponses(...kinds: ErrorKind[]): Responses {
     }),
   ) as Responses;
 }
+
+/**
+ * The errors of an OpenAI-compatible route, in OpenAI's shape and statuses (several kinds can
+ * share a status there: 400), each narrowed to the types its status can carry.
+ */
+export function openAiErrorResponses(...kinds: ErrorKind[]): Responses {
+  const byStatus = new Map<number, ErrorKind[]>();
+  for (const kind of [...kinds, "internal" as const]) {
+    const { status, openai } = HTTP_ERRORS[kind];
+    const wire = openai.status ?? status;
+    byStatus.set(wire, [...(byStatus.get(wire) ?? []), kind]);
+  }
+  return Object.fromEntries(
+    [...byStatus].map(([status, shared]) => {
+      const types = [...new Set(shared.map((kind) => HTTP_ERRORS[kind].openai.type))];
+      const schema = { allOf: [ref("OpenAiError"), { type: "object", properties: { error: { type: "object", properties: { type: { enum: types } } } } }] };
+      const description = shared.map((kind) => `${HTTP_ERRORS[kind].code}: ${HTTP_ERRORS[kind].when}`).join("; ");
+      return [String(status), { description, content: { "application/json": { schema } } }];
+    }),
+  ) as Responses;
+}
+
+const COMPLETION_SSE = [
+  "With `stream: true`: `text/event-stream` of unnamed events, each `data` one `chat.completion.chunk`:",
+  "the role first, then content deltas, then one with finish_reason; with stream_options.include_usage a",
+  "last chunk with `choices: []` and the usage; then `data: [DONE]`. An error after the first byte is",
+  "`data: {error}`. Comment lines `: ping` keep an idle stream alive.",
+].join(" ");
+
+/** The completion's 200: a `chat.completion`, or a stream of chunks. */
+export const chatCompletionResponse = {
+  description: `The completion (nothing is stored). ${COMPLETION_SSE}`,
+  content: {
+    "application/json": { schema: ref("ChatCompletion") },
+    "text/event-stream": { schema: { type: "string" as const, description: COMPLETION_SSE }, "x-events": { message: ref("ChatCompletionChunk") } },
+  },
+};
 
 export const SSE_DESCRIPTION = [
   "With `stream: true`: `text/event-stream`. Events, each `data` one line of JSON:",

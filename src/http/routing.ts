@@ -24,6 +24,8 @@ const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? pat
  */
 export class RouteTable {
   private table: Map<string, Methods> | undefined;
+  /** Paths with parameters (`/v1/models/:model`), each parameter matching any one segment. */
+  private patterns: [RegExp, Methods][] = [];
 
   constructor(private readonly routes: () => readonly RouteEntry[]) {}
 
@@ -32,7 +34,8 @@ export class RouteTable {
    * with the wrong method as 404; the contract wants 405 with `Allow`, so both are decided here.
    */
   match(path: string, method: string): Access | undefined {
-    const methods = this.byPath().get(normalize(path));
+    const table = this.byPath();
+    const methods = table.get(normalize(path)) ?? this.patterns.find(([pattern]) => pattern.test(path))?.[1];
     if (!methods) throw noSuchEndpoint();
     if (!methods.allowed.includes(method)) throw new MethodNotAllowed(methods.allowed);
     return methods.access.get(method);
@@ -58,8 +61,14 @@ export class RouteTable {
       }
       this.table.set(path, methods);
     }
+    this.patterns = [...this.table].filter(([path]) => path.includes("/:")).map(([path, methods]) => [segmentPattern(path), methods]);
     return this.table;
   }
+}
+
+function segmentPattern(path: string): RegExp {
+  const segments = path.split("/").map((segment) => (segment.startsWith(":") ? "[^/]+" : segment.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")));
+  return new RegExp(`^${segments.join("/")}/?$`);
 }
 
 /** Runs before authentication, so an unknown route is a 404 with or without a key. */

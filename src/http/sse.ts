@@ -7,8 +7,14 @@ export type Ping = typeof PING;
 /** Data is always an object: `sse()` would write a string with a newline as a broken event. */
 export const event = (name: string, data: object) => sse({ event: name, data });
 
-/** What a stream writes: an event, or a heartbeat comment. */
-export type SseChunk = ReturnType<typeof event> | Ping;
+/** An unnamed event, as OpenAI's streams write them: `data:` and one line of JSON, or `[DONE]`. */
+export const data = (payload: object | "[DONE]") => {
+  const line = `data: ${typeof payload === "string" ? payload : JSON.stringify(payload)}\n\n`;
+  return { toSSE: () => line };
+};
+
+/** What a stream writes: a named or unnamed event, or a heartbeat comment. */
+export type SseChunk = ReturnType<typeof event> | ReturnType<typeof data> | Ping;
 
 type Step<T, R> =
   | { kind: "item"; result: IteratorResult<T, R> }

@@ -5,21 +5,31 @@
  * keeps the exact generated tokens for the next turn.
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import { StopText } from "./stop-text";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
 
 export interface DecodeOptions {
   temperature: number;
+  /** Nucleus sampling; absent: node-llama-cpp's default. */
+  topP?: number;
   seed?: number;
   maxTokens: number;
   signal: AbortSignal;
   /** Besides the model's end-of-generation tokens: e.g. the chat template's end-of-turn token. */
   stopTokens: ReadonlySet<Token>;
+  /** Texts that end the reply where they begin; they are not part of it (see stop-text.ts). */
+  stopStrings?: readonly string[];
 }
 
 export interface Decoded {
-  /** Every token taken into the reply (a stop token is not). */
+  /** Every token generated (a stop token is not; the tokens of a matched stop string are). */
   tokens: Token[];
+  /**
+   * The reply as the sequence holds it, token for token: all of it, or after a stop string the
+   * whole tokens before the stop (their text may end a little before the reply's does).
+   */
+  spelled: { tokens: Token[]; text: string };
   stopReason: StopReason;
 }
 
@@ -36,12 +46,24 @@ export async function decode(
   const { signal, stopTokens, maxTokens } = options;
   const model = sequence.model;
   const tokens: Token[] = [];
-  if (signal.aborted) return { tokens, stopReason: "abort" };
+  if (signal.aborted) return { tokens, spelled: { tokens, text: "" }, stopReason: "abort" };
 
   const newline = model.tokens.nl;
   const text = new TextStream(model);
+  const stops = new StopText(options.stopStrings ?? []);
+  let spelled = "";
+  // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
+  const boundaries = [{ tokens: 0, chars: 0 }];
+  const take = (piece: string) => {
+    if (piece === "") return;
+    spelled += piece;
+    boundaries.push({ tokens: tokens.length, chars: spelled.length });
+    const shown = stops.push(piece);
+    if (shown !== "") emit(shown);
+  };
   const iterator = sequence.evaluate(input, {
     temperature: options.temperature,
+    topP: options.topP,
     seed: options.seed,
     repeatPenalty: {
       punishTokens: () => tokens.slice(-PENALTY_LAST_TOKENS).filter((token) => token !== newline),
@@ -59,8 +81,8 @@ export async function decode(
       }
       if (step.done || stopTokens.has(step.value)) break;
       tokens.push(step.value);
-      const piece = text.push(step.value);
-      if (piece !== "") emit(piece);
+      take(text.push(step.value));
+      if (stops.stoppedAt !== undefined) break;
       if (tokens.length >= maxTokens) {
         stopReason = "maxTokens";
         break;
@@ -69,9 +91,14 @@ export async function decode(
   } finally {
     await iterator.return();
   }
-  const rest = text.flush();
+  take(text.flush());
+  // The held-back end of a reply cut at maxTokens can still complete a stop string.
+  if (stops.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
+  const rest = stops.flush();
   if (rest !== "") emit(rest);
-  return { tokens, stopReason };
+  const end = stops.stoppedAt ?? spelled.length;
+  const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
+  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
 }
 
 /** Tokens the detokenizer sees before new ones, for spacing rules; a few suffice. */

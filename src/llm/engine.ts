@@ -53,6 +53,8 @@ export interface EngineOptions {
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
+/** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
+const NO_CONVERSATION = "";
 
 interface Slot {
   sequence: LlamaContextSequence;
@@ -64,6 +66,8 @@ interface Slot {
 
 export class Engine {
   private disposed = false;
+  /** Unix seconds: OpenAI's model listing shows when a model was "created". */
+  readonly loadedAt = Math.floor(Date.now() / 1000);
 
   private constructor(
     private readonly llama: Llama,
@@ -149,21 +153,26 @@ export class Engine {
    */
   async *generate(request: GenerateRequest): AsyncGenerator<string, GenerateResult, void> {
     if (this.disposed) throw new Error("Engine is disposed");
-    const lease = await this.pool.acquire(request.conversationKey, request.signal);
+    const key = request.conversationKey;
+    const budget = this.promptBudget(request.maxTokens);
+    // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
+    const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget) : undefined;
+    const lease = await this.pool.acquire(key ?? ((slot) => this.sharedPrefix(slot, statelessPrompt!, budget)), request.signal);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
     let running: Promise<Decoded> | undefined;
     try {
       const slot = lease.item;
       const { sequence } = slot;
-      if (slot.transcript?.key !== request.conversationKey) await this.swapIn(slot, request.conversationKey);
-      const budget = this.promptBudget(request.maxTokens);
-      const fitted = await this.prompts.fit(request.history, budget);
-      const tokens = this.promptTokens(slot, request.conversationKey, fitted, budget);
+      if (key === undefined) await this.saveState(slot);
+      else if (slot.transcript?.key !== key) await this.swapIn(slot, key);
+      const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
+      const tokens = this.promptTokens(slot, key, fitted, budget);
       // The last prompt token is always evaluated again: its logits give the first reply token.
       const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
       slot.transcript = undefined;
-      slot.saved = false;
+      // A stateless prompt's state is never saved: its client sends the prompt again.
+      slot.saved = key === undefined;
       if (cachedTokens < sequence.nextTokenIndex) {
         await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
       }
@@ -176,12 +185,14 @@ export class Engine {
           tokens.slice(cachedTokens),
           {
             temperature: request.temperature,
+            topP: request.topP,
             seed: request.seed ?? (request.temperature > 0 ? randomSeed() : undefined),
             // Capped to the room left in the context: a shift mid-reply would make the token
             // counts and `prompt` stale. (At least 1, so a full context still answers.)
             maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - tokens.length - 1)),
             signal,
             stopTokens: this.stopTokens,
+            stopStrings: request.stop,
           },
           (piece) => {
             pieces.push(piece);
@@ -191,7 +202,7 @@ export class Engine {
         // The sequence is free once evaluation ends, even while the consumer still reads buffered pieces.
         void running.then(
           (result) => {
-            slot.transcript = this.transcriptAfter(request.conversationKey, fitted, tokens, result, pieces.join(""));
+            slot.transcript = this.transcriptAfter(key ?? NO_CONVERSATION, fitted, tokens, result.spelled);
             lease.release();
           },
           lease.release,
@@ -252,19 +263,33 @@ export class Engine {
     slot.saved = await this.kv.save(slot.sequence, slot.transcript);
   }
 
-  /** The fitted prompt's tokens, reusing the sequence's exact tokens when the prompt continues them. */
-  private promptTokens(slot: Slot, key: string, fitted: FittedPrompt, budget: number): Token[] {
+  /**
+   * The fitted prompt's tokens, reusing the sequence's exact tokens when the prompt continues them:
+   * a conversation's own turns, or for a stateless prompt whatever the sequence holds.
+   */
+  private promptTokens(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number): Token[] {
     const { transcript } = slot;
-    if (transcript?.key !== key) return fitted.tokens;
+    if (!transcript || (key !== undefined && transcript.key !== key)) return fitted.tokens;
     const continued = continueTranscript(transcript, fitted.text, this.prompts.tokenizer);
     // Generated tokens can spell a reply in more tokens than its text needs: the budget still rules.
     return continued && continued.length <= budget ? continued : fitted.tokens;
   }
 
+  /**
+   * How much of a stateless prompt a free sequence already holds, as llama-server's `cache_prompt`
+   * chooses: less than half of the prompt scores 0, so a shared template opening does not take the
+   * sequence of a long conversation from a least recently used one (see pool.ts).
+   */
+  private sharedPrefix(slot: Slot, fitted: FittedPrompt, budget: number): number {
+    const tokens = this.promptTokens(slot, undefined, fitted, budget);
+    const shared = slot.sequence.compareContextTokens(tokens).firstDifferentIndex;
+    return shared * 2 >= tokens.length ? shared : 0;
+  }
+
   /** What the sequence now holds, if the reply renders back as exactly its text. */
-  private transcriptAfter(key: string, fitted: FittedPrompt, prompt: Token[], decoded: Decoded, reply: string): Transcript | undefined {
-    const text = this.prompts.withReply(fitted.history, reply);
-    return isReplyOf(fitted.text, text, reply) ? { key, text, tokens: [...prompt, ...decoded.tokens] } : undefined;
+  private transcriptAfter(key: string, fitted: FittedPrompt, prompt: Token[], reply: Decoded["spelled"]): Transcript | undefined {
+    const text = this.prompts.withReply(fitted.history, reply.text);
+    return isReplyOf(fitted.text, text, reply.text) ? { key, text, tokens: [...prompt, ...reply.tokens] } : undefined;
   }
 
   /**

@@ -2,7 +2,8 @@
  * A fixed set of reusable items (context sequences) handed out one request at a time, with a
  * bounded FIFO queue in front. Items remember the conversation they last served, because a
  * sequence's KV cache still holds that conversation's prompt: giving it back to the same
- * conversation turns the shared prefix into cached tokens instead of re-evaluated ones.
+ * conversation turns the shared prefix into cached tokens instead of re-evaluated ones. A request
+ * without a conversation scores the free items instead (the tokens each shares with its prompt).
  */
 import { Overloaded } from "../errors";
 
@@ -29,8 +30,13 @@ interface Slot<T> {
   releasedAt: number;
 }
 
+/**
+ * Which free item a request wants: the one that last served its conversation (a key), or the one
+ * scoring highest (above 0). Either way the least recently used free item otherwise.
+ */
+export type Preference<T> = string | ((item: T) => number);
+
 interface Waiter<T> {
-  readonly key: string;
   grant(slot: Slot<T>): void;
   fail(err: unknown): void;
 }
@@ -52,11 +58,12 @@ export class SequencePool<T> {
    * Resolves with a lease once an item is free. Rejects with `Overloaded` when the queue
    * is full, and with an `AbortError` if `signal` aborts first (the waiter leaves the queue).
    */
-  acquire(key: string, signal?: AbortSignal): Promise<Lease<T>> {
+  acquire(preference: Preference<T>, signal?: AbortSignal): Promise<Lease<T>> {
     if (this.closedWith) return Promise.reject(this.closedWith);
     if (signal?.aborted) return Promise.reject(abortError(signal));
+    const key = typeof preference === "string" ? preference : undefined;
 
-    const free = this.pickFree(key);
+    const free = this.pickFree(preference);
     if (free) return Promise.resolve(this.lease(free, key));
 
     if (this.isFull()) return Promise.reject(new Overloaded(`All ${this.slots.length} sequences are busy and the queue is full`, 1_000));
@@ -68,7 +75,6 @@ export class SequencePool<T> {
         reject(abortError(signal!));
       };
       const waiter: Waiter<T> = {
-        key,
         grant: (slot) => {
           signal?.removeEventListener("abort", onAbort);
           resolve(this.lease(slot, key));
@@ -107,17 +113,15 @@ export class SequencePool<T> {
     for (const waiter of this.waiters.splice(0)) waiter.fail(reason);
   }
 
-  private pickFree(key: string): Slot<T> | undefined {
-    let best: Slot<T> | undefined;
-    for (const slot of this.slots) {
-      if (slot.busy) continue;
-      if (slot.key === key) return slot;
-      if (!best || slot.releasedAt < best.releasedAt) best = slot;
-    }
-    return best;
+  private pickFree(preference: Preference<T>): Slot<T> | undefined {
+    const free = this.slots.filter((slot) => !slot.busy);
+    if (typeof preference === "string") return free.find((slot) => slot.key === preference) ?? leastRecentlyUsed(free);
+    const scores = free.map((slot) => preference(slot.item));
+    const top = Math.max(0, ...scores);
+    return leastRecentlyUsed(top > 0 ? free.filter((_, i) => scores[i] === top) : free);
   }
 
-  private lease(slot: Slot<T>, key: string): Lease<T> {
+  private lease(slot: Slot<T>, key: string | undefined): Lease<T> {
     slot.busy = true;
     slot.key = key;
     let released = false;
@@ -133,6 +137,10 @@ export class SequencePool<T> {
       },
     };
   }
+}
+
+function leastRecentlyUsed<T>(slots: readonly Slot<T>[]): Slot<T> | undefined {
+  return slots.reduce<Slot<T> | undefined>((oldest, slot) => (!oldest || slot.releasedAt < oldest.releasedAt ? slot : oldest), undefined);
 }
 
 /** The error a caller sees when it gave up before any work started, like `fetch` does. */

@@ -15,8 +15,12 @@ export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
 export type FinishReason = (typeof FINISH_REASONS)[number];
 
 export interface GenerateRequest {
-  /** Stable per conversation: the engine prefers the sequence whose KV cache already holds it. */
-  conversationKey: string;
+  /**
+   * Stable per conversation: the engine prefers the sequence whose KV cache already holds it.
+   * Absent for a stateless prompt (the client sends the whole history each time): the engine
+   * then picks the free sequence sharing the longest token prefix with it.
+   */
+  conversationKey?: string;
   /**
    * The history, the new user message last. Turns further back than `Engine.historyChars`
    * characters can never fit the prompt: leaving them out changes nothing.
@@ -24,7 +28,11 @@ export interface GenerateRequest {
   history: Turn[];
   /** 0 = greedy. */
   temperature: number;
+  /** Nucleus sampling: only the most likely tokens whose probabilities add up to this. */
+  topP?: number;
   maxTokens: number;
+  /** The reply ends where one of these texts begins; the stop text is not part of it. */
+  stop?: readonly string[];
   /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
   seed?: number;
   signal?: AbortSignal;

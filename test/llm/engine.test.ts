@@ -52,6 +52,21 @@ describe("SequencePool", () => {
     expect((await pool.acquire("z")).item).toBe("b");
   });
 
+  test("a scoring preference takes the free item scoring highest, else the least recently used", async () => {
+    const pool = new SequencePool(["a", "b", "c"], 4);
+    const held = await pool.acquire(() => 0);
+    expect(held.item).toBe("a");
+    const score = (item: string) => ({ a: 9, b: 2, c: 2 })[item]!;
+    // "a" is busy: of the free ones, b and c tie, and b was used less recently (never, first in order).
+    const b = await pool.acquire(score);
+    expect(b.item).toBe("b");
+    b.release();
+    held.release();
+    expect((await pool.acquire(score)).item).toBe("a");
+    // Nothing scores above 0: c, never used, is the least recently used.
+    expect((await pool.acquire(() => 0)).item).toBe("c");
+  });
+
   test("queues FIFO, rejects beyond queueMax, and lets an aborted waiter leave", async () => {
     const pool = new SequencePool(["only"], 2);
     const first = await pool.acquire("a");

@@ -1,5 +1,6 @@
 /** The app in this process, on a real port, with a real database and engine. */
 import { join } from "node:path";
+import { CompletionService } from "../../src/chat/completions";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
@@ -42,6 +43,7 @@ export interface ServeOptions {
   /** Runs the turns of `chat` (give both, or neither). */
   runner?: TurnRunner;
   chat?: ChatService;
+  completions?: CompletionService;
 }
 
 export const DEFAULT_LIMITS: HttpLimits = {
@@ -66,6 +68,7 @@ export function serveApp(options: ServeOptions): Served {
   const app = createApp({
     storage,
     chat: options.chat ?? new ChatService(storage.conversations, runner),
+    completions: options.completions ?? new CompletionService(runner),
     isReady: () => engine !== undefined,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
     metrics: options.metrics ?? new Metrics({ engine: () => engine, turns: () => runner.activeTurns }),

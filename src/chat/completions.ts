@@ -1,0 +1,68 @@
+import type { FinishReason, Turn } from "../llm/engine";
+import { type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+
+export interface CompletionInput {
+  /** The whole conversation, as the client keeps it. */
+  messages: Turn[];
+  temperature: number;
+  topP?: number;
+  /** Absent: as long as the context allows. */
+  maxTokens?: number;
+  seed?: number;
+  stop?: readonly string[];
+  signal?: AbortSignal;
+}
+
+export interface CompletionStart {
+  type: "start";
+  model: string;
+}
+
+export interface CompletionResult {
+  text: string;
+  finishReason: FinishReason;
+  usage: Usage;
+  model: string;
+}
+
+/** The model that answers, for listings. */
+export interface ModelInfo {
+  id: string;
+  /** Unix seconds. */
+  loadedAt: number;
+}
+
+/**
+ * A stateless completion: the client sends the history, nothing is stored. Admission, the
+ * generation cap, cancellation and shutdown are the turn runner's, as for stored conversations;
+ * the engine reuses whatever prefix of the prompt a sequence still holds.
+ */
+export class CompletionService {
+  constructor(private readonly runner: TurnRunner) {}
+
+  /** Undefined while the model is still loading. */
+  model(): ModelInfo | undefined {
+    const engine = this.runner.engines.current();
+    return engine && { id: engine.modelName, loadedAt: engine.loadedAt };
+  }
+
+  /** Yields `start` once admitted, then `delta`s; undefined when the client left before generation began. */
+  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnDelta, CompletionResult | undefined, void> {
+    const running = this.runner.begin(input.signal);
+    try {
+      const { engine } = running;
+      yield { type: "start", model: engine.modelName };
+      const result = yield* running.reply({
+        history: input.messages,
+        temperature: input.temperature,
+        topP: input.topP,
+        maxTokens: input.maxTokens ?? engine.contextSize,
+        seed: input.seed,
+        stop: input.stop,
+      });
+      return result && { text: result.text, finishReason: result.finishReason, usage: usageOf(result), model: engine.modelName };
+    } finally {
+      running.end();
+    }
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * The OpenAI-compatible API's bodies (docs/API.md, "OpenAI-compatible API"), as OpenAI's own API
+ * writes them, in the same TypeBox style as Parley's contract (../contract.ts): the subset Parley
+ * produces, closed so drift shows.
+ */
+import { type Static, Type as t } from "@sinclair/typebox";
+
+const closed = { additionalProperties: false } as const;
+
+export const OPENAI_FINISH_REASONS = ["stop", "length"] as const;
+const FinishReason = t.Union(OPENAI_FINISH_REASONS.map((reason) => t.Literal(reason)));
+
+export const OpenAiErrorBody = t.Object(
+  {
+    error: t.Object(
+      {
+        message: t.String(),
+        type: t.String({ description: "invalid_request_error, authentication_error, permission_error, not_found_error, rate_limit_error or server_error" }),
+        param: t.Union([t.String(), t.Null()]),
+        code: t.String({ description: "Parley's error code (see Errors)" }),
+      },
+      closed,
+    ),
+  },
+  closed,
+);
+export type OpenAiErrorBody = Static<typeof OpenAiErrorBody>;
+
+export const CompletionUsage = t.Object(
+  {
+    prompt_tokens: t.Integer(),
+    completion_tokens: t.Integer(),
+    total_tokens: t.Integer(),
+    prompt_tokens_details: t.Object({ cached_tokens: t.Integer({ description: "Of prompt_tokens, how many a sequence's KV cache already held" }) }, closed),
+  },
+  closed,
+);
+export type CompletionUsage = Static<typeof CompletionUsage>;
+
+export const ChatCompletion = t.Object(
+  {
+    id: t.String(),
+    object: t.Literal("chat.completion"),
+    created: t.Integer({ description: "Unix seconds" }),
+    model: t.String({ description: "The loaded model, whatever the request named" }),
+    choices: t.Array(
+      t.Object(
+        {
+          index: t.Literal(0),
+          message: t.Object({ role: t.Literal("assistant"), content: t.String() }, closed),
+          logprobs: t.Null(),
+          finish_reason: FinishReason,
+        },
+        closed,
+      ),
+      { minItems: 1, maxItems: 1 },
+    ),
+    usage: CompletionUsage,
+  },
+  closed,
+);
+export type ChatCompletion = Static<typeof ChatCompletion>;
+
+export const ChatCompletionChunk = t.Object(
+  {
+    id: t.String(),
+    object: t.Literal("chat.completion.chunk"),
+    created: t.Integer(),
+    model: t.String(),
+    choices: t.Array(
+      t.Object(
+        {
+          index: t.Literal(0),
+          delta: t.Object({ role: t.Optional(t.Literal("assistant")), content: t.Optional(t.String()) }, closed),
+          logprobs: t.Null(),
+          finish_reason: t.Union([FinishReason, t.Null()]),
+        },
+        closed,
+      ),
+      { maxItems: 1, description: "Empty in the usage chunk" },
+    ),
+    usage: t.Optional(t.Union([CompletionUsage, t.Null()], { description: "With stream_options.include_usage: null, then the totals in the last chunk" })),
+  },
+  closed,
+);
+export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>;
+
+export const OpenAiModel = t.Object(
+  {
+    id: t.String(),
+    object: t.Literal("model"),
+    created: t.Integer({ description: "Unix seconds: when the model was loaded" }),
+    owned_by: t.Literal("parley"),
+  },
+  closed,
+);
+export type OpenAiModel = Static<typeof OpenAiModel>;
+
+export const OpenAiModelList = t.Object({ object: t.Literal("list"), data: t.Array(OpenAiModel) }, closed);
+export type OpenAiModelList = Static<typeof OpenAiModelList>;

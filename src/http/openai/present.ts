@@ -1,0 +1,78 @@
+/** Completions as OpenAI's API shows them: the shapes are ./contract.ts's. */
+import type { CompletionResult, CompletionStart, ModelInfo } from "../../chat/completions";
+import type { Usage } from "../../chat/turn-runner";
+import type { FinishReason } from "../../llm/engine";
+import { openAiErrorBody } from "../errors";
+import { data } from "../sse";
+import type { Framing } from "../turn-driver";
+import type { ChatCompletion, ChatCompletionChunk, CompletionUsage, OpenAiModel, OPENAI_FINISH_REASONS } from "./contract";
+
+type OpenAiFinishReason = (typeof OPENAI_FINISH_REASONS)[number];
+
+/** What every chunk of one completion repeats. */
+export interface CompletionIdentity {
+  id: string;
+  /** Unix seconds. */
+  created: number;
+}
+
+export const newCompletion = (): CompletionIdentity => ({
+  id: `chatcmpl-${crypto.randomUUID().replaceAll("-", "")}`,
+  created: Math.floor(Date.now() / 1000),
+});
+
+/**
+ * OpenAI has no finish reason for a reply cut by a shutdown (the generation cap already reports
+ * `length`): it ended before its natural end, which is what `length` tells a client.
+ */
+const finishReason = (reason: FinishReason): OpenAiFinishReason => (reason === "stop" ? "stop" : "length");
+
+const usageJson = (usage: Usage): CompletionUsage => ({
+  prompt_tokens: usage.prompt_tokens,
+  completion_tokens: usage.completion_tokens,
+  total_tokens: usage.total_tokens,
+  prompt_tokens_details: { cached_tokens: usage.cached_tokens },
+});
+
+export const completionJson = ({ id, created }: CompletionIdentity, result: CompletionResult): ChatCompletion => ({
+  id,
+  object: "chat.completion",
+  created,
+  model: result.model,
+  choices: [{ index: 0, message: { role: "assistant", content: result.text }, logprobs: null, finish_reason: finishReason(result.finishReason) }],
+  usage: usageJson(result.usage),
+});
+
+/**
+ * The stream as OpenAI writes it: the role, content deltas, the finish reason, the usage when
+ * asked for (`usage: null` on every chunk before it), then `[DONE]`.
+ */
+export function completionFraming(identity: CompletionIdentity, includeUsage: boolean): Framing<CompletionStart, CompletionResult> {
+  let model = "";
+  const chunk = (choices: ChatCompletionChunk["choices"], usage?: CompletionUsage): ChatCompletionChunk => ({
+    id: identity.id,
+    object: "chat.completion.chunk",
+    created: identity.created,
+    model,
+    choices,
+    ...(includeUsage ? { usage: usage ?? null } : {}),
+  });
+  const choice = (delta: ChatCompletionChunk["choices"][number]["delta"], reason: FinishReason | null = null): ChatCompletionChunk["choices"] => [
+    { index: 0, delta, logprobs: null, finish_reason: reason && finishReason(reason) },
+  ];
+  return {
+    start: (start) => {
+      model = start.model;
+      return [data(chunk(choice({ role: "assistant", content: "" })))];
+    },
+    delta: (content) => data(chunk(choice({ content }))),
+    done: (result) => [
+      data(chunk(choice({}, result.finishReason))),
+      ...(includeUsage ? [data(chunk([], usageJson(result.usage)))] : []),
+      data("[DONE]"),
+    ],
+    error: (error) => [data(openAiErrorBody(error))],
+  };
+}
+
+export const modelJson = (model: ModelInfo): OpenAiModel => ({ id: model.id, object: "model", created: model.loadedAt, owned_by: "parley" });

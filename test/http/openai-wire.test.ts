@@ -1,0 +1,134 @@
+/**
+ * The OpenAI-compatible API on the wire: its responses and errors against the served OpenAPI
+ * document, the raw stream (unnamed events, `[DONE]`, heartbeats while queued), and a client
+ * leaving mid-stream cancelling its generation.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
+import addFormats from "ajv-formats";
+import type { Engine } from "../../src/llm/engine";
+import { allowSlowTests, bearer, serveApp, type Served, sseEvents, testDb, testEngine, until } from "../support";
+
+allowSlowTests();
+
+const COMPLETIONS = "/v1/chat/completions";
+const db = testDb("openai-wire");
+const alice = await db.keys.create("alice", "user");
+let engine: Engine;
+let ready: Served;
+/** No model yet: 503. */
+let loading: Served;
+let ajv: Ajv2020;
+
+// The bench-small model (random weights) never ends a reply by itself and takes tens of ms per
+// token: a reply holds the only sequence until its client leaves.
+beforeAll(async () => {
+  engine = await testEngine({ preset: "bench-small", parallel: 1, contextSize: 512 });
+  ready = serveApp({ storage: db.storage, engine, limits: { heartbeatMs: 20 } });
+  loading = serveApp({ storage: db.storage });
+  ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  ajv.addSchema((await (await fetch(`${ready.url}/openapi.json`)).json()) as object, "openapi.json");
+});
+afterAll(async () => {
+  await Promise.all([ready.stop(), loading.stop()]);
+  await engine.close();
+  await db.storage.close();
+});
+
+const post = (server: Served, body: unknown, key = alice.key, signal?: AbortSignal) =>
+  fetch(`${server.url}${COMPLETIONS}`, { method: "POST", headers: { ...bearer(key), "content-type": "application/json" }, body: JSON.stringify(body), signal });
+
+const ask = (extra: Record<string, unknown> = {}) => ({ model: "any", messages: [{ role: "user", content: "Hello" }], temperature: 0, max_tokens: 4, ...extra });
+
+function schemaAt(...segments: string[]): ValidateFunction {
+  const pointer = segments.map((s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
+  const validate = ajv.getSchema(`openapi.json#${pointer}`);
+  if (!validate) throw new Error(`the document has no schema at ${pointer}`);
+  return validate;
+}
+
+function expectValid(validate: ValidateFunction, body: unknown, what: string): void {
+  if (!validate(body)) throw new Error(`${what} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 500)}`);
+}
+
+async function expectDocumented(path: string, method: string, response: Response): Promise<unknown> {
+  const body = await response.json();
+  expectValid(schemaAt("paths", path, method, "responses", String(response.status), "content", "application/json", "schema"), body, `${method} ${path} ${response.status}`);
+  return body;
+}
+
+describe("responses match the served OpenAPI document", () => {
+  test("a completion, a model list and a model", async () => {
+    const completion = await post(ready, ask());
+    expect(completion.status).toBe(200);
+    await expectDocumented(COMPLETIONS, "post", completion);
+    const list = await fetch(`${ready.url}/v1/models`, { headers: bearer(alice.key) });
+    await expectDocumented("/v1/models", "get", list);
+    const one = await fetch(`${ready.url}/v1/models/${encodeURIComponent(engine.modelName)}`, { headers: bearer(alice.key) });
+    expect(one.status).toBe(200);
+    await expectDocumented("/v1/models/{model}", "get", one);
+  });
+
+  test("the stream: unnamed chunk events, the usage chunk, then [DONE]", async () => {
+    const response = await post(ready, ask({ stream: true, stream_options: { include_usage: true } }));
+    expect(response.headers.get("content-type")).toStartWith("text/event-stream");
+    const events = [];
+    for await (const { event, data } of sseEvents(response)) if (event !== "comment") events.push({ event, data });
+    expect(events.every(({ event }) => event === "message")).toBe(true);
+    expect(events.at(-1)!.data).toBe("[DONE]");
+    const chunk = schemaAt("components", "schemas", "ChatCompletionChunk");
+    for (const { data } of events.slice(0, -1)) expectValid(chunk, JSON.parse(data), "a chunk");
+  });
+
+  const errors: [string, number, () => Promise<Response>][] = [
+    ["malformed JSON", 400, () => fetch(`${ready.url}${COMPLETIONS}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: "{" })],
+    ["n: 2", 400, () => post(ready, ask({ n: 2 }))],
+    ["a stop list of 5", 400, () => post(ready, ask({ stop: ["a", "b", "c", "d", "e"] }))],
+    ["an image part", 400, () => post(ready, ask({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] }))],
+    ["an unknown key", 401, () => post(ready, ask(), "pk_unknown")],
+    ["text/plain", 415, () => fetch(`${ready.url}${COMPLETIONS}`, { method: "POST", headers: bearer(alice.key), body: "hi" })],
+    ["no model yet", 503, () => post(loading, ask())],
+  ];
+  for (const [what, status, send] of errors) {
+    test(`error: ${what} (${status})`, async () => {
+      const response = await send();
+      expect(response.status).toBe(status);
+      await expectDocumented(COMPLETIONS, "post", response);
+    });
+  }
+
+  test("error: an unknown model (404)", async () => {
+    const response = await fetch(`${ready.url}/v1/models/gpt-4o`, { headers: bearer(alice.key) });
+    expect(response.status).toBe(404);
+    await expectDocumented("/v1/models/{model}", "get", response);
+  });
+});
+
+describe("streams", () => {
+  test("a queued stream gets heartbeats; a client leaving mid-stream stops its generation", async () => {
+    const first = new AbortController();
+    const running = await post(ready, ask({ stream: true, max_tokens: 4096, temperature: 1 }), alice.key, first.signal);
+    const firstEvents = sseEvents(running);
+    await firstEvents.next();
+    await until(() => engine.stats().busy === 1, "the first completion to hold the only sequence");
+
+    const queued = sseEvents(await post(ready, ask({ stream: true })));
+    await until(() => engine.stats().queued === 1, "the second completion to queue");
+    // Read with next(): leaving a for-await loop would cancel the body, a disconnect.
+    const seen: string[] = [];
+    while (seen.at(-1) !== "ping") {
+      const { event, data } = (await queued.next()).value!;
+      seen.push(event === "comment" ? data : JSON.parse(data).choices[0].delta.role);
+    }
+    expect(seen).toEqual(["assistant", "ping"]);
+
+    first.abort();
+    // Generation stops within a token or so: far sooner than the first reply's 4096 tokens.
+    await until(() => engine.stats().queued === 0, "the queued completion to get the sequence", 5_000);
+    let last = "";
+    for await (const { data } of queued) last = data;
+    expect(last).toBe("[DONE]");
+    await until(() => engine.stats().busy === 0, "the sequence to be free");
+  });
+});
