@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import type { Config } from "./config";
-import { openStorage } from "./db/open";
+import { describeLocation, openStorage } from "./db/open";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
@@ -37,7 +37,7 @@ export interface Service extends AsyncDisposable {
  */
 export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
   await using stack = new AsyncDisposableStack();
-  const storage = stack.use(await openStorage(config.dbPath));
+  const storage = stack.use(await openStorage(config.dbPath, { poolSize: config.dbPool }));
   announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
 
   const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
@@ -87,7 +87,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   );
   const app = createApp({
     storage,
-    chat: new ChatService(storage.conversations, runner),
+    chat: new ChatService(storage.conversations, runner, storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 }),
     isReady: () => engine !== undefined,
     log,
     metrics,
@@ -119,7 +119,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   stack.defer(() => void (drained = server.stop(false)));
   announce(
     "info",
-    { url: `http://${server.hostname}:${server.port}`, model: described.name, model_path: model.path, parallel: config.parallel, db: config.dbPath },
+    { url: `http://${server.hostname}:${server.port}`, model: described.name, model_path: model.path, parallel: config.parallel, db: describeLocation(config.dbPath) },
     "listening",
   );
 

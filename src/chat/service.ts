@@ -1,6 +1,7 @@
 import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
 import type { GenerateResult } from "../llm/engine";
+import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import { KeyedLock } from "./keyed-lock";
 import type { RunningTurn, TurnRunner } from "./turn-runner";
 
@@ -56,6 +57,8 @@ export class ChatService {
   constructor(
     private readonly conversations: ConversationStore,
     private readonly runner: TurnRunner,
+    /** When other processes share the storage: the turn also holds the conversation across them. */
+    private readonly shared?: LeaseOptions,
   ) {}
 
   /**
@@ -80,8 +83,17 @@ export class ChatService {
       if (isAbort(error)) return undefined;
       throw error;
     }
+    let releaseLease: (() => Promise<void>) | undefined;
     try {
       const conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+      if (this.shared) {
+        try {
+          releaseLease = await holdConversation(this.shared, conversation.id, signal);
+        } catch (error) {
+          if (isAbort(error)) return undefined;
+          throw error;
+        }
+      }
       const userMessage = await this.conversations.addMessage(conversation, { role: "user", content: input.message });
       yield {
         type: "start",
@@ -143,6 +155,7 @@ export class ChatService {
         model: engine.modelName,
       };
     } finally {
+      await releaseLease?.();
       release();
     }
   }
