@@ -7,6 +7,7 @@ export * from "./app";
 export * from "./backends";
 export * from "./binary";
 export * from "./files";
+export * from "./haproxy";
 export * from "./http";
 export * from "./load";
 export * from "./postgres";
