@@ -52,7 +52,7 @@ describe.skipIf(postgresMissing() !== undefined)("PostgreSQL shared by several p
     const first = await a.conversations.addMessage(conversation, { role: "user", content: "one", createdAt: 1_795_000_000_123 });
     expect(first.createdAt).toBe(1_795_000_000_123);
     await b.conversations.addMessage(conversation, { role: "assistant", content: "two", finishReason: "stop" });
-    expect(await a.conversations.turns(conversation.id)).toEqual([
+    expect(await a.conversations.recentTurns(conversation.id, { maxChars: 1_000 })).toEqual([
       { role: "user", content: "one" },
       { role: "assistant", content: "two" },
     ]);

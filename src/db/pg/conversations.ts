@@ -1,19 +1,23 @@
-import { and, asc, eq, sql } from "drizzle-orm";
+import { and, desc, eq } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
 import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, StoredTurn } from "../types";
 import type { Db } from "./client";
 import { conversations, messages } from "./schema";
 
+/** Rows fetched per round trip while stepping back through a conversation. */
+const TURNS_PER_FETCH = 32;
+
 export class PgConversationStore implements ConversationStore {
-  private readonly history;
+  /** A conversation's turns newest first; `$1` is its row id. */
+  private readonly newestFirst: string;
 
   constructor(private readonly db: Db) {
-    this.history = db
+    this.newestFirst = db
       .select({ role: messages.role, content: messages.content })
       .from(messages)
-      .where(eq(messages.conversationId, sql.placeholder("id")))
-      .orderBy(asc(messages.createdAt), asc(messages.id))
-      .prepare("parley_conversation_turns");
+      .where(eq(messages.conversationId, 0))
+      .orderBy(desc(messages.createdAt), desc(messages.id))
+      .toSQL().sql;
   }
 
   async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
@@ -47,7 +51,18 @@ export class PgConversationStore implements ConversationStore {
     };
   }
 
-  async turns(conversationId: number): Promise<StoredTurn[]> {
-    return this.history.execute({ id: conversationId });
+  async recentTurns(conversationId: number, { maxChars }: { maxChars: number }): Promise<StoredTurn[]> {
+    const turns: StoredTurn[] = [];
+    let chars = 0;
+    // Read through a cursor, a few rows at a time: the rows beyond the bound are never fetched.
+    // Counted in JavaScript, as SQLite's does: the bound is in UTF-16 units, PostgreSQL counts code points.
+    stepping: for await (const rows of this.db.$client.unsafe<StoredTurn[]>(this.newestFirst, [conversationId]).cursor(TURNS_PER_FETCH)) {
+      for (const turn of rows) {
+        turns.push({ role: turn.role, content: turn.content });
+        chars += turn.content.length;
+        if (chars >= maxChars) break stepping;
+      }
+    }
+    return turns.reverse();
   }
 }

@@ -1,11 +1,22 @@
-import { and, asc, eq } from "drizzle-orm";
+import type { Statement } from "bun:sqlite";
+import { and, desc, eq, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
 import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, StoredTurn } from "../types";
 import type { Db } from "./client";
 import { conversations, messages } from "./schema";
 
 export class SqliteConversationStore implements ConversationStore {
-  constructor(private readonly db: Db) {}
+  /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
+  private readonly newestFirst: Statement<StoredTurn, [number]>;
+
+  constructor(private readonly db: Db) {
+    const query = db
+      .select({ role: messages.role, content: messages.content })
+      .from(messages)
+      .where(eq(messages.conversationId, sql.placeholder("conversationId")))
+      .orderBy(desc(messages.createdAt), desc(messages.id));
+    this.newestFirst = db.$client.prepare<StoredTurn, [number]>(query.toSQL().sql);
+  }
 
   async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
     return this.db.transaction((tx) => {
@@ -37,12 +48,15 @@ export class SqliteConversationStore implements ConversationStore {
     };
   }
 
-  async turns(conversationId: number): Promise<StoredTurn[]> {
-    return this.db
-      .select({ role: messages.role, content: messages.content })
-      .from(messages)
-      .where(eq(messages.conversationId, conversationId))
-      .orderBy(asc(messages.createdAt), asc(messages.id))
-      .all();
+  async recentTurns(conversationId: number, { maxChars }: { maxChars: number }): Promise<StoredTurn[]> {
+    const turns: StoredTurn[] = [];
+    let chars = 0;
+    // Stepped row by row: the rows beyond the bound are never read.
+    for (const turn of this.newestFirst.iterate(conversationId)) {
+      turns.push(turn);
+      chars += turn.content.length;
+      if (chars >= maxChars) break;
+    }
+    return turns.reverse();
   }
 }
