@@ -7,6 +7,7 @@ import { CompletionService } from "./chat/completions";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
+import { describeLocation } from "./db/open";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
@@ -40,7 +41,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
   // before anything listens, instead of a native loader error later.
   const described = describeModel(model.path);
-  const storage = stack.use(await openConfiguredStorage(config.dbPath));
+  const storage = stack.use(await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool }));
   announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
   if (model.demo) {
     announce(
@@ -85,7 +86,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
 
   const app = createApp({
     storage,
-    chat: new ChatService(storage.conversations, runner),
+    chat: new ChatService(storage.conversations, runner, storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 }),
     completions: new CompletionService(runner),
     isReady: () => engine !== undefined,
     log,
@@ -120,7 +121,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   stack.defer(() => void (drained = server.stop(false)));
   announce(
     "info",
-    { url: `http://${server.hostname}:${server.port}`, model: described.name, model_path: model.path, parallel: config.parallel, db: config.dbPath },
+    { url: `http://${server.hostname}:${server.port}`, model: described.name, model_path: model.path, parallel: config.parallel, db: describeLocation(config.dbPath) },
     "listening",
   );
 

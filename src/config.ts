@@ -4,12 +4,18 @@
  */
 import { statSync } from "node:fs";
 import { dirname } from "node:path";
+import { isPostgresUrl } from "./db/open";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {
   host: string;
   port: number;
+  /** A SQLite file path, or a `postgres://` URL (src/db/open.ts). */
   dbPath: string;
+  /** PostgreSQL connections per process. */
+  dbPool: number;
+  /** PostgreSQL: how long a conversation stays held by a node that stopped renewing its lease (died). */
+  leaseTtlS: number;
   /** Files that are not the database: saved KV states (`kv/`), the chat-format cache. */
   dataDir: string;
   /** Used only when the database holds no keys yet (first start). */
@@ -74,12 +80,24 @@ interface Spec {
 export const CONFIG_SPEC = {
   host: { env: "PARLEY_HOST", flag: "--host", default: "127.0.0.1", help: "Address to listen on" },
   port: { env: "PARLEY_PORT", flag: "--port", default: "8080", help: "TCP port (0 = any free port)" },
-  dbPath: { env: "PARLEY_DB", flag: "--db", default: "./data/parley.db", help: "SQLite database file" },
+  dbPath: {
+    env: "PARLEY_DB",
+    flag: "--db",
+    default: "./data/parley.db",
+    help: "SQLite database file, or a PostgreSQL URL (postgres://user:password@host/db, ?host=/socket/dir for a unix socket) shared by several nodes",
+  },
+  dbPool: { env: "PARLEY_DB_POOL", flag: "--db-pool", default: "10", help: "PostgreSQL connections this process may open" },
+  leaseTtlS: {
+    env: "PARLEY_LEASE_TTL_S",
+    flag: "--lease-ttl",
+    default: "10",
+    help: "PostgreSQL: seconds a conversation stays held by a node that stopped renewing its turn's lease (a crashed node)",
+  },
   dataDir: {
     env: "PARLEY_DATA_DIR",
     flag: "--data-dir",
     default: "",
-    help: "Directory for saved KV states (kv/) and the chat-format cache (default: the database file's directory)",
+    help: "Directory for saved KV states (kv/) and the chat-format cache (default: the database file's directory; ./data with PostgreSQL)",
   },
   adminKey: {
     env: "PARLEY_ADMIN_KEY",
@@ -224,7 +242,9 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     host,
     port: int("port", 0, 65535),
     dbPath,
-    dataDir: dataDir ?? dirname(dbPath),
+    dbPool: int("dbPool", 1, 1_000),
+    leaseTtlS: int("leaseTtlS", 1, 3_600),
+    dataDir: dataDir ?? (isPostgresUrl(dbPath) ? "./data" : dirname(dbPath)),
     adminKey,
     modelPath: text("modelPath"),
     modelsDir: raw("modelsDir").value,

@@ -45,8 +45,9 @@ const result = await Bun.build({
     autoloadDotenv: false,
     autoloadBunfig: false,
     // drizzle's migrator reads a folder; an absolute path is embedded under its last name, as
-    // /$bunfs/root/migrations, which is where src/db/sqlite/client.ts looks.
-    assets: [join(ROOT, "src/db/sqlite/migrations")],
+    // /$bunfs/root/migrations and /$bunfs/root/pg-migrations, which is where src/db/sqlite/client.ts
+    // and src/db/pg/client.ts look (so the two folders' last names must differ).
+    assets: [join(ROOT, "src/db/sqlite/migrations"), join(ROOT, "src/db/pg/pg-migrations")],
   },
   // The Bun runtime alone is 107 MB of the 120 MB budget. Names stay unminified so stack traces read
   // without a source map; an embedded map would cost 2 MB, minified names only save 0.8 MB.

@@ -1,5 +1,6 @@
 import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
+import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import { KeyedLock } from "./keyed-lock";
 import { type RunningTurn, shuttingDown, type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
@@ -36,6 +37,16 @@ export interface TurnResult {
 const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
 /**
+ * A wait (for the conversation's previous turn) that was aborted before anything of the turn was
+ * stored: the client left (nothing to answer), or the server is closing (503, so it is answered).
+ */
+function endedWaiting(error: unknown, running: RunningTurn): undefined {
+  if (!isAbort(error)) throw error;
+  if (running.closed) throw shuttingDown();
+  return undefined;
+}
+
+/**
  * A conversation turn: store the user's message, generate from the stored history, store the
  * reply. Knows storage and the engine, nothing of HTTP; the runner admits and cancels turns.
  */
@@ -45,6 +56,8 @@ export class ChatService {
   constructor(
     private readonly conversations: ConversationStore,
     private readonly runner: TurnRunner,
+    /** When other processes share the storage: the turn also holds the conversation across them. */
+    private readonly shared?: LeaseOptions,
   ) {}
 
   /**
@@ -68,12 +81,18 @@ export class ChatService {
     try {
       release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, signal);
     } catch (error) {
-      if (!isAbort(error)) throw error;
-      if (running.closed) throw shuttingDown();
-      return undefined;
+      return endedWaiting(error, running);
     }
+    let releaseLease: (() => Promise<void>) | undefined;
     try {
       const conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+      if (this.shared) {
+        try {
+          releaseLease = await holdConversation(this.shared, conversation.id, signal);
+        } catch (error) {
+          return endedWaiting(error, running);
+        }
+      }
       const userMessage = await this.conversations.addMessage(conversation, { role: "user", content: input.message });
       yield {
         type: "start",
@@ -111,6 +130,7 @@ export class ChatService {
         model: engine.modelName,
       };
     } finally {
+      await releaseLease?.();
       release();
     }
   }

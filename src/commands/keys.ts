@@ -7,7 +7,7 @@ const USER_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 const iso = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString());
 
 async function withKeys<T>(config: Config, work: (keys: KeyStore) => Promise<T>): Promise<T> {
-  await using storage = await openConfiguredStorage(config.dbPath);
+  await using storage = await openConfiguredStorage(config.dbPath, { poolSize: 1 });
   return await work(storage.keys);
 }
 

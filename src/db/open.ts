@@ -1,7 +1,25 @@
 import type { Storage } from "./storage";
+import { openPgStorage } from "./pg/storage";
 import { openSqliteStorage } from "./sqlite/storage";
 
-/** The storage a location names; today every location is a SQLite file path. */
-export async function openStorage(location: string): Promise<Storage> {
+const POSTGRES_URL = /^postgres(ql)?:\/\//i;
+
+/** `PARLEY_DB` names PostgreSQL by a `postgres://` or `postgresql://` URL, SQLite by a file path. */
+export const isPostgresUrl = (location: string): boolean => POSTGRES_URL.test(location);
+
+/** The location as it may be logged: a URL's password is masked. */
+export function describeLocation(location: string): string {
+  if (!isPostgresUrl(location)) return location;
+  return location.replace(/^([a-z]+:\/\/[^:/@]*):[^@/]*@/i, "$1:***@");
+}
+
+export interface StorageOptions {
+  /** PostgreSQL only: connections this process may hold. */
+  poolSize?: number;
+}
+
+/** The storage a location names: a PostgreSQL URL, else a SQLite file path. */
+export async function openStorage(location: string, options: StorageOptions = {}): Promise<Storage> {
+  if (isPostgresUrl(location)) return openPgStorage(location, options.poolSize ?? 10);
   return openSqliteStorage(location);
 }

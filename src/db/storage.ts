@@ -52,10 +52,38 @@ export interface MessageStore {
   list(query: MessageQuery): Promise<MessagePage>;
 }
 
+/**
+ * Turns of one conversation must not interleave. Within one process the chat service's own lock
+ * orders them; processes sharing a database also hold a lease on the conversation while a turn
+ * runs: a row, not a transaction, so nothing stays open while a model generates, and a lease whose
+ * holder died expires.
+ */
+export interface ConversationLeases {
+  /** Takes, or renews, the lease for `owner` for `ttlMs`; false while another owner's lease is unexpired. */
+  lease(conversationId: number, owner: string, ttlMs: number): Promise<boolean>;
+  /** Gives the lease up if `owner` still holds it. */
+  release(conversationId: number, owner: string): Promise<void>;
+}
+
+/** Per-key token buckets that every process sharing the database draws from. */
+export interface TokenBuckets {
+  /**
+   * Refills the key's bucket (at most `capacity` tokens, `perMs` per millisecond since its last
+   * use; a new bucket is full) and takes one token if a whole one is there.
+   */
+  take(keyId: number, capacity: number, perMs: number): Promise<{ taken: boolean; tokens: number }>;
+}
+
 export interface Storage extends AsyncDisposable {
   readonly keys: KeyStore;
   readonly conversations: ConversationStore;
   readonly messages: MessageStore;
+  /**
+   * Only storage that several processes share (PostgreSQL) has these; a single process (SQLite)
+   * serializes turns with its own lock and keeps rate-limit buckets in memory.
+   */
+  readonly leases?: ConversationLeases;
+  readonly buckets?: TokenBuckets;
   /** Releases the database; calling it again does nothing. */
   close(): Promise<void>;
 }

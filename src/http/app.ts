@@ -47,7 +47,12 @@ export interface AppDeps {
 /** Builds the HTTP app from its dependencies; nothing here reads config or opens files. */
 export function createApp(deps: AppDeps) {
   const { limits, metrics } = deps;
-  const limiter = new RateLimiter(limits.rateLimitPerMinute, limits.maxStreamsPerKey, (reason) => metrics.rateLimited.inc({ reason }));
+  const limiter = new RateLimiter(
+    limits.rateLimitPerMinute,
+    limits.maxStreamsPerKey,
+    (reason) => metrics.rateLimited.inc({ reason }),
+    deps.storage.buckets,
+  );
   const turns = new TurnDriver({ limiter, metrics, log: deps.log, heartbeatMs: limits.heartbeatMs });
   // Bun answers a declared body over its own cap (128 MB) with a bare 413 before the app runs;
   // lifting it lets the chat route's capped reader refuse every oversized body with the contract's

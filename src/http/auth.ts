@@ -82,6 +82,6 @@ export const authGate = (keys: KeyStore, limiter: RateLimiter, routes: RouteTabl
     if (access === undefined) return;
     const principal = await authenticate(keys, request.headers.get("authorization"));
     context.principal = principal;
-    Object.assign(set.headers, limiter.take(principal.keyId));
+    Object.assign(set.headers, await limiter.take(principal.keyId));
     if (access === "admin" && principal.role !== "admin") throw new Forbidden("this endpoint needs an admin key");
   });

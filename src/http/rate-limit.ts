@@ -1,8 +1,27 @@
+import type { TokenBuckets } from "../db/storage";
 import { type Quota, RateLimited } from "../errors";
 
 interface Bucket {
   tokens: number;
   updatedAt: number;
+}
+
+/** Buckets of this process alone: right for one node (SQLite); see `Storage.buckets` for several. */
+export class MemoryBuckets implements TokenBuckets {
+  private readonly buckets = new Map<number, Bucket>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  async take(keyId: number, capacity: number, perMs: number): Promise<{ taken: boolean; tokens: number }> {
+    const now = this.now();
+    const bucket = this.buckets.get(keyId) ?? { tokens: capacity, updatedAt: now };
+    bucket.tokens = Math.min(capacity, bucket.tokens + (now - bucket.updatedAt) * perMs);
+    bucket.updatedAt = now;
+    this.buckets.set(keyId, bucket);
+    const taken = bucket.tokens >= 1;
+    if (taken) bucket.tokens -= 1;
+    return { taken, tokens: bucket.tokens };
+  }
 }
 
 /** The `X-RateLimit-*` headers: every response to a limited key carries its quota. */
@@ -14,11 +33,12 @@ export const quotaHeaders = (quota: Quota): Record<string, string> => ({
 
 /**
  * Per-key admission: a token bucket of `perMinute` requests (refilled continuously, so a key
- * may burst up to the full minute's allowance) and a cap on concurrent streams. Keys are issued
- * by the operator, so the maps stay as small as the key table.
+ * may burst up to the full minute's allowance) and a cap on concurrent streams. The buckets are
+ * the storage's when it is shared by several nodes (one limit across them all), else this
+ * process's. Streams are counted per process: with N nodes a key may hold N times the cap.
+ * Keys are issued by the operator, so the maps stay as small as the key table.
  */
 export class RateLimiter {
-  private readonly buckets = new Map<number, Bucket>();
   private readonly streams = new Map<number, number>();
 
   constructor(
@@ -26,28 +46,21 @@ export class RateLimiter {
     readonly maxStreams: number,
     /** Told of every refusal, with its reason (`requests` or `streams`), e.g. to count it. */
     private readonly onReject: (reason: "requests" | "streams") => void = () => {},
-    private readonly now: () => number = Date.now,
+    private readonly buckets: TokenBuckets = new MemoryBuckets(),
   ) {}
 
   /**
-   * Takes one request from the key's bucket. Returns the headers every response to the key
-   * carries, or throws RateLimited when the bucket is empty. A limit of 0 means no limit (no headers).
+   * Takes one request from the key's bucket. Resolves to the headers every response to the key
+   * carries, or rejects with RateLimited when the bucket is empty. A limit of 0 means no limit (no headers).
    */
-  take(keyId: number): Record<string, string> {
+  async take(keyId: number): Promise<Record<string, string>> {
     if (this.perMinute === 0) return {};
     const perMs = this.perMinute / 60_000;
-    const now = this.now();
-    const bucket = this.buckets.get(keyId) ?? { tokens: this.perMinute, updatedAt: now };
-    bucket.tokens = Math.min(this.perMinute, bucket.tokens + (now - bucket.updatedAt) * perMs);
-    bucket.updatedAt = now;
-    this.buckets.set(keyId, bucket);
-
-    const allowed = bucket.tokens >= 1;
-    if (allowed) bucket.tokens -= 1;
-    const quota = { limit: this.perMinute, remaining: Math.floor(bucket.tokens), resetMs: (this.perMinute - bucket.tokens) / perMs };
-    if (!allowed) {
+    const { taken, tokens } = await this.buckets.take(keyId, this.perMinute, perMs);
+    const quota = { limit: this.perMinute, remaining: Math.floor(tokens), resetMs: (this.perMinute - tokens) / perMs };
+    if (!taken) {
       this.onReject("requests");
-      throw new RateLimited(`this key may make at most ${this.perMinute} requests per minute`, (1 - bucket.tokens) / perMs, quota);
+      throw new RateLimited(`this key may make at most ${this.perMinute} requests per minute`, (1 - tokens) / perMs, quota);
     }
     return quotaHeaders(quota);
   }

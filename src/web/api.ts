@@ -67,7 +67,7 @@ export async function listMessages(key: string, conversationId: string | undefin
 export async function* streamChat(key: string, request: ChatRequest, signal: AbortSignal): AsyncGenerator<StreamEvent> {
   const response = await fetch(`${API}/chat`, {
     method: "POST",
-    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "x-conversation-id": request.conversation_id },
     body: JSON.stringify({ ...request, stream: true }),
     signal,
   });

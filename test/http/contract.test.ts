@@ -9,195 +9,208 @@ import { ChatService, type TurnInput } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, readSse, serveApp, type Served, testDb, testEngine } from "../support";
+import type { CreatedKey } from "../../src/db/types";
+import { allowSlowTests, backends, bearer, type OpenedBackend, readSse, serveApp, type Served, testEngine } from "../support";
 
 allowSlowTests();
 
 const CHAT = "/api/v1.0/chat";
 const MESSAGES = "/api/v1.0/chat/messages";
 
-const db = testDb("contract");
-const alice = await db.keys.create("alice", "user");
-const bob = await db.keys.create("bob", "user");
-let engine: Engine;
-/** With a model. */
-let ready: Served;
-/** Without one (503s), and a rate limit small enough to hit. */
-let loading: Served;
-/** Its generation fails once the stream has begun: the stream's `error` event. */
-let failing: Served;
-let ajv: Ajv2020;
+for (const backend of backends()) {
+  describe.skipIf(backend.missing !== undefined)(`on ${backend.name}`, () => {
+    let db: OpenedBackend;
+    let alice: CreatedKey;
+    let bob: CreatedKey;
+    let engine: Engine;
+    /** With a model. */
+    let ready: Served;
+    /** Without one (503s), and a rate limit small enough to hit. */
+    let loading: Served;
+    /** Its generation fails once the stream has begun: the stream's `error` event. */
+    let failing: Served;
+    let ajv: Ajv2020;
 
-/** Stores the user's message like the real service, then fails instead of generating. */
-class FailingAfterStart extends ChatService {
-  override async *turn(input: TurnInput): ReturnType<ChatService["turn"]> {
-    const turn = super.turn(input);
-    const start = await turn.next();
-    await turn.return(undefined);
-    if (!start.done) yield start.value;
-    throw new Error("the engine fell over");
-  }
-}
-
-beforeAll(async () => {
-  engine = await testEngine({ parallel: 1 });
-  ready = serveApp({ storage: db.storage, engine });
-  loading = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 2 } });
-  failing = serveApp({ storage: db.storage, engine, chat: new FailingAfterStart(db.storage.conversations, new TurnRunner({ current: () => engine })) });
-  const document = await (await fetch(`${ready.url}/openapi.json`)).json();
-  ajv = new Ajv2020({ strict: false, allErrors: true });
-  addFormats(ajv);
-  ajv.addSchema(document as object, "openapi.json");
-});
-afterAll(async () => {
-  await Promise.all([ready.stop(), loading.stop(), failing.stop()]);
-  await engine.close();
-  await db.storage.close();
-});
-
-const pointer = (...segments: string[]) => segments.map((s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
-
-function schemaAt(...segments: string[]): ValidateFunction {
-  const validate = ajv.getSchema(`openapi.json#${pointer(...segments)}`);
-  if (!validate) throw new Error(`the document has no schema at ${pointer(...segments)}`);
-  return validate;
-}
-
-function expectValid(validate: ValidateFunction, body: unknown, what: string): void {
-  const valid = validate(body);
-  if (!valid) throw new Error(`${what} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 500)}`);
-}
-
-/** The schema the document gives `path`'s `method` for this status (the status must be documented). */
-const responseSchema = (path: string, method: string, status: number) =>
-  schemaAt("paths", path, method, "responses", String(status), "content", "application/json", "schema");
-
-/** Reads a JSON response and checks it against its operation's documented response. */
-async function expectDocumented(path: string, method: string, response: Response): Promise<unknown> {
-  expect(response.headers.get("content-type")).toBe("application/json; charset=utf-8");
-  const body = await response.json();
-  expectValid(responseSchema(path, method, response.status), body, `${method.toUpperCase()} ${path} ${response.status}`);
-  return body;
-}
-
-const postChat = (server: Served, key: string, body: string, contentType = "application/json") =>
-  fetch(`${server.url}${CHAT}`, { method: "POST", headers: { ...bearer(key), "content-type": contentType }, body });
-
-const ask = (conversation: string, extra: Record<string, unknown> = {}) =>
-  JSON.stringify({ message: "Say something short", conversation_id: conversation, temperature: 0, max_tokens: 8, ...extra });
-
-describe("responses match the served OpenAPI document", () => {
-  let reply: ChatReply;
-
-  test("chat, not streamed", async () => {
-    const response = await postChat(ready, alice.key, ask("plain"));
-    expect(response.status).toBe(200);
-    reply = (await expectDocumented(CHAT, "post", response)) as ChatReply;
-  });
-
-  test("chat, streamed: the data of start, delta and done", async () => {
-    const response = await postChat(ready, alice.key, ask("streamed", { stream: true }));
-    expect(response.status).toBe(200);
-    expect(response.headers.get("content-type")).toStartWith("text/event-stream");
-    const seen = new Set<string>();
-    for await (const { event, data } of readSse(response)) {
-      if (event === "comment") continue;
-      expectValid(schemaAt("paths", CHAT, "post", "responses", "200", "content", "text/event-stream", "x-events", event), data, `event ${event}`);
-      seen.add(event);
+    /** Stores the user's message like the real service, then fails instead of generating. */
+    class FailingAfterStart extends ChatService {
+      override async *turn(input: TurnInput): ReturnType<ChatService["turn"]> {
+        const turn = super.turn(input);
+        const start = await turn.next();
+        await turn.return(undefined);
+        if (!start.done) yield start.value;
+        throw new Error("the engine fell over");
+      }
     }
-    expect([...seen].sort()).toEqual(["delta", "done", "start"]);
-  });
 
-  test("chat, streamed: the data of an error event", async () => {
-    const response = await postChat(failing, alice.key, ask("fails", { stream: true }));
-    expect(response.status).toBe(200);
-    const events = [];
-    for await (const item of readSse(response)) if (item.event !== "comment") events.push(item);
-    expect(events.map((item) => item.event)).toEqual(["start", "error"]);
-    const schema = (event: string) => schemaAt("paths", CHAT, "post", "responses", "200", "content", "text/event-stream", "x-events", event);
-    expectValid(schema("start"), events[0]!.data, "event start");
-    expectValid(schema("error"), events[1]!.data, "event error");
-  });
-
-  test("the message listing", async () => {
-    const response = await fetch(`${ready.url}${MESSAGES}?rows_per_page=100`, { headers: bearer(alice.key) });
-    expect(response.status).toBe(200);
-    const page = (await expectDocumented(MESSAGES, "get", response)) as MessagePage;
-    expect(new Set(page.data.map((message) => message.role))).toEqual(new Set(["user", "assistant"]));
-  });
-
-  test("healthz and readyz, ready and not", async () => {
-    await expectDocumented("/healthz", "get", await fetch(`${ready.url}/healthz`));
-    const readiness = await fetch(`${ready.url}/readyz`);
-    expect(readiness.status).toBe(200);
-    await expectDocumented("/readyz", "get", readiness);
-    const notReady = await fetch(`${loading.url}/readyz`);
-    expect(notReady.status).toBe(503);
-    await expectDocumented("/readyz", "get", notReady);
-  });
-
-  const chatErrors: [string, number, () => Promise<Response>][] = [
-    ["malformed JSON", 400, () => postChat(ready, alice.key, "{")],
-    ["no key", 401, () => fetch(`${ready.url}${CHAT}`, { method: "POST", body: ask("x") })],
-    ["an unknown key", 401, () => postChat(ready, "pk_unknown", ask("x"))],
-    ["a body over the limit", 413, () => postChat(ready, alice.key, ask("x", { message: "x".repeat(70_000) }))],
-    ["text/plain", 415, () => postChat(ready, alice.key, ask("x"), "text/plain")],
-    ["a bad temperature", 422, () => postChat(ready, alice.key, ask("x", { temperature: 2 }))],
-    ["a bad conversation id", 422, () => postChat(ready, alice.key, ask(":eq:x"))],
-    ["no model yet", 503, () => postChat(loading, alice.key, ask("x"))],
-  ];
-  for (const [what, status, send] of chatErrors) {
-    test(`chat error: ${what} (${status})`, async () => {
-      const response = await send();
-      expect(response.status).toBe(status);
-      await expectDocumented(CHAT, "post", response);
+    beforeAll(async () => {
+      db = await backend.open("contract");
+      alice = await db.storage.keys.create("alice", "user");
+      bob = await db.storage.keys.create("bob", "user");
+      engine = await testEngine({ parallel: 1 });
+      ready = serveApp({ storage: db.storage, engine });
+      loading = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 2 } });
+      failing = serveApp({ storage: db.storage, engine, chat: new FailingAfterStart(db.storage.conversations, new TurnRunner({ current: () => engine })) });
+      const document = await (await fetch(`${ready.url}/openapi.json`)).json();
+      ajv = new Ajv2020({ strict: false, allErrors: true });
+      addFormats(ajv);
+      ajv.addSchema(document as object, "openapi.json");
     });
-  }
-
-  const listingErrors: [string, number, (server: Served) => Promise<Response>][] = [
-    ["no key", 401, (server) => fetch(`${server.url}${MESSAGES}`)],
-    ["another user's messages", 403, (server) => fetch(`${server.url}${MESSAGES}?user_id=${alice.userId}`, { headers: bearer(bob.key) })],
-    ["a bad page size", 422, (server) => fetch(`${server.url}${MESSAGES}?rows_per_page=0`, { headers: bearer(bob.key) })],
-  ];
-  for (const [what, status, send] of listingErrors) {
-    test(`listing error: ${what} (${status})`, async () => {
-      const response = await send(ready);
-      expect(response.status).toBe(status);
-      await expectDocumented(MESSAGES, "get", response);
+    afterAll(async () => {
+      await Promise.all([ready.stop(), loading.stop(), failing.stop()]);
+      await engine.close();
+      await db.storage.close();
     });
-  }
 
-  test("listing error: over the rate limit (429)", async () => {
-    const list = () => fetch(`${loading.url}${MESSAGES}`, { headers: bearer(bob.key) });
-    // Two requests a minute: the third in a row is refused.
-    expect((await list()).status).toBe(200);
-    expect((await list()).status).toBe(200);
-    const response = await list();
-    expect(response.status).toBe(429);
-    await expectDocumented(MESSAGES, "get", response);
-  });
+    const pointer = (...segments: string[]) => segments.map((s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
 
-  test("errors outside any operation (404, 405) match the Error schema", async () => {
-    const notFound = await fetch(`${ready.url}/nowhere`);
-    expect(notFound.status).toBe(404);
-    expectValid(schemaAt("components", "schemas", "Error"), await notFound.json(), "404");
-    const wrongMethod = await fetch(`${ready.url}${CHAT}`, { headers: bearer(alice.key) });
-    expect(wrongMethod.status).toBe(405);
-    expectValid(schemaAt("components", "schemas", "Error"), await wrongMethod.json(), "405");
-  });
+    function schemaAt(...segments: string[]): ValidateFunction {
+      const validate = ajv.getSchema(`openapi.json#${pointer(...segments)}`);
+      if (!validate) throw new Error(`the document has no schema at ${pointer(...segments)}`);
+      return validate;
+    }
 
-  test("the schemas are strict enough to catch drift", () => {
-    const chatReply = responseSchema(CHAT, "post", 200);
-    expect(chatReply(reply)).toBe(true);
-    expect(chatReply({ ...reply, extra: 1 })).toBe(false);
-    const { usage: _, ...withoutUsage } = reply;
-    expect(chatReply(withoutUsage)).toBe(false);
-    expect(chatReply({ ...reply, message: { ...reply.message, role: "system" } })).toBe(false);
-    expect(chatReply({ ...reply, message: { ...reply.message, created_at: "yesterday" } })).toBe(false);
-    const unauthorized = responseSchema(CHAT, "post", 401);
-    const error = { error: { code: "unauthorized", message: "m", request_id: "r" } };
-    expect(unauthorized(error)).toBe(true);
-    expect(unauthorized({ error: { ...error.error, code: "forbidden" } })).toBe(false);
-    expect(unauthorized({ error: { ...error.error, found: {} } })).toBe(false);
+    function expectValid(validate: ValidateFunction, body: unknown, what: string): void {
+      const valid = validate(body);
+      if (!valid) throw new Error(`${what} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 500)}`);
+    }
+
+    /** The schema the document gives `path`'s `method` for this status (the status must be documented). */
+    const responseSchema = (path: string, method: string, status: number) =>
+      schemaAt("paths", path, method, "responses", String(status), "content", "application/json", "schema");
+
+    /** Reads a JSON response and checks it against its operation's documented response. */
+    async function expectDocumented(path: string, method: string, response: Response): Promise<unknown> {
+      expect(response.headers.get("content-type")).toBe("application/json; charset=utf-8");
+      const body = await response.json();
+      expectValid(responseSchema(path, method, response.status), body, `${method.toUpperCase()} ${path} ${response.status}`);
+      return body;
+    }
+
+    const postChat = (server: Served, key: string, body: string, contentType = "application/json") =>
+      fetch(`${server.url}${CHAT}`, { method: "POST", headers: { ...bearer(key), "content-type": contentType }, body });
+
+    const ask = (conversation: string, extra: Record<string, unknown> = {}) =>
+      JSON.stringify({ message: "Say something short", conversation_id: conversation, temperature: 0, max_tokens: 8, ...extra });
+
+    describe("responses match the served OpenAPI document", () => {
+      let reply: ChatReply;
+
+      test("chat, not streamed", async () => {
+        const response = await postChat(ready, alice.key, ask("plain"));
+        expect(response.status).toBe(200);
+        reply = (await expectDocumented(CHAT, "post", response)) as ChatReply;
+      });
+
+      test("chat, streamed: the data of start, delta and done", async () => {
+        const response = await postChat(ready, alice.key, ask("streamed", { stream: true }));
+        expect(response.status).toBe(200);
+        expect(response.headers.get("content-type")).toStartWith("text/event-stream");
+        const seen = new Set<string>();
+        for await (const { event, data } of readSse(response)) {
+          if (event === "comment") continue;
+          expectValid(schemaAt("paths", CHAT, "post", "responses", "200", "content", "text/event-stream", "x-events", event), data, `event ${event}`);
+          seen.add(event);
+        }
+        expect([...seen].sort()).toEqual(["delta", "done", "start"]);
+      });
+
+      test("chat, streamed: the data of an error event", async () => {
+        const response = await postChat(failing, alice.key, ask("fails", { stream: true }));
+        expect(response.status).toBe(200);
+        const events = [];
+        for await (const item of readSse(response)) if (item.event !== "comment") events.push(item);
+        expect(events.map((item) => item.event)).toEqual(["start", "error"]);
+        const schema = (event: string) => schemaAt("paths", CHAT, "post", "responses", "200", "content", "text/event-stream", "x-events", event);
+        expectValid(schema("start"), events[0]!.data, "event start");
+        expectValid(schema("error"), events[1]!.data, "event error");
+      });
+
+      test("the message listing", async () => {
+        const response = await fetch(`${ready.url}${MESSAGES}?rows_per_page=100`, { headers: bearer(alice.key) });
+        expect(response.status).toBe(200);
+        const page = (await expectDocumented(MESSAGES, "get", response)) as MessagePage;
+        expect(new Set(page.data.map((message) => message.role))).toEqual(new Set(["user", "assistant"]));
+      });
+
+      test("healthz and readyz, ready and not", async () => {
+        await expectDocumented("/healthz", "get", await fetch(`${ready.url}/healthz`));
+        const readiness = await fetch(`${ready.url}/readyz`);
+        expect(readiness.status).toBe(200);
+        await expectDocumented("/readyz", "get", readiness);
+        const notReady = await fetch(`${loading.url}/readyz`);
+        expect(notReady.status).toBe(503);
+        await expectDocumented("/readyz", "get", notReady);
+      });
+
+      const chatErrors: [string, number, () => Promise<Response>][] = [
+        ["malformed JSON", 400, () => postChat(ready, alice.key, "{")],
+        ["no key", 401, () => fetch(`${ready.url}${CHAT}`, { method: "POST", body: ask("x") })],
+        ["an unknown key", 401, () => postChat(ready, "pk_unknown", ask("x"))],
+        ["a body over the limit", 413, () => postChat(ready, alice.key, ask("x", { message: "x".repeat(70_000) }))],
+        ["text/plain", 415, () => postChat(ready, alice.key, ask("x"), "text/plain")],
+        ["a bad temperature", 422, () => postChat(ready, alice.key, ask("x", { temperature: 2 }))],
+        ["a bad conversation id", 422, () => postChat(ready, alice.key, ask(":eq:x"))],
+        [
+          "an X-Conversation-Id header naming another conversation",
+          422,
+          () => fetch(`${ready.url}${CHAT}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json", "x-conversation-id": "other" }, body: ask("x") }),
+        ],
+        ["no model yet", 503, () => postChat(loading, alice.key, ask("x"))],
+      ];
+      for (const [what, status, send] of chatErrors) {
+        test(`chat error: ${what} (${status})`, async () => {
+          const response = await send();
+          expect(response.status).toBe(status);
+          await expectDocumented(CHAT, "post", response);
+        });
+      }
+
+      const listingErrors: [string, number, (server: Served) => Promise<Response>][] = [
+        ["no key", 401, (server) => fetch(`${server.url}${MESSAGES}`)],
+        ["another user's messages", 403, (server) => fetch(`${server.url}${MESSAGES}?user_id=${alice.userId}`, { headers: bearer(bob.key) })],
+        ["a bad page size", 422, (server) => fetch(`${server.url}${MESSAGES}?rows_per_page=0`, { headers: bearer(bob.key) })],
+      ];
+      for (const [what, status, send] of listingErrors) {
+        test(`listing error: ${what} (${status})`, async () => {
+          const response = await send(ready);
+          expect(response.status).toBe(status);
+          await expectDocumented(MESSAGES, "get", response);
+        });
+      }
+
+      test("listing error: over the rate limit (429)", async () => {
+        const list = () => fetch(`${loading.url}${MESSAGES}`, { headers: bearer(bob.key) });
+        // Two requests a minute: the third in a row is refused.
+        expect((await list()).status).toBe(200);
+        expect((await list()).status).toBe(200);
+        const response = await list();
+        expect(response.status).toBe(429);
+        await expectDocumented(MESSAGES, "get", response);
+      });
+
+      test("errors outside any operation (404, 405) match the Error schema", async () => {
+        const notFound = await fetch(`${ready.url}/nowhere`);
+        expect(notFound.status).toBe(404);
+        expectValid(schemaAt("components", "schemas", "Error"), await notFound.json(), "404");
+        const wrongMethod = await fetch(`${ready.url}${CHAT}`, { headers: bearer(alice.key) });
+        expect(wrongMethod.status).toBe(405);
+        expectValid(schemaAt("components", "schemas", "Error"), await wrongMethod.json(), "405");
+      });
+
+      test("the schemas are strict enough to catch drift", () => {
+        const chatReply = responseSchema(CHAT, "post", 200);
+        expect(chatReply(reply)).toBe(true);
+        expect(chatReply({ ...reply, extra: 1 })).toBe(false);
+        const { usage: _, ...withoutUsage } = reply;
+        expect(chatReply(withoutUsage)).toBe(false);
+        expect(chatReply({ ...reply, message: { ...reply.message, role: "system" } })).toBe(false);
+        expect(chatReply({ ...reply, message: { ...reply.message, created_at: "yesterday" } })).toBe(false);
+        const unauthorized = responseSchema(CHAT, "post", 401);
+        const error = { error: { code: "unauthorized", message: "m", request_id: "r" } };
+        expect(unauthorized(error)).toBe(true);
+        expect(unauthorized({ error: { ...error.error, code: "forbidden" } })).toBe(false);
+        expect(unauthorized({ error: { ...error.error, found: {} } })).toBe(false);
+      });
+    });
   });
-});
+}

@@ -4,10 +4,13 @@
  * do without the in-process app (app.ts) and its engine.
  */
 export * from "./app";
+export * from "./backends";
 export * from "./binary";
 export * from "./files";
+export * from "./haproxy";
 export * from "./http";
 export * from "./load";
+export * from "./postgres";
 export * from "./process";
 export * from "./random";
 export * from "./sse";

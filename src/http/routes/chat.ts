@@ -23,6 +23,16 @@ const chatRequest = t.Object({
   seed: t.Optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
 });
 
+/**
+ * A load balancer routes by `X-Conversation-Id` when a client sends it (deploy/haproxy.cfg): it
+ * must name the body's conversation, or the turn would run on a node without its cache.
+ */
+function checkConversationHeader(header: string | null, conversationId: string): void {
+  if (header !== null && header !== conversationId) {
+    throw new InvalidInput("conversation_id", "the X-Conversation-Id header must equal the body's conversation_id");
+  }
+}
+
 function checkMessage(message: string): void {
   // JSON may carry a lone surrogate (`"\ud800"`), which UTF-8 storage would turn into U+FFFD:
   // the stored text must be what the user sent.
@@ -52,6 +62,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
   new Elysia({ name: "parley/routes/chat" }).use(requireKey).post(
     "/api/v1.0/chat",
     async function* ({ body, principal, request, server, set }) {
+      checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);
       checkMessage(body.message);
       const turn = (signal: AbortSignal) =>
         deps.chat.turn({

@@ -1,0 +1,50 @@
+import { join } from "node:path";
+import { drizzle, type PostgresJsDatabase } from "drizzle-orm/postgres-js";
+import { migrate } from "drizzle-orm/postgres-js/migrator";
+import postgres, { type Sql } from "postgres";
+import * as schema from "./schema";
+
+export type Db = PostgresJsDatabase<typeof schema> & { $client: Sql };
+
+// Also right inside the single executable: there this module's directory is /$bunfs/root, and the
+// build embeds the folder as /$bunfs/root/pg-migrations (src/build/build.ts).
+const MIGRATIONS_DIR = join(import.meta.dir, "pg-migrations");
+
+/** Any constant both nodes agree on: the advisory lock that lets one node at a time migrate. */
+const MIGRATION_LOCK = 0x70617231; // "par1"
+
+/**
+ * libpq's `?host=/socket/dir` form, which postgres.js does not read from a URL (it would send
+ * `host` to the server as a setting): taken out and given as the host option instead.
+ */
+function socketHost(url: string): { url: string; host?: string } {
+  const parsed = new URL(url);
+  const host = parsed.searchParams.get("host");
+  if (host === null) return { url };
+  parsed.searchParams.delete("host");
+  return { url: parsed.toString(), host };
+}
+
+function connect(location: string, max: number): Sql {
+  const { url, host } = socketHost(location);
+  // NOTICEs ("already exists, skipping") are the migrator's chatter, not the operator's business.
+  return postgres(url, { max, ...(host === undefined ? {} : { host }), onnotice: () => {}, connection: { application_name: "parley" } });
+}
+
+/**
+ * Connects a pool of `poolSize` and migrates first. Several nodes may start at once on an empty
+ * database: each migrates holding a session advisory lock, on a connection of its own (a session
+ * lock taken through a pool may be released on another connection), so the second waits and then
+ * finds nothing left to do.
+ */
+export async function openDatabase(url: string, poolSize: number): Promise<Db> {
+  const migrator = connect(url, 1);
+  try {
+    await migrator`SELECT pg_advisory_lock(${MIGRATION_LOCK})`;
+    await migrate(drizzle({ client: migrator }), { migrationsFolder: MIGRATIONS_DIR });
+    await migrator`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`;
+  } finally {
+    await migrator.end();
+  }
+  return drizzle({ client: connect(url, poolSize), schema });
+}

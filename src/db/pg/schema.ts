@@ -1,0 +1,104 @@
+import { sql } from "drizzle-orm";
+import { bigint, doublePrecision, index, integer, pgTable, text, uniqueIndex } from "drizzle-orm/pg-core";
+// Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
+import { CONVERSATION_ROLES, FINISH_REASONS } from "../../llm/types";
+import { KEY_ROLES } from "../types";
+
+/**
+ * Milliseconds since the epoch, as in SQLite, from the database's clock: several nodes share one
+ * database, and their own clocks may disagree by more than the gap between two turns.
+ */
+export const NOW_MS = sql`(extract(epoch from clock_timestamp()) * 1000)::bigint`;
+
+const epochMs = (name: string) => bigint(name, { mode: "number" });
+const createdAt = () => epochMs("created_at").notNull().default(NOW_MS);
+
+export const users = pgTable("users", {
+  id: integer("id").primaryKey().generatedByDefaultAsIdentity(),
+  name: text("name").notNull().unique(),
+  createdAt: createdAt(),
+});
+
+export const apiKeys = pgTable(
+  "api_keys",
+  {
+    id: integer("id").primaryKey().generatedByDefaultAsIdentity(),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    role: text("role", { enum: KEY_ROLES }).notNull(),
+    /** The first characters of the key, so an operator can tell keys apart; never enough to use. */
+    prefix: text("prefix").notNull(),
+    /** `hashKey` of the whole key (src/db/api-keys.ts). */
+    hash: text("hash").notNull().unique(),
+    createdAt: createdAt(),
+    lastUsedAt: epochMs("last_used_at"),
+    revokedAt: epochMs("revoked_at"),
+  },
+  (table) => [index("api_keys_user_idx").on(table.userId)],
+);
+
+export const conversations = pgTable(
+  "conversations",
+  {
+    id: integer("id").primaryKey().generatedByDefaultAsIdentity(),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    /** The client's `conversation_id`; only unique within one user. */
+    externalId: text("external_id").notNull(),
+    createdAt: createdAt(),
+    /** The turn that may write to this conversation now (`leases.ts`), and until when (epoch ms). */
+    leaseOwner: text("lease_owner"),
+    leaseExpiresAt: epochMs("lease_expires_at"),
+  },
+  (table) => [uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId)],
+);
+
+export const messages = pgTable(
+  "messages",
+  {
+    id: bigint("id", { mode: "number" }).primaryKey().generatedByDefaultAsIdentity(),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    conversationId: integer("conversation_id")
+      .notNull()
+      .references(() => conversations.id),
+    role: text("role", { enum: CONVERSATION_ROLES }).notNull(),
+    content: text("content").notNull(),
+    createdAt: createdAt(),
+    finishReason: text("finish_reason", { enum: FINISH_REASONS }),
+    promptTokens: integer("prompt_tokens"),
+    completionTokens: integer("completion_tokens"),
+    cachedTokens: integer("cached_tokens"),
+    temperature: doublePrecision("temperature"),
+    model: text("model"),
+  },
+  (table) => [
+    // Serves "a user's messages by created_at" in either direction with id as tie-break, no sort step;
+    // a page's ids are read from it alone (an index-only scan) before any row is fetched.
+    index("messages_user_created_idx").on(table.userId, table.createdAt, table.id),
+    // Unlike SQLite, PostgreSQL does not append the id to an index by itself.
+    index("messages_user_idx").on(table.userId, table.id),
+    index("messages_conversation_created_idx").on(table.conversationId, table.createdAt, table.id),
+  ],
+);
+
+/**
+ * Message counts kept by triggers on `messages` (the custom migration after the first), so
+ * `total_rows` of a listing is one row read instead of a count over the user's whole history.
+ */
+export const userMessageCounts = pgTable("user_message_counts", {
+  userId: integer("user_id")
+    .primaryKey()
+    .references(() => users.id),
+  messageCount: integer("message_count").notNull(),
+});
+
+export const conversationMessageCounts = pgTable("conversation_message_counts", {
+  conversationId: integer("conversation_id")
+    .primaryKey()
+    .references(() => conversations.id),
+  messageCount: integer("message_count").notNull(),
+});
