@@ -8,6 +8,8 @@ import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import type { Config } from "./config";
 import { openStorage } from "./db/open";
+import { shownPrefix } from "./db/api-keys";
+import { DatabaseInUse, type KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
@@ -21,7 +23,7 @@ const CONNECTION_DRAIN_MS = 5_000;
 /** A start-up that cannot go on, for a reason the operator can fix: one line, exit 1. */
 export class Refusal extends Error {}
 
-export type Announce = (level: "info" | "fatal", fields: object, msg: string) => void;
+export type Announce = (level: "info" | "warn" | "fatal", fields: object, msg: string) => void;
 
 export interface Service extends AsyncDisposable {
   /** Settles only if the model fails to load: a loaded model serves until the process is told to stop. */
@@ -37,8 +39,8 @@ export interface Service extends AsyncDisposable {
  */
 export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
   await using stack = new AsyncDisposableStack();
-  const storage = stack.use(await openStorage(config.dbPath));
-  announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
+  const storage = stack.use(await openStorage(config.dbPath, { serving: true }).catch(refuseInUse));
+  await bootstrapAdminKey(storage.keys, config.adminKey, announce);
 
   const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
@@ -127,6 +129,10 @@ export async function startService(config: Config, log: Logger, announce: Announ
   return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
 }
 
+function refuseInUse(error: unknown): never {
+  throw error instanceof DatabaseInUse ? new Refusal(error.message) : error;
+}
+
 function describeModel(path: string) {
   try {
     return describeGguf(path);
@@ -136,9 +142,20 @@ function describeModel(path: string) {
   }
 }
 
-function announceBootstrapKey(key: string | undefined, fromConfig: boolean, announce: Announce): void {
-  if (key === undefined) return;
+/** The first start creates the admin key; on a later one, PARLEY_ADMIN_KEY is read only to point out a change. */
+async function bootstrapAdminKey(keys: KeyStore, adminKey: string | undefined, announce: Announce): Promise<void> {
+  const key = await keys.bootstrap(adminKey);
+  if (key === undefined) {
+    if (adminKey !== undefined && !(await isAdminKey(keys, adminKey))) {
+      announce("warn", {}, "PARLEY_ADMIN_KEY is ignored: it is read only on the first start, and it is not an admin key of this database (parley keys create --admin issues one)");
+    }
+    return;
+  }
   // Printed, not logged: it is the one time this key is ever shown, and logs are kept.
-  if (!fromConfig) console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${key}`);
+  if (adminKey === undefined) console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${key}`);
   else announce("info", {}, 'first start: created user "admin" with the admin key from PARLEY_ADMIN_KEY');
 }
+
+/** Told by its shown prefix rather than by `verify`, which would record a use of the key. */
+const isAdminKey = async (keys: KeyStore, key: string): Promise<boolean> =>
+  (await keys.list()).some((row) => row.role === "admin" && row.revokedAt === null && row.prefix === shownPrefix(key));

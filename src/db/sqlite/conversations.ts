@@ -8,6 +8,7 @@ export class SqliteConversationStore implements ConversationStore {
   constructor(private readonly db: Db) {}
 
   async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
+    // Immediate: see SqliteKeyStore.create.
     return this.db.transaction((tx) => {
       const existing = tx
         .select({ id: conversations.id })
@@ -17,7 +18,7 @@ export class SqliteConversationStore implements ConversationStore {
       if (existing) return { id: existing.id, userId, externalId, created: false };
       const row = tx.insert(conversations).values({ userId, externalId }).returning({ id: conversations.id }).get();
       return { id: row.id, userId, externalId, created: true };
-    });
+    }, { behavior: "immediate" });
   }
 
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
