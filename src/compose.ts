@@ -10,6 +10,7 @@ import type { Config } from "./config";
 import { openStorage } from "./db/open";
 import { shownPrefix } from "./db/api-keys";
 import { DatabaseInUse, type KeyStore } from "./db/storage";
+import { Overloaded } from "./errors";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
@@ -39,8 +40,8 @@ export interface Service extends AsyncDisposable {
  */
 export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
   await using stack = new AsyncDisposableStack();
-  const storage = stack.use(await openStorage(config.dbPath, { serving: true }).catch(refuseInUse));
-  await bootstrapAdminKey(storage.keys, config.adminKey, announce);
+  const storage = stack.use(await openStorage(config.dbPath, { serving: true }).catch(refuseStorage));
+  await bootstrapAdminKey(storage.keys, config.adminKey, announce).catch(refuseStorage);
 
   const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
@@ -129,8 +130,11 @@ export async function startService(config: Config, log: Logger, announce: Announ
   return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
 }
 
-function refuseInUse(error: unknown): never {
-  throw error instanceof DatabaseInUse ? new Refusal(error.message) : error;
+/** Another server on the file, or another process keeping it locked for seconds: the operator's to fix. */
+function refuseStorage(error: unknown): never {
+  if (error instanceof DatabaseInUse) throw new Refusal(error.message);
+  if (error instanceof Overloaded) throw new Refusal(`cannot start: ${error.message}`);
+  throw error;
 }
 
 function describeModel(path: string) {

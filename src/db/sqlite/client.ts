@@ -2,7 +2,7 @@ import { Database } from "bun:sqlite";
 import { mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
-import { BUSY_TIMEOUT_MS } from "./busy";
+import { BUSY_TIMEOUT_MS, databaseBusy, isBusy } from "./busy";
 import { migrate } from "./migrate";
 import * as schema from "./schema";
 
@@ -31,7 +31,7 @@ export function openDatabase(path: string): Db {
     migrate(sqlite, MIGRATIONS_DIR);
   } catch (error) {
     sqlite.close();
-    throw error;
+    throw isBusy(error) ? databaseBusy() : error;
   }
   // From here on a wait for the lock happens in `whileBusy`, off the event loop (busy.ts).
   sqlite.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
