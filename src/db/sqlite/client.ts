@@ -1,6 +1,5 @@
 import { Database } from "bun:sqlite";
-import { mkdirSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
 import { BUSY_TIMEOUT_MS, databaseBusy, isBusy } from "./busy";
 import { migrate } from "./migrate";
@@ -15,12 +14,11 @@ const MIGRATIONS_DIR = join(import.meta.dir, "migrations");
 const OPENING_BUSY_TIMEOUT_MS = 5_000;
 
 /**
- * Opens (creating if needed) and migrates the database file. `synchronous = FULL` because a
+ * Opens (creating if needed) and migrates the database file, in an existing directory. `synchronous = FULL` because a
  * stored conversation matters more than the fsync per commit, which is negligible next to
  * generating a reply; WAL lets listings read while a reply is being written.
  */
 export function openDatabase(path: string): Db {
-  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
   try {
     // First: switching a new file to WAL takes a lock that another process opening it may hold.

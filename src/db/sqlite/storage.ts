@@ -1,4 +1,6 @@
 import type { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
 import type { OpenOptions, Storage } from "../storage";
 import { patient } from "./busy";
 import { type Db, openDatabase } from "./client";
@@ -49,6 +51,7 @@ export class SqliteStorage implements Storage {
 }
 
 export function openSqliteStorage(path: string, options: OpenOptions = {}): SqliteStorage {
+  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   // Taken before the database is even migrated: a refused server has touched nothing.
   const lock = options.serving && path !== ":memory:" ? ServingLock.take(path) : undefined;
   try {
