@@ -49,9 +49,10 @@ describe("key store", () => {
   test("bootstrap counts the keys under the write lock: a key committed by another process meanwhile is counted", async () => {
     const { path, storage } = testDb("bootstrap-lock");
     // Another process is creating the first key right now (as a second first start would).
-    const holder = await holdWriteLock(path, 300, "INSERT INTO users (name) VALUES ('other'); INSERT INTO api_keys (user_id, role, prefix, hash) VALUES (last_insert_rowid(), 'admin', 'x', 'y')");
-    expect(await storage.keys.bootstrap()).toBeUndefined();
-    expect(await holder.released).toBe(0);
+    const holder = await holdWriteLock(path, "INSERT INTO users (name) VALUES ('other'); INSERT INTO api_keys (user_id, role, prefix, hash) VALUES (last_insert_rowid(), 'admin', 'x', 'y')");
+    const bootstrapped = storage.keys.bootstrap();
+    expect(await holder.release()).toBe(0);
+    expect(await bootstrapped).toBeUndefined();
     expect(await storage.keys.list()).toHaveLength(1);
     await storage.close();
   });
