@@ -7,19 +7,21 @@ import { CompletionService } from "./chat/completions";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
+import { shownPrefix } from "./db/api-keys";
 import { describeLocation } from "./db/open";
+import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
 import { ModelNotFoundError, resolveModel } from "./llm/model";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
-import { ensureDataDir, openConfiguredStorage } from "./startup";
+import { ensureDataDir, openConfiguredStorage, refuseBusy } from "./startup";
 
 /** How long responses may take to finish once every reply is stored, before connections are cut. */
 const CONNECTION_DRAIN_MS = 5_000;
 
-export type Announce = (level: "info" | "fatal", fields: object, msg: string) => void;
+export type Announce = (level: "info" | "warn" | "fatal", fields: object, msg: string) => void;
 
 export interface Service extends AsyncDisposable {
   /** Settles only if the model fails to load: a loaded model serves until the process is told to stop. */
@@ -41,8 +43,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
   // before anything listens, instead of a native loader error later.
   const described = describeModel(model.path);
-  const storage = stack.use(await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool }));
-  announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
+  const storage = stack.use(await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool, serving: true }));
+  await bootstrapAdminKey(storage.keys, config.adminKey, announce).catch(refuseBusy);
   if (model.demo) {
     announce(
       "info",
@@ -147,9 +149,20 @@ function describeModel(path: string) {
   }
 }
 
-function announceBootstrapKey(key: string | undefined, fromConfig: boolean, announce: Announce): void {
-  if (key === undefined) return;
+/** The first start creates the admin key; on a later one, PARLEY_ADMIN_KEY is read only to point out a change. */
+async function bootstrapAdminKey(keys: KeyStore, adminKey: string | undefined, announce: Announce): Promise<void> {
+  const key = await keys.bootstrap(adminKey);
+  if (key === undefined) {
+    if (adminKey !== undefined && !(await isAdminKey(keys, adminKey))) {
+      announce("warn", {}, "PARLEY_ADMIN_KEY is ignored: it is read only on the first start, and it is not an admin key of this database (parley keys create --admin issues one)");
+    }
+    return;
+  }
   // Printed, not logged: it is the one time this key is ever shown, and logs are kept.
-  if (!fromConfig) console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${key}`);
+  if (adminKey === undefined) console.log(`First start: created user "admin" with an admin key. It is shown only now:\n${key}`);
   else announce("info", {}, 'first start: created user "admin" with the admin key from PARLEY_ADMIN_KEY');
 }
+
+/** Told by its shown prefix rather than by `verify`, which would record a use of the key. */
+const isAdminKey = async (keys: KeyStore, key: string): Promise<boolean> =>
+  (await keys.list()).some((row) => row.role === "admin" && row.revokedAt === null && row.prefix === shownPrefix(key));

@@ -1,6 +1,7 @@
 import type { Config } from "../config";
 import { openConfiguredStorage } from "../startup";
 import type { KeyStore } from "../db/storage";
+import { Overloaded } from "../errors";
 
 const USER_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 
@@ -13,6 +14,17 @@ async function withKeys<T>(config: Config, work: (keys: KeyStore) => Promise<T>)
 
 /** `parley keys create|list|revoke`; returns the process exit code. */
 export async function keysCommand(config: Config, args: readonly string[], flags: Map<string, string>): Promise<number> {
+  try {
+    return await run(config, args, flags);
+  } catch (error) {
+    // A database another process keeps locked (a long backup, say) is the operator's to retry.
+    if (!(error instanceof Overloaded)) throw error;
+    console.error(`parley: ${error.message}`);
+    return 1;
+  }
+}
+
+async function run(config: Config, args: readonly string[], flags: Map<string, string>): Promise<number> {
   const [action, target] = args;
   switch (action) {
     case "create": {

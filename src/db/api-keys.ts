@@ -1,7 +1,11 @@
 /** API keys apart from where they are kept: their form, their digest, how often their use is recorded. */
 
 const KEY_PREFIX = "pk_";
+const KEY_BYTES = 32;
+const GENERATED = new RegExp(`^${KEY_PREFIX}[A-Za-z0-9_-]{${Math.ceil((KEY_BYTES * 4) / 3)}}$`);
+/** Of a generated key: the prefix and 6 random characters (36 of its 256 bits). */
 const SHOWN_CHARS = KEY_PREFIX.length + 6;
+const FINGERPRINT_HEX = 8;
 /** Writing `last_used_at` on every request would add a write per read; a minute is precise enough. */
 const LAST_USED_RESOLUTION_MS = 60_000;
 
@@ -9,11 +13,17 @@ const LAST_USED_RESOLUTION_MS = 60_000;
 export const hashKey = (key: string): string => new Bun.CryptoHasher("sha256").update(key).digest("hex");
 
 export function generateKey(): string {
-  return KEY_PREFIX + Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString("base64url");
+  return KEY_PREFIX + Buffer.from(crypto.getRandomValues(new Uint8Array(KEY_BYTES))).toString("base64url");
 }
 
-/** What is stored so an operator can tell keys apart; never enough to use. */
-export const shownPrefix = (key: string): string => key.slice(0, SHOWN_CHARS);
+/**
+ * What is stored and listed so an operator can tell keys apart; never enough to use. The first
+ * characters of a generated key are random; those of a key an operator chose (PARLEY_ADMIN_KEY)
+ * are part of a secret that may be guessable, so it is shown by a fingerprint instead: the start
+ * of the digest stored beside it anyway, which tells whoever can list keys nothing new.
+ */
+export const shownPrefix = (key: string): string =>
+  GENERATED.test(key) ? key.slice(0, SHOWN_CHARS) : `sha256:${hashKey(key).slice(0, FINGERPRINT_HEX)}`;
 
 /** Whether a key's use at `now` should be written down. */
 export const isLastUsedStale = (lastUsedAt: number | null, now: number): boolean =>

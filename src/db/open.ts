@@ -1,4 +1,4 @@
-import type { Storage } from "./storage";
+import type { OpenOptions, Storage } from "./storage";
 import { openPgStorage } from "./pg/storage";
 import { openSqliteStorage } from "./sqlite/storage";
 
@@ -13,13 +13,14 @@ export function describeLocation(location: string): string {
   return location.replace(/^([a-z]+:\/\/[^:/@]*):[^@/]*@/i, "$1:***@");
 }
 
-export interface StorageOptions {
+export interface StorageOptions extends OpenOptions {
   /** PostgreSQL only: connections this process may hold. */
   poolSize?: number;
 }
 
 /** The storage a location names: a PostgreSQL URL, else a SQLite file path. */
 export async function openStorage(location: string, options: StorageOptions = {}): Promise<Storage> {
+  // Several servers share one PostgreSQL database; `serving` guards only a SQLite file.
   if (isPostgresUrl(location)) return openPgStorage(location, options.poolSize ?? 10);
-  return openSqliteStorage(location);
+  return openSqliteStorage(location, options);
 }

@@ -87,3 +87,14 @@ export interface Storage extends AsyncDisposable {
   /** Releases the database; calling it again does nothing. */
   close(): Promise<void>;
 }
+
+export interface OpenOptions {
+  /**
+   * The caller serves from this database: no other process may at the same time, and opening
+   * throws `DatabaseInUse` if one does. Commands beside a server (`parley keys`) leave it unset.
+   */
+  serving?: boolean;
+}
+
+/** Another process serves from the database; the message names it. */
+export class DatabaseInUse extends Error {}

@@ -16,3 +16,4 @@ export * from "./random";
 export * from "./sse";
 export * from "./stats";
 export * from "./wait";
+export * from "./write-lock";

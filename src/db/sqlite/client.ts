@@ -1,8 +1,8 @@
 import { Database } from "bun:sqlite";
-import { mkdirSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { type BunSQLiteDatabase, drizzle } from "drizzle-orm/bun-sqlite";
-import { migrate } from "drizzle-orm/bun-sqlite/migrator";
+import { BUSY_TIMEOUT_MS, databaseBusy, isBusy } from "./busy";
+import { migrate } from "./migrate";
 import * as schema from "./schema";
 
 export type Db = BunSQLiteDatabase<typeof schema> & { $client: Database };
@@ -10,20 +10,28 @@ export type Db = BunSQLiteDatabase<typeof schema> & { $client: Database };
 // Also right inside the single executable: there this module's directory is /$bunfs/root, and the
 // build embeds the folder as /$bunfs/root/migrations (src/build/build.ts).
 const MIGRATIONS_DIR = join(import.meta.dir, "migrations");
+/** Opening may wait this long for another process's lock: nothing is being served yet. */
+const OPENING_BUSY_TIMEOUT_MS = 5_000;
 
 /**
- * Opens (creating if needed) and migrates the database file. `synchronous = FULL` because a
+ * Opens (creating if needed) and migrates the database file, in an existing directory. `synchronous = FULL` because a
  * stored conversation matters more than the fsync per commit, which is negligible next to
  * generating a reply; WAL lets listings read while a reply is being written.
  */
 export function openDatabase(path: string): Db {
-  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
   const sqlite = new Database(path, { create: true, strict: true });
-  sqlite.exec("PRAGMA journal_mode = WAL");
-  sqlite.exec("PRAGMA synchronous = FULL");
-  sqlite.exec("PRAGMA foreign_keys = ON");
-  sqlite.exec("PRAGMA busy_timeout = 5000");
-  const db = drizzle({ client: sqlite, schema });
-  migrate(db, { migrationsFolder: MIGRATIONS_DIR });
-  return db;
+  try {
+    // First: switching a new file to WAL takes a lock that another process opening it may hold.
+    sqlite.exec(`PRAGMA busy_timeout = ${OPENING_BUSY_TIMEOUT_MS}`);
+    sqlite.exec("PRAGMA journal_mode = WAL");
+    sqlite.exec("PRAGMA synchronous = FULL");
+    sqlite.exec("PRAGMA foreign_keys = ON");
+    migrate(sqlite, MIGRATIONS_DIR);
+  } catch (error) {
+    sqlite.close();
+    throw isBusy(error) ? databaseBusy() : error;
+  }
+  // From here on a wait for the lock happens in `whileBusy`, off the event loop (busy.ts).
+  sqlite.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`);
+  return drizzle({ client: sqlite, schema });
 }

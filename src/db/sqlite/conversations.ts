@@ -19,6 +19,7 @@ export class SqliteConversationStore implements ConversationStore {
   }
 
   async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
+    // Immediate: see SqliteKeyStore.create.
     return this.db.transaction((tx) => {
       const existing = tx
         .select({ id: conversations.id })
@@ -28,7 +29,7 @@ export class SqliteConversationStore implements ConversationStore {
       if (existing) return { id: existing.id, userId, externalId, created: false };
       const row = tx.insert(conversations).values({ userId, externalId }).returning({ id: conversations.id }).get();
       return { id: row.id, userId, externalId, created: true };
-    });
+    }, { behavior: "immediate" });
   }
 
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {

@@ -2,6 +2,7 @@ import { and, count, eq, isNull, sql } from "drizzle-orm";
 import { generateKey, hashKey, isLastUsedStale, shownPrefix } from "../api-keys";
 import type { KeyStore } from "../storage";
 import type { CreatedKey, KeyListing, KeyRole, Principal } from "../types";
+import { isBusy } from "./busy";
 import type { Db } from "./client";
 import { apiKeys, users } from "./schema";
 
@@ -31,17 +32,9 @@ export class SqliteKeyStore implements KeyStore {
   }
 
   async create(userName: string, role: KeyRole, key: string = generateKey()): Promise<CreatedKey> {
-    return this.db.transaction((tx) => {
-      const user =
-        tx.select({ id: users.id }).from(users).where(eq(users.name, userName)).get() ??
-        tx.insert(users).values({ name: userName }).returning({ id: users.id }).get();
-      const row = tx
-        .insert(apiKeys)
-        .values({ userId: user.id, role, prefix: shownPrefix(key), hash: hashKey(key) })
-        .returning({ id: apiKeys.id })
-        .get();
-      return { key, id: row.id, userId: user.id };
-    });
+    // Immediate: a deferred transaction that reads, then writes, cannot wait for another process's
+    // write lock (SQLITE_BUSY_SNAPSHOT); one that takes the lock first can.
+    return this.db.transaction((tx) => insertKey(tx, userName, role, key), { behavior: "immediate" });
   }
 
   async list(): Promise<KeyListing[]> {
@@ -63,12 +56,14 @@ export class SqliteKeyStore implements KeyStore {
   }
 
   async revoke(id: number): Promise<boolean> {
-    const key = this.db.select({ revokedAt: apiKeys.revokedAt }).from(apiKeys).where(eq(apiKeys.id, id)).get();
-    if (!key) return false;
-    if (key.revokedAt === null) {
-      this.db.update(apiKeys).set({ revokedAt: Date.now() }).where(eq(apiKeys.id, id)).run();
-    }
-    return true;
+    // One statement: the first revocation's time is kept without a read before the write.
+    const revoked = this.db
+      .update(apiKeys)
+      .set({ revokedAt: sql`coalesce(${apiKeys.revokedAt}, ${Date.now()})` })
+      .where(eq(apiKeys.id, id))
+      .returning({ id: apiKeys.id })
+      .all();
+    return revoked.length > 0;
   }
 
   /** The comparison happens inside an index lookup on a digest, never on the key itself. */
@@ -78,13 +73,46 @@ export class SqliteKeyStore implements KeyStore {
     const { lastUsedAt, ...principal } = row;
     const now = Date.now();
     // Decided here rather than in the UPDATE's WHERE, so the common request runs no write at all.
-    if (isLastUsedStale(lastUsedAt, now)) this.stamp.run({ id: row.keyId, now });
+    if (isLastUsedStale(lastUsedAt, now)) this.stampIfFree(row.keyId, now);
     return principal;
   }
 
+  /** Counting and creating are one immediate transaction: two first starts cannot both create an admin key. */
   async bootstrap(adminKey?: string): Promise<string | undefined> {
-    const existing = this.db.select({ n: count() }).from(apiKeys).get();
-    if ((existing?.n ?? 0) > 0) return undefined;
-    return (await this.create("admin", "admin", adminKey)).key;
+    return this.db.transaction(
+      (tx) => {
+        const existing = tx.select({ n: count() }).from(apiKeys).get();
+        if ((existing?.n ?? 0) > 0) return undefined;
+        return insertKey(tx, "admin", "admin", adminKey ?? generateKey()).key;
+      },
+      { behavior: "immediate" },
+    );
   }
+
+  /**
+   * Recording a use is worth no wait and no failed request: while another process holds the write
+   * lock it is skipped, and the key's next request (still stale) records it.
+   */
+  private stampIfFree(id: number, now: number): void {
+    try {
+      this.stamp.run({ id, now });
+    } catch (error) {
+      if (!isBusy(error)) throw error;
+    }
+  }
+}
+
+type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
+
+/** The user (created if new) and its key, inside the caller's transaction. */
+function insertKey(tx: Tx, userName: string, role: KeyRole, key: string): CreatedKey {
+  const user =
+    tx.select({ id: users.id }).from(users).where(eq(users.name, userName)).get() ??
+    tx.insert(users).values({ name: userName }).returning({ id: users.id }).get();
+  const row = tx
+    .insert(apiKeys)
+    .values({ userId: user.id, role, prefix: shownPrefix(key), hash: hashKey(key) })
+    .returning({ id: apiKeys.id })
+    .get();
+  return { key, id: row.id, userId: user.id };
 }

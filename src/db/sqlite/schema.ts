@@ -24,7 +24,7 @@ export const apiKeys = sqliteTable(
       .notNull()
       .references(() => users.id),
     role: text("role", { enum: KEY_ROLES }).notNull(),
-    /** The first characters of the key, so an operator can tell keys apart; never enough to use. */
+    /** `shownPrefix` of the key (src/db/api-keys.ts), so an operator can tell keys apart; never enough to use. */
     prefix: text("prefix").notNull(),
     /** `hashKey` of the whole key (src/db/api-keys.ts). */
     hash: text("hash").notNull().unique(),

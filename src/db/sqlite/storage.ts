@@ -1,9 +1,13 @@
 import type { Database } from "bun:sqlite";
-import type { Storage } from "../storage";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import type { OpenOptions, Storage } from "../storage";
+import { patient } from "./busy";
 import { type Db, openDatabase } from "./client";
 import { SqliteConversationStore } from "./conversations";
 import { SqliteKeyStore } from "./keys";
 import { SqliteMessageStore } from "./messages";
+import { ServingLock } from "./serving-lock";
 
 /** Storage in one SQLite file. `db` and `sqlite` are for SQLite's own tools (tests, benchmarks). */
 export class SqliteStorage implements Storage {
@@ -12,10 +16,13 @@ export class SqliteStorage implements Storage {
   readonly messages: SqliteMessageStore;
   private closed = false;
 
-  constructor(readonly db: Db) {
-    this.keys = new SqliteKeyStore(db);
-    this.conversations = new SqliteConversationStore(db);
-    this.messages = new SqliteMessageStore(db);
+  constructor(
+    readonly db: Db,
+    private readonly servingLock?: ServingLock,
+  ) {
+    this.keys = patient(new SqliteKeyStore(db));
+    this.conversations = patient(new SqliteConversationStore(db));
+    this.messages = patient(new SqliteMessageStore(db));
   }
 
   get sqlite(): Database {
@@ -25,8 +32,17 @@ export class SqliteStorage implements Storage {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.sqlite.exec("PRAGMA optimize");
-    this.sqlite.close();
+    try {
+      this.sqlite.exec("PRAGMA optimize");
+    } catch {
+      // Only an optimization: it fails with SQLITE_FULL on a full disk, or busy beside a server,
+      // and neither may keep the database from being closed.
+    }
+    try {
+      this.sqlite.close();
+    } finally {
+      this.servingLock?.release();
+    }
   }
 
   [Symbol.asyncDispose](): Promise<void> {
@@ -34,4 +50,14 @@ export class SqliteStorage implements Storage {
   }
 }
 
-export const openSqliteStorage = (path: string): SqliteStorage => new SqliteStorage(openDatabase(path));
+export function openSqliteStorage(path: string, options: OpenOptions = {}): SqliteStorage {
+  if (path !== ":memory:") mkdirSync(dirname(path), { recursive: true });
+  // Taken before the database is even migrated: a refused server has touched nothing.
+  const lock = options.serving && path !== ":memory:" ? ServingLock.take(path) : undefined;
+  try {
+    return new SqliteStorage(openDatabase(path), lock);
+  } catch (error) {
+    lock?.release();
+    throw error;
+  }
+}
