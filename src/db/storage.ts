@@ -3,6 +3,8 @@
  * round trip (PostgreSQL) can stand where SQLite does; nothing here knows of chats or HTTP.
  */
 import type {
+  ConversationPage,
+  ConversationQuery,
   CreatedKey,
   FoundConversation,
   ConversationRef,
@@ -41,6 +43,14 @@ export interface ConversationStore {
   addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
   /** The conversation's turns, oldest first (ties in time by insertion order). */
   turns(conversationId: number): Promise<StoredTurn[]>;
+  /** One page of a user's conversations, most recent activity first, and how many there are. */
+  list(query: ConversationQuery): Promise<ConversationPage>;
+  /**
+   * Deletes the user's conversation, its messages and its message count in one transaction (the
+   * user's count drops by as many). Returns what was deleted, undefined when the user has no
+   * conversation by that id. The id may then be used again: it starts a new conversation.
+   */
+  delete(userId: number, externalId: string): Promise<ConversationRef | undefined>;
 }
 
 export interface MessageStore {

@@ -1,11 +1,66 @@
-import { and, asc, eq } from "drizzle-orm";
+import { and, asc, count, desc, eq, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
-import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, StoredTurn } from "../types";
+import {
+  CONVERSATION_TITLE_CHARS,
+  type ConversationPage,
+  type ConversationQuery,
+  type ConversationRef,
+  type FoundConversation,
+  type MessageRecord,
+  type NewMessage,
+  type StoredTurn,
+} from "../types";
 import type { Db } from "./client";
-import { conversations, messages } from "./schema";
+import { conversationMessageCounts, conversations, messages } from "./schema";
+
+/**
+ * A page of a user's conversations in two steps, like the message listing: the page's ids are
+ * picked from the `(user_id, updated_at, id)` index, then only those rows get their count and
+ * title (the first user message, found through `(conversation_id, created_at, id)`).
+ */
+function listStatement(db: Db) {
+  const page = db
+    .select({ id: conversations.id, updatedAt: conversations.updatedAt })
+    .from(conversations)
+    .where(eq(conversations.userId, sql.placeholder("userId")))
+    .orderBy(desc(conversations.updatedAt), desc(conversations.id))
+    .limit(sql.placeholder("limit"))
+    .offset(sql.placeholder("offset"))
+    .as("page");
+  const title = db
+    .select({ title: sql<string>`substr(${messages.content}, 1, ${sql.raw(String(CONVERSATION_TITLE_CHARS))})` })
+    .from(messages)
+    .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user")))
+    .orderBy(asc(messages.createdAt), asc(messages.id))
+    .limit(1);
+  return db
+    .select({
+      conversationId: conversations.externalId,
+      createdAt: conversations.createdAt,
+      updatedAt: sql<number>`coalesce(${conversations.updatedAt}, ${conversations.createdAt})`,
+      messageCount: sql<number>`coalesce(${conversationMessageCounts.messageCount}, 0)`,
+      title: sql<string>`coalesce((${title}), '')`,
+    })
+    .from(page)
+    .innerJoin(conversations, eq(conversations.id, page.id))
+    .leftJoin(conversationMessageCounts, eq(conversationMessageCounts.conversationId, conversations.id))
+    // Satisfied by the subquery's order: SQLite adds no sort step.
+    .orderBy(desc(page.updatedAt), desc(page.id))
+    .prepare();
+}
 
 export class SqliteConversationStore implements ConversationStore {
-  constructor(private readonly db: Db) {}
+  private readonly listPage;
+  private readonly countAll;
+
+  constructor(private readonly db: Db) {
+    this.listPage = listStatement(db);
+    this.countAll = db
+      .select({ n: count() })
+      .from(conversations)
+      .where(eq(conversations.userId, sql.placeholder("userId")))
+      .prepare();
+  }
 
   async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
     return this.db.transaction((tx) => {
@@ -44,5 +99,31 @@ export class SqliteConversationStore implements ConversationStore {
       .where(eq(messages.conversationId, conversationId))
       .orderBy(asc(messages.createdAt), asc(messages.id))
       .all();
+  }
+
+  async list(query: ConversationQuery): Promise<ConversationPage> {
+    const rows = this.listPage.all({ ...query });
+    const total = this.countAll.get({ userId: query.userId })?.n ?? 0;
+    return { rows, total };
+  }
+
+  /** Immediate: the write lock is taken up front, so no turn's insert interleaves with the delete. */
+  async delete(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+    return this.db.transaction(
+      (tx) => {
+        const row = tx
+          .select({ id: conversations.id })
+          .from(conversations)
+          .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+          .get();
+        if (!row) return undefined;
+        // The count triggers lower the user's message count row by row.
+        tx.delete(messages).where(eq(messages.conversationId, row.id)).run();
+        tx.delete(conversationMessageCounts).where(eq(conversationMessageCounts.conversationId, row.id)).run();
+        tx.delete(conversations).where(eq(conversations.id, row.id)).run();
+        return { id: row.id, userId, externalId };
+      },
+      { behavior: "immediate" },
+    );
   }
 }

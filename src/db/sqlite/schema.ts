@@ -45,8 +45,17 @@ export const conversations = sqliteTable(
     /** The client's `conversation_id`; only unique within one user. */
     externalId: text("external_id").notNull(),
     createdAt: createdAt(),
+    /**
+     * The newest message's `created_at`, kept by a trigger on `messages` (migration 0003); null
+     * until the first message. (SQLite cannot add a column whose default is an expression.)
+     */
+    updatedAt: integer("updated_at", { mode: "number" }),
   },
-  (table) => [uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId)],
+  (table) => [
+    uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId),
+    // Serves "a user's conversations, most recent activity first" with no sort step.
+    index("conversations_user_updated_idx").on(table.userId, table.updatedAt, table.id),
+  ],
 );
 
 export const messages = sqliteTable(
