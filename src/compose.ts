@@ -87,7 +87,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   );
   const app = createApp({
     storage,
-    chat: new ChatService(storage.conversations, runner),
+    chat: new ChatService(storage.conversations, runner, { systemPrompt: config.systemPrompt }),
     isReady: () => engine !== undefined,
     log,
     metrics,

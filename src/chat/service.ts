@@ -1,6 +1,6 @@
 import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
-import type { GenerateResult } from "../llm/engine";
+import type { GenerateResult, Turn } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
 import type { RunningTurn, TurnRunner } from "./turn-runner";
 
@@ -44,7 +44,19 @@ export interface TurnResult {
   model: string;
 }
 
+export interface ChatServiceOptions {
+  /**
+   * Put before every conversation's history (an operator's persona), never stored: changing it
+   * changes the prompt of every conversation from its next turn on, and the engine, whose KV
+   * reuse is token-exact, then re-evaluates instead of reusing a transcript made with the old one.
+   */
+  systemPrompt?: string;
+}
+
 const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
+
+/** Turns of one conversation, and its deletion, take this lock in arrival order. */
+const lockKey = (userId: number, conversationId: string) => `${userId}\u0000${conversationId}`;
 
 /**
  * A conversation turn: store the user's message, generate from the stored history, store the
@@ -52,11 +64,35 @@ const isAbort = (error: unknown) => error instanceof Error && error.name === "Ab
  */
 export class ChatService {
   private readonly turns = new KeyedLock();
+  private readonly preamble: Turn[];
 
   constructor(
     private readonly conversations: ConversationStore,
     private readonly runner: TurnRunner,
-  ) {}
+    options: ChatServiceOptions = {},
+  ) {
+    this.preamble = options.systemPrompt ? [{ role: "system", content: options.systemPrompt }] : [];
+  }
+
+  /**
+   * Deletes the user's conversation: its stored messages, then what the engine keeps of it. Waits
+   * behind the conversation's turns (a running reply finishes and is stored first, then deleted
+   * with the rest), so nothing is left half-deleted; turns that arrive later start it afresh.
+   * False when the user has no such conversation. An abort while waiting deletes nothing.
+   */
+  async delete(userId: number, conversationId: string, signal?: AbortSignal): Promise<boolean> {
+    const release = await this.turns.acquire(lockKey(userId, conversationId), signal);
+    try {
+      const deleted = await this.conversations.delete(userId, conversationId);
+      if (!deleted) return false;
+      // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
+      // state is used only for a prompt that starts with exactly its text.
+      await this.runner.engines.current()?.forget(String(deleted.id));
+      return true;
+    } finally {
+      release();
+    }
+  }
 
   /**
    * Yields `start` once the user's message is stored, then `delta`s; returns the stored reply.
@@ -75,7 +111,7 @@ export class ChatService {
     const { engine, signal } = running;
     let release: () => void;
     try {
-      release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, signal);
+      release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
     } catch (error) {
       if (isAbort(error)) return undefined;
       throw error;
@@ -93,7 +129,7 @@ export class ChatService {
 
       const generation = engine.generate({
         conversationKey: String(conversation.id),
-        history: await this.conversations.turns(conversation.id),
+        history: [...this.preamble, ...(await this.conversations.turns(conversation.id))],
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,

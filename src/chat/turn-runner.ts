@@ -70,7 +70,8 @@ export class TurnRunner {
   private closing = false;
 
   constructor(
-    private readonly engines: EngineSource,
+    /** Also where work besides turns (forgetting a deleted conversation) finds the engine. */
+    readonly engines: EngineSource,
     private readonly options: TurnRunnerOptions = {},
   ) {}
 

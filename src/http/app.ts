@@ -10,6 +10,7 @@ import { RateLimiter } from "./rate-limit";
 import { requestContext } from "./request-context";
 import { RouteTable, routeGuard } from "./routing";
 import { chatRoutes } from "./routes/chat";
+import { conversationsRoutes } from "./routes/conversations";
 import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
@@ -65,6 +66,7 @@ export function createApp(deps: AppDeps) {
     .use(docsRoutes())
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
+    .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
     .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }));
 }
 

@@ -8,11 +8,11 @@
  */
 import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
-import { ChatDelta, ChatReply, ChatStart, ErrorBody, Health, MessagePage, Ready } from "./contract";
+import { ChatDelta, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
-export const SCHEMAS = { Error: ErrorBody, ChatReply, ChatStart, ChatDelta, MessagePage, Health, Ready };
+export const SCHEMAS = { Error: ErrorBody, ChatReply, ChatStart, ChatDelta, MessagePage, ConversationPage, Health, Ready };
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });
 

@@ -18,12 +18,18 @@ export const noSuchEndpoint = () => new NotFound("no such endpoint");
 
 const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path);
 
+/** A route path with `:name` segments as a pattern matching one non-empty segment each. */
+const pattern = (path: string) =>
+  new RegExp(`^${path.split("/").map((segment) => (segment.startsWith(":") ? "[^/]+" : RegExp.escape(segment))).join("/")}$`);
+
 /**
  * The app's routes by path: which methods each allows and what key each needs. Read lazily from
  * the app, which registers its routes after installing the hooks that consult this table.
  */
 export class RouteTable {
   private table: Map<string, Methods> | undefined;
+  /** The entries of `table` whose paths have parameters. */
+  private patterns: [RegExp, Methods][] = [];
 
   constructor(private readonly routes: () => readonly RouteEntry[]) {}
 
@@ -32,7 +38,9 @@ export class RouteTable {
    * with the wrong method as 404; the contract wants 405 with `Allow`, so both are decided here.
    */
   match(path: string, method: string): Access | undefined {
-    const methods = this.byPath().get(normalize(path));
+    const table = this.byPath();
+    const exact = normalize(path);
+    const methods = table.get(exact) ?? this.patterns.find(([regex]) => regex.test(exact))?.[1];
     if (!methods) throw noSuchEndpoint();
     if (!methods.allowed.includes(method)) throw new MethodNotAllowed(methods.allowed);
     return methods.access.get(method);
@@ -49,6 +57,7 @@ export class RouteTable {
         methods.allowed.push(method);
         methods.access.set(method, access);
       }
+      if (!this.table.has(path) && path.includes("/:")) this.patterns.push([pattern(path), methods]);
       this.table.set(path, methods);
     }
     return this.table;

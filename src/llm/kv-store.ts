@@ -12,7 +12,7 @@
  */
 import { createHash, randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { LlamaText, type LlamaContextSequence, type LlamaTextJSON, type Token } from "node-llama-cpp";
 import type { Transcript } from "./transcript";
 
@@ -105,6 +105,12 @@ export class KvStore {
       await this.remove(base);
       return undefined;
     }
+  }
+
+  /** Deletes the conversation's saved state, under every model's directory (older models' too). */
+  async forget(key: string): Promise<void> {
+    const dirs = new Set([this.modelDir, ...[...this.entries.keys()].map(dirname)]);
+    for (const dir of dirs) await this.remove(join(dir, hash(key)));
   }
 
   private pathOf(key: string): string {
