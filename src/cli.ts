@@ -1,5 +1,5 @@
 #!/usr/bin/env bun
-import { CONFIG_SPEC, type Config, ConfigError, loadConfig, parseArgv } from "./config";
+import { CONFIG_SPEC, type Config, loadConfig, parseArgv, Refusal } from "./config";
 import pkg from "../package.json";
 
 const OPTIONS = Object.values(CONFIG_SPEC)
@@ -109,7 +109,7 @@ async function main(argv: readonly string[]): Promise<number> {
 try {
   process.exitCode = await main(Bun.argv.slice(2));
 } catch (error) {
-  if (!(error instanceof ConfigError)) throw error;
+  if (!(error instanceof Refusal)) throw error;
   console.error(`parley: ${error.message}`);
-  process.exitCode = 2;
+  process.exitCode = error.exitCode;
 }

@@ -2,24 +2,20 @@
  * The service composed from its parts, as `parley serve` runs it. Knows the parts' order and
  * lifetimes; the command around it knows signals, exit codes and the log.
  */
-import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
-import type { Config } from "./config";
-import { openStorage } from "./db/open";
+import { type Config, Refusal } from "./config";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
-import { resolveModel } from "./llm/model";
+import { ModelNotFoundError, resolveModel } from "./llm/model";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
+import { ensureDataDir, openConfiguredStorage } from "./startup";
 
 /** How long responses may take to finish once every reply is stored, before connections are cut. */
 const CONNECTION_DRAIN_MS = 5_000;
-
-/** A start-up that cannot go on, for a reason the operator can fix: one line, exit 1. */
-export class Refusal extends Error {}
 
 export type Announce = (level: "info" | "fatal", fields: object, msg: string) => void;
 
@@ -37,13 +33,14 @@ export interface Service extends AsyncDisposable {
  */
 export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
   await using stack = new AsyncDisposableStack();
-  const storage = stack.use(await openStorage(config.dbPath));
-  announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
-
-  const model = await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
+  // The model is checked first: a start refused for it must not have created (and shown) the
+  // first admin key already.
+  const model = await resolveConfiguredModel(config);
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
   // before anything listens, instead of a native loader error later.
   const described = describeModel(model.path);
+  const storage = stack.use(await openConfiguredStorage(config.dbPath));
+  announceBootstrapKey(await storage.keys.bootstrap(config.adminKey), config.adminKey !== undefined, announce);
   if (model.demo) {
     announce(
       "info",
@@ -54,8 +51,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
   }
 
   let engine: Engine | undefined;
-  const metrics = new Metrics(() => engine);
-  mkdirSync(config.dataDir, { recursive: true });
+  const runner = new TurnRunner(
+    { current: () => engine },
+    { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
+  );
+  const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns });
+  ensureDataDir(config.dataDir);
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.
   const loading = Engine.load({
@@ -81,10 +82,6 @@ export async function startService(config: Config, log: Logger, announce: Announ
     (error: unknown) => error,
   );
 
-  const runner = new TurnRunner(
-    { current: () => engine },
-    { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
-  );
   const app = createApp({
     storage,
     chat: new ChatService(storage.conversations, runner, { systemPrompt: config.systemPrompt }),
@@ -93,10 +90,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
     metrics,
     limits: {
       bodyLimitBytes: config.bodyLimitBytes,
+      bodyTimeoutMs: config.bodyTimeoutS * 1000,
       heartbeatMs: config.heartbeatMs,
       rateLimitPerMinute: config.rateLimit,
       maxStreamsPerKey: config.maxStreamsPerKey,
       metricsPublic: config.metricsPublic,
+      corsOrigins: config.corsOrigins,
     },
   });
   try {
@@ -125,6 +124,15 @@ export async function startService(config: Config, log: Logger, announce: Announ
 
   const owned = stack.move();
   return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
+}
+
+async function resolveConfiguredModel(config: Config) {
+  try {
+    return await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
+  } catch (error) {
+    if (error instanceof ModelNotFoundError) throw new Refusal(error.message, 2);
+    throw error;
+  }
 }
 
 function describeModel(path: string) {

@@ -25,6 +25,7 @@ export interface Config {
   gpu: boolean;
   queueMax: number;
   bodyLimitBytes: number;
+  bodyTimeoutS: number;
   heartbeatMs: number;
   logLevel: LogLevel;
   /** Requests per minute per key; 0 = unlimited. */
@@ -34,14 +35,32 @@ export interface Config {
   generationTimeoutS: number;
   shutdownGraceS: number;
   metricsPublic: boolean;
+  corsOrigins: string[];
   /** Disk budget for saved KV states (`<dataDir>/kv/`); 0 = none saved. */
   kvCacheMb: number;
   /** Put before every native conversation's history; the text itself, already read from its file. */
   systemPrompt?: string;
 }
 
-export class ConfigError extends Error {
+/**
+ * A command cannot start, for a reason the operator can fix: the CLI prints one line naming the
+ * setting, never a stack trace, and exits 2 for configuration, 1 otherwise.
+ */
+export class Refusal extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: 1 | 2 = 1,
+  ) {
+    super(message);
+  }
+}
+
+export class ConfigError extends Refusal {
   override name = "ConfigError";
+
+  constructor(message: string) {
+    super(message, 2);
+  }
 }
 
 type Env = Record<string, string | undefined>;
@@ -81,8 +100,14 @@ export const CONFIG_SPEC = {
   },
   threads: { env: "PARLEY_THREADS", flag: "--threads", default: "", help: "CPU threads for inference (default: 1 for tiny models, else physical cores)" },
   gpu: { env: "PARLEY_GPU", flag: "--gpu", default: "false", help: "Offload to a GPU if one is usable" },
-  queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Requests waiting for a free sequence before 503" },
+  queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Chat requests that may wait (for a free sequence or their conversation's previous turn) before 503" },
   bodyLimitBytes: { env: "PARLEY_BODY_LIMIT", flag: "--body-limit", default: "65536", help: "Largest request body in bytes (413 above)" },
+  bodyTimeoutS: {
+    env: "PARLEY_BODY_TIMEOUT_S",
+    flag: "--body-timeout",
+    default: "10",
+    help: "Seconds a request body may take to arrive (408 and the connection closed after)",
+  },
   heartbeatMs: {
     env: "PARLEY_HEARTBEAT_MS",
     flag: "--heartbeat-ms",
@@ -103,6 +128,12 @@ export const CONFIG_SPEC = {
     flag: "--shutdown-grace",
     default: "30",
     help: "On SIGTERM/SIGINT, how long running replies may finish before they are cancelled",
+  },
+  corsOrigins: {
+    env: "PARLEY_CORS_ORIGINS",
+    flag: "--cors-origins",
+    default: "",
+    help: "Comma-separated origins (https://app.example.com) whose pages may call the API from a browser, or * for any",
   },
   metricsPublic: { env: "PARLEY_METRICS_PUBLIC", flag: "--metrics-public", default: "false", help: "Serve /metrics without an admin key" },
   kvCacheMb: {
@@ -175,6 +206,14 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     return value as T;
   };
 
+  const origins = (key: keyof Config): string[] => {
+    const { value, name } = raw(key);
+    const list = value.split(",").map((origin) => origin.trim()).filter(Boolean);
+    const bad = list.find((origin) => origin !== "*" && !/^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/.test(origin));
+    if (bad !== undefined) throw new ConfigError(`${name} must list origins like https://app.example.com (or *), comma-separated (got "${bad}")`);
+    return list;
+  };
+
   const adminKey = text("adminKey");
   if (adminKey !== undefined && !/^[A-Za-z0-9._~+/=-]{24,256}$/.test(adminKey)) {
     throw new ConfigError(
@@ -204,6 +243,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     gpu: bool("gpu"),
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
+    bodyTimeoutS: int("bodyTimeoutS", 1, 3_600),
     heartbeatMs: int("heartbeatMs", 100, 15_000),
     logLevel: oneOf("logLevel", LOG_LEVELS),
     rateLimit: int("rateLimit", 0, 1_000_000),
@@ -211,6 +251,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     generationTimeoutS: int("generationTimeoutS", 0, 86_400),
     shutdownGraceS: int("shutdownGraceS", 0, 3_600),
     metricsPublic: bool("metricsPublic"),
+    corsOrigins: origins("corsOrigins"),
     kvCacheMb: int("kvCacheMb", 0, 1 << 24),
     systemPrompt,
   };

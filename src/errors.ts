@@ -8,6 +8,20 @@ export abstract class ParleyError extends Error {
   abstract readonly kind: string;
 }
 
+/** The request itself cannot be taken as HTTP asks (an invalid `Host`, say). */
+export class BadRequest extends ParleyError {
+  readonly kind = "bad_request";
+}
+
+/** The request body did not arrive in the time allowed. */
+export class RequestTimeout extends ParleyError {
+  readonly kind = "request_timeout";
+
+  constructor(readonly seconds: number) {
+    super(`the request body must arrive within ${seconds} s`);
+  }
+}
+
 /** The request body is not JSON (or not UTF-8 text). */
 export class InvalidJson extends ParleyError {
   readonly kind = "invalid_json";
@@ -121,6 +135,8 @@ export class Internal extends ParleyError {
 
 /** Every ParleyError is one of these: the table that maps them to HTTP is checked against it. */
 export type DomainError =
+  | BadRequest
+  | RequestTimeout
   | InvalidJson
   | Unauthorized
   | Forbidden

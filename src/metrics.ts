@@ -67,8 +67,8 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  /** `engine` is read when scraped (queue depth, busy sequences), not tracked twice. */
-  constructor(engine: () => EngineGauges | undefined) {
+  /** The sources are read when scraped (queue depth, busy sequences, turns), not tracked twice. */
+  constructor({ engine, turns }: { engine: () => EngineGauges | undefined; turns: () => number }) {
     // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
     for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
     for (const source of ["cached", "evaluated"]) this.promptTokens.inc({ source }, 0);
@@ -78,6 +78,14 @@ export class Metrics {
       registers: [this.registry],
       collect() {
         this.set(engine()?.stats().queued ?? 0);
+      },
+    });
+    new Gauge({
+      name: "parley_chat_turns",
+      help: "Chat turns admitted and not yet answered: generating, or waiting for a sequence or for their conversation's previous turn",
+      registers: [this.registry],
+      collect() {
+        this.set(turns());
       },
     });
     new Gauge({

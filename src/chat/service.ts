@@ -2,7 +2,7 @@ import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
 import type { GenerateResult, Turn } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
-import type { RunningTurn, TurnRunner } from "./turn-runner";
+import { type RunningTurn, shuttingDown, type TurnRunner } from "./turn-runner";
 
 export interface TurnInput {
   userId: number;
@@ -97,6 +97,8 @@ export class ChatService {
   /**
    * Yields `start` once the user's message is stored, then `delta`s; returns the stored reply.
    * Returns undefined when the client left before generation began (no reply is stored then).
+   * A turn the server cancels while it waits still ends in an answer: `Overloaded` before its
+   * message is stored, an empty `cancelled` reply after.
    */
   async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
     const running = this.runner.begin(input.signal);
@@ -113,8 +115,9 @@ export class ChatService {
     try {
       release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
     } catch (error) {
-      if (isAbort(error)) return undefined;
-      throw error;
+      if (!isAbort(error)) throw error;
+      if (running.closed) throw shuttingDown();
+      return undefined;
     }
     try {
       const conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
@@ -129,7 +132,7 @@ export class ChatService {
 
       const generation = engine.generate({
         conversationKey: String(conversation.id),
-        history: [...this.preamble, ...(await this.conversations.turns(conversation.id))],
+        history: [...this.preamble, ...(await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }))],
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,
@@ -147,8 +150,10 @@ export class ChatService {
           yield { type: "delta", content: step.value };
         }
       } catch (error) {
-        if (isAbort(error)) return undefined;
-        throw error;
+        // Aborted while waiting for a sequence: nothing was generated.
+        if (!isAbort(error)) throw error;
+        if (!running.closed) return undefined;
+        result = { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };
       } finally {
         // Only when our consumer stopped early: hand the engine's sequence back.
         if (result === undefined) await generation.return(undefined as never);

@@ -4,6 +4,8 @@ import type { Engine, FinishReason } from "../llm/engine";
 /** The refusal while there is no engine yet; readiness reports it too. */
 export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
 
+export const shuttingDown = () => new Overloaded("the server is shutting down", 5_000);
+
 /** Where turns find the engine: absent while the model is still loading. */
 export interface EngineSource {
   current(): Engine | undefined;
@@ -48,6 +50,11 @@ export class RunningTurn {
     return reason === "cancelled" && this.capped.signal.aborted && !this.cancelled.signal.aborted ? "length" : reason;
   }
 
+  /** Cancelled by the runner's `close()`, not by its caller. */
+  get closed(): boolean {
+    return this.cancelled.signal.aborted;
+  }
+
   cancel(reason: unknown): void {
     this.cancelled.abort(reason);
   }
@@ -75,12 +82,14 @@ export class TurnRunner {
     private readonly options: TurnRunnerOptions = {},
   ) {}
 
-  /** Admits a turn or refuses it up front: no engine yet, closing, or a full queue. Call `end()` when done. */
+  /** Admits a turn or refuses it up front: no engine yet, closing, or no room. Call `end()` when done. */
   begin(signal?: AbortSignal): RunningTurn {
     const engine = this.engines.current();
     if (!engine) throw modelLoading();
-    if (this.closing) throw new Overloaded("the server is shutting down", 5_000);
-    if (engine.isFull()) throw new Overloaded("too many requests are waiting for the model", 2_000);
+    if (this.closing) throw shuttingDown();
+    // Every admitted turn counts, also one waiting for its conversation's previous turn: otherwise
+    // requests to one busy conversation would queue without bound.
+    if (this.inFlight.size >= engine.capacity) throw new Overloaded("too many requests are waiting for the model", 2_000);
     const turn = new RunningTurn(engine, signal, this.options.generationTimeoutMs ?? 0, (ended) => {
       this.inFlight.delete(ended);
       if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();

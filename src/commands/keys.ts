@@ -1,5 +1,5 @@
 import type { Config } from "../config";
-import { openStorage } from "../db/open";
+import { openConfiguredStorage } from "../startup";
 import type { KeyStore } from "../db/storage";
 
 const USER_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
@@ -7,7 +7,7 @@ const USER_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 const iso = (ms: number | null) => (ms === null ? "-" : new Date(ms).toISOString());
 
 async function withKeys<T>(config: Config, work: (keys: KeyStore) => Promise<T>): Promise<T> {
-  await using storage = await openStorage(config.dbPath);
+  await using storage = await openConfiguredStorage(config.dbPath);
   return await work(storage.keys);
 }
 

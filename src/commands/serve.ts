@@ -1,5 +1,5 @@
 import type { Config } from "../config";
-import { type Announce, Refusal, type Service, startService } from "../compose";
+import { type Announce, startService } from "../compose";
 import { createLogger, type Logger } from "../log";
 
 function waitForSignal(): Promise<NodeJS.Signals> {
@@ -32,14 +32,7 @@ export async function serveCommand(config: Config): Promise<number> {
     log.flush();
   };
   const signalled = waitForSignal();
-  let service: Service;
-  try {
-    service = await startService(config, log, announce);
-  } catch (error) {
-    if (!(error instanceof Refusal)) throw error;
-    console.error(`parley: ${error.message}`);
-    return 1;
-  }
+  const service = await startService(config, log, announce);
   const stop = await Promise.race([signalled.then((signal) => ({ signal })), service.loadFailed.then((error) => ({ error }))]);
   exitOnSecondSignal(log);
   if ("error" in stop) announce("fatal", { model: service.modelPath, reason: String((stop.error as Error)?.message ?? stop.error) }, "cannot load the model");

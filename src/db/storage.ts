@@ -41,8 +41,12 @@ export interface ConversationStore {
   /** The user's conversation with this client id, created on first use. */
   findOrCreate(userId: number, externalId: string): Promise<FoundConversation>;
   addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
-  /** The conversation's turns, oldest first (ties in time by insertion order). */
-  turns(conversationId: number): Promise<StoredTurn[]>;
+  /**
+   * The conversation's newest turns, oldest first (ties in time by insertion order): read newest
+   * first, up to and including the turn that brings their content to `maxChars` characters (string
+   * length), so the work does not grow with the conversation. All turns when they hold fewer.
+   */
+  recentTurns(conversationId: number, bound: { maxChars: number }): Promise<StoredTurn[]>;
   /** One page of a user's conversations, most recent activity first, and how many there are. */
   list(query: ConversationQuery): Promise<ConversationPage>;
   /**

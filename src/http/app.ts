@@ -17,15 +17,18 @@ import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
+import { cors } from "./cors";
+import type { BodyLimits } from "./json-body";
 
-export interface HttpLimits {
-  bodyLimitBytes: number;
+export interface HttpLimits extends BodyLimits {
   heartbeatMs: number;
   /** Requests per minute per key; 0 = unlimited. */
   rateLimitPerMinute: number;
   maxStreamsPerKey: number;
   /** Serve /metrics without a key. */
   metricsPublic: boolean;
+  /** Origins whose pages may call the API from a browser (`*`: any); empty: none. */
+  corsOrigins: readonly string[];
 }
 
 export interface AppDeps {
@@ -55,6 +58,7 @@ export function createApp(deps: AppDeps) {
     .use(errorHandler(deps.log))
     .use(requestContext)
     .use(observe(deps.log, metrics, () => app.routes))
+    .use(cors(limits.corsOrigins, routes))
     .use(routeGuard(routes))
     .use(authGate(deps.storage.keys, limiter, routes))
     .onRequest(({ set }) => {
@@ -67,7 +71,7 @@ export function createApp(deps: AppDeps) {
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
-    .use(chatRoutes({ chat: deps.chat, turns, bodyLimitBytes: limits.bodyLimitBytes }));
+    .use(chatRoutes({ chat: deps.chat, turns, body: limits }));
 }
 
 export type App = ReturnType<typeof createApp>;

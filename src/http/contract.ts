@@ -21,11 +21,13 @@ const oneOf = <const V extends readonly string[]>(values: V, options?: SchemaOpt
 
 /** The `code` of an error body; which status carries which is src/http/errors.ts's table. */
 export const ERROR_CODES = [
+  "bad_request",
   "invalid_json",
   "unauthorized",
   "forbidden",
   "not_found",
   "method_not_allowed",
+  "request_timeout",
   "payload_too_large",
   "unsupported_media_type",
   "invalid_request",

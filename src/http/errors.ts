@@ -24,6 +24,7 @@ const retryAfter = (ms: number): HeaderMap => ({ "retry-after": String(Math.max(
  * tests read it too.
  */
 export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { kind: K }>> } = {
+  bad_request: { status: 400, code: "bad_request", when: "The request is not valid HTTP for Parley (e.g. an invalid Host header)" },
   invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON" },
   unauthorized: {
     status: 401,
@@ -39,6 +40,12 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     code: "method_not_allowed",
     when: "Known path, wrong method (see Allow)",
     headers: (error) => ({ allow: error.allowed.join(", ") }),
+  },
+  request_timeout: {
+    status: 408,
+    code: "request_timeout",
+    when: "The body did not arrive in time; the connection is closed",
+    headers: () => ({ connection: "close" }),
   },
   payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit" },
   unsupported_media_type: { status: 415, code: "unsupported_media_type", when: "Body is not application/json" },

@@ -1,16 +1,37 @@
-import { InvalidJson, PayloadTooLarge, UnsupportedMediaType } from "../errors";
+import { InvalidJson, PayloadTooLarge, RequestTimeout, UnsupportedMediaType } from "../errors";
 
-/** Reads at most `limit` bytes, so a huge or endless (chunked) body is refused without being buffered. */
-async function readCapped(request: Request, limit: number): Promise<Uint8Array> {
+export interface BodyLimits {
+  bodyLimitBytes: number;
+  /** How long the whole body may take to arrive. */
+  bodyTimeoutMs: number;
+}
+
+/**
+ * Reads at most `bodyLimitBytes` within `bodyTimeoutMs`, so a huge, endless (chunked) or trickled
+ * body is refused without being buffered and without holding a connection open for minutes.
+ */
+async function readCapped(request: Request, { bodyLimitBytes: limit, bodyTimeoutMs }: BodyLimits): Promise<Uint8Array> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw new PayloadTooLarge(limit);
   if (!request.body) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  let timer: Timer | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RequestTimeout(bodyTimeoutMs / 1000)), bodyTimeoutMs);
+  });
   const chunks: Uint8Array[] = [];
   let size = 0;
-  for await (const chunk of request.body) {
-    size += chunk.byteLength;
-    if (size > limit) throw new PayloadTooLarge(limit);
-    chunks.push(chunk);
+  try {
+    for (let read = await Promise.race([reader.read(), late]); !read.done; read = await Promise.race([reader.read(), late])) {
+      size += read.value.byteLength;
+      if (size > limit) throw new PayloadTooLarge(limit);
+      chunks.push(read.value);
+    }
+  } catch (error) {
+    void reader.cancel().catch(() => undefined);
+    throw error;
+  } finally {
+    clearTimeout(timer);
   }
   return Buffer.concat(chunks);
 }
@@ -20,14 +41,14 @@ async function readCapped(request: Request, limit: number): Promise<Uint8Array> 
  * encoding and syntax. Without it Elysia would parse `text/plain` too and report 422.
  */
 export const jsonBody =
-  (limit: number) =>
+  (limits: BodyLimits) =>
   async ({ request }: { request: Request }): Promise<unknown> => {
     const [mediaType = "", ...params] = (request.headers.get("content-type") ?? "").split(";").map((part) => part.trim().toLowerCase());
     const charset = params.find((param) => param.startsWith("charset="))?.slice(8).replace(/"/g, "");
     if (mediaType !== "application/json" || (charset !== undefined && charset !== "utf-8")) {
       throw new UnsupportedMediaType("the request body must be application/json (UTF-8)");
     }
-    const bytes = await readCapped(request, limit);
+    const bytes = await readCapped(request, limits);
     try {
       return JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
     } catch {

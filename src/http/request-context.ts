@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import type { Principal } from "../db/types";
+import { BadRequest } from "../errors";
 
 /**
  * What Parley knows about a request while it runs, for its log line and metrics. Each field
@@ -28,10 +29,21 @@ function requestId(request: Request): string {
   return supplied !== null && SAFE_ID.test(supplied) ? supplied : crypto.randomUUID();
 }
 
+/**
+ * The path of `url` without parsing it as a URL: Bun leaves `request.url` relative (`/healthz`)
+ * when the Host header is not a valid host, and `new URL` would throw on it.
+ */
+function pathOf(url: string): string {
+  const start = url.startsWith("/") ? 0 : url.indexOf("/", url.indexOf("//") + 2);
+  if (start < 0) return "/";
+  const end = url.slice(start).search(/[?#]/);
+  return end < 0 ? url.slice(start) : url.slice(start, start + end);
+}
+
 export function contextOf(request: Request): RequestContext {
   let context = contexts.get(request);
   if (!context) {
-    context = { id: requestId(request), startedAt: performance.now(), path: new URL(request.url).pathname };
+    context = { id: requestId(request), startedAt: performance.now(), path: pathOf(request.url) };
     contexts.set(request, context);
   }
   return context;
@@ -39,4 +51,6 @@ export function contextOf(request: Request): RequestContext {
 
 export const requestContext = new Elysia({ name: "parley/request-context" }).onRequest(({ request, set }) => {
   set.headers["x-request-id"] = contextOf(request).id;
+  // HTTP/1.1 (RFC 9112, 3.2): an invalid Host is a 400. Bun says so by leaving the URL relative.
+  if (request.url.startsWith("/")) throw new BadRequest("the Host header is not a valid host");
 });

@@ -46,6 +46,13 @@ export class RouteTable {
     return methods.access.get(method);
   }
 
+  /** The methods `path` answers (404 when it is no route of ours): what `OPTIONS` reports. */
+  allowed(path: string): readonly string[] {
+    const methods = this.byPath().get(normalize(path));
+    if (!methods) throw noSuchEndpoint();
+    return methods.allowed;
+  }
+
   private byPath(): Map<string, Methods> {
     if (this.table) return this.table;
     this.table = new Map();

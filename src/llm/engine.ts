@@ -18,7 +18,7 @@ import {
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
-import { KvStore } from "./kv-store";
+import { KvStore, stateSizeBound } from "./kv-store";
 import { useLocalNatives } from "./natives";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
@@ -72,7 +72,6 @@ export class Engine {
     private readonly slots: readonly Slot[],
     private readonly pool: SequencePool<Slot>,
     private readonly kv: KvStore | undefined,
-    private readonly onWarning: (message: string, error: unknown) => void,
     private readonly prompts: PromptRenderer,
     private readonly stopTokens: ReadonlySet<Token>,
     readonly modelName: string,
@@ -96,9 +95,8 @@ export class Engine {
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const slots = Array.from({ length: parallel }, (): Slot => ({ sequence: context.getSequence(), saved: false }));
       const name = model.fileInfo.metadata.general?.name;
-      const kv = options.kvCache && options.kvCache.maxBytes > 0
-        ? await KvStore.open(options.kvCache.dir, await stateIdentity(modelPath, llama, context), options.kvCache.maxBytes)
-        : undefined;
+      const warn = options.onWarning ?? (() => {});
+      const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       return new Engine(
         llama,
         model,
@@ -106,7 +104,6 @@ export class Engine {
         slots,
         new SequencePool(slots, queueMax),
         kv,
-        options.onWarning ?? (() => {}),
         new PromptRenderer(model, chatWrapper),
         stopTokensOf(model, chatWrapper),
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
@@ -123,6 +120,14 @@ export class Engine {
     return this.context.contextSize;
   }
 
+  /**
+   * Characters of history, counted back from the newest turn, that a prompt can reach: a caller may
+   * leave older turns out of `history` without changing the prompt (see PromptRenderer.historyChars).
+   */
+  get historyChars(): number {
+    return this.prompts.historyChars(this.context.contextSize);
+  }
+
   /** CPU threads inference runs on. */
   get threads(): number {
     return this.llama.maxThreads;
@@ -132,9 +137,9 @@ export class Engine {
     return this.pool.stats();
   }
 
-  /** True when a request would be refused with `overloaded` right now. */
-  isFull(): boolean {
-    return this.pool.isFull();
+  /** Replies that may be in hand at once: one generating per sequence, `queueMax` waiting. */
+  get capacity(): number {
+    return this.pool.capacity;
   }
 
   /**
@@ -153,7 +158,7 @@ export class Engine {
       const { sequence } = slot;
       if (slot.transcript?.key !== request.conversationKey) await this.swapIn(slot, request.conversationKey);
       const budget = this.promptBudget(request.maxTokens);
-      const fitted = this.prompts.fit(request.history, budget);
+      const fitted = await this.prompts.fit(request.history, budget);
       const tokens = this.promptTokens(slot, request.conversationKey, fitted, budget);
       // The last prompt token is always evaluated again: its logits give the first reply token.
       const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
@@ -259,19 +264,14 @@ export class Engine {
 
   private async saveState(slot: Slot): Promise<void> {
     if (!this.kv || !slot.transcript || slot.saved) return;
-    try {
-      await this.kv.save(slot.sequence, slot.transcript);
-      slot.saved = true;
-    } catch (error) {
-      this.onWarning("could not save a conversation's KV state; it will be re-evaluated when it returns", error);
-    }
+    slot.saved = await this.kv.save(slot.sequence, slot.transcript);
   }
 
   /** The fitted prompt's tokens, reusing the sequence's exact tokens when the prompt continues them. */
   private promptTokens(slot: Slot, key: string, fitted: FittedPrompt, budget: number): Token[] {
     const { transcript } = slot;
     if (transcript?.key !== key) return fitted.tokens;
-    const continued = continueTranscript(transcript, fitted.text, this.model.tokenizer);
+    const continued = continueTranscript(transcript, fitted.text, this.prompts.tokenizer);
     // Generated tokens can spell a reply in more tokens than its text needs: the budget still rules.
     return continued && continued.length <= budget ? continued : fitted.tokens;
   }
@@ -314,6 +314,30 @@ function stopTokensOf(model: LlamaModel, chatWrapper: ChatWrapper): Set<Token> {
     if (tokens.length === 1 && (model.isSpecialToken(tokens[0]) || model.isEogToken(tokens[0]))) stops.add(tokens[0]!);
   }
   return stops;
+}
+
+/** The KV cache is optional: one that cannot open (e.g. on a full disk) leaves the engine without it. */
+async function openKvStore(
+  cache: { dir: string; maxBytes: number },
+  modelPath: string,
+  llama: Llama,
+  model: LlamaModel,
+  context: LlamaContext,
+  warn: (message: string, error: unknown) => void,
+): Promise<KvStore | undefined> {
+  try {
+    return await KvStore.open({
+      root: cache.dir,
+      identity: await stateIdentity(modelPath, llama, context),
+      maxBytes: cache.maxBytes,
+      contextSize: context.contextSize,
+      maxStateBytes: await stateSizeBound(model, context),
+      warn,
+    });
+  } catch (error) {
+    warn("saved KV states are off: their directory could not be opened", error);
+    return undefined;
+  }
 }
 
 /** What a saved state depends on: loading one made by another model can crash the process. */

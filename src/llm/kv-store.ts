@@ -3,29 +3,82 @@
  * state file (one read) instead of re-evaluating its whole history, and warm conversations
  * survive a restart. Each conversation has two files under `<dir>/<model id>/`:
  *   `<hash>.kv`   llama.cpp's sequence state (KV cache + the tokens it holds), and
- *   `<hash>.json` the transcript (rendered text + exact tokens) that makes the next turn token-exact.
- * Both are written under temporary names and renamed, so a reader never sees a partial file; a
- * pair that does not match (a crash between the renames) or fails to load is deleted and the
- * caller re-evaluates from the history. The model id covers the file's identity and the llama.cpp
- * build, because loading a state made by another model can crash the process. The total size is
- * kept under a byte budget by deleting the least recently used pairs.
+ *   `<hash>.json` its sidecar: the transcript (rendered text + exact tokens) that makes the next
+ *                 turn token-exact, the state file's size, and a SHA-256 over both.
+ * Both are written under temporary names and renamed, so a reader never sees a partial file. The
+ * model id covers the file's identity and the llama.cpp build, because loading a state made by
+ * another model can crash the process.
+ *
+ * llama.cpp trusts a state file: a truncated one aborts the process (GGML_ASSERT), a damaged cell
+ * count or position makes it allocate without limit, and damaged tensor data loads as if valid
+ * (wrong replies). So nothing reaches llama.cpp that is not byte for byte what it wrote here:
+ * restore checks the sidecar's counts and the file's size against the context, then the digest,
+ * and only then loads. A pair that fails is deleted with a warning, and the caller re-evaluates
+ * the conversation from its history.
+ *
+ * The cache is optional and must never cost a chat: every failure here is a warning, never an
+ * error, and the files stay under a byte budget and above a free-space reserve on their
+ * filesystem (which the database shares), both kept by deleting the least recently used pairs.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdir, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, rm, stat, statfs, utimes, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { LlamaText, type LlamaContextSequence, type LlamaTextJSON, type Token } from "node-llama-cpp";
+import {
+  LlamaText,
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaModel,
+  type LlamaTextJSON,
+  type Token,
+} from "node-llama-cpp";
 import type { Transcript } from "./transcript";
+
+export interface KvStoreOptions {
+  root: string;
+  /** Must change whenever a state could not be loaded safely: model file, llama.cpp build, cache types. */
+  identity: string;
+  /** Byte budget for all files. */
+  maxBytes: number;
+  /** Tokens per sequence: no state may hold more. */
+  contextSize: number;
+  /** The largest state file a sequence can write (see `stateSizeBound`). */
+  maxStateBytes: number;
+  warn: (message: string, error: unknown) => void;
+}
 
 interface Entry {
   bytes: number;
   usedAt: number;
 }
 
-interface Sidecar {
+interface SavedTranscript {
   key: string;
   text: LlamaTextJSON;
   tokens: Token[];
 }
+
+/** Sidecars without this format (written before states were checksummed) are deleted, not trusted. */
+const FORMAT = 2;
+
+interface Sidecar {
+  format: typeof FORMAT;
+  kvBytes: number;
+  /** SHA-256 of the state file's bytes followed by `JSON.stringify(transcript)`. */
+  digest: string;
+  transcript: SavedTranscript;
+}
+
+/**
+ * Free space a save must leave on the filesystem, so that the database beside the cache can always
+ * grow: a twentieth of the filesystem (the margin most filesystems keep for their own use), and
+ * at least 2 MiB, many turns' worth of database writes (a turn commits a few dozen 4 KiB pages
+ * at most) between two saves, when the cache checks again.
+ */
+const RESERVE_MIN_BYTES = 2 * 2 ** 20;
+const RESERVE_FRACTION = 0.05;
+
+/** A sidecar is JSON of the transcript: its tokens and their text, far below this per token. */
+const SIDECAR_BYTES_PER_TOKEN = 1024;
 
 const hash = (value: string) => createHash("sha256").update(value).digest("hex").slice(0, 32);
 
@@ -33,22 +86,23 @@ export class KvStore {
   /** Files by path (`.kv` and `.json` counted separately), across every model's directory. */
   private readonly entries = new Map<string, Entry>();
   private total = 0;
+  /** Saves run one at a time, so that two never count the same free space. */
+  private saving: Promise<unknown> = Promise.resolve();
+  /** What a state weighs per token, as the last save measured it (0 before any). */
+  private bytesPerToken = 0;
 
   private constructor(
-    private readonly root: string,
+    private readonly options: KvStoreOptions,
     private readonly modelDir: string,
-    private readonly maxBytes: number,
   ) {}
 
-  /**
-   * Opens the store for one model. `identity` must change whenever a state could not be loaded
-   * safely: model file, llama.cpp build, context settings.
-   */
-  static async open(root: string, identity: string, maxBytes: number): Promise<KvStore> {
-    const store = new KvStore(root, join(root, hash(identity)), maxBytes);
+  static async open(options: KvStoreOptions): Promise<KvStore> {
+    const store = new KvStore(options, join(options.root, hash(options.identity)));
     await mkdir(store.modelDir, { recursive: true });
     await store.scan();
     await store.evict();
+    // A restart on a full disk gives space back before the first chat needs it.
+    await store.makeRoom(0);
     return store;
   }
 
@@ -57,54 +111,95 @@ export class KvStore {
     return this.total;
   }
 
-  async save(sequence: LlamaContextSequence, transcript: Transcript): Promise<void> {
+  /** Writes the sequence's state; false (with a warning) when it was not saved. Never throws. */
+  save(sequence: LlamaContextSequence, transcript: Transcript): Promise<boolean> {
+    const saved = this.saving.then(() => this.write(sequence, transcript));
+    this.saving = saved;
+    return saved;
+  }
+
+  /**
+   * Loads the conversation's saved state into `sequence` and returns its transcript, or undefined
+   * when there is no usable state (the sequence then holds nothing, or what it held before when no
+   * load was tried). Never throws: an unusable pair is deleted with a warning.
+   */
+  async restore(sequence: LlamaContextSequence, key: string): Promise<Transcript | undefined> {
+    const base = this.pathOf(key);
+    if (!this.entries.has(`${base}.kv`)) return undefined;
+    try {
+      const transcript = await this.verify(base, key);
+      await load(sequence, `${base}.kv`, transcript);
+      const now = new Date();
+      await utimes(`${base}.kv`, now, now).catch(() => undefined);
+      this.touch(`${base}.kv`, now.getTime());
+      this.touch(`${base}.json`, now.getTime());
+      return transcript;
+    } catch (error) {
+      await this.remove(base);
+      this.options.warn("a saved KV state was unusable and is deleted; the conversation is re-evaluated from its history", error);
+      return undefined;
+    }
+  }
+
+  private async write(sequence: LlamaContextSequence, transcript: Transcript): Promise<boolean> {
     const base = this.pathOf(transcript.key);
     const tmp = `${base}.${randomUUID()}.tmp`;
-    const sidecar: Sidecar = { key: transcript.key, text: transcript.text.toJSON(), tokens: [...transcript.tokens] };
+    const saved: SavedTranscript = { key: transcript.key, text: transcript.text.toJSON(), tokens: [...transcript.tokens] };
+    const transcriptJson = JSON.stringify(saved);
+    const expected = this.bytesPerToken * sequence.contextTokens.length + transcriptJson.length;
     try {
+      const room = await this.makeRoom(expected);
+      if (room !== true) return this.shortOfSpace(room);
       const { fileSize } = await sequence.saveStateToFile(`${tmp}.kv`);
+      const sidecar: Sidecar = { format: FORMAT, kvBytes: fileSize, digest: await digestOf(`${tmp}.kv`, transcriptJson), transcript: saved };
       const json = JSON.stringify(sidecar);
       await writeFile(`${tmp}.json`, json);
       await rename(`${tmp}.kv`, `${base}.kv`);
       await rename(`${tmp}.json`, `${base}.json`);
       this.track(`${base}.kv`, fileSize);
       this.track(`${base}.json`, Buffer.byteLength(json));
-    } finally {
-      await rm(`${tmp}.kv`, { force: true });
-      await rm(`${tmp}.json`, { force: true });
+      this.bytesPerToken = fileSize / Math.max(1, sequence.contextTokens.length);
+      await this.evict();
+      // The estimate may have been short (there is none before the first save): the reserve rules.
+      const kept = await this.makeRoom(0);
+      return this.entries.has(`${base}.kv`) || this.shortOfSpace(kept === true ? `the state's ${fileSize} bytes ate into the reserve` : kept);
+    } catch (error) {
+      // Whatever failed (most likely the disk filled up), nothing partial stays, and space is
+      // given back before a chat needs it.
+      await rm(`${tmp}.kv`, { force: true }).catch(() => undefined);
+      await rm(`${tmp}.json`, { force: true }).catch(() => undefined);
+      await this.remove(base);
+      await this.makeRoom(expected).catch(() => undefined);
+      this.options.warn("could not save a conversation's KV state; it will be re-evaluated when it returns", error);
+      return false;
     }
-    await this.evict();
+  }
+
+  private shortOfSpace(why: string): false {
+    this.options.warn("a conversation's KV state is not saved: its disk is short of space", new Error(why));
+    return false;
   }
 
   /**
-   * Loads the conversation's saved state into `sequence` and returns its transcript, or undefined
-   * (the sequence then holds nothing) when there is no usable state.
+   * The pair's transcript when it is exactly what `write` produced for this conversation and fits
+   * the context; throws why not. The state file is hashed only once its recorded size is in
+   * bounds, and llama.cpp never sees it unless the digest matches.
    */
-  async restore(sequence: LlamaContextSequence, key: string): Promise<Transcript | undefined> {
-    const base = this.pathOf(key);
-    if (!this.entries.has(`${base}.kv`)) return undefined;
-    try {
-      const sidecar = JSON.parse(await readFile(`${base}.json`, "utf8")) as Sidecar;
-      if (sidecar.key !== key) throw new Error("state file belongs to another conversation");
-      // Emptied first: a load that fails (bad magic, short file) leaves the cells untouched while
-      // node-llama-cpp already considers the sequence empty, and the next decode would fail.
-      await sequence.clearHistory();
-      await sequence.loadStateFromFile(`${base}.kv`, { acceptRisk: true });
-      // The state must hold a prefix of the transcript's tokens (all but an unevaluated last one).
-      const held = sequence.contextTokens;
-      if (held.length === 0 || held.length > sidecar.tokens.length || held.some((token, i) => token !== sidecar.tokens[i])) {
-        throw new Error("state file does not match its transcript");
-      }
-      const now = new Date();
-      await utimes(`${base}.kv`, now, now);
-      this.touch(`${base}.kv`, now.getTime());
-      this.touch(`${base}.json`, now.getTime());
-      return { key, text: LlamaText.fromJSON(sidecar.text), tokens: sidecar.tokens };
-    } catch {
-      await sequence.clearHistory();
-      await this.remove(base);
-      return undefined;
-    }
+  private async verify(base: string, key: string): Promise<Transcript> {
+    const { contextSize, maxStateBytes } = this.options;
+    const sidecarBytes = (await stat(`${base}.json`)).size;
+    if (sidecarBytes > contextSize * SIDECAR_BYTES_PER_TOKEN) throw new Error(`sidecar of ${sidecarBytes} bytes exceeds what ${contextSize} tokens need`);
+    const sidecar = JSON.parse(await readFile(`${base}.json`, "utf8")) as Partial<Sidecar>;
+    if (sidecar.format !== FORMAT) throw new Error("state written without a checksum (by an older version)");
+    const { kvBytes, digest, transcript } = sidecar;
+    if (transcript?.key !== key) throw new Error("state belongs to another conversation");
+    const count = Array.isArray(transcript.tokens) ? transcript.tokens.length : 0;
+    if (count === 0 || count > contextSize) throw new Error(`token count ${count} is not within 1..${contextSize}`);
+    if (typeof kvBytes !== "number" || kvBytes > maxStateBytes) throw new Error(`recorded state size ${kvBytes} exceeds the bound of ${maxStateBytes} bytes`);
+    const actualBytes = (await stat(`${base}.kv`)).size;
+    if (actualBytes !== kvBytes) throw new Error(`state file has ${actualBytes} bytes, ${kvBytes} recorded`);
+    if ((await digestOf(`${base}.kv`, JSON.stringify(transcript))) !== digest) throw new Error("state file or transcript does not match its checksum");
+    return { key, text: LlamaText.fromJSON(transcript.text), tokens: transcript.tokens };
   }
 
   /** Deletes the conversation's saved state, under every model's directory (older models' too). */
@@ -118,8 +213,8 @@ export class KvStore {
   }
 
   private async scan(): Promise<void> {
-    for (const model of await readdir(this.root)) {
-      const dir = join(this.root, model);
+    for (const model of await readdir(this.options.root)) {
+      const dir = join(this.options.root, model);
       for (const name of await readdir(dir).catch(() => [])) {
         const path = join(dir, name);
         // Left by a process that died mid-write.
@@ -147,17 +242,85 @@ export class KvStore {
     for (const path of [`${base}.kv`, `${base}.json`]) {
       this.total -= this.entries.get(path)?.bytes ?? 0;
       this.entries.delete(path);
-      await rm(path, { force: true });
+      await rm(path, { force: true }).catch(() => undefined);
     }
   }
 
   /** Deletes least recently used pairs until the total fits the budget. */
   private async evict(): Promise<void> {
-    if (this.total <= this.maxBytes) return;
+    await this.evictUntil(() => this.total <= this.options.maxBytes);
+  }
+
+  /**
+   * Deletes least recently used pairs until `bytes` more can be written while the filesystem keeps
+   * its reserve; true then, else what is missing.
+   */
+  private async makeRoom(bytes: number): Promise<true | string> {
+    const { bavail, bsize, blocks } = await statfs(this.modelDir);
+    const free = bavail * bsize;
+    const reserve = Math.max(RESERVE_MIN_BYTES, RESERVE_FRACTION * blocks * bsize);
+    const target = this.total - (reserve + bytes - free);
+    if (await this.evictUntil(() => this.total <= target)) return true;
+    return `${free} bytes free with ${this.total} of them cached; ${Math.round(bytes)} needed above a reserve of ${reserve}`;
+  }
+
+  private async evictUntil(done: () => boolean): Promise<boolean> {
     const oldest = [...this.entries].filter(([path]) => path.endsWith(".kv")).sort((a, b) => a[1].usedAt - b[1].usedAt);
     for (const [path] of oldest) {
-      if (this.total <= this.maxBytes) return;
+      if (done()) return true;
       await this.remove(path.slice(0, -".kv".length));
     }
+    return done();
   }
+}
+
+/** Loads a verified state; on failure the sequence is left empty. */
+async function load(sequence: LlamaContextSequence, path: string, transcript: Transcript): Promise<void> {
+  try {
+    // Emptied first: a load that fails leaves the cells untouched while node-llama-cpp already
+    // considers the sequence empty, and the next decode would fail.
+    await sequence.clearHistory();
+    await sequence.loadStateFromFile(path, { acceptRisk: true });
+    // The state holds a prefix of the transcript's tokens (all but an unevaluated last one).
+    const held = sequence.contextTokens;
+    if (held.length === 0 || held.length > transcript.tokens.length || held.some((token, i) => token !== transcript.tokens[i])) {
+      throw new Error("the state does not hold its transcript's tokens");
+    }
+  } catch (error) {
+    await sequence.clearHistory().catch(() => undefined);
+    throw error;
+  }
+}
+
+async function digestOf(kvPath: string, transcriptJson: string): Promise<string> {
+  const hasher = new Bun.CryptoHasher("sha256");
+  for await (const chunk of Bun.file(kvPath).stream()) hasher.update(chunk);
+  return hasher.update(transcriptJson).digest("hex");
+}
+
+/**
+ * The largest state file a sequence of `context` can write, so that a damaged size is refused
+ * before the file is even read. A state holds at most `contextSize` cells: per cell its K and V
+ * rows in every layer, plus metadata (token, position, sequence id count and id: 16 bytes, twice
+ * for models with a sliding-window cache), plus a few headers per layer. The demo model measures
+ * exactly 56 + 1040·n bytes for n tokens: 1 layer × 4 KV heads × (64 + 64) dims × 2 bytes (f16)
+ * = 1024 bytes of K and V per cell, plus 16 of metadata.
+ *
+ * llama.cpp's own figure for a one-sequence context of `contextSize` cells (node-llama-cpp
+ * simulates the allocation, or estimates it, whatever the architecture: sliding windows, recurrent
+ * layers, shared KV) covers the K and V data of every cell a state can hold; the metadata and
+ * headers are added on top. The compute buffers the figure also counts make the bound loose for
+ * the demo model, whose KV is tiny (5.4 MB against a full state's 1.06 MB at 1024 tokens, 11.7
+ * against 4.26 MB at 4096): it is a sanity bound, the digest is what proves a file intact.
+ */
+export async function stateSizeBound(model: LlamaModel, context: LlamaContext): Promise<number> {
+  const { cpuRam, gpuVram } = await model.fileInsights.estimateContextResourceRequirementsV2({
+    contextSize: context.contextSize,
+    modelGpuLayers: 0,
+    sequences: 1,
+    flashAttention: context.flashAttention,
+    kvCacheKeyType: context.kvCacheKeyType,
+    kvCacheValueType: context.kvCacheValueType,
+  });
+  return cpuRam + gpuVram + context.contextSize * 32 + 64 * 1024;
 }

@@ -83,8 +83,13 @@ export class SequencePool<T> {
     });
   }
 
+  /** Requests the pool takes at once: one per item, and `queueMax` waiting. */
+  get capacity(): number {
+    return this.slots.length + this.queueMax;
+  }
+
   /** True when `acquire` would be refused now: no free item and no room left in the queue. */
-  isFull(): boolean {
+  private isFull(): boolean {
     return this.waiters.length >= this.queueMax && this.slots.every((slot) => slot.busy);
   }
 

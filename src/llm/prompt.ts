@@ -7,8 +7,14 @@
  * 16,000-character message and a 40-turn history left it answering a conversation with no user
  * turn at all. The policy here: drop the oldest turns first, keeping leading system
  * turns; if the new message alone is still too long, keep its end (the newest text).
+ *
+ * The work is bounded by the context, not by the history: turns older than what could possibly fit
+ * are dropped by their length before anything is rendered, tokenized runs are remembered across
+ * renders and turns (token-cache.ts), and the event loop gets a turn between two tokenizations, so
+ * one long conversation cannot stall every other request.
  */
-import type { ChatHistoryItem, ChatWrapper, LlamaModel, LlamaText, Token } from "node-llama-cpp";
+import type { ChatHistoryItem, ChatWrapper, LlamaModel, LlamaText, Token, Tokenizer } from "node-llama-cpp";
+import { cachingTokenizer } from "./token-cache";
 import type { Turn } from "./types";
 
 export interface FittedPrompt {
@@ -22,23 +28,55 @@ export interface FittedPrompt {
 
 const REPLACEMENT_CHAR = "\uFFFD";
 
+/**
+ * Tokens of remembered runs, ~8 MB: the windows of several conversations, each with a message far
+ * longer than the context (16,000 CJK characters are 48,000 tokens of the demo model).
+ */
+const CACHE_TOKENS = 1 << 20;
+
+/** Tokenizing longer than this at a stretch lets the event loop in before the next run. */
+const SLICE_MS = 10;
+
+/** Spelling a token's bytes when a vocabulary lists none (no such GGUF met yet): generous on purpose. */
+const UNKNOWN_TOKEN_BYTES = 256;
+
 export class PromptRenderer {
+  /** The model's tokenizer, remembering what it tokenized: use it for text rendered here. */
+  readonly tokenizer: Tokenizer;
+  /** The most UTF-8 bytes one token of the vocabulary spells. */
+  private readonly maxTokenBytes: number;
+
   constructor(
     private readonly model: LlamaModel,
     private readonly chatWrapper: ChatWrapper,
-  ) {}
+  ) {
+    this.tokenizer = cachingTokenizer(model.tokenizer, CACHE_TOKENS);
+    this.maxTokenBytes = longestTokenBytes(model);
+  }
+
+  /**
+   * Characters of history, counted from the newest turn, that a prompt of `tokens` tokens can
+   * reach: older turns never fit. A token spells at most `maxTokenBytes` bytes of UTF-8, and a
+   * string's length (UTF-16 units) never exceeds its UTF-8 bytes, so the newest turns holding this
+   * many characters tokenize to more than `tokens` tokens by themselves; and a prompt keeps a
+   * contiguous run of the newest turns, so anything older is always dropped.
+   */
+  historyChars(tokens: number): number {
+    return (tokens + 1) * this.maxTokenBytes;
+  }
 
   /** Fits `turns` into at most `budget` prompt tokens. */
-  fit(turns: readonly Turn[], budget: number): FittedPrompt {
-    const items = turns.map(toHistoryItem);
-    const whole = this.render(items);
+  async fit(turns: readonly Turn[], budget: number): Promise<FittedPrompt> {
+    const reachable = withinReach(turns, this.historyChars(budget));
+    const items = reachable.map(toHistoryItem);
+    const whole = await this.render(items);
     if (whole.tokens.length <= budget) return whole;
 
     // Outside the contract (the new user message comes last): nothing sensible to cut.
-    const newest = turns.at(-1);
+    const newest = reachable.at(-1);
     if (newest?.role !== "user") return whole;
 
-    const pinned = leadingSystemCount(items);
+    const pinned = leadingSystemCount(reachable);
     const head = items.slice(0, pinned);
     const dialogue = items.slice(pinned);
     const last = dialogue.length - 1;
@@ -53,7 +91,7 @@ export class PromptRenderer {
     let best: FittedPrompt | undefined;
     while (lo <= hi) {
       const mid = (lo + hi) >> 1;
-      const candidate = this.render([...head, ...dialogue.slice(starts[mid])]);
+      const candidate = await this.render([...head, ...dialogue.slice(starts[mid])]);
       if (candidate.tokens.length <= budget) {
         best = candidate;
         hi = mid - 1;
@@ -66,23 +104,24 @@ export class PromptRenderer {
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
     // the two cannot share the context at all.
     return (
-      this.truncateLast(head, newest, budget) ??
-      this.truncateLast([], newest, budget) ??
-      this.render([{ type: "user", text: "" }])
+      (await this.truncateLast(head, newest, budget)) ??
+      (await this.truncateLast([], newest, budget)) ??
+      (await this.render([{ type: "user", text: "" }]))
     );
   }
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */
-  private truncateLast(before: ChatHistoryItem[], turn: Turn, budget: number): FittedPrompt | undefined {
+  private async truncateLast(before: ChatHistoryItem[], turn: Turn, budget: number): Promise<FittedPrompt | undefined> {
     const withText = (content: string) => this.render([...before, toHistoryItem({ ...turn, content })]);
 
-    const overhead = withText("").tokens.length;
+    const overhead = (await withText("")).tokens.length;
     if (overhead > budget) return undefined;
 
+    await nextMacrotask();
     const textTokens = this.model.tokenize(turn.content, false);
     let keep = Math.min(textTokens.length, budget - overhead);
     while (keep > 0) {
-      const candidate = withText(stripPartialChar(this.model.detokenize(textTokens.slice(-keep), false)));
+      const candidate = await withText(stripPartialChar(this.model.detokenize(textTokens.slice(-keep), false)));
       const excess = candidate.tokens.length - budget;
       if (excess <= 0) return candidate;
       // Re-tokenizing a cut text can merge differently; shrink by the observed excess and retry.
@@ -97,11 +136,52 @@ export class PromptRenderer {
     return this.chatWrapper.generateContextState({ chatHistory: [...history, { type: "model", response }] }).contextText;
   }
 
-  private render(history: ChatHistoryItem[]): FittedPrompt {
+  private async render(history: ChatHistoryItem[]): Promise<FittedPrompt> {
     // The empty model turn renders the assistant's opening, where generation starts.
     const text = this.withReply(history, "");
-    return { history, text, tokens: text.tokenize(this.model.tokenizer) };
+    return { history, text, tokens: await this.tokenize(text) };
   }
+
+  /**
+   * `text` tokenized without holding the event loop for long: its runs (the texts between special
+   * tokens, each tokenized on its own) go through the remembering tokenizer one by one, with the
+   * loop let in whenever a slice of time is used up; `text.tokenize` then assembles the remembered
+   * runs the library's way. A new 16,000-character message alone takes tens of ms to tokenize.
+   */
+  private async tokenize(text: LlamaText): Promise<Token[]> {
+    let sliceStart = performance.now();
+    let run = "";
+    let first = true;
+    for (const value of [...text.values, undefined]) {
+      if (typeof value === "string") {
+        run += value;
+        continue;
+      }
+      if (run !== "") {
+        if (performance.now() - sliceStart > SLICE_MS) {
+          await nextMacrotask();
+          sliceStart = performance.now();
+        }
+        // As LlamaText.tokenize asks for it, so that it finds the run remembered.
+        this.tokenizer(run, false, first ? undefined : "trimLeadingSpace");
+      }
+      run = "";
+      first = false;
+    }
+    return text.tokenize(this.tokenizer);
+  }
+}
+
+/**
+ * `turns` without the older ones a prompt cannot reach (`maxChars`, see `historyChars`), counted
+ * back from the newest; leading system turns stay, as fitting keeps them.
+ */
+function withinReach(turns: readonly Turn[], maxChars: number): readonly Turn[] {
+  const pinned = leadingSystemCount(turns);
+  let start = turns.length;
+  let chars = 0;
+  while (start > pinned && chars < maxChars) chars += turns[--start]!.content.length;
+  return start === pinned ? turns : [...turns.slice(0, pinned), ...turns.slice(start)];
 }
 
 function toHistoryItem(turn: Turn): ChatHistoryItem {
@@ -115,9 +195,27 @@ function toHistoryItem(turn: Turn): ChatHistoryItem {
   }
 }
 
-function leadingSystemCount(items: readonly ChatHistoryItem[]): number {
-  const index = items.findIndex((item) => item.type !== "system");
-  return index < 0 ? items.length : index;
+function leadingSystemCount(turns: readonly Turn[]): number {
+  const index = turns.findIndex((turn) => turn.role !== "system");
+  return index < 0 ? turns.length : index;
+}
+
+/**
+ * The longest token in UTF-8 bytes, read from the vocabulary's pieces as the GGUF lists them. A
+ * piece never spells fewer bytes than its token's text: SentencePiece writes a space as "▁" (3
+ * bytes) and a byte as "<0xE4>", byte-level BPE maps each byte to one character.
+ */
+function longestTokenBytes(model: LlamaModel): number {
+  const pieces: unknown = model.fileInfo.metadata.tokenizer?.ggml?.tokens;
+  if (!Array.isArray(pieces) || pieces.length === 0) return UNKNOWN_TOKEN_BYTES;
+  let longest = 1;
+  for (const piece of pieces) if (typeof piece === "string") longest = Math.max(longest, Buffer.byteLength(piece));
+  return longest;
+}
+
+/** Resolves after the event loop has had a turn: timers and other requests run in between. */
+function nextMacrotask(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /** A cut through a multi-token character leaves a replacement character at the start. */

@@ -17,7 +17,10 @@ export type FinishReason = (typeof FINISH_REASONS)[number];
 export interface GenerateRequest {
   /** Stable per conversation: the engine prefers the sequence whose KV cache already holds it. */
   conversationKey: string;
-  /** The full history, the new user message last. */
+  /**
+   * The history, the new user message last. Turns further back than `Engine.historyChars`
+   * characters can never fit the prompt: leaving them out changes nothing.
+   */
   history: Turn[];
   /** 0 = greedy. */
   temperature: number;

@@ -1,7 +1,7 @@
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { allowSlowTests, type ChildServer, postChat, readSse, startServer, tempDir, until } from "../support";
+import { allowSlowTests, bearer, type ChildServer, postChat, rawRequest, readSse, startServer, tempDir, until } from "../support";
 
 allowSlowTests();
 
@@ -62,6 +62,52 @@ describe("shutdown", () => {
     expect(rows[1]!.length).toBe(done!.message.content.length);
     expect(server.lines.some((line) => line.includes('"msg":"shutting down"'))).toBe(true);
     expect(server.lines.some((line) => line.includes('"msg":"stopped"'))).toBe(true);
+  });
+
+  test("SIGTERM with requests waiting: each ends in a complete answer, and every stored question has its reply", async () => {
+    const server = await start({ PARLEY_SHUTDOWN_GRACE_S: "1", PARLEY_PARALLEL: "1" });
+    const busy = await openStream(server, "busy");
+    const finishing = (async () => {
+      for await (const event of busy) if (event.event === "done") return (event.data as { message: { finish_reason: string } }).message.finish_reason;
+    })();
+    const ask = (conversation: string, stream: boolean) =>
+      postChat(server.url, adminKey, { message: "Waiting", conversation_id: conversation, stream, max_tokens: 8 });
+    // Two wait for the busy conversation's turn, two for the one sequence.
+    const waiting = { lockPlain: ask("busy", false), lockStream: ask("busy", true), queuedPlain: ask("queued-plain", false), queuedStream: ask("queued-stream", true) };
+    const turns = async () => Number(/^parley_chat_turns (\d+)$/m.exec(await (await fetch(`${server.url}/metrics`, { headers: bearer(adminKey) })).text())?.[1]);
+    await until(async () => (await turns()) === 5, "all five turns to be admitted");
+    server.child.kill("SIGTERM");
+
+    expect(await finishing).toBe("cancelled");
+    // Still waiting for the conversation when cancelled: nothing of theirs was stored, so a 503.
+    for (const response of [await waiting.lockPlain, await waiting.lockStream]) {
+      expect(response.status).toBe(503);
+      expect(((await response.json()) as { error: { code: string } }).error.code).toBe("overloaded");
+    }
+    // Their questions were stored: each gets a reply, empty and cancelled.
+    const plain = await waiting.queuedPlain;
+    expect(plain.status).toBe(200);
+    expect(((await plain.json()) as { message: unknown }).message).toMatchObject({ content: "", finish_reason: "cancelled" });
+    const events = [];
+    for await (const event of readSse(await waiting.queuedStream)) events.push(event);
+    expect(events.map((event) => event.event)).toEqual(["start", "done"]);
+    expect((events[1]!.data as { message: unknown }).message).toMatchObject({ content: "", finish_reason: "cancelled" });
+    expect(await server.child.exited).toBe(0);
+
+    const rows = replies(server.dbPath);
+    expect(rows.filter((row) => row.role === "user").length).toBe(3);
+    expect(rows.filter((row) => row.role === "assistant" && row.finish_reason === "cancelled").length).toBe(3);
+  });
+
+  test("requests the server cannot take (an invalid Host) get a 400 and leave a graceful stop at exit 0", async () => {
+    const server = await start();
+    for (const host of ["a b", "", "user@host"]) {
+      const response = await rawRequest(server.url, `GET /healthz HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+      expect(response?.status).toBe(400);
+      expect(JSON.parse(response!.body)).toMatchObject({ error: { code: "bad_request" } });
+    }
+    server.child.kill("SIGTERM");
+    expect(await server.child.exited).toBe(0);
   });
 
   test("a second signal exits at once and the database stays whole", async () => {

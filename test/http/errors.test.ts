@@ -79,6 +79,9 @@ describe("the contract's error table", () => {
     ["message over 16000 code points", { message: "é".repeat(16_001), conversation_id: "c" }, "message"],
     ["message emoji over 16000 code points", { message: "😀".repeat(16_001), conversation_id: "c" }, "message"],
     ["message not a string", { message: { text: MARK }, conversation_id: "c" }, "message"],
+    // JSON.stringify writes these as `\ud800` escapes: what a client's JSON may carry.
+    ["message with a lone high surrogate", { message: "x\ud800y", conversation_id: "c" }, "message"],
+    ["message with a lone low surrogate", { message: "\udc00", conversation_id: "c" }, "message"],
     ["conversation_id missing", { message: MARK }, "conversation_id"],
     ["conversation_id with a space", { message: "hi", conversation_id: `a ${MARK}` }, "conversation_id"],
     ["conversation_id starting with :", { message: "hi", conversation_id: ":eq:x" }, "conversation_id"],

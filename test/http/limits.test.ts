@@ -2,13 +2,14 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
 const db = testDb("limits");
 const alice = await db.keys.create("alice", "user");
 const bob = await db.keys.create("bob", "user");
+const admin = await db.keys.create("ops", "admin");
 
 describe("body size", () => {
   const server = serveApp({ storage: db.storage, limits: { bodyLimitBytes: 4096 } });
@@ -32,6 +33,35 @@ describe("body size", () => {
     expect(((await response.json()) as { error: { code: string } }).error.code).toBe("payload_too_large");
     // What the client had produced when the answer came: far below the 50 MB it would send.
     expect(pulled).toBeLessThan(5_000_000);
+  });
+});
+
+describe("body time", () => {
+  const server = serveApp({ storage: db.storage, limits: { bodyTimeoutMs: 300 } });
+  afterAll(() => server.stop());
+
+  test("a body trickled in slower than the limit gets 408 and the connection is closed", async () => {
+    const { hostname, port } = new URL(server.url);
+    const answer = Promise.withResolvers<string>();
+    let received = "";
+    const socket = await Bun.connect({
+      hostname,
+      port: Number(port),
+      socket: {
+        data: (_socket, data) => void (received += new TextDecoder().decode(data)),
+        close: () => answer.resolve(received),
+        error: () => answer.resolve(received),
+      },
+    });
+    socket.write(`POST /api/v1.0/chat HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${alice.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
+    // One byte every 100 ms: the whole body would take 10 s.
+    const trickle = setInterval(() => socket.write(" "), 100);
+    const text = await Promise.race([answer.promise, Bun.sleep(5_000).then(() => `no answer; got: ${received}`)]);
+    clearInterval(trickle);
+    socket.end();
+    expect(text).toStartWith("HTTP/1.1 408");
+    expect(text.toLowerCase()).toContain("connection: close");
+    expect(JSON.parse(text.slice(text.indexOf("\r\n\r\n") + 4))).toMatchObject({ error: { code: "request_timeout" } });
   });
 });
 
@@ -113,5 +143,36 @@ describe("streams per key and the time cap on a reply", () => {
     const third = await post(alice.key, { message: "Again", conversation_id: "again", stream: true, max_tokens: 2 });
     expect(third.status).toBe(200);
     await third.text();
+  });
+});
+
+describe("the queue", () => {
+  // bench-small never ends a reply by itself: the first turn holds its sequence until cancelled.
+  let engine: Engine;
+  let server: Served;
+  beforeAll(async () => {
+    engine = await testEngine({ preset: "bench-small", parallel: 1, queueMax: 2, contextSize: 512 });
+    server = serveApp({ storage: db.storage, engine });
+  });
+  afterAll(async () => {
+    await server.stop();
+    await engine.close();
+  });
+
+  test("turns waiting for their conversation's previous turn count against PARLEY_QUEUE_MAX", async () => {
+    const leave = new AbortController();
+    const holder = await postChat(server.url, alice.key, { message: "Talk", conversation_id: "one", stream: true, max_tokens: 4096 }, leave.signal);
+    const events = readSse(holder);
+    for (let step = await events.next(); !step.done && step.value.event !== "delta"; step = await events.next());
+
+    // Room for two more (parallel 1 + queue 2), though all of them wait for one conversation.
+    const waiting = [1, 2].map(() => postChat(server.url, alice.key, { message: "Me next", conversation_id: "one", max_tokens: 1 }));
+    const turns = async () => Number(/^parley_chat_turns (\d+)$/m.exec(await (await fetch(`${server.url}/metrics`, { headers: bearer(admin.key) })).text())?.[1]);
+    await until(async () => (await turns()) === 3, "the two to be waiting");
+    const refused = await Promise.all([3, 4].map(() => postChat(server.url, bob.key, { message: "And me", conversation_id: "two", max_tokens: 1 })));
+    expect(refused.map((response) => response.status)).toEqual([503, 503]);
+
+    leave.abort();
+    expect((await Promise.all(waiting)).map((response) => response.status)).toEqual([200, 200]);
   });
 });

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import fc from "fast-check";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
@@ -13,8 +14,8 @@ beforeAll(() => writePresetModel("demo", modelPath));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** One sequence, so every other conversation evicts the last one. */
-const load = (maxBytes = 64 * 2 ** 20) =>
-  Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1, kvCache: { dir: kvDir, maxBytes } });
+const load = (maxBytes = 64 * 2 ** 20, onWarning?: (message: string) => void) =>
+  Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1, kvCache: { dir: kvDir, maxBytes }, onWarning });
 
 async function reply(engine: Engine, key: string, history: Turn[]): Promise<GenerateResult> {
   const gen = engine.generate({ conversationKey: key, history, temperature: 0, maxTokens: 64 } satisfies GenerateRequest);
@@ -36,6 +37,7 @@ function conversation(engine: () => Engine, key: string) {
 }
 
 const kvFiles = () => readdirSync(kvDir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name.endsWith(".kv"));
+const kvPaths = () => new Set(kvFiles().map((f) => join(f.parentPath, f.name)));
 
 describe("saved KV states", () => {
   let engine: Engine;
@@ -110,5 +112,148 @@ describe("a changed system prompt", () => {
     } finally {
       await engine.close();
     }
+  });
+});
+
+describe("damaged state files", () => {
+  const FIRST = "hello there";
+  const SECOND = "tell me more";
+  const warnings: string[] = [];
+  let engine: Engine;
+  /** The second reply of a conversation that another one interrupted, with the KV cache off. */
+  let expected: string;
+
+  beforeAll(async () => {
+    rmSync(kvDir, { recursive: true, force: true });
+    engine = await load(undefined, (message) => void warnings.push(message));
+    await using plain = await Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1 });
+    const a = conversation(() => plain, "a");
+    await a(FIRST);
+    await reply(plain, "other", [{ role: "user", content: "something else" }]);
+    expected = (await a(SECOND)).text;
+  });
+  afterAll(() => engine.close());
+
+  let runs = 0;
+
+  /**
+   * Runs a conversation until its state is on disk, applies `damage` to the state file (and its
+   * sidecar), and returns the conversation's next reply and whether the pair was deleted.
+   */
+  async function afterDamage(damage: (kv: string, sidecar: string) => void) {
+    const key = `c${++runs}`;
+    const a = conversation(() => engine, key);
+    await a(FIRST);
+    const before = kvPaths();
+    // Takes the only sequence: a's state is written.
+    await reply(engine, `${key}-other`, [{ role: "user", content: "something else" }]);
+    const [kv, ...more] = [...kvPaths()].filter((path) => !before.has(path));
+    expect(more).toHaveLength(0);
+    const sidecar = kv!.replace(/\.kv$/, ".json");
+    damage(kv!, sidecar);
+    const warned = warnings.length;
+    const result = await a(SECOND);
+    return { result, deleted: !existsSync(kv!) && !existsSync(sidecar), warned: warnings.slice(warned) };
+  }
+
+  const expectRecovered = ({ result, deleted, warned }: Awaited<ReturnType<typeof afterDamage>>) => {
+    expect(result.text).toBe(expected);
+    expect(deleted).toBe(true);
+    expect(warned).toEqual([expect.stringContaining("saved KV state was unusable")]);
+  };
+
+  test("an intact state is reused and gives the same reply as the cache off", async () => {
+    const { result, deleted, warned } = await afterDamage(() => {});
+    expect(result.text).toBe(expected);
+    expect(result.cachedTokens).toBeGreaterThan(20);
+    expect(deleted).toBe(false);
+    expect(warned).toEqual([]);
+  });
+
+  test("a truncated state file (which aborts llama.cpp) is deleted and the history re-evaluated", async () => {
+    expectRecovered(await afterDamage((kv) => truncateSync(kv, Math.floor(statSync(kv).size / 2))));
+  });
+
+  // After the magic, the version, the token count and the tokens: a stream count, the cell count,
+  // then each cell's position. A huge cell count made llama.cpp allocate until the kernel killed it.
+  test.each([
+    ["cell count", 4],
+    ["first cell's position", 8],
+  ])("a huge %s is deleted, never loaded", async (_, offset) => {
+    expectRecovered(
+      await afterDamage((kv) => {
+        const bytes = readFileSync(kv);
+        bytes.writeUInt32LE(0x7fffffff, 12 + 4 * bytes.readUInt32LE(8) + offset);
+        writeFileSync(kv, bytes);
+      }),
+    );
+  });
+
+  test("flipped bytes in the KV data are caught, not loaded as if valid", async () => {
+    expectRecovered(
+      await afterDamage((kv) => {
+        const bytes = readFileSync(kv);
+        for (const at of [bytes.length - 100, Math.floor(bytes.length * 0.7)]) bytes[at]! ^= 0x10;
+        writeFileSync(kv, bytes);
+      }),
+    );
+  });
+
+  test("a sidecar whose transcript was altered is caught", async () => {
+    expectRecovered(await afterDamage((_, sidecar) => writeFileSync(sidecar, readFileSync(sidecar, "utf8").replace(FIRST, "hello_there"))));
+  });
+
+  test("a state saved without a checksum (by an older version) is deleted", async () => {
+    expectRecovered(
+      await afterDamage((_, sidecar) => {
+        const { transcript } = JSON.parse(readFileSync(sidecar, "utf8")) as { transcript: object };
+        writeFileSync(sidecar, JSON.stringify(transcript));
+      }),
+    );
+  });
+
+  test("property: random damage never crashes and never changes a reply", async () => {
+    const bytes = fc.uint8Array({ minLength: 1, maxLength: 16 });
+    const huge = fc.constantFrom(0x7fffffff, 0xffffffff, 0x80000000).map((value) => {
+      const word = Buffer.alloc(4);
+      word.writeUInt32LE(value);
+      return new Uint8Array(word);
+    });
+    const damage = fc.oneof(
+      fc.record({ kind: fc.constant("truncate" as const), at: fc.nat() }),
+      fc.record({ kind: fc.constant("overwrite" as const), at: fc.nat(), bytes: fc.oneof(bytes, huge) }),
+      fc.record({ kind: fc.constant("append" as const), bytes }),
+    );
+    type Damage = typeof damage extends fc.Arbitrary<infer T> ? T : never;
+    const damaged = (file: Buffer, hit: Damage): Buffer => {
+      if (hit.kind === "truncate") return file.subarray(0, hit.at % Math.max(1, file.length));
+      if (hit.kind === "append") return Buffer.concat([file, hit.bytes]);
+      const patch = hit.bytes.subarray(0, file.length);
+      // Word-aligned, like the counts and positions llama.cpp reads.
+      const at = Math.max(0, Math.min(hit.at % Math.max(1, file.length), file.length - patch.length)) & ~3;
+      const next = Buffer.from(file);
+      next.set(patch, at);
+      return next;
+    };
+    const target = fc.constantFrom("kv", "kv", "kv", "sidecar");
+    // Set KV_DAMAGE_SEED to replay a failure: fast-check reports the seed (and path) it failed with.
+    const seed = Number(Bun.env.KV_DAMAGE_SEED ?? Math.floor(Math.random() * 2 ** 31));
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.tuple(target, damage), { minLength: 1, maxLength: 3 }), async (damages) => {
+        let changed = false;
+        const outcome = await afterDamage((kv, sidecar) => {
+          const originals = [readFileSync(kv), readFileSync(sidecar)];
+          for (const [which, hit] of damages) {
+            const path = which === "kv" ? kv : sidecar;
+            writeFileSync(path, damaged(readFileSync(path), hit));
+          }
+          changed = !readFileSync(kv).equals(originals[0]!) || !readFileSync(sidecar).equals(originals[1]!);
+        });
+        expect(outcome.result.text).toBe(expected);
+        expect(outcome.deleted).toBe(changed);
+        expect(outcome.warned).toHaveLength(changed ? 1 : 0);
+      }),
+      { seed, numRuns: 40, endOnFailure: true },
+    );
   });
 });

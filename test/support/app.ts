@@ -39,15 +39,19 @@ export interface ServeOptions {
   /** Captures the app's log lines (JSON) when given. */
   logLines?: string[];
   metrics?: Metrics;
+  /** Runs the turns of `chat` (give both, or neither). */
+  runner?: TurnRunner;
   chat?: ChatService;
 }
 
 export const DEFAULT_LIMITS: HttpLimits = {
   bodyLimitBytes: 65_536,
+  bodyTimeoutMs: 10_000,
   heartbeatMs: 10_000,
   rateLimitPerMinute: 0,
   maxStreamsPerKey: 20,
   metricsPublic: false,
+  corsOrigins: [],
 };
 
 /** A logger writing JSON lines into `lines`, so tests can read what operators would see. */
@@ -58,12 +62,13 @@ export function captureLog(lines: string[]): Logger {
 /** The real app on a real port, so tests speak HTTP like any client. */
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
+  const runner = options.runner ?? new TurnRunner({ current: () => engine });
   const app = createApp({
     storage,
-    chat: options.chat ?? new ChatService(storage.conversations, new TurnRunner({ current: () => engine })),
+    chat: options.chat ?? new ChatService(storage.conversations, runner),
     isReady: () => engine !== undefined,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
-    metrics: options.metrics ?? new Metrics(() => engine),
+    metrics: options.metrics ?? new Metrics({ engine: () => engine, turns: () => runner.activeTurns }),
     limits: { ...DEFAULT_LIMITS, ...options.limits },
   }).listen({ hostname: "127.0.0.1", port: 0 });
   return {

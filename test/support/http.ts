@@ -10,3 +10,41 @@ export const postChat = (url: string, key: string, body: Record<string, unknown>
     body: JSON.stringify(body),
     signal,
   });
+
+export interface RawResponse {
+  status: number;
+  head: string;
+  body: string;
+}
+
+/**
+ * Writes bytes that fetch would refuse or normalise straight to the server's socket and reads
+ * the first response. Resolves with undefined when the server closes without answering.
+ */
+export async function rawRequest(url: string, request: string | Uint8Array, deadlineMs = 10_000): Promise<RawResponse | undefined> {
+  const { hostname, port } = new URL(url);
+  const chunks: Uint8Array[] = [];
+  const { promise, resolve } = Promise.withResolvers<void>();
+  const socket = await Bun.connect({
+    hostname,
+    port: Number(port),
+    socket: {
+      data: (_socket, data) => void chunks.push(new Uint8Array(data)),
+      close: () => resolve(),
+      end: () => resolve(),
+      error: () => resolve(),
+    },
+  });
+  socket.write(request);
+  socket.flush();
+  const timer = setTimeout(() => resolve(), deadlineMs);
+  // Requests carry `Connection: close`: the server ends the connection after its answer.
+  await promise;
+  clearTimeout(timer);
+  socket.end();
+  const text = new TextDecoder().decode(Buffer.concat(chunks));
+  if (text === "") return undefined;
+  const split = text.indexOf("\r\n\r\n");
+  const head = split < 0 ? text : text.slice(0, split);
+  return { status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(head)?.[1]), head, body: split < 0 ? "" : text.slice(split + 4) };
+}

@@ -1,3 +1,4 @@
+import type { Statement } from "bun:sqlite";
 import { and, asc, count, desc, eq, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
 import {
@@ -50,10 +51,18 @@ function listStatement(db: Db) {
 }
 
 export class SqliteConversationStore implements ConversationStore {
+  /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
+  private readonly newestFirst: Statement<StoredTurn, [number]>;
   private readonly listPage;
   private readonly countAll;
 
   constructor(private readonly db: Db) {
+    const query = db
+      .select({ role: messages.role, content: messages.content })
+      .from(messages)
+      .where(eq(messages.conversationId, sql.placeholder("conversationId")))
+      .orderBy(desc(messages.createdAt), desc(messages.id));
+    this.newestFirst = db.$client.prepare<StoredTurn, [number]>(query.toSQL().sql);
     this.listPage = listStatement(db);
     this.countAll = db
       .select({ n: count() })
@@ -92,13 +101,16 @@ export class SqliteConversationStore implements ConversationStore {
     };
   }
 
-  async turns(conversationId: number): Promise<StoredTurn[]> {
-    return this.db
-      .select({ role: messages.role, content: messages.content })
-      .from(messages)
-      .where(eq(messages.conversationId, conversationId))
-      .orderBy(asc(messages.createdAt), asc(messages.id))
-      .all();
+  async recentTurns(conversationId: number, { maxChars }: { maxChars: number }): Promise<StoredTurn[]> {
+    const turns: StoredTurn[] = [];
+    let chars = 0;
+    // Stepped row by row: the rows beyond the bound are never read.
+    for (const turn of this.newestFirst.iterate(conversationId)) {
+      turns.push(turn);
+      chars += turn.content.length;
+      if (chars >= maxChars) break;
+    }
+    return turns.reverse();
   }
 
   async list(query: ConversationQuery): Promise<ConversationPage> {

@@ -4,7 +4,7 @@ import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
-import { jsonBody } from "../json-body";
+import { type BodyLimits, jsonBody } from "../json-body";
 import { chatReplyResponse, errorResponses } from "../openapi";
 import { resultJson, startJson } from "../present";
 import { event } from "../sse";
@@ -24,6 +24,9 @@ const chatRequest = t.Object({
 });
 
 function checkMessage(message: string): void {
+  // JSON may carry a lone surrogate (`"\ud800"`), which UTF-8 storage would turn into U+FFFD:
+  // the stored text must be what the user sent.
+  if (!message.isWellFormed()) throw new InvalidInput("message", "message must be valid Unicode text (it has a lone surrogate)");
   let codePoints = 0;
   for (const _ of message) codePoints++;
   if (codePoints < 1 || codePoints > MAX_MESSAGE_CODE_POINTS || message.trim() === "") {
@@ -42,7 +45,7 @@ const nativeFraming: Framing<TurnStart, TurnResult> = {
 export interface ChatRouteDeps {
   chat: ChatService;
   turns: TurnDriver;
-  bodyLimitBytes: number;
+  body: BodyLimits;
 }
 
 export const chatRoutes = (deps: ChatRouteDeps) =>
@@ -69,7 +72,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
     {
       auth: "key",
       body: chatRequest,
-      parse: jsonBody(deps.bodyLimitBytes),
+      parse: jsonBody(deps.body),
       detail: {
         summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
         responses: {

@@ -1,0 +1,45 @@
+/**
+ * A tokenizer that remembers its plain-text results. A rendered conversation tokenizes run by run
+ * (`LlamaText.tokenize` calls the tokenizer once per text between special tokens), and from one
+ * render to the next, and one turn to the next, almost every run is one seen before: a turn's
+ * message with its template text. Remembering them turns the re-tokenizing of a history, which
+ * blocks the JS thread (tens of ms per 16,000 CJK characters), into lookups, so a turn tokenizes
+ * only its new text.
+ */
+import type { Token, Tokenizer } from "node-llama-cpp";
+
+/**
+ * A tokenizer like `tokenizer`, remembering plain-text results up to `capacityTokens` tokens in all.
+ * A remembered result is handed out again as the same array: callers must not change it.
+ */
+export function cachingTokenizer(tokenizer: Tokenizer, capacityTokens: number): Tokenizer {
+  // Insertion order is recency order: a hit is moved to the end, eviction takes from the front.
+  const cache = new Map<string, Token[]>();
+  let held = 0;
+
+  const tokenize = (text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace"): Token[] => {
+    // Special-token texts are the template's own few, short and cheap: only plain text is kept.
+    if (specialTokens !== false && specialTokens !== undefined) return tokenizer(text as never, specialTokens as never, options as never);
+    const key = (options === "trimLeadingSpace" ? "t" : "-") + text;
+    const known = cache.get(key);
+    if (known) {
+      cache.delete(key);
+      cache.set(key, known);
+      return known;
+    }
+    const tokens = tokenizer(text, false, options);
+    cache.set(key, tokens);
+    held += tokens.length;
+    for (const [oldest, value] of cache) {
+      if (held <= capacityTokens || oldest === key) break;
+      cache.delete(oldest);
+      held -= value.length;
+    }
+    return tokens;
+  };
+  return Object.assign(tokenize as Tokenizer, {
+    detokenize: tokenizer.detokenize,
+    isSpecialToken: tokenizer.isSpecialToken,
+    isEogToken: tokenizer.isEogToken,
+  });
+}

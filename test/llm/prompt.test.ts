@@ -1,0 +1,90 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { getLlama, type Llama, type LlamaModel, resolveChatWrapper } from "node-llama-cpp";
+import { PromptRenderer } from "../../src/llm/prompt";
+import { cachingTokenizer } from "../../src/llm/token-cache";
+import type { Turn } from "../../src/llm/types";
+import { presetModel, type Random, withSeed } from "../support";
+
+let llama: Llama;
+let model: LlamaModel;
+let prompts: PromptRenderer;
+
+beforeAll(async () => {
+  llama = await getLlama({ gpu: false, build: "never" });
+  model = await llama.loadModel({ modelPath: await presetModel("demo"), vocabOnly: true });
+  prompts = new PromptRenderer(model, resolveChatWrapper(model));
+});
+afterAll(() => llama.dispose());
+
+/** Text of every kind a tokenizer handles differently: words, CJK, emoji, accents, runs of spaces, control tokens as text. */
+function mixedText(random: Random, length: number): string {
+  const kinds = [
+    () => " hello",
+    () => " the",
+    () => String.fromCharCode(random.int(0x4e00, 0x9fff)),
+    () => "👋🏽",
+    () => "é",
+    () => " ".repeat(random.int(1, 8)),
+    () => "<|im_end|>",
+    () => "\n",
+  ];
+  let text = "";
+  while (text.length < length) text += kinds[random.int(0, kinds.length - 1)]!();
+  return text.slice(0, length);
+}
+
+describe("cachingTokenizer", () => {
+  test(
+    "rendered conversations tokenize as with the model's tokenizer, remembered, evicted or new",
+    withSeed(async (random) => {
+      const wrapper = resolveChatWrapper(model);
+      for (const capacity of [0, 50, 1 << 20]) {
+        const tokenizer = cachingTokenizer(model.tokenizer, capacity);
+        for (let round = 0; round < 3; round++) {
+          const history = Array.from({ length: random.int(1, 6) }, (_, i) =>
+            i % 2 === 0 ? { type: "user" as const, text: mixedText(random, random.int(0, 300)) } : { type: "model" as const, response: [mixedText(random, random.int(0, 300))] },
+          );
+          const text = wrapper.generateContextState({ chatHistory: history }).contextText;
+          const expected = text.tokenize(model.tokenizer);
+          expect(text.tokenize(tokenizer)).toEqual(expected);
+          expect(text.tokenize(tokenizer)).toEqual(expected);
+          expect(text.tokenize(tokenizer, "trimLeadingSpace")).toEqual(text.tokenize(model.tokenizer, "trimLeadingSpace"));
+        }
+      }
+    }),
+  );
+});
+
+describe("PromptRenderer", () => {
+  test(
+    "history of historyChars(n) characters is more than n tokens, even spelled with the longest tokens",
+    withSeed(async (random) => {
+      const pieces = model.fileInfo.metadata.tokenizer.ggml.tokens as string[];
+      const longest = pieces.map((_, token) => model.detokenize([token as never], false)).sort((a, b) => b.length - a.length)[0]!;
+      for (const n of [1, 100, 2_000]) {
+        const chars = prompts.historyChars(n);
+        for (const text of [longest.repeat(Math.ceil(chars / longest.length)), mixedText(random, chars)]) {
+          expect(model.tokenize(text.slice(0, chars), false).length).toBeGreaterThan(n);
+        }
+      }
+    }),
+  );
+
+  test(
+    "a fitted prompt is its newest turns, tokenized as the model does, within the budget and historyChars",
+    withSeed(async (random) => {
+      // Turns of at most 100 characters (300 tokens) fit whole: the window is made of turns, none cut.
+      const budget = 400;
+      const history: Turn[] = [];
+      for (let i = 0; i < 61; i++) history.push({ role: i % 2 === 0 ? "user" : "assistant", content: mixedText(random, random.int(1, 100)) });
+      const fitted = await prompts.fit(history, budget);
+      expect(fitted.tokens.length).toBeLessThanOrEqual(budget);
+      expect(fitted.tokens).toEqual(fitted.text.tokenize(model.tokenizer));
+
+      const kept = history.slice(-fitted.history.length);
+      expect(kept[0]!.role).toBe("user");
+      expect(fitted.history.map((item) => (item.type === "user" ? item.text : item.type === "model" ? item.response[0] : ""))).toEqual(kept.map((turn) => turn.content));
+      expect(kept.reduce((chars, turn) => chars + turn.content.length, 0)).toBeLessThan(prompts.historyChars(budget));
+    }),
+  );
+});
