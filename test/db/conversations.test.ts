@@ -58,13 +58,14 @@ test("deleting a conversation removes its messages and counts, only for its owne
   expect(again.id).not.toBe(doomed.id);
 });
 
-test("the listing reads the page from the index, without a sort step", () => {
+test("the listing finds a user's conversations and their titles through indexes", () => {
   const statement = (storage.conversations as unknown as { listPage: { getQuery(): { sql: string; params: unknown[] } } }).listPage.getQuery();
   const values: Record<string, unknown> = { userId: 1, limit: 20, offset: 0 };
   const params = statement.params.map((param) => (typeof param === "object" && param !== null && "name" in param ? values[param.name as string] : param));
   const plan = storage.sqlite.query(`EXPLAIN QUERY PLAN ${statement.sql}`).all(...(params as [])) as { detail: string }[];
   const detail = plan.map((row) => row.detail).join("\n");
-  expect(detail).toContain("conversations_user_updated_idx");
-  expect(detail).toContain("messages_conversation_created_idx");
-  expect(detail).not.toContain("TEMP B-TREE");
+  expect(detail).toMatch(/SEARCH conversations USING (COVERING )?INDEX conversations_user_external_idx \(user_id=\?\)/);
+  expect(detail).toContain("SEARCH conversation_message_counts USING INTEGER PRIMARY KEY");
+  expect(detail).toContain("SEARCH messages USING INDEX messages_conversation_created_idx (conversation_id=?)");
+  expect(detail).not.toMatch(/SCAN (conversations|messages)\b/);
 });

@@ -16,15 +16,18 @@ import { conversationMessageCounts, conversations, messages } from "./schema";
 
 /**
  * A page of a user's conversations in two steps, like the message listing: the page's ids are
- * picked from the `(user_id, updated_at, id)` index, then only those rows get their count and
- * title (the first user message, found through `(conversation_id, created_at, id)`).
+ * picked by sorting the user's conversations on their count rows' `updated_at` (one row each,
+ * found by primary key), then only those rows get their title: the first user message, found
+ * through `(conversation_id, created_at, id)`.
  */
 function listStatement(db: Db) {
+  const updatedAt = sql<number>`coalesce(${conversationMessageCounts.updatedAt}, ${conversations.createdAt})`;
   const page = db
-    .select({ id: conversations.id, updatedAt: conversations.updatedAt })
+    .select({ id: conversations.id, updatedAt: updatedAt.as("last_activity") })
     .from(conversations)
+    .leftJoin(conversationMessageCounts, eq(conversationMessageCounts.conversationId, conversations.id))
     .where(eq(conversations.userId, sql.placeholder("userId")))
-    .orderBy(desc(conversations.updatedAt), desc(conversations.id))
+    .orderBy(desc(updatedAt), desc(conversations.id))
     .limit(sql.placeholder("limit"))
     .offset(sql.placeholder("offset"))
     .as("page");
@@ -38,14 +41,13 @@ function listStatement(db: Db) {
     .select({
       conversationId: conversations.externalId,
       createdAt: conversations.createdAt,
-      updatedAt: sql<number>`coalesce(${conversations.updatedAt}, ${conversations.createdAt})`,
+      updatedAt: page.updatedAt,
       messageCount: sql<number>`coalesce(${conversationMessageCounts.messageCount}, 0)`,
       title: sql<string>`coalesce((${title}), '')`,
     })
     .from(page)
     .innerJoin(conversations, eq(conversations.id, page.id))
     .leftJoin(conversationMessageCounts, eq(conversationMessageCounts.conversationId, conversations.id))
-    // Satisfied by the subquery's order: SQLite adds no sort step.
     .orderBy(desc(page.updatedAt), desc(page.id))
     .prepare();
 }

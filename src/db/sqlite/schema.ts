@@ -45,17 +45,8 @@ export const conversations = sqliteTable(
     /** The client's `conversation_id`; only unique within one user. */
     externalId: text("external_id").notNull(),
     createdAt: createdAt(),
-    /**
-     * The newest message's `created_at`, kept by a trigger on `messages` (migration 0003); null
-     * until the first message. (SQLite cannot add a column whose default is an expression.)
-     */
-    updatedAt: integer("updated_at", { mode: "number" }),
   },
-  (table) => [
-    uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId),
-    // Serves "a user's conversations, most recent activity first" with no sort step.
-    index("conversations_user_updated_idx").on(table.userId, table.updatedAt, table.id),
-  ],
+  (table) => [uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId)],
 );
 
 export const messages = sqliteTable(
@@ -103,4 +94,10 @@ export const conversationMessageCounts = sqliteTable("conversation_message_count
     .primaryKey()
     .references(() => conversations.id),
   messageCount: integer("message_count").notNull(),
+  /**
+   * The newest message's `created_at`, kept by the same trigger as the count (migration 0003), so
+   * storing a message writes no page it did not write before. No index: a user's conversations
+   * are sorted when listed (an index cost each message two more page writes).
+   */
+  updatedAt: integer("updated_at", { mode: "number" }),
 });
