@@ -88,7 +88,10 @@ export async function startService(config: Config, log: Logger, announce: Announ
 
   const app = createApp({
     storage,
-    chat: new ChatService(storage.conversations, runner, storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 }),
+    chat: new ChatService(storage.conversations, runner, {
+      systemPrompt: config.systemPrompt,
+      shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
+    }),
     completions: new CompletionService(runner),
     isReady: () => engine !== undefined,
     log,

@@ -2,7 +2,7 @@
  * Configuration is read once, from the environment with command-line flag overrides,
  * and validated up front: a bad value stops start-up with a message naming the variable.
  */
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { isPostgresUrl } from "./db/open";
 import { LOG_LEVELS, type LogLevel } from "./log";
@@ -44,6 +44,8 @@ export interface Config {
   corsOrigins: string[];
   /** Disk budget for saved KV states (`<dataDir>/kv/`); 0 = none saved. */
   kvCacheMb: number;
+  /** Put before every native conversation's history; the text itself, already read from its file. */
+  systemPrompt?: string;
 }
 
 /**
@@ -158,6 +160,12 @@ export const CONFIG_SPEC = {
     default: "2048",
     help: "MiB of disk for saved conversation KV states in the data directory, least recently used dropped first (0 = off)",
   },
+  systemPrompt: {
+    env: "PARLEY_SYSTEM_PROMPT",
+    flag: "--system-prompt",
+    default: "",
+    help: "System message before every conversation's history (a persona): the text, or @path to read it from a file at start; not stored with conversations",
+  },
 } satisfies Record<keyof Config, Spec>;
 
 /** Flags that stand alone; every other `--flag` takes a value. */
@@ -235,6 +243,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
   if (dataDir !== undefined && (dataDir.trim() === "" || statSync(dataDir, { throwIfNoEntry: false })?.isDirectory() === false)) {
     throw new ConfigError(`${raw("dataDir").name} must name a directory, existing or to be created (got "${dataDir}")`);
   }
+  const systemPrompt = promptText(raw("systemPrompt"));
   const host = raw("host").value.trim();
   if (host === "") throw new ConfigError(`${raw("host").name} must not be empty`);
 
@@ -264,5 +273,20 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     metricsPublic: bool("metricsPublic"),
     corsOrigins: origins("corsOrigins"),
     kvCacheMb: int("kvCacheMb", 0, 1 << 24),
+    systemPrompt,
   };
+}
+
+/** `@path` names a file read now, so a missing one stops start-up rather than the first turn. */
+function promptText({ value, name }: { value: string; name: string }): string | undefined {
+  if (!value.startsWith("@")) return value.trim() || undefined;
+  const path = value.slice(1);
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    throw new ConfigError(`${name} names a file that cannot be read: ${path} (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+  if (text.trim() === "") throw new ConfigError(`${name} names an empty file: ${path}`);
+  return text.trim();
 }

@@ -1,6 +1,7 @@
 import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
+import type { Turn } from "../llm/engine";
 import { KeyedLock } from "./keyed-lock";
 import { type RunningTurn, shuttingDown, type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
@@ -34,7 +35,21 @@ export interface TurnResult {
   model: string;
 }
 
+export interface ChatServiceOptions {
+  /**
+   * Put before every conversation's history (an operator's persona), never stored: changing it
+   * changes the prompt of every conversation from its next turn on, and the engine, whose KV
+   * reuse is token-exact, then re-evaluates instead of reusing a transcript made with the old one.
+   */
+  systemPrompt?: string;
+  /** When other processes share the storage: a turn also holds its conversation across them. */
+  shared?: LeaseOptions;
+}
+
 const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
+
+/** Turns of one conversation, and its deletion, take this lock in arrival order. */
+const lockKey = (userId: number, conversationId: string) => `${userId}\u0000${conversationId}`;
 
 /**
  * A wait (for the conversation's previous turn) that was aborted before anything of the turn was
@@ -52,13 +67,37 @@ function endedWaiting(error: unknown, running: RunningTurn): undefined {
  */
 export class ChatService {
   private readonly turns = new KeyedLock();
+  private readonly preamble: Turn[];
+  private readonly shared: LeaseOptions | undefined;
 
   constructor(
     private readonly conversations: ConversationStore,
     private readonly runner: TurnRunner,
-    /** When other processes share the storage: the turn also holds the conversation across them. */
-    private readonly shared?: LeaseOptions,
-  ) {}
+    options: ChatServiceOptions = {},
+  ) {
+    this.preamble = options.systemPrompt ? [{ role: "system", content: options.systemPrompt }] : [];
+    this.shared = options.shared;
+  }
+
+  /**
+   * Deletes the user's conversation: its stored messages, then what the engine keeps of it. Waits
+   * behind the conversation's turns (a running reply finishes and is stored first, then deleted
+   * with the rest), so nothing is left half-deleted; turns that arrive later start it afresh.
+   * False when the user has no such conversation. An abort while waiting deletes nothing.
+   */
+  async delete(userId: number, conversationId: string, signal?: AbortSignal): Promise<boolean> {
+    const release = await this.turns.acquire(lockKey(userId, conversationId), signal);
+    try {
+      const deleted = await this.conversations.delete(userId, conversationId);
+      if (!deleted) return false;
+      // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
+      // state is used only for a prompt that starts with exactly its text.
+      await this.runner.engines.current()?.forget(String(deleted.id));
+      return true;
+    } finally {
+      release();
+    }
+  }
 
   /**
    * Yields `start` once the user's message is stored, then `delta`s; returns the stored reply.
@@ -79,7 +118,7 @@ export class ChatService {
     const { engine, signal } = running;
     let release: () => void;
     try {
-      release = await this.turns.acquire(`${input.userId}\u0000${input.conversationId}`, signal);
+      release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
     } catch (error) {
       return endedWaiting(error, running);
     }
@@ -104,7 +143,7 @@ export class ChatService {
 
       const result = yield* running.reply({
         conversationKey: String(conversation.id),
-        history: await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }),
+        history: [...this.preamble, ...(await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }))],
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,

@@ -130,6 +130,7 @@ export class TurnRunner {
   private closing = false;
 
   constructor(
+    /** Also where work besides turns (forgetting a deleted conversation) finds the engine. */
     readonly engines: EngineSource,
     private readonly options: TurnRunnerOptions = {},
   ) {}

@@ -3,6 +3,8 @@
  * round trip (PostgreSQL) can stand where SQLite does; nothing here knows of chats or HTTP.
  */
 import type {
+  ConversationPage,
+  ConversationQuery,
   CreatedKey,
   FoundConversation,
   ConversationRef,
@@ -45,6 +47,14 @@ export interface ConversationStore {
    * length), so the work does not grow with the conversation. All turns when they hold fewer.
    */
   recentTurns(conversationId: number, bound: { maxChars: number }): Promise<StoredTurn[]>;
+  /** One page of a user's conversations, most recent activity first, and how many there are. */
+  list(query: ConversationQuery): Promise<ConversationPage>;
+  /**
+   * Deletes the user's conversation, its messages and its message count in one transaction (the
+   * user's count drops by as many). Returns what was deleted, undefined when the user has no
+   * conversation by that id. The id may then be used again: it starts a new conversation.
+   */
+  delete(userId: number, externalId: string): Promise<ConversationRef | undefined>;
 }
 
 export interface MessageStore {

@@ -97,3 +97,30 @@ export interface MessagePage {
   /** Every message the query matches, not only this page's. */
   total: number;
 }
+
+/** A conversation as its owner's listing shows it. Times are epoch ms. */
+export interface ConversationSummary {
+  /** The client's `conversation_id`. */
+  conversationId: string;
+  createdAt: number;
+  /** The newest message's time (the conversation's own when it has none). */
+  updatedAt: number;
+  messageCount: number;
+  /** The first user message, at most `CONVERSATION_TITLE_CHARS` characters (code points); "" if none. */
+  title: string;
+}
+
+export const CONVERSATION_TITLE_CHARS = 100;
+
+export interface ConversationQuery {
+  userId: number;
+  limit: number;
+  offset: number;
+}
+
+export interface ConversationPage {
+  /** Most recent activity first; ties by newest conversation. */
+  rows: ConversationSummary[];
+  /** Every conversation of the user, not only this page's. */
+  total: number;
+}

@@ -11,6 +11,7 @@ import { RateLimiter } from "./rate-limit";
 import { requestContext } from "./request-context";
 import { RouteTable, routeGuard } from "./routing";
 import { chatRoutes } from "./routes/chat";
+import { conversationsRoutes } from "./routes/conversations";
 import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
@@ -78,6 +79,7 @@ export function createApp(deps: AppDeps) {
     .use(docsRoutes())
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
+    .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }));
 }

@@ -106,22 +106,35 @@ export type ChatStart = Static<typeof ChatStart>;
 export const ChatDelta = t.Object({ content: t.String() }, closed);
 export type ChatDelta = Static<typeof ChatDelta>;
 
-export const MessagePage = t.Object(
+/** Every listing's: the page asked for, and how many rows and pages there are in all. */
+export const Pagination = t.Object(
   {
-    data: t.Array(Message),
-    pagination: t.Object(
-      {
-        current_page: t.Integer(),
-        rows_per_page: t.Integer(),
-        total_rows: t.Integer(),
-        total_pages: t.Integer(),
-      },
-      closed,
-    ),
+    current_page: t.Integer(),
+    rows_per_page: t.Integer(),
+    total_rows: t.Integer(),
+    total_pages: t.Integer(),
   },
   closed,
 );
+export type Pagination = Static<typeof Pagination>;
+
+export const MessagePage = t.Object({ data: t.Array(Message), pagination: Pagination }, closed);
 export type MessagePage = Static<typeof MessagePage>;
+
+export const Conversation = t.Object(
+  {
+    conversation_id: t.String(),
+    title: t.String({ description: "The first user message, at most 100 characters" }),
+    created_at: t.String({ format: "date-time" }),
+    updated_at: t.String({ format: "date-time", description: "The newest message's time" }),
+    message_count: t.Integer({ description: "Messages of both roles" }),
+  },
+  closed,
+);
+export type Conversation = Static<typeof Conversation>;
+
+export const ConversationPage = t.Object({ data: t.Array(Conversation), pagination: Pagination }, closed);
+export type ConversationPage = Static<typeof ConversationPage>;
 
 export const Health = t.Object({ status: t.Literal("ok") }, closed);
 export type Health = Static<typeof Health>;

@@ -37,14 +37,31 @@ function sortOrder(raw: string | undefined): { sortField: SortField; sortDirecti
   return { sortField: field, sortDirection: direction };
 }
 
-export interface Listing {
-  query: Omit<MessageQuery, "limit" | "offset">;
+export interface Paging {
   page: number;
   rowsPerPage: number;
 }
 
-/** Validates the listing's query string and applies the access rule for `user` keys. */
-export function parseListing(params: ListingParams, principal: Principal): Listing {
+export interface Listing extends Paging {
+  query: Omit<MessageQuery, "limit" | "offset">;
+}
+
+/** `rows_per_page` and `current_page`, as every listing takes them. */
+export function parsePaging(params: Pick<ListingParams, "rows_per_page" | "current_page">): Paging {
+  return {
+    rowsPerPage: integer("rows_per_page", params.rows_per_page, 20, 100),
+    page: integer("current_page", params.current_page, 1, Infinity),
+  };
+}
+
+/** The page's rows as a limit and offset; a page so far past the end that its offset overflows is empty anyway. */
+export function pageWindow({ page, rowsPerPage }: Paging): { limit: number; offset: number } {
+  const offset = (page - 1) * rowsPerPage;
+  return Number.isSafeInteger(offset) ? { limit: rowsPerPage, offset } : { limit: 0, offset: 0 };
+}
+
+/** The user a listing reads: the key's own unless `user_id` names another, which only admin keys may. */
+export function listedUser(params: Pick<ListingParams, "user_id">, principal: Principal, what: string): number {
   let userId = principal.userId;
   if (params.user_id !== undefined) {
     const raw = equalsValue("user_id", params.user_id);
@@ -54,8 +71,14 @@ export function parseListing(params: ListingParams, principal: Principal): Listi
     userId = Number(raw);
   }
   if (principal.role !== "admin" && userId !== principal.userId) {
-    throw new Forbidden("this key may only read its own user's messages", "user_id");
+    throw new Forbidden(`this key may only read its own user's ${what}`, "user_id");
   }
+  return userId;
+}
+
+/** Validates the message listing's query string and applies the access rule for `user` keys. */
+export function parseListing(params: ListingParams, principal: Principal): Listing {
+  const userId = listedUser(params, principal, "messages");
 
   let conversationId: string | undefined;
   if (params.conversation_id !== undefined) {
@@ -65,9 +88,5 @@ export function parseListing(params: ListingParams, principal: Principal): Listi
     }
   }
 
-  return {
-    query: { userId, conversationId, ...sortOrder(params.sort_by) },
-    rowsPerPage: integer("rows_per_page", params.rows_per_page, 20, 100),
-    page: integer("current_page", params.current_page, 1, Infinity),
-  };
+  return { query: { userId, conversationId, ...sortOrder(params.sort_by) }, ...parsePaging(params) };
 }

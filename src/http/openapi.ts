@@ -8,7 +8,7 @@
  */
 import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
-import { ChatDelta, ChatReply, ChatStart, ErrorBody, Health, MessagePage, Ready } from "./contract";
+import { ChatDelta, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 
@@ -19,6 +19,7 @@ export const SCHEMAS = {
   ChatStart,
   ChatDelta,
   MessagePage,
+  ConversationPage,
   Health,
   Ready,
   OpenAiError: OpenAiErrorBody,

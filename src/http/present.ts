@@ -1,7 +1,7 @@
 /** Domain values as the API shows them: the shapes are src/http/contract.ts's. */
 import type { TurnResult, TurnStart } from "../chat/service";
-import type { MessageRecord } from "../db/types";
-import type { ChatReply, ChatStart, Message, MessagePage } from "./contract";
+import type { ConversationSummary, MessageRecord } from "../db/types";
+import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination } from "./contract";
 
 /** A stored message; `finish_reason` belongs to replies only. */
 export function messageJson(message: MessageRecord): Message {
@@ -16,16 +16,33 @@ export function messageJson(message: MessageRecord): Message {
   };
 }
 
-export function pageJson(rows: readonly MessageRecord[], page: { current: number; rowsPerPage: number; totalRows: number }): MessagePage {
-  return {
-    data: rows.map(messageJson),
-    pagination: {
-      current_page: page.current,
-      rows_per_page: page.rowsPerPage,
-      total_rows: page.totalRows,
-      total_pages: Math.ceil(page.totalRows / page.rowsPerPage),
-    },
-  };
+interface PageOf {
+  current: number;
+  rowsPerPage: number;
+  totalRows: number;
+}
+
+const paginationJson = (page: PageOf): Pagination => ({
+  current_page: page.current,
+  rows_per_page: page.rowsPerPage,
+  total_rows: page.totalRows,
+  total_pages: Math.ceil(page.totalRows / page.rowsPerPage),
+});
+
+export function pageJson(rows: readonly MessageRecord[], page: PageOf): MessagePage {
+  return { data: rows.map(messageJson), pagination: paginationJson(page) };
+}
+
+export const conversationJson = (conversation: ConversationSummary): Conversation => ({
+  conversation_id: conversation.conversationId,
+  title: conversation.title,
+  created_at: new Date(conversation.createdAt).toISOString(),
+  updated_at: new Date(conversation.updatedAt).toISOString(),
+  message_count: conversation.messageCount,
+});
+
+export function conversationPageJson(rows: readonly ConversationSummary[], page: PageOf): ConversationPage {
+  return { data: rows.map(conversationJson), pagination: paginationJson(page) };
 }
 
 export const startJson = (start: TurnStart): ChatStart => ({

@@ -18,13 +18,17 @@ export const noSuchEndpoint = () => new NotFound("no such endpoint");
 
 const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? path.slice(0, -1) : path);
 
+/** A route path with `:name` segments as a pattern matching one non-empty segment each. */
+const pattern = (path: string) =>
+  new RegExp(`^${path.split("/").map((segment) => (segment.startsWith(":") ? "[^/]+" : RegExp.escape(segment))).join("/")}$`);
+
 /**
  * The app's routes by path: which methods each allows and what key each needs. Read lazily from
  * the app, which registers its routes after installing the hooks that consult this table.
  */
 export class RouteTable {
   private table: Map<string, Methods> | undefined;
-  /** Paths with parameters (`/v1/models/:model`), each parameter matching any one segment. */
+  /** The entries of `table` whose paths have parameters. */
   private patterns: [RegExp, Methods][] = [];
 
   constructor(private readonly routes: () => readonly RouteEntry[]) {}
@@ -34,18 +38,21 @@ export class RouteTable {
    * with the wrong method as 404; the contract wants 405 with `Allow`, so both are decided here.
    */
   match(path: string, method: string): Access | undefined {
-    const table = this.byPath();
-    const methods = table.get(normalize(path)) ?? this.patterns.find(([pattern]) => pattern.test(path))?.[1];
-    if (!methods) throw noSuchEndpoint();
+    const methods = this.lookup(path);
     if (!methods.allowed.includes(method)) throw new MethodNotAllowed(methods.allowed);
     return methods.access.get(method);
   }
 
   /** The methods `path` answers (404 when it is no route of ours): what `OPTIONS` reports. */
   allowed(path: string): readonly string[] {
-    const methods = this.byPath().get(normalize(path));
+    return this.lookup(path).allowed;
+  }
+
+  private lookup(path: string): Methods {
+    const exact = normalize(path);
+    const methods = this.byPath().get(exact) ?? this.patterns.find(([regex]) => regex.test(exact))?.[1];
     if (!methods) throw noSuchEndpoint();
-    return methods.allowed;
+    return methods;
   }
 
   private byPath(): Map<string, Methods> {
@@ -59,16 +66,11 @@ export class RouteTable {
         methods.allowed.push(method);
         methods.access.set(method, access);
       }
+      if (!this.table.has(path) && path.includes("/:")) this.patterns.push([pattern(path), methods]);
       this.table.set(path, methods);
     }
-    this.patterns = [...this.table].filter(([path]) => path.includes("/:")).map(([path, methods]) => [segmentPattern(path), methods]);
     return this.table;
   }
-}
-
-function segmentPattern(path: string): RegExp {
-  const segments = path.split("/").map((segment) => (segment.startsWith(":") ? "[^/]+" : segment.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")));
-  return new RegExp(`^${segments.join("/")}/?$`);
 }
 
 /** Runs before authentication, so an unknown route is a 404 with or without a key. */

@@ -230,6 +230,21 @@ export class Engine {
   }
 
   /**
+   * Drops what the engine keeps of a conversation: the transcript of an idle sequence that holds
+   * it (so it is neither reused nor saved again) and its saved KV state. For a deleted
+   * conversation; call when none of its replies is running.
+   */
+  async forget(conversationKey: string): Promise<void> {
+    for (const slot of this.slots) {
+      if (slot.transcript?.key !== conversationKey) continue;
+      slot.transcript = undefined;
+      slot.saved = false;
+      await slot.sequence.clearHistory();
+    }
+    await this.kv?.forget(conversationKey);
+  }
+
+  /**
    * Releases the model and native memory, saving live conversations' KV states first so they stay
    * warm across a restart. Waiting requests fail; call after in-flight ones end.
    */

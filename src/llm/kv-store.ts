@@ -22,7 +22,7 @@
  */
 import { createHash, randomUUID } from "node:crypto";
 import { mkdir, readdir, readFile, rename, rm, stat, statfs, utimes, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import {
   LlamaText,
   type LlamaContext,
@@ -200,6 +200,12 @@ export class KvStore {
     if (actualBytes !== kvBytes) throw new Error(`state file has ${actualBytes} bytes, ${kvBytes} recorded`);
     if ((await digestOf(`${base}.kv`, JSON.stringify(transcript))) !== digest) throw new Error("state file or transcript does not match its checksum");
     return { key, text: LlamaText.fromJSON(transcript.text), tokens: transcript.tokens };
+  }
+
+  /** Deletes the conversation's saved state, under every model's directory (older models' too). */
+  async forget(key: string): Promise<void> {
+    const dirs = new Set([this.modelDir, ...[...this.entries.keys()].map(dirname)]);
+    for (const dir of dirs) await this.remove(join(dir, hash(key)));
   }
 
   private pathOf(key: string): string {

@@ -1,8 +1,8 @@
 // The browser side of docs/API.md. The bodies' types are the server's own (type-only: nothing
 // of the server is bundled into the page).
-import type { ChatDelta, ChatReply, ChatStart, ErrorBody, Message, MessagePage } from "../http/contract";
+import type { ChatDelta, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage } from "../http/contract";
 
-export type { Message, MessagePage };
+export type { Conversation, ConversationPage, Message, MessagePage };
 
 export interface ChatRequest {
   message: string;
@@ -57,6 +57,23 @@ export async function listMessages(key: string, conversationId: string | undefin
   const response = await fetch(`${API}/chat/messages?${query}`, { headers: { authorization: `Bearer ${key}` } });
   if (!response.ok) throw await failure(response);
   return (await response.json()) as MessagePage;
+}
+
+/** The key's conversations, most recent activity first. */
+export async function listConversations(key: string, page: number, rows: number): Promise<ConversationPage> {
+  const query = new URLSearchParams({ rows_per_page: String(rows), current_page: String(page) });
+  const response = await fetch(`${API}/chat/conversations?${query}`, { headers: { authorization: `Bearer ${key}` } });
+  if (!response.ok) throw await failure(response);
+  return (await response.json()) as ConversationPage;
+}
+
+/** Deletes one of the key's conversations; one already gone (404) counts as deleted. */
+export async function deleteConversation(key: string, conversationId: string): Promise<void> {
+  const response = await fetch(`${API}/chat/conversations/${encodeURIComponent(conversationId)}`, {
+    method: "DELETE",
+    headers: { authorization: `Bearer ${key}` },
+  });
+  if (!response.ok && response.status !== 404) throw await failure(response);
 }
 
 /**

@@ -1,7 +1,9 @@
-import { listMessages, type Message, streamChat } from "./api";
+import { type Conversation, deleteConversation, listConversations, listMessages, type Message, streamChat } from "./api";
 import { byId, describeError, MessageView } from "./view";
 
 const PAGE_ROWS = 20;
+/** The sidebar shows this many most recent conversations. */
+const CONVERSATION_ROWS = 100;
 // sessionStorage, not localStorage: the key is gone when the tab closes, and never in the URL.
 const KEY_ITEM = "parley.key";
 const CONVERSATION_ITEM = "parley.conversation";
@@ -10,6 +12,8 @@ const settings = byId<HTMLFormElement>("settings");
 const keyInput = byId<HTMLInputElement>("key");
 const conversationInput = byId<HTMLInputElement>("conversation");
 const conversationList = byId<HTMLDataListElement>("conversations");
+const sidebarList = byId<HTMLUListElement>("conversation-list");
+const noConversations = byId<HTMLParagraphElement>("no-conversations");
 const temperature = byId<HTMLInputElement>("temperature");
 const temperatureValue = byId<HTMLOutputElement>("temperature-value");
 const maxTokens = byId<HTMLInputElement>("max-tokens");
@@ -86,15 +90,73 @@ async function reloadHistory(): Promise<void> {
   }
 }
 
-/** Offers the user's recent conversation ids to pick from; a failure here is reported by the history load. */
+/** The user's conversations, in the sidebar and as suggestions; a failure here is reported by the history load. */
 async function refreshConversations(): Promise<void> {
   const key = keyInput.value.trim();
   if (!key) return;
   try {
-    const recent = await listMessages(key, undefined, 1, 100);
-    const ids = [...new Set(recent.data.map((message) => message.conversation_id))];
-    conversationList.replaceChildren(...ids.map((id) => new Option(id)));
+    const { data } = await listConversations(key, 1, CONVERSATION_ROWS);
+    if (key !== keyInput.value.trim()) return;
+    conversationList.replaceChildren(...data.map((conversation) => new Option(conversation.conversation_id)));
+    sidebarList.replaceChildren(...data.map(conversationItem));
+    noConversations.hidden = data.length > 0;
+    markCurrent();
   } catch {}
+}
+
+function conversationItem(conversation: Conversation): HTMLLIElement {
+  const title = conversation.title.trim() || conversation.conversation_id;
+  const item = document.createElement("li");
+  item.dataset.id = conversation.conversation_id;
+  const open = document.createElement("button");
+  open.type = "button";
+  open.className = "open";
+  const name = document.createElement("span");
+  name.className = "title";
+  name.textContent = title;
+  const about = document.createElement("small");
+  const count = conversation.message_count;
+  about.textContent = `${new Date(conversation.updated_at).toLocaleString()} · ${count} message${count === 1 ? "" : "s"}`;
+  open.append(name, about);
+  open.addEventListener("click", () => switchTo(conversation.conversation_id));
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.className = "delete";
+  remove.textContent = "Delete";
+  remove.setAttribute("aria-label", `Delete “${title}”`);
+  remove.addEventListener("click", () => void removeConversation(conversation.conversation_id, title));
+  item.append(open, remove);
+  return item;
+}
+
+/** Highlights the open conversation in the sidebar. */
+function markCurrent(): void {
+  for (const item of sidebarList.children) {
+    const open = item.querySelector(".open")!;
+    if ((item as HTMLElement).dataset.id === conversationInput.value) open.setAttribute("aria-current", "true");
+    else open.removeAttribute("aria-current");
+  }
+}
+
+function switchTo(conversationId: string): void {
+  conversationInput.value = conversationId;
+  sessionStorage.setItem(CONVERSATION_ITEM, conversationId);
+  markCurrent();
+  void reloadHistory();
+}
+
+async function removeConversation(conversationId: string, title: string): Promise<void> {
+  const key = keyInput.value.trim();
+  if (!confirm(`Delete the conversation “${title}”? Its messages cannot be restored.`)) return;
+  clearError();
+  try {
+    await deleteConversation(key, conversationId);
+  } catch (error) {
+    showError(error);
+    return;
+  }
+  if (conversationId === conversationInput.value) switchTo(newConversationId());
+  await refreshConversations();
 }
 
 async function loadOlder(): Promise<void> {
@@ -130,7 +192,7 @@ async function send(): Promise<void> {
   messageInput.value = "";
 
   const question = new MessageView("user", text);
-  const reply = new MessageView("assistant");
+  const reply = new MessageView("assistant", "", follow);
   reply.element.setAttribute("aria-busy", "true");
   follow(() => log.append(question.element, reply.element));
   let replyId: number | undefined;
@@ -167,6 +229,7 @@ async function send(): Promise<void> {
     if (document.activeElement === stopButton) messageInput.focus();
     stopButton.disabled = true;
   }
+  void refreshConversations();
 }
 
 function start(): void {
@@ -182,13 +245,10 @@ function start(): void {
   });
   conversationInput.addEventListener("change", () => {
     if (!conversationInput.reportValidity()) return;
-    sessionStorage.setItem(CONVERSATION_ITEM, conversationInput.value);
-    void reloadHistory();
+    switchTo(conversationInput.value);
   });
   byId("new-conversation").addEventListener("click", () => {
-    conversationInput.value = newConversationId();
-    sessionStorage.setItem(CONVERSATION_ITEM, conversationInput.value);
-    void reloadHistory();
+    switchTo(newConversationId());
     messageInput.focus();
   });
   temperature.addEventListener("input", () => (temperatureValue.value = temperature.value));

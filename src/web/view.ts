@@ -1,4 +1,5 @@
 import { ApiError, type Message } from "./api";
+import { renderMarkdown } from "./markdown";
 
 /** `document.getElementById` for elements the page cannot work without. */
 export function byId<T extends HTMLElement>(id: string): T {
@@ -9,19 +10,34 @@ export function byId<T extends HTMLElement>(id: string): T {
 
 const FINISH_NOTES: Record<string, string> = { cancelled: "stopped", length: "cut off at the token limit" };
 
-/** One message in the log; text only (`textContent`), so a reply can never inject markup. */
+/** While a reply streams, its Markdown is rendered again at most this often. */
+const RENDER_INTERVAL_MS = 80;
+
+/**
+ * One message in the log. The user's words are shown as typed (`textContent`); a reply is
+ * Markdown, rendered and sanitized (markdown.ts). `.body`'s `data-source` keeps the reply's text
+ * as received, which rendering does not preserve (marks, spacing).
+ */
 export class MessageView {
   readonly element = document.createElement("li");
-  private readonly body = document.createElement("p");
+  private readonly body = document.createElement("div");
+  private source = "";
+  private renderTimer: ReturnType<typeof setTimeout> | undefined;
 
-  constructor(role: Message["role"], content = "") {
+  constructor(
+    private readonly role: Message["role"],
+    content = "",
+    /** Runs each redraw, e.g. to keep the log scrolled to the newest text. */
+    private readonly redraw: (draw: () => void) => void = (draw) => draw(),
+  ) {
     this.element.className = `message ${role}`;
     const who = document.createElement("span");
     who.className = "who";
     who.textContent = role === "user" ? "You" : "Parley";
-    this.body.className = "body";
-    this.body.textContent = content;
+    this.body.className = role === "assistant" ? "body markdown" : "body";
     this.element.append(who, this.body);
+    this.append(content);
+    this.render();
   }
 
   static of(message: Message): MessageView {
@@ -30,16 +46,20 @@ export class MessageView {
     return view;
   }
 
-  get text(): string {
-    return this.body.textContent ?? "";
-  }
-
   append(text: string): void {
-    this.body.append(text);
+    this.source += text;
+    if (this.role === "user") {
+      this.body.append(text);
+      return;
+    }
+    this.body.dataset.source = this.source;
+    // Rendering the whole text per token would be quadratic in the reply's length.
+    this.renderTimer ??= setTimeout(() => this.render(), RENDER_INTERVAL_MS);
   }
 
   /** Marks the message as stored (`id`) and says why a reply ended, unless it ended by itself. */
   settle(id: number | undefined, finish?: string): void {
+    this.render();
     if (id !== undefined) this.element.dataset.id = String(id);
     if (finish) this.element.dataset.finish = finish;
     this.element.removeAttribute("aria-busy");
@@ -50,6 +70,12 @@ export class MessageView {
       small.textContent = `(${note})`;
       this.element.append(small);
     }
+  }
+
+  private render(): void {
+    clearTimeout(this.renderTimer);
+    this.renderTimer = undefined;
+    if (this.role === "assistant") this.redraw(() => this.body.replaceChildren(renderMarkdown(this.source)));
   }
 }
 

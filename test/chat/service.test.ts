@@ -87,6 +87,27 @@ describe("ChatService admission", () => {
     expect(last.value?.message.finishReason).toBe("cancelled");
   });
 
+  test("a delete waits behind the conversation's running turn, then removes its reply too", async () => {
+    const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => engine }));
+    const controller = new AbortController();
+    const running = service.turn({ ...input("deleted-while-busy", controller.signal), maxTokens: 4096 });
+    await running.next(); // start
+    await running.next(); // a delta: generating
+    let settled = false;
+    const deleting = service.delete(userId, "deleted-while-busy").then((deleted) => ((settled = true), deleted));
+    for (let i = 0; i < 3; i++) await running.next(); // a few tokens later it still waits
+    expect(settled).toBe(false);
+
+    controller.abort();
+    let last = await running.next();
+    while (!last.done) last = await running.next();
+    expect(last.value?.message.finishReason).toBe("cancelled");
+    expect(await deleting).toBe(true);
+    const left = await db.storage.messages.list({ userId, conversationId: "deleted-while-busy", sortField: "id", sortDirection: "asc", limit: 10, offset: 0 });
+    expect(left).toEqual({ rows: [], total: 0 });
+    expect(await service.delete(userId, "deleted-while-busy")).toBe(false);
+  });
+
   test("while the model is loading, turns are refused with 503", async () => {
     const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => undefined }));
     const error = await finish(service, input("early")).catch((e: unknown) => e);

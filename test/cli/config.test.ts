@@ -17,3 +17,23 @@ describe("PARLEY_DATA_DIR", () => {
     expect(() => loadConfig({}, new Map([["--data-dir", " "]]))).toThrow(/^--data-dir must name a directory/);
   });
 });
+
+describe("PARLEY_SYSTEM_PROMPT", () => {
+  test("is the text itself, or @path read at start; unset means none", async () => {
+    expect(loadConfig({}).systemPrompt).toBeUndefined();
+    expect(loadConfig({ PARLEY_SYSTEM_PROMPT: "You are a pirate." }).systemPrompt).toBe("You are a pirate.");
+    const file = join(tempDir("config"), "persona.txt");
+    await Bun.write(file, "You are terse.\n");
+    expect(loadConfig({ PARLEY_SYSTEM_PROMPT: `@${file}` }).systemPrompt).toBe("You are terse.");
+    expect(loadConfig({}, new Map([["--system-prompt", `@${file}`]])).systemPrompt).toBe("You are terse.");
+  });
+
+  test("a missing or empty file stops start-up with a message naming the setting", async () => {
+    const dir = tempDir("config");
+    expect(() => loadConfig({ PARLEY_SYSTEM_PROMPT: `@${dir}/missing.txt` })).toThrow(
+      new ConfigError(`PARLEY_SYSTEM_PROMPT names a file that cannot be read: ${dir}/missing.txt (ENOENT)`),
+    );
+    await Bun.write(join(dir, "blank.txt"), "  \n");
+    expect(() => loadConfig({}, new Map([["--system-prompt", `@${dir}/blank.txt`]]))).toThrow(/^--system-prompt names an empty file/);
+  });
+});

@@ -7,7 +7,7 @@ import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
 import addFormats from "ajv-formats";
 import { ChatService, type TurnInput } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
-import type { ChatReply, MessagePage } from "../../src/http/contract";
+import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
 import type { CreatedKey } from "../../src/db/types";
 import { allowSlowTests, backends, bearer, type OpenedBackend, readSse, serveApp, type Served, testEngine } from "../support";
@@ -16,6 +16,8 @@ allowSlowTests();
 
 const CHAT = "/api/v1.0/chat";
 const MESSAGES = "/api/v1.0/chat/messages";
+const CONVERSATIONS = "/api/v1.0/chat/conversations";
+const CONVERSATION = `${CONVERSATIONS}/{conversation_id}`;
 
 for (const backend of backends()) {
   describe.skipIf(backend.missing !== undefined)(`on ${backend.name}`, () => {
@@ -132,6 +134,25 @@ for (const backend of backends()) {
         expect(new Set(page.data.map((message) => message.role))).toEqual(new Set(["user", "assistant"]));
       });
 
+      test("the conversation listing", async () => {
+        const response = await fetch(`${ready.url}${CONVERSATIONS}?rows_per_page=100`, { headers: bearer(alice.key) });
+        expect(response.status).toBe(200);
+        const page = (await expectDocumented(CONVERSATIONS, "get", response)) as ConversationPage;
+        expect(page.data.map((conversation) => conversation.conversation_id)).toContain("plain");
+      });
+
+      test("deleting a conversation: 204 without a body, then 404", async () => {
+        expect((await postChat(ready, alice.key, ask("to-delete"))).status).toBe(200);
+        const remove = () => fetch(`${ready.url}${CONVERSATIONS}/to-delete`, { method: "DELETE", headers: bearer(alice.key) });
+        const deleted = await remove();
+        expect(deleted.status).toBe(204);
+        expect(await deleted.text()).toBe("");
+        expect(Object.keys(schemaAt("paths", CONVERSATION, "delete", "responses").schema as object)).toContain("204");
+        const again = await remove();
+        expect(again.status).toBe(404);
+        await expectDocumented(CONVERSATION, "delete", again);
+      });
+
       test("healthz and readyz, ready and not", async () => {
         await expectDocumented("/healthz", "get", await fetch(`${ready.url}/healthz`));
         const readiness = await fetch(`${ready.url}/readyz`);
@@ -175,6 +196,22 @@ for (const backend of backends()) {
           const response = await send(ready);
           expect(response.status).toBe(status);
           await expectDocumented(MESSAGES, "get", response);
+        });
+      }
+
+      const conversationErrors: [string, number, string, string, () => Promise<Response>][] = [
+        ["no key", 401, CONVERSATIONS, "get", () => fetch(`${ready.url}${CONVERSATIONS}`)],
+        ["another user's conversations", 403, CONVERSATIONS, "get", () => fetch(`${ready.url}${CONVERSATIONS}?user_id=${alice.userId}`, { headers: bearer(bob.key) })],
+        ["a bad page", 422, CONVERSATIONS, "get", () => fetch(`${ready.url}${CONVERSATIONS}?current_page=0`, { headers: bearer(bob.key) })],
+        ["delete without a key", 401, CONVERSATION, "delete", () => fetch(`${ready.url}${CONVERSATIONS}/plain`, { method: "DELETE" })],
+        ["delete another user's", 404, CONVERSATION, "delete", () => fetch(`${ready.url}${CONVERSATIONS}/plain`, { method: "DELETE", headers: bearer(bob.key) })],
+        ["delete a bad id", 422, CONVERSATION, "delete", () => fetch(`${ready.url}${CONVERSATIONS}/:eq:plain`, { method: "DELETE", headers: bearer(bob.key) })],
+      ];
+      for (const [what, status, path, method, send] of conversationErrors) {
+        test(`conversations error: ${what} (${status})`, async () => {
+          const response = await send();
+          expect(response.status).toBe(status);
+          await expectDocumented(path, method, response);
         });
       }
 

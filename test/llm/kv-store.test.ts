@@ -83,6 +83,38 @@ describe("saved KV states", () => {
   });
 });
 
+describe("a changed system prompt", () => {
+  const history = (system: string): Turn[] => [
+    { role: "system", content: system },
+    { role: "user", content: "hello there, how are you today" },
+  ];
+
+  const continued = (system: string, reply: string): Turn[] => [...history(system), { role: "assistant", content: reply }, { role: "user", content: "more" }];
+
+  test("is never a wrong reuse: from memory or from a saved state, the new prompt is evaluated", async () => {
+    rmSync(kvDir, { recursive: true, force: true });
+    const engine = await load();
+    try {
+      const first = await reply(engine, "sys", history("You are a pirate who loves the sea and ships."));
+      const same = await reply(engine, "sys", continued("You are a pirate who loves the sea and ships.", first.text));
+      expect(same.cachedTokens).toBeGreaterThan(20);
+
+      const inMemory = await reply(engine, "sys", continued("Answer as a poet would.", first.text));
+      expect(inMemory.prompt).toContain("Answer as a poet would.");
+      expect(inMemory.prompt).not.toContain("pirate");
+      expect(inMemory.cachedTokens).toBeLessThan(10);
+
+      await reply(engine, "other", [{ role: "user", content: "take the sequence" }]); // "sys" goes to disk
+      const fromDisk = await reply(engine, "sys", continued("Now a third persona.", first.text));
+      expect(fromDisk.prompt).toContain("Now a third persona.");
+      expect(fromDisk.prompt).not.toContain("poet");
+      expect(fromDisk.cachedTokens).toBeLessThan(10);
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
 describe("damaged state files", () => {
   const FIRST = "hello there";
   const SECOND = "tell me more";

@@ -98,14 +98,20 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
   const texts = (page: Page, selector: string) => page.locator(selector).allTextContents();
 
+  /**
+   * The reply's text as it arrived. A reply is shown rendered from Markdown, which does not keep
+   * its text verbatim (marks, spacing); the page keeps the text itself in the body's `data-source`.
+   */
+  const replySource = (page: Page) => page.locator("#log .assistant .body").getAttribute("data-source");
+
   /** Records the reply's text after every DOM change, to see it grow rather than appear at once. */
   const watchReply = (page: Page) =>
     page.evaluate(`
       window.replyStates = [];
       new MutationObserver(() => {
         const reply = document.querySelector("#log .assistant .body");
-        if (reply) window.replyStates.push(reply.textContent);
-      }).observe(document.getElementById("log"), { subtree: true, childList: true, characterData: true });
+        if (reply) window.replyStates.push(reply.dataset.source ?? "");
+      }).observe(document.getElementById("log"), { subtree: true, childList: true, characterData: true, attributes: true });
     `);
 
   test("Enter sends; the reply streams in token by token and is the stored message", async () => {
@@ -117,7 +123,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
     const reply = page.locator("#log .assistant[data-id]");
     await reply.waitFor();
-    const final = await page.locator("#log .assistant .body").textContent();
+    const final = await replySource(page);
     const states = (await page.evaluate("window.replyStates")) as string[];
     const intermediate = [...new Set(states)].filter((state) => state !== "" && state !== final);
     expect(intermediate.length).toBeGreaterThanOrEqual(2);
@@ -149,7 +155,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     await page.keyboard.press("Enter");
 
     await page.locator('#log .assistant[data-finish="cancelled"]').waitFor();
-    const shown = (await page.locator("#log .assistant .body").textContent())!;
+    const shown = (await replySource(page))!;
     expect(await page.locator("#log .assistant .note").textContent()).toBe("(stopped)");
     expect(await page.getAttribute("#send", "aria-disabled")).toBeNull();
     expect(await page.isDisabled("#stop")).toBe(true);
@@ -270,6 +276,138 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
       await context!.close();
     }
   });
+
+  /** Stores a conversation directly, its messages a minute apart from `start`. */
+  async function storeConversation(conversationId: string, start: number, contents: string[]): Promise<void> {
+    const conversation = await db.storage.conversations.findOrCreate(alice.userId, conversationId);
+    for (const [i, content] of contents.entries()) {
+      const role = i % 2 ? "assistant" : "user";
+      await db.storage.conversations.addMessage(conversation, { role, content, createdAt: start + i * 60_000, ...(role === "assistant" ? { finishReason: "stop" } : {}) });
+    }
+  }
+
+  test("the sidebar lists the conversations newest first, opens one, and deletes one after asking", async () => {
+    const other = await db.keys.create("olga", "user");
+    const day = Date.parse("2030-01-01T00:00:00Z"); // after every conversation the other tests store
+    await storeConversation("side-old", day, ["First of all", "Sure."]);
+    await storeConversation("side-new", day + 3_600_000, ["The newest one", "Indeed."]);
+    await storeConversation("side-mid", day + 1_800_000, ["Somewhere in between", "Yes."]);
+    const theirs = await db.storage.conversations.findOrCreate(other.userId, "side-theirs");
+    await db.storage.conversations.addMessage(theirs, { role: "user", content: "Not alice's", createdAt: day + 7_200_000 });
+
+    const page = await open();
+    await signIn(page, "side-mid");
+    await page.locator("#conversation-list li").nth(2).waitFor();
+    expect((await texts(page, "#conversation-list .title")).slice(0, 3)).toEqual(["The newest one", "Somewhere in between", "First of all"]);
+    expect(await texts(page, "#conversation-list .title")).not.toContain("Not alice's");
+    expect(await page.getAttribute('#conversation-list li[data-id="side-mid"] .open', "aria-current")).toBe("true");
+    await page.locator("#log li").nth(1).waitFor();
+    expect(await texts(page, "#log .body")).toEqual(["Somewhere in between", "Yes."]);
+
+    // Opening another conversation shows its messages, and only those.
+    await page.click('#conversation-list li[data-id="side-old"] .open');
+    await until(async () => (await texts(page, "#log .body")).join("|") === "First of all|Sure.", "the old conversation to be shown");
+    expect(await page.inputValue("#conversation")).toBe("side-old");
+    expect(await page.getAttribute('#conversation-list li[data-id="side-old"] .open', "aria-current")).toBe("true");
+    expect(await page.getAttribute('#conversation-list li[data-id="side-mid"] .open', "aria-current")).toBeNull();
+
+    // Deleting asks first: dismissed, nothing happens.
+    const dialogs: string[] = [];
+    page.once("dialog", (dialog) => (dialogs.push(dialog.message()), void dialog.dismiss()));
+    await page.click('#conversation-list li[data-id="side-old"] .delete');
+    await until(() => dialogs.length === 1, "the confirmation");
+    expect(dialogs[0]).toContain("First of all");
+    expect((await stored("side-old")).length).toBe(2);
+
+    // Confirmed: the open conversation is gone from the list and the server, and a new one is open.
+    page.once("dialog", (dialog) => void dialog.accept());
+    await page.click('#conversation-list li[data-id="side-old"] .delete');
+    await page.locator('#conversation-list li[data-id="side-old"]').waitFor({ state: "detached" });
+    expect(await stored("side-old")).toEqual([]);
+    expect(await page.inputValue("#conversation")).not.toBe("side-old");
+    expect(await page.locator("#log li").count()).toBe(0);
+    expect(await texts(page, "#conversation-list .title")).toContain("The newest one");
+  });
+
+  const HOSTILE = [
+    "Here is the code:",
+    "",
+    "```js",
+    'const safe = 1 < 2 && "<b>not bold</b>";',
+    "```",
+    "",
+    "| name | value |",
+    "|---|---|",
+    "| a | 1 |",
+    "",
+    "- one",
+    "- two",
+    "",
+    "<script>window.pwned = 'script'</script>",
+    '<img src="x" onerror="window.pwned = \'img\'">',
+    "",
+    "[docs](https://example.com/docs) and [bad](javascript:window.pwned='link')",
+  ].join("\n");
+
+  /** What every rendering of HOSTILE must show, and never do. */
+  async function expectSafeMarkdown(page: Page): Promise<void> {
+    const body = page.locator("#log .assistant .body").last();
+    expect(await body.locator(".code-block pre code").textContent()).toBe('const safe = 1 < 2 && "<b>not bold</b>";\n');
+    expect(await body.locator(".code-block button.copy").count()).toBe(1);
+    expect(await body.locator("table td").allTextContents()).toEqual(["a", "1"]);
+    expect(await body.locator("ul li").allTextContents()).toEqual(["one", "two"]);
+    // Raw HTML is shown as text, never parsed: no script, no image, no handler ran.
+    expect(await page.locator("#log script, #log img, #log [onerror], #log b").count()).toBe(0);
+    expect(await body.textContent()).toContain("<script>window.pwned = 'script'</script>");
+    expect(await page.evaluate("window.pwned")).toBeUndefined();
+    const link = body.locator('a[href="https://example.com/docs"]');
+    expect(await link.getAttribute("target")).toBe("_blank");
+    expect(await link.getAttribute("rel")).toBe("noopener noreferrer");
+    expect(await body.locator('a[href^="javascript"]').count()).toBe(0);
+  }
+
+  test("a stored reply's Markdown is rendered safely; its code block has a Copy button", async () => {
+    await storeConversation("markdown-1", Date.parse("2026-02-01T00:00:00Z"), ["Show me code", HOSTILE]);
+    const page = await open();
+    await context!.grantPermissions(["clipboard-read", "clipboard-write"]);
+    await signIn(page, "markdown-1");
+    await page.locator("#log .assistant .code-block").waitFor();
+    await expectSafeMarkdown(page);
+
+    await page.click("#log .code-block button.copy");
+    await until(async () => (await page.textContent("#log .code-block button.copy")) === "Copied", "the copy to be confirmed");
+    expect(await page.evaluate("navigator.clipboard.readText()")).toBe('const safe = 1 < 2 && "<b>not bold</b>";\n');
+  });
+
+  test("a streamed reply's Markdown goes through the same rendering, with the same safety", async () => {
+    const page = await open();
+    await signIn(page, "markdown-stream");
+    const message = (id: number, role: "user" | "assistant", content: string) => ({
+      id,
+      role,
+      content,
+      created_at: new Date().toISOString(),
+      conversation_id: "markdown-stream",
+      user_id: alice.userId,
+      ...(role === "assistant" ? { finish_reason: "stop" } : {}),
+    });
+    const question = message(900_001, "user", "Stream me code");
+    const answer = message(900_002, "assistant", HOSTILE);
+    // The server's stream, cut into small deltas that split the code block and the payloads.
+    const deltas = HOSTILE.match(/[\s\S]{1,7}/g)!;
+    const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+    const body = [
+      sse("start", { conversation_id: "markdown-stream", new_conversation: true, user_message: question, model: "test" }),
+      ...deltas.map((content) => sse("delta", { content })),
+      sse("done", { conversation_id: "markdown-stream", new_conversation: true, message: answer, user_message: question, usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, model: "test" }),
+    ].join("");
+    await page.route("**/api/v1.0/chat", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
+    await send(page, "Stream me code");
+    await page.locator('#log .assistant[data-id="900002"]').waitFor();
+    expect(await replySource(page)).toBe(HOSTILE);
+    await expectSafeMarkdown(page);
+  });
+
 });
 
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `message ${from + i}`);

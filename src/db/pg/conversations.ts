@@ -1,8 +1,17 @@
-import { and, desc, eq } from "drizzle-orm";
+import { and, asc, count, desc, eq, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
-import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, StoredTurn } from "../types";
+import {
+  CONVERSATION_TITLE_CHARS,
+  type ConversationPage,
+  type ConversationQuery,
+  type ConversationRef,
+  type FoundConversation,
+  type MessageRecord,
+  type NewMessage,
+  type StoredTurn,
+} from "../types";
 import type { Db } from "./client";
-import { conversations, messages } from "./schema";
+import { conversationMessageCounts, conversations, messages } from "./schema";
 
 /** Rows fetched per round trip while stepping back through a conversation. */
 const TURNS_PER_FETCH = 32;
@@ -64,5 +73,51 @@ export class PgConversationStore implements ConversationStore {
       }
     }
     return turns.reverse();
+  }
+
+  async list(query: ConversationQuery): Promise<ConversationPage> {
+    // postgres.js returns bigint as text: the epoch-ms expressions are mapped back to numbers.
+    const updatedAt = sql<number>`coalesce(${conversationMessageCounts.updatedAt}, ${conversations.createdAt})`.mapWith(Number);
+    const title = this.db
+      .select({ title: sql<string>`left(${messages.content}, ${sql.raw(String(CONVERSATION_TITLE_CHARS))})` })
+      .from(messages)
+      .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user")))
+      .orderBy(asc(messages.createdAt), asc(messages.id))
+      .limit(1);
+    const [rows, [total]] = await Promise.all([
+      this.db
+        .select({
+          conversationId: conversations.externalId,
+          createdAt: conversations.createdAt,
+          updatedAt,
+          messageCount: sql<number>`coalesce(${conversationMessageCounts.messageCount}, 0)`.mapWith(Number),
+          title: sql<string>`coalesce((${title}), '')`,
+        })
+        .from(conversations)
+        .leftJoin(conversationMessageCounts, eq(conversationMessageCounts.conversationId, conversations.id))
+        .where(eq(conversations.userId, query.userId))
+        .orderBy(desc(updatedAt), desc(conversations.id))
+        .limit(query.limit)
+        .offset(query.offset),
+      this.db.select({ n: count() }).from(conversations).where(eq(conversations.userId, query.userId)),
+    ]);
+    return { rows, total: total?.n ?? 0 };
+  }
+
+  /** The conversation's row is locked first, so no turn's insert on another node interleaves. */
+  async delete(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+    return this.db.transaction(async (tx) => {
+      const [row] = await tx
+        .select({ id: conversations.id })
+        .from(conversations)
+        .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+        .for("update");
+      if (!row) return undefined;
+      // The count trigger lowers the user's message count row by row.
+      await tx.delete(messages).where(eq(messages.conversationId, row.id));
+      await tx.delete(conversationMessageCounts).where(eq(conversationMessageCounts.conversationId, row.id));
+      await tx.delete(conversations).where(eq(conversations.id, row.id));
+      return { id: row.id, userId, externalId };
+    });
   }
 }

@@ -101,4 +101,6 @@ export const conversationMessageCounts = pgTable("conversation_message_counts", 
     .primaryKey()
     .references(() => conversations.id),
   messageCount: integer("message_count").notNull(),
+  /** The newest message's time, kept by the count trigger (migration 0002). */
+  updatedAt: epochMs("updated_at"),
 });

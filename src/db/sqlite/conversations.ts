@@ -1,13 +1,62 @@
 import type { Statement } from "bun:sqlite";
-import { and, desc, eq, sql } from "drizzle-orm";
+import { and, asc, count, desc, eq, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
-import type { ConversationRef, FoundConversation, MessageRecord, NewMessage, StoredTurn } from "../types";
+import {
+  CONVERSATION_TITLE_CHARS,
+  type ConversationPage,
+  type ConversationQuery,
+  type ConversationRef,
+  type FoundConversation,
+  type MessageRecord,
+  type NewMessage,
+  type StoredTurn,
+} from "../types";
 import type { Db } from "./client";
-import { conversations, messages } from "./schema";
+import { conversationMessageCounts, conversations, messages } from "./schema";
+
+/**
+ * A page of a user's conversations in two steps, like the message listing: the page's ids are
+ * picked by sorting the user's conversations on their count rows' `updated_at` (one row each,
+ * found by primary key), then only those rows get their title: the first user message, found
+ * through `(conversation_id, created_at, id)`.
+ */
+function listStatement(db: Db) {
+  const updatedAt = sql<number>`coalesce(${conversationMessageCounts.updatedAt}, ${conversations.createdAt})`;
+  const page = db
+    .select({ id: conversations.id, updatedAt: updatedAt.as("last_activity") })
+    .from(conversations)
+    .leftJoin(conversationMessageCounts, eq(conversationMessageCounts.conversationId, conversations.id))
+    .where(eq(conversations.userId, sql.placeholder("userId")))
+    .orderBy(desc(updatedAt), desc(conversations.id))
+    .limit(sql.placeholder("limit"))
+    .offset(sql.placeholder("offset"))
+    .as("page");
+  const title = db
+    .select({ title: sql<string>`substr(${messages.content}, 1, ${sql.raw(String(CONVERSATION_TITLE_CHARS))})` })
+    .from(messages)
+    .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user")))
+    .orderBy(asc(messages.createdAt), asc(messages.id))
+    .limit(1);
+  return db
+    .select({
+      conversationId: conversations.externalId,
+      createdAt: conversations.createdAt,
+      updatedAt: page.updatedAt,
+      messageCount: sql<number>`coalesce(${conversationMessageCounts.messageCount}, 0)`,
+      title: sql<string>`coalesce((${title}), '')`,
+    })
+    .from(page)
+    .innerJoin(conversations, eq(conversations.id, page.id))
+    .leftJoin(conversationMessageCounts, eq(conversationMessageCounts.conversationId, conversations.id))
+    .orderBy(desc(page.updatedAt), desc(page.id))
+    .prepare();
+}
 
 export class SqliteConversationStore implements ConversationStore {
   /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
   private readonly newestFirst: Statement<StoredTurn, [number]>;
+  private readonly listPage;
+  private readonly countAll;
 
   constructor(private readonly db: Db) {
     const query = db
@@ -16,6 +65,12 @@ export class SqliteConversationStore implements ConversationStore {
       .where(eq(messages.conversationId, sql.placeholder("conversationId")))
       .orderBy(desc(messages.createdAt), desc(messages.id));
     this.newestFirst = db.$client.prepare<StoredTurn, [number]>(query.toSQL().sql);
+    this.listPage = listStatement(db);
+    this.countAll = db
+      .select({ n: count() })
+      .from(conversations)
+      .where(eq(conversations.userId, sql.placeholder("userId")))
+      .prepare();
   }
 
   async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
@@ -59,5 +114,31 @@ export class SqliteConversationStore implements ConversationStore {
       if (chars >= maxChars) break;
     }
     return turns.reverse();
+  }
+
+  async list(query: ConversationQuery): Promise<ConversationPage> {
+    const rows = this.listPage.all({ ...query });
+    const total = this.countAll.get({ userId: query.userId })?.n ?? 0;
+    return { rows, total };
+  }
+
+  /** Immediate: the write lock is taken up front, so no turn's insert interleaves with the delete. */
+  async delete(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+    return this.db.transaction(
+      (tx) => {
+        const row = tx
+          .select({ id: conversations.id })
+          .from(conversations)
+          .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+          .get();
+        if (!row) return undefined;
+        // The count triggers lower the user's message count row by row.
+        tx.delete(messages).where(eq(messages.conversationId, row.id)).run();
+        tx.delete(conversationMessageCounts).where(eq(conversationMessageCounts.conversationId, row.id)).run();
+        tx.delete(conversations).where(eq(conversations.id, row.id)).run();
+        return { id: row.id, userId, externalId };
+      },
+      { behavior: "immediate" },
+    );
   }
 }

@@ -94,4 +94,10 @@ export const conversationMessageCounts = sqliteTable("conversation_message_count
     .primaryKey()
     .references(() => conversations.id),
   messageCount: integer("message_count").notNull(),
+  /**
+   * The newest message's `created_at`, kept by the same trigger as the count (migration 0003), so
+   * storing a message writes no page it did not write before. No index: a user's conversations
+   * are sorted when listed (an index cost each message two more page writes).
+   */
+  updatedAt: integer("updated_at", { mode: "number" }),
 });

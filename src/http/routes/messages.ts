@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import type { MessageStore } from "../../db/storage";
 import { requireKey } from "../auth";
-import { parseListing } from "../listing-query";
+import { pageWindow, parseListing } from "../listing-query";
 import { errorResponses, jsonResponse } from "../openapi";
 import { pageJson } from "../present";
 
@@ -20,13 +20,7 @@ export const messagesRoutes = (deps: { messages: MessageStore }) =>
       "/api/v1.0/chat/messages",
       async ({ query, principal }) => {
         const { query: filter, page, rowsPerPage } = parseListing(query, principal);
-        const offset = (page - 1) * rowsPerPage;
-        // A page far past the end would overflow SQLite's OFFSET; it is empty anyway.
-        const { rows, total } = await deps.messages.list({
-          ...filter,
-          limit: Number.isSafeInteger(offset) ? rowsPerPage : 0,
-          offset: Number.isSafeInteger(offset) ? offset : 0,
-        });
+        const { rows, total } = await deps.messages.list({ ...filter, ...pageWindow({ page, rowsPerPage }) });
         return pageJson(rows, { current: page, rowsPerPage, totalRows: total });
       },
       {
