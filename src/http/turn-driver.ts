@@ -73,13 +73,14 @@ export class TurnDriver {
     const closeSlot = this.deps.limiter.openStream(exchange.keyId);
     try {
       const meter = this.meter(request);
+      // Bun's idle timeout must not cut a long wait: for the conversation's previous turn (here or on
+      // another node) before the first byte, for a sequence after it (then heartbeats run).
+      server?.timeout(request, 0);
       const turn = start(request.signal);
       const first = await turn.next();
       if (first.done || isDelta(first.value)) return;
       set.headers["content-type"] = "text/event-stream";
       set.headers["cache-control"] = "no-cache";
-      // Heartbeats keep the stream alive; Bun's idle timeout must not cut a long queue wait.
-      server?.timeout(request, 0);
       yield* framing.start(first.value);
       try {
         const events = withHeartbeat(turn, this.deps.heartbeatMs, request.signal);
