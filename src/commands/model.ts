@@ -2,7 +2,15 @@ import { existsSync, readdirSync } from "node:fs";
 import { join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
-import { DEMO_MODEL_NAME, type FileType, MODEL_PRESETS, PRESET_FILE_TYPES, type ModelPreset, writePresetModel } from "../llm/gguf/presets";
+import {
+  DEMO_MODEL_NAME,
+  MODEL_PRESETS,
+  PRESET_FILE_TYPES,
+  presetFileName,
+  presetFileType,
+  type ModelPreset,
+  writePresetModel,
+} from "../llm/gguf/presets";
 import type { GgufValue } from "../llm/gguf/values";
 import { formatBytes, formatCount } from "./units";
 
@@ -126,22 +134,16 @@ function typeNames(preset: ModelPreset): string[] {
   return PRESET_FILE_TYPES[preset].map((t) => t.toLowerCase());
 }
 
-/** The default file type has the plain name; others carry theirs, as llama.cpp names files. */
-function defaultOut(config: Config, preset: ModelPreset, fileType: FileType): string {
-  const name = preset === "demo" ? DEMO_MODEL_NAME : `parley-${preset}`;
-  const suffix = fileType === PRESET_FILE_TYPES[preset][0] ? "" : `-${fileType}`;
-  return join(config.modelsDir, `${name}${suffix}.gguf`);
-}
-
 async function demo(config: Config, flags: Map<string, string>): Promise<number> {
   const preset = flags.get("--preset") ?? "demo";
   if (!isPreset(preset)) return usageError("demo", `unknown preset "${preset}"`);
   const typeFlag = flags.get("--type");
-  const fileType = typeFlag === undefined ? PRESET_FILE_TYPES[preset][0]! : PRESET_FILE_TYPES[preset].find((t) => t === typeFlag.toUpperCase());
+  const fileType = presetFileType(preset, typeFlag);
   if (fileType === undefined) {
-    return usageError("demo", `the ${preset} model is written as ${typeNames(preset).join(" or ")}, not "${typeFlag}"`);
+    return usageError("demo", `the ${preset} model is written as ${typeNames(preset).join(", ")}, not "${typeFlag}"`);
   }
-  const out = flags.get("--out") ?? defaultOut(config, preset, fileType);
+  const stem = preset === "demo" ? DEMO_MODEL_NAME : `parley-${preset}`;
+  const out = flags.get("--out") ?? join(config.modelsDir, presetFileName(stem, preset, fileType));
   const started = performance.now();
   await writePresetModel(preset, out, fileType);
   const { size } = Bun.file(out);

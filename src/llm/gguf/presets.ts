@@ -24,6 +24,17 @@ export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]
   "bench-small": BENCH_FILE_TYPES,
 };
 
+/** A file type as llama-quantize's command line names it (f16, q8_0, q4_0), absent for the default; undefined if the preset is not written in it. */
+export function presetFileType(preset: ModelPreset, name?: string): FileType | undefined {
+  const types = PRESET_FILE_TYPES[preset];
+  return name === undefined ? types[0] : types.find((t) => t === name.toUpperCase());
+}
+
+/** `<stem>.gguf` in the preset's default type, else `<stem>-Q4_0.gguf`, as llama.cpp names files. */
+export function presetFileName(stem: string, preset: ModelPreset, fileType: FileType): string {
+  return `${stem}${fileType === PRESET_FILE_TYPES[preset][0] ? "" : `-${fileType}`}.gguf`;
+}
+
 function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
   if (!PRESET_FILE_TYPES[preset].includes(fileType)) throw new Error(`the ${preset} model is not written as ${fileType}`);
   switch (preset) {
