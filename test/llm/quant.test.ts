@@ -3,13 +3,13 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { dlopen, FFIType, ptr } from "bun:ffi";
 import type { Engine, GenerateResult } from "../../src/llm/engine";
-import { FILE_TYPES } from "../../src/llm/gguf/file-type";
+import { FILE_TYPES, tensorTypeFor } from "../../src/llm/gguf/file-type";
 import type { FileType } from "../../src/llm/gguf/presets";
 import { quantizeQ4_0, quantizeQ8_0 } from "../../src/llm/gguf/quantize";
 import { readGgufHeader } from "../../src/llm/gguf/reader";
 import { encoded } from "../../src/llm/gguf/tensor-data";
 import { GGML_TYPES } from "../../src/llm/gguf/tensor-types";
-import { TENSOR_TYPES } from "../../src/llm/gguf/writer";
+import { encodeGgufHeader, TENSOR_TYPES } from "../../src/llm/gguf/writer";
 import { allowSlowTests, presetModel, type Random, testEngine, withSeed } from "../support";
 
 allowSlowTests();
@@ -186,6 +186,12 @@ describe("against ggml itself", () => {
 test("the writer's block layouts are ggml's", () => {
   expect(GGML_TYPES.get(TENSOR_TYPES.Q8_0)).toMatchObject({ name: "Q8_0", blockSize: 32, bytesPerBlock: 34 });
   expect(GGML_TYPES.get(TENSOR_TYPES.Q4_0)).toMatchObject({ name: "Q4_0", blockSize: 32, bytesPerBlock: 18 });
+});
+
+test("the writer refuses rows that are not whole blocks", () => {
+  const tensor = { name: "w", type: "Q8_0" as const, shape: [48, 2], data: () => [] };
+  expect(() => encodeGgufHeader({ metadata: {}, tensors: [tensor] })).toThrow("tensor w: rows of 48 values are not whole Q8_0 blocks of 32");
+  expect(tensorTypeFor("Q4_0", { kind: "ffn_down", shape: [48, 2] })).toBe("F16"); // llama-quantize's fallback
 });
 
 test("F16 chunks quantize like their F32 values, in reused buffers", () => {
