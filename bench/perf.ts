@@ -1,13 +1,14 @@
 /**
- * `bun run bench perf [--quick] [--runs N] [--threads N] [--only B1,B2,...]`: issue 5's B1-B7,
- * Parley against llama-server (built from the same llama.cpp source) on the same model, threads,
- * prompts and token counts. Prints a table and writes `.bench/perf-<time>.json`.
+ * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]`:
+ * issue 5's B1-B7, Parley against llama-server (built from the same llama.cpp source) on the same
+ * model, threads, prompts and token counts. Prints a table and writes `.bench/perf-<time>.json`.
+ * The model is bench-small in `--type` (default f16), as real users run quantized files too.
  * `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { writePresetModel } from "../src/llm/gguf/presets";
+import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
 import { existsSync } from "node:fs";
 import { NATIVES_BINS_DIR } from "../src/llm/natives";
 import { scenarios, type Context, type Row } from "./perf/scenarios";
@@ -24,14 +25,21 @@ const { values } = parseArgs({
     runs: { type: "string" },
     threads: { type: "string" },
     only: { type: "string" },
+    type: { type: "string" },
     "no-yardstick": { type: "boolean", default: false },
   },
 });
 const quick = values.quick!;
 mkdirSync(OUT, { recursive: true });
 
-const model = join(OUT, quick ? "demo.gguf" : "bench-small.gguf");
-if (!existsSync(model)) await writePresetModel(quick ? "demo" : "bench-small", model);
+const preset = quick ? "demo" : "bench-small";
+const fileType = presetFileType(preset, values.type);
+if (fileType === undefined) {
+  console.error(`--type: the ${preset} model${quick ? " (--quick)" : ""} is written as ${PRESET_FILE_TYPES[preset].join(", ").toLowerCase()}`);
+  process.exit(2);
+}
+const model = join(OUT, presetFileName(preset, preset, fileType));
+if (!existsSync(model)) await writePresetModel(preset, model, fileType);
 
 const work = mkdtempSync(join(OUT, "run-"));
 const ctx: Context = {
@@ -65,6 +73,7 @@ const report = {
   when: new Date().toISOString(),
   command: `bun run bench perf ${Bun.argv.slice(2).join(" ")}`.trim(),
   model,
+  fileType,
   threads: ctx.threads,
   runs: ctx.runs,
   natives: existsSync(NATIVES_BINS_DIR) ? "local build (dist/natives)" : "npm prebuilt",

@@ -51,7 +51,7 @@ ${EXIT_CODES}`,
   parley model info <file>                    what a GGUF file's header says (exit 1 if unusable)
   parley model pull <url | hf-uri> [--out <dir | file>]
                                               download a model (needs a network), resumable
-  parley model demo [--preset demo|bench-small] [--out <file>]
+  parley model demo [--preset demo|bench-small] [--type f16|q8_0|q4_0] [--out <file>]
                                               write a model Parley generates itself
   parley model <command> --help               details of a model command`,
     run: async (config, args, flags) => (await import("./commands/model")).modelCommand(config, args, flags),
@@ -75,7 +75,7 @@ ${EXIT_CODES}
 
 const KNOWN_FLAGS = new Set([
   ...Object.values(CONFIG_SPEC).map((spec) => spec.flag),
-  ...["--admin", "--user", "--preset", "--out", "--help", "--version"],
+  ...["--admin", "--user", "--preset", "--type", "--out", "--help", "--version"],
 ]);
 
 async function main(argv: readonly string[]): Promise<number> {

@@ -2,7 +2,15 @@ import { existsSync, readdirSync } from "node:fs";
 import { join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
-import { DEMO_MODEL_NAME, MODEL_PRESETS, type ModelPreset, writePresetModel } from "../llm/gguf/presets";
+import {
+  DEMO_MODEL_NAME,
+  MODEL_PRESETS,
+  PRESET_FILE_TYPES,
+  presetFileName,
+  presetFileType,
+  type ModelPreset,
+  writePresetModel,
+} from "../llm/gguf/presets";
 import type { GgufValue } from "../llm/gguf/values";
 import { formatBytes, formatCount } from "./units";
 
@@ -63,10 +71,18 @@ anything while serving; on an offline machine, copy the .gguf file into the mode
   },
   demo: {
     summary: "write a model Parley generates itself",
-    usage: `parley model demo [--preset ${MODEL_PRESETS.join("|")}] [--out <file.gguf>]`,
-    details: "Writes a model Parley generates itself (no download): by default the demo model into the models directory.",
+    usage: `parley model demo [--preset ${MODEL_PRESETS.join("|")}] [--type ${typeNames("bench-small").join("|")}] [--out <file.gguf>]`,
+    details: `Writes a model Parley generates itself (no download): by default the demo model into the models directory.
+
+  demo          a tiny bigram model that answers with sentences of its corpus; f32 only (its
+                greedy reply rests on logits closer together than a quantization step)
+  bench-small   random weights in the shape of a ~98 M-parameter llama model, for benchmarks;
+                --type f16 (default), q8_0 or q4_0. A quantized file holds the tensors
+                llama-quantize makes of the f16 file, bit for bit: norms stay f32, a q4_0 file keeps
+                output.weight in q8_0 (as --output-tensor-type q8_0 does; llama-quantize's
+                default there, q6_k, is not written here).`,
     positionals: 0,
-    flags: ["--preset", "--out"],
+    flags: ["--preset", "--type", "--out"],
     run: (config, _args, flags) => demo(config, flags),
   },
 };
@@ -113,14 +129,25 @@ export async function modelCommand(config: Config, args: readonly string[], flag
 
 const isPreset = (name: string): name is ModelPreset => (MODEL_PRESETS as readonly string[]).includes(name);
 
+/** File types as llama-quantize's command line spells them: f16, q8_0, q4_0. */
+function typeNames(preset: ModelPreset): string[] {
+  return PRESET_FILE_TYPES[preset].map((t) => t.toLowerCase());
+}
+
 async function demo(config: Config, flags: Map<string, string>): Promise<number> {
   const preset = flags.get("--preset") ?? "demo";
   if (!isPreset(preset)) return usageError("demo", `unknown preset "${preset}"`);
-  const out = flags.get("--out") ?? join(config.modelsDir, preset === "demo" ? `${DEMO_MODEL_NAME}.gguf` : `parley-${preset}.gguf`);
+  const typeFlag = flags.get("--type");
+  const fileType = presetFileType(preset, typeFlag);
+  if (fileType === undefined) {
+    return usageError("demo", `the ${preset} model is written as ${typeNames(preset).join(", ")}, not "${typeFlag}"`);
+  }
+  const stem = preset === "demo" ? DEMO_MODEL_NAME : `parley-${preset}`;
+  const out = flags.get("--out") ?? join(config.modelsDir, presetFileName(stem, preset, fileType));
   const started = performance.now();
-  await writePresetModel(preset, out);
+  await writePresetModel(preset, out, fileType);
   const { size } = Bun.file(out);
-  console.log(`Wrote the ${preset} model to ${out} (${(size / 1e6).toFixed(1)} MB, ${Math.round(performance.now() - started)} ms)`);
+  console.log(`Wrote the ${preset} model (${fileType}) to ${out} (${(size / 1e6).toFixed(1)} MB, ${Math.round(performance.now() - started)} ms)`);
   return 0;
 }
 

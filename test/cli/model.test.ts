@@ -192,6 +192,27 @@ describe("parley model list / info", () => {
   });
 });
 
+describe("parley model demo", () => {
+  test("--type writes bench-small quantized under llama.cpp's kind of name; the demo is f32 only", async () => {
+    const quantDir = join(dir, "quantized");
+    const written = await parley("demo", "--preset", "bench-small", "--type", "Q4_0", "--models-dir", quantDir);
+    expect(written.code, written.stderr).toBe(0);
+    const path = join(quantDir, "parley-bench-small-Q4_0.gguf");
+    expect(written.stdout).toContain(`Wrote the bench-small model (Q4_0) to ${path}`);
+    expect(describeGguf(path).quantization).toBe("Q4_0");
+
+    const [demoQuantized, unknownType] = await Promise.all([
+      parley("demo", "--type", "q8_0", "--out", join(quantDir, "never.gguf")),
+      parley("demo", "--preset", "bench-small", "--type", "q4_k_m", "--out", join(quantDir, "never.gguf")),
+    ]);
+    expect(demoQuantized.code).toBe(2);
+    expect(demoQuantized.stderr).toContain('the demo model is written as f32, not "q8_0"');
+    expect(unknownType.code).toBe(2);
+    expect(unknownType.stderr).toContain('the bench-small model is written as f16, q8_0, q4_0, not "q4_k_m"');
+    expect(existsSync(join(quantDir, "never.gguf"))).toBe(false);
+  });
+});
+
 describe("parley model pull", () => {
   const requests: { path: string; range: string | null; bytes: number }[] = [];
   /** While set, ranged requests past the start send 1 KiB and then nothing: a stalled download. */

@@ -9,7 +9,7 @@ import { createApp, type HttpLimits } from "../../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
 import { Engine } from "../../src/llm/engine";
-import type { ModelPreset } from "../../src/llm/gguf/presets";
+import type { FileType, ModelPreset } from "../../src/llm/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
 export interface TestDb {
@@ -86,9 +86,11 @@ export function serveApp(options: ServeOptions): Served {
  * Real inference for tests. One thread: on these tiny models, handing work between two
  * threads costs more than it saves, and two test processes must not fight over the cores.
  */
-export async function testEngine(options: { preset?: ModelPreset; parallel?: number; queueMax?: number; contextSize?: number } = {}) {
+export async function testEngine(
+  options: { preset?: ModelPreset; fileType?: FileType; parallel?: number; queueMax?: number; contextSize?: number } = {},
+) {
   return Engine.load({
-    modelPath: await presetModel(options.preset ?? "demo"),
+    modelPath: await presetModel(options.preset ?? "demo", options.fileType),
     parallel: options.parallel ?? 2,
     queueMax: options.queueMax ?? 64,
     contextSize: options.contextSize ?? 2048,

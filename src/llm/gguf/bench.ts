@@ -1,12 +1,13 @@
-// `bench-small`: random weights in the shape of a ~100 M parameter llama model, F16, so that
-// a token costs what it would cost with a real model of that size. The weights are noise;
-// the output is gibberish by design.
+// `bench-small`: random weights in the shape of a ~100 M parameter llama model, F16 (or
+// quantized to Q8_0 or Q4_0), so that a token costs what it would cost with a real model of
+// that size and type. The weights are noise; the output is gibberish by design.
 
 import { DEMO_CORPUS } from "./corpus";
 import { replyPieces } from "./demo";
 import { llamaGguf, type LlamaHparams, type LlamaTensorSpec } from "./llama";
 import { fillXorshift32, hash32, xorshift32 } from "./prng";
-import { constant } from "./tensor-data";
+import { tensorTypeFor, type FileType } from "./file-type";
+import { constant, encoded } from "./tensor-data";
 import { SPACE, buildVocab, type Vocab } from "./vocab";
 import type { GgufFile } from "./writer";
 
@@ -46,16 +47,17 @@ export function benchVocab(): Vocab {
 }
 
 /**
- * Random F16 values written as bit patterns, with no float conversion: random sign and
+ * Random F16 values made as bit patterns, with no float conversion: random sign and
  * mantissa, exponent 5..8, i.e. magnitudes in [2^-10, 2^-6), roughly the scale of a trained
- * model's weights, small enough that activations stay finite through all layers.
+ * model's weights, small enough that activations stay finite through all layers. Every file
+ * type draws the same values, so a quantized bench model is its F16 model quantized.
  */
-function randomHalves(seed: number, count: number): () => Iterable<Uint8Array> {
+function randomHalves(seed: number, count: number): () => Iterable<Float16Array> {
   return function* () {
     const words = new Uint32Array(CHUNK_BYTES / 4);
-    const bytes = new Uint8Array(words.buffer);
+    const halves = new Float16Array(words.buffer);
     let state = seed;
-    for (let left = count * 2; left > 0; left -= bytes.length) {
+    for (let left = count; left > 0; left -= halves.length) {
       state = fillXorshift32(words, state);
       for (let i = 0; i < words.length; i++) {
         const r = words[i]!;
@@ -63,18 +65,23 @@ function randomHalves(seed: number, count: number): () => Iterable<Uint8Array> {
         // half (0..3) into exponent field 5..8 (the addition cannot carry into the sign).
         words[i] = (r & 0x83ff83ff) | ((r & 0x0c000c00) + 0x14001400);
       }
-      yield left < bytes.length ? bytes.subarray(0, left) : bytes;
+      yield left < halves.length ? halves.subarray(0, left) : halves;
     }
   };
 }
 
-export function benchGguf(): GgufFile {
+/** The file types bench-small is written in; F16 is the default. */
+export const BENCH_FILE_TYPES = ["F16", "Q8_0", "Q4_0"] as const satisfies readonly FileType[];
+export type BenchFileType = (typeof BENCH_FILE_TYPES)[number];
+
+export function benchGguf(fileType: BenchFileType = "F16"): GgufFile {
   const vocab = benchVocab();
   const weights = (spec: LlamaTensorSpec) => {
     const count = spec.shape.reduce((a, d) => a * d, 1);
-    if (spec.shape.length === 1) return { type: "F32" as const, data: constant(1, count, "F32") };
+    const type = tensorTypeFor(fileType, spec);
+    if (spec.shape.length === 1) return { type, data: constant(1, count, type) };
     const name = `${spec.layer ?? ""}.${spec.kind}`;
-    return { type: "F16" as const, data: randomHalves(hash32(name) ^ SEED, count) };
+    return { type, data: encoded(randomHalves(hash32(name) ^ SEED, count), type) };
   };
-  return llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, vocab, fileType: 1, weights });
+  return llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, vocab, fileType, weights });
 }

@@ -119,7 +119,7 @@ export function demoGguf(): GgufFile {
       default: return { type: "F32" as const, data: constant(0, count, "F32") };
     }
   };
-  const file = llamaGguf({ name: DEMO_MODEL_NAME, hparams, vocab: bigrams.vocab, fileType: 0, weights });
+  const file = llamaGguf({ name: DEMO_MODEL_NAME, hparams, vocab: bigrams.vocab, fileType: "F32", weights });
   return { ...file, metadata: { ...file.metadata, [DEMO_FINGERPRINT_KEY]: gguf.string(demoFingerprint()) } };
 }
 

@@ -3,6 +3,7 @@
 // tensor contents come from the caller, one tensor at a time.
 
 import { CHATML_TEMPLATE } from "./chatml";
+import { FILE_TYPES, isQuantized, QUANTIZATION_VERSION, type FileType } from "./file-type";
 import { gguf, type GgufValue } from "./values";
 import { BOS, IM_END, UNK, tokenId, type Vocab } from "./vocab";
 import { GGUF_ALIGNMENT, type GgufFile, type GgufTensor } from "./writer";
@@ -36,8 +37,8 @@ export interface LlamaModel {
   readonly name: string;
   readonly hparams: LlamaHparams;
   readonly vocab: Vocab;
-  /** general.file_type: 0 = all F32, 1 = mostly F16 (llama_ftype). */
-  readonly fileType: 0 | 1;
+  /** general.file_type; each tensor's type is the weight source's, see `tensorTypeFor`. */
+  readonly fileType: FileType;
   readonly weights: WeightSource;
 }
 
@@ -82,7 +83,8 @@ export function llamaGguf(m: LlamaModel): GgufFile {
   const metadata: Record<string, GgufValue> = {
     "general.architecture": gguf.string("llama"),
     "general.name": gguf.string(m.name),
-    "general.file_type": gguf.u32(m.fileType),
+    "general.file_type": gguf.u32(FILE_TYPES[m.fileType]),
+    ...(isQuantized(m.fileType) ? { "general.quantization_version": gguf.u32(QUANTIZATION_VERSION) } : {}),
     "general.alignment": gguf.u32(GGUF_ALIGNMENT),
     "llama.vocab_size": gguf.u32(v.tokens.length),
     "llama.context_length": gguf.u32(h.contextLength),

@@ -3,20 +3,43 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { benchGguf } from "./bench";
+import { BENCH_FILE_TYPES, benchGguf, type BenchFileType } from "./bench";
 import { demoGguf } from "./demo";
+import type { FileType } from "./file-type";
 import { writeGguf, type GgufFile } from "./writer";
 
 export { DEMO_MODEL_NAME } from "./demo";
+export type { FileType } from "./file-type";
 
 export type ModelPreset = "demo" | "bench-small";
 
 export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small"];
 
-function presetGguf(preset: ModelPreset): GgufFile {
+/**
+ * The file types each preset is written in, its default first. The demo stays F32: its
+ * greedy reply rests on logits 0.001 apart, which a quantized output matrix would merge.
+ */
+export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]>> = {
+  demo: ["F32"],
+  "bench-small": BENCH_FILE_TYPES,
+};
+
+/** A file type as llama-quantize's command line names it (f16, q8_0, q4_0), absent for the default; undefined if the preset is not written in it. */
+export function presetFileType(preset: ModelPreset, name?: string): FileType | undefined {
+  const types = PRESET_FILE_TYPES[preset];
+  return name === undefined ? types[0] : types.find((t) => t === name.toUpperCase());
+}
+
+/** `<stem>.gguf` in the preset's default type, else `<stem>-Q4_0.gguf`, as llama.cpp names files. */
+export function presetFileName(stem: string, preset: ModelPreset, fileType: FileType): string {
+  return `${stem}${fileType === PRESET_FILE_TYPES[preset][0] ? "" : `-${fileType}`}.gguf`;
+}
+
+function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
+  if (!PRESET_FILE_TYPES[preset].includes(fileType)) throw new Error(`the ${preset} model is not written as ${fileType}`);
   switch (preset) {
     case "demo": return demoGguf();
-    case "bench-small": return benchGguf();
+    case "bench-small": return benchGguf(fileType as BenchFileType);
   }
 }
 
@@ -25,12 +48,12 @@ function presetGguf(preset: ModelPreset): GgufFile {
  * not at all: it is written under a unique temporary name in the same directory and renamed,
  * so concurrent writers (and readers) never see a partial model.
  */
-export async function writePresetModel(preset: ModelPreset, outPath: string): Promise<void> {
+export async function writePresetModel(preset: ModelPreset, outPath: string, fileType = PRESET_FILE_TYPES[preset][0]!): Promise<void> {
   const dir = dirname(outPath);
   await mkdir(dir, { recursive: true });
   const tmp = join(dir, `.${basename(outPath)}.${randomUUID()}.tmp`);
   try {
-    await writeGguf(tmp, presetGguf(preset));
+    await writeGguf(tmp, presetGguf(preset, fileType));
     await rename(tmp, outPath);
   } catch (err) {
     await rm(tmp, { force: true });

@@ -5,18 +5,20 @@
 
 import { open } from "node:fs/promises";
 import { ByteBuilder } from "./bytes";
+import { GGML_TYPES, type GgmlType } from "./tensor-types";
 import { GGUF_VALUE_TYPE, type GgufValue } from "./values";
 
 export const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 export const GGUF_VERSION = 3;
 export const GGUF_ALIGNMENT = 32; // llama.cpp's default when general.alignment is absent
 
-/** ggml_type ids (ggml/include/ggml.h) and bytes per element for the types we write. */
-export const TENSOR_TYPES = {
-  F32: { id: 0, bytes: 4 },
-  F16: { id: 1, bytes: 2 },
-} as const;
+/** ggml_type ids (ggml/include/ggml.h) of the types we write. */
+export const TENSOR_TYPES = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 8 } as const;
 export type TensorType = keyof typeof TENSOR_TYPES;
+
+export function tensorLayout(type: TensorType): GgmlType {
+  return GGML_TYPES.get(TENSOR_TYPES[type])!;
+}
 
 export interface GgufTensor {
   readonly name: string;
@@ -37,7 +39,8 @@ export interface GgufFile {
 }
 
 export function tensorByteLength(t: Pick<GgufTensor, "type" | "shape">): number {
-  return t.shape.reduce((n, d) => n * d, 1) * TENSOR_TYPES[t.type].bytes;
+  const { blockSize, bytesPerBlock } = tensorLayout(t.type);
+  return (t.shape.reduce((n, d) => n * d, 1) / blockSize) * bytesPerBlock;
 }
 
 function alignUp(n: number): number {
@@ -78,6 +81,11 @@ export function encodeGgufHeader(file: GgufFile): Uint8Array {
     if (t.shape.length < 1 || t.shape.length > 4 || t.shape.some((d) => !Number.isInteger(d) || d < 1)) {
       throw new Error(`invalid shape for tensor ${t.name}: [${t.shape.join(", ")}]`);
     }
+    // Blocks never straddle rows: ggml addresses a row by its byte offset.
+    const { blockSize } = tensorLayout(t.type);
+    if (t.shape[0]! % blockSize !== 0) {
+      throw new Error(`tensor ${t.name}: rows of ${t.shape[0]} values are not whole ${t.type} blocks of ${blockSize}`);
+    }
   }
   const alignment = file.metadata["general.alignment"];
   if (alignment !== undefined && !(alignment.type === "u32" && alignment.value === GGUF_ALIGNMENT)) {
@@ -100,7 +108,7 @@ export function encodeGgufHeader(file: GgufFile): Uint8Array {
     b.string(t.name);
     b.u32(t.shape.length);
     for (const d of t.shape) b.u64(d);
-    b.u32(TENSOR_TYPES[t.type].id);
+    b.u32(TENSOR_TYPES[t.type]);
     b.u64(offset);
     offset = alignUp(offset + tensorByteLength(t));
   }
