@@ -4,6 +4,9 @@
  * statuses, wire codes and headers are one table in src/http/errors.ts, so another API (an
  * OpenAI-compatible one, say) can map the same kinds its own way.
  */
+/** A wait or a generation that ended because its signal aborted (`AbortError`, as `fetch` throws). */
+export const isAbort = (error: unknown): boolean => error instanceof Error && error.name === "AbortError";
+
 export abstract class ParleyError extends Error {
   abstract readonly kind: string;
 }

@@ -2,6 +2,7 @@ import type { ConversationStore } from "../db/storage";
 import type { MessageRecord } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import type { Turn } from "../llm/engine";
+import { isAbort } from "../errors";
 import { KeyedLock } from "./keyed-lock";
 import { type RunningTurn, shuttingDown, type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
@@ -45,8 +46,6 @@ export interface ChatServiceOptions {
   /** When other processes share the storage: a turn also holds its conversation across them. */
   shared?: LeaseOptions;
 }
-
-const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
 /** Turns of one conversation, and its deletion, take this lock in arrival order. */
 const lockKey = (userId: number, conversationId: string) => `${userId}\u0000${conversationId}`;

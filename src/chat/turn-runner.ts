@@ -1,4 +1,4 @@
-import { Overloaded } from "../errors";
+import { isAbort, Overloaded } from "../errors";
 import type { Engine, FinishReason, GenerateRequest, GenerateResult } from "../llm/engine";
 
 /** The next piece of a reply's text. */
@@ -21,8 +21,6 @@ export const usageOf = (result: GenerateResult): Usage => ({
   total_tokens: result.promptTokens + result.completionTokens,
   cached_tokens: result.cachedTokens,
 });
-
-const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
 /** The refusal while there is no engine yet; readiness reports it too. */
 export const modelLoading = () => new Overloaded("the model is still loading", 5_000);

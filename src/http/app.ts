@@ -66,7 +66,7 @@ export function createApp(deps: AppDeps) {
   return app
     .use(errorHandler(deps.log))
     .use(requestContext)
-    .use(observe(deps.log, metrics, () => app.routes))
+    .use(observe(deps.log, metrics, routes))
     .use(cors(limits.corsOrigins, routes))
     .use(routeGuard(routes))
     .use(authGate(deps.storage.keys, limiter, routes))

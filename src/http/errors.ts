@@ -191,8 +191,8 @@ export const errorHandler = (log: Logger) =>
   new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request, set }) => {
     const domainError = toDomainError(code, error);
     const context = contextOf(request);
-    const dialect = dialectOf(context.path);
-    context.status = wireError(domainError, dialect).status;
     if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
-    return errorResponse(domainError, context.id, set.headers as HeaderMap, dialect);
+    const response = errorResponse(domainError, context.id, set.headers as HeaderMap, dialectOf(context.path));
+    context.status = response.status;
+    return response;
   });

@@ -2,6 +2,7 @@ import { Elysia } from "elysia";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import { contextOf } from "./request-context";
+import type { RouteTable } from "./routing";
 
 /** Where a response stands: a request is recorded once it has been answered and its body has ended. */
 interface Progress {
@@ -21,7 +22,7 @@ const isGenerator = (value: unknown): value is AsyncGenerator<unknown, unknown, 
  * is wrapped here and the request is recorded when that generator ends (its last event written, or
  * the client gone). No route takes part: a new streaming route is observed like any other.
  */
-export function observe(log: Logger, metrics: Metrics, routes: () => readonly { path: string }[]) {
+export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
   const progress = new WeakMap<Request, Progress>();
   const progressOf = (request: Request) => {
     let state = progress.get(request);
@@ -34,15 +35,9 @@ export function observe(log: Logger, metrics: Metrics, routes: () => readonly { 
     state.record();
   };
 
-  let known: Set<string> | undefined;
-  // A request refused before routing (401, 404, 405, 429) has no matched route: label it by its
-  // path only when that is one of ours, so arbitrary paths cannot blow up the label set.
-  const label = (request: Request, route: string) => {
-    if (route) return route;
-    known ??= new Set(routes().map((r) => r.path));
-    const path = contextOf(request).path;
-    return known.has(path) ? path : "unmatched";
-  };
+  // A request refused before routing (401, 404, 405, 429) has no matched route: label it by the
+  // route its path belongs to, so arbitrary paths cannot blow up the label set.
+  const label = (request: Request, route: string) => route || (routes.routeOf(contextOf(request).path) ?? "unmatched");
 
   return new Elysia({ name: "parley/observe" })
     .mapResponse({ as: "global" }, ({ request, responseValue }) => {

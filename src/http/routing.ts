@@ -10,6 +10,8 @@ interface RouteEntry {
 }
 
 interface Methods {
+  /** The route's path as declared (`/v1/models/:model`): a bounded label, unlike request paths. */
+  route: string;
   allowed: string[];
   access: Map<string, Access | undefined>;
 }
@@ -48,11 +50,20 @@ export class RouteTable {
     return this.lookup(path).allowed;
   }
 
+  /** The declared path of the route `path` belongs to; undefined when it is no route of ours. */
+  routeOf(path: string): string | undefined {
+    return this.find(path)?.route;
+  }
+
   private lookup(path: string): Methods {
-    const exact = normalize(path);
-    const methods = this.byPath().get(exact) ?? this.patterns.find(([regex]) => regex.test(exact))?.[1];
+    const methods = this.find(path);
     if (!methods) throw noSuchEndpoint();
     return methods;
+  }
+
+  private find(path: string): Methods | undefined {
+    const exact = normalize(path);
+    return this.byPath().get(exact) ?? this.patterns.find(([regex]) => regex.test(exact))?.[1];
   }
 
   private byPath(): Map<string, Methods> {
@@ -60,7 +71,7 @@ export class RouteTable {
     this.table = new Map();
     for (const route of this.routes()) {
       const path = normalize(route.path);
-      const methods: Methods = this.table.get(path) ?? { allowed: [], access: new Map() };
+      const methods: Methods = this.table.get(path) ?? { route: route.path, allowed: [], access: new Map() };
       const access = accessOf(route.hooks?.detail);
       for (const method of route.method === "GET" ? ["GET", "HEAD"] : [route.method]) {
         methods.allowed.push(method);

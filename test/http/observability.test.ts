@@ -80,6 +80,13 @@ describe("/metrics", () => {
     expect(total(after.get("parley_sequences_busy"))).toBe(0);
   });
 
+  test("a request refused before routing is counted under its route's pattern, also for a route with a parameter", async () => {
+    await fetch(`${server.url}/api/v1.0/chat/conversations/${crypto.randomUUID()}`, { method: "DELETE" });
+    const families = await scrape();
+    const refused = { route: "/api/v1.0/chat/conversations/:conversation_id", method: "DELETE", status: "401" };
+    expect(total(families.get("parley_http_requests_total"), refused)).toBe(1);
+  });
+
   test("unknown paths are counted under one label, not one per path", async () => {
     await fetch(`${server.url}/no/such/${crypto.randomUUID()}`);
     const families = await scrape();

@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import type { ChatService } from "../../chat/service";
 import type { ConversationStore } from "../../db/storage";
-import { InvalidInput, NotFound } from "../../errors";
+import { InvalidInput, isAbort, NotFound } from "../../errors";
 import { requireKey } from "../auth";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { listedUser, pageWindow, parsePaging } from "../listing-query";
@@ -13,8 +13,6 @@ const listingQuery = t.Object({
   rows_per_page: t.Optional(t.String({ description: "Integer 1..100, default 20" })),
   current_page: t.Optional(t.String({ description: "Integer >= 1, default 1" })),
 });
-
-const isAbort = (error: unknown) => error instanceof Error && error.name === "AbortError";
 
 export interface ConversationRouteDeps {
   conversations: ConversationStore;
