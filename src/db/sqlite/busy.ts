@@ -43,11 +43,15 @@ export async function whileBusy<T>(attempt: () => T | Promise<T>, patienceMs = P
  * again repeats nothing. A method added to a store keeps that rule and gets this for free.
  */
 export function patient<T extends object>(store: T): T {
+  // Wrapped once per method, not on every call: `verify` and the listing run per request.
+  const wrapped = new Map<PropertyKey, (...args: unknown[]) => unknown>();
   return new Proxy(store, {
     get(target, name, receiver) {
       const value: unknown = Reflect.get(target, name, receiver);
       if (typeof value !== "function") return value;
-      return (...args: unknown[]) => whileBusy(() => value.apply(target, args));
+      let method = wrapped.get(name);
+      if (!method) wrapped.set(name, (method = (...args: unknown[]) => whileBusy(() => value.apply(target, args))));
+      return method;
     },
   });
 }
