@@ -5,6 +5,7 @@
  * keeps the exact generated tokens for the next turn.
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type { Lockstep, Member } from "./lockstep";
 import { StopText } from "./stop-text";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
@@ -20,6 +21,8 @@ export interface DecodeOptions {
   stopTokens: ReadonlySet<Token>;
   /** Texts that end the reply where they begin; they are not part of it (see stop-text.ts). */
   stopStrings?: readonly string[];
+  /** The context's generating sequences, kept in one batch per step. */
+  lockstep: Lockstep;
 }
 
 export interface Decoded {
@@ -71,9 +74,13 @@ export async function decode(
     },
   });
   let stopReason: StopReason = "stop";
+  // Joined after the prompt's evaluation yields the first token.
+  let member: Member | undefined;
   try {
     for (;;) {
+      if (member) await member.step();
       const step = await iterator.next();
+      member ??= options.lockstep.join();
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) {
         stopReason = "abort";
@@ -89,6 +96,7 @@ export async function decode(
       }
     }
   } finally {
+    member?.leave();
     await iterator.return();
   }
   take(text.flush());

@@ -19,6 +19,7 @@ import { resolveModelChatWrapper } from "./chat-wrapper";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
+import { Lockstep } from "./lockstep";
 import { useLocalNatives } from "./natives";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
@@ -66,6 +67,7 @@ interface Slot {
 
 export class Engine {
   private disposed = false;
+  private readonly lockstep = new Lockstep();
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -193,6 +195,7 @@ export class Engine {
             signal,
             stopTokens: this.stopTokens,
             stopStrings: request.stop,
+            lockstep: this.lockstep,
           },
           (piece) => {
             pieces.push(piece);
