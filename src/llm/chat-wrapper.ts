@@ -10,6 +10,7 @@ import {
   type ChatHistoryItem,
   type ChatWrapper,
   chatWrappers,
+  getLlama,
   JinjaTemplateChatWrapper,
   type LlamaModel,
   resolveChatWrapper,
@@ -106,4 +107,20 @@ export function resolveModelChatWrapper(model: LlamaModel, cacheDir?: string): C
     }
   }
   return detected;
+}
+
+/** The chat format Parley resolves for the model file at `modelPath` (its vocabulary alone is loaded). */
+export async function chatFormatOf(modelPath: string): Promise<string> {
+  const llama = await getLlama({ gpu: false, build: "never" });
+  try {
+    const model = await llama.loadModel({ modelPath, vocabOnly: true });
+    try {
+      const wrapper = detect(model);
+      return wrapper instanceof JinjaTemplateChatWrapper ? "the model's Jinja template" : `${wrapper.wrapperName} (node-llama-cpp's, equivalent to the template)`;
+    } finally {
+      await model.dispose();
+    }
+  } finally {
+    await llama.dispose();
+  }
 }

@@ -1,4 +1,4 @@
-// Assembles a `llama`-architecture GGUF: the hyperparameters and tokenizer metadata llama.cpp
+// Assembles a llama-layout GGUF (architecture llama, qwen2 or qwen3): the hyperparameters and tokenizer metadata llama.cpp
 // reads (src/models/llama.cpp, src/llama-vocab.cpp) and the tensor list it requires. The
 // tensor contents come from the caller, one tensor at a time.
 
