@@ -76,6 +76,11 @@ anything while serving; on an offline machine, copy the .gguf file into the mode
 
   demo          a tiny bigram model that answers with sentences of its corpus; f32 only (its
                 greedy reply rests on logits closer together than a quantization step)
+  llama3, qwen2, gemma, mistral, phi3, qwen3-thinking
+                bigram models like demo in a real family's format: its tokenizer (byte-level
+                BPE for llama3/qwen2/qwen3-thinking, SentencePiece for the others), special
+                tokens, end-of-turn token and the chat template its instruct models ship;
+                qwen3-thinking reasons in <think>…</think> before it answers. f32 only.
   bench-small   random weights in the shape of a ~98 M-parameter llama model, for benchmarks;
                 --type f16 (default), q8_0 or q4_0. A quantized file holds the tensors
                 llama-quantize makes of the f16 file, bit for bit: norms stay f32, a q4_0 file keeps
@@ -188,7 +193,7 @@ function resolveFile(file: string, modelsDir: string): string {
   return existsSync(inModels) ? inModels : file;
 }
 
-function info(path: string): number {
+async function info(path: string): Promise<number> {
   let m: ModelDescription;
   try {
     m = describeGguf(path);
@@ -221,6 +226,9 @@ function info(path: string): number {
     ["gguf version", String(m.ggufVersion)],
   ];
   for (const [key, value] of lines) if (value !== undefined) console.log(`${key.padEnd(17)}${value}`);
+  // Imported here: node-llama-cpp takes a few hundred ms to load, and only this line needs it.
+  const { chatFormatOf } = await import("../llm/chat-wrapper");
+  console.log(`${"chat format".padEnd(17)}${await chatFormatOf(m.path)}`);
   return 0;
 }
 

@@ -6,7 +6,15 @@
  */
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { type ChatWrapper, chatWrappers, type LlamaModel, resolveChatWrapper } from "node-llama-cpp";
+import {
+  type ChatHistoryItem,
+  type ChatWrapper,
+  chatWrappers,
+  getLlama,
+  JinjaTemplateChatWrapper,
+  type LlamaModel,
+  resolveChatWrapper,
+} from "node-llama-cpp";
 
 type WrapperType = keyof typeof chatWrappers;
 
@@ -27,16 +35,66 @@ function readCache(file: string): Record<string, WrapperType> {
   }
 }
 
+/** Conversations a specialized format must render as the model's own template does, to be used instead of it. */
+const DIALOGUE: ChatHistoryItem[] = [
+  { type: "user", text: "Hi" },
+  { type: "model", response: ["Hello."] },
+  { type: "user", text: "Bye" },
+  { type: "model", response: [] },
+];
+const PROBES: ChatHistoryItem[][] = [DIALOGUE, [{ type: "system", text: "Be brief." }, ...DIALOGUE]];
+
+/**
+ * node-llama-cpp renders the open reply through a template as an empty assistant message, which a
+ * thinking template closes as a reply without thoughts; the template's own generation prompt
+ * (`add_generation_prompt`) leaves the thought to the model. Not a difference of the format.
+ */
+const EMPTY_THOUGHT = "<think>\n\n</think>\n\n";
+
+/**
+ * node-llama-cpp's choice, unless it is a specialized format that renders a conversation otherwise
+ * than the model's Jinja template (it accepts its Qwen format for Qwen2.5's template, which adds a
+ * default system prompt, and its Llama 3.1 format, which writes today's date and tool
+ * instructions): then the template itself, so the model sees the prompts it was trained on.
+ */
+function detect(model: LlamaModel): ChatWrapper {
+  const detected = resolveChatWrapper(model);
+  const template = model.fileInfo.metadata.tokenizer?.chat_template;
+  if (detected instanceof JinjaTemplateChatWrapper || template === undefined || template.trim() === "") return detected;
+  let jinja: JinjaTemplateChatWrapper;
+  try {
+    jinja = new JinjaTemplateChatWrapper({ template, tokenizer: model.tokenizer });
+  } catch {
+    return detected;
+  }
+  // A leading BOS is the tokenizer's business (add_bos_token), whether or not a template writes it.
+  const render = (wrapper: ChatWrapper, chatHistory: ChatHistoryItem[]) => {
+    try {
+      const tokens = wrapper.generateContextState({ chatHistory }).contextText.tokenize(model.tokenizer);
+      if (tokens[0] === model.tokens.bos) tokens.shift();
+      const text = model.detokenize(tokens, true);
+      return text.endsWith(EMPTY_THOUGHT) ? text.slice(0, -EMPTY_THOUGHT.length) : text;
+    } catch {
+      return undefined;
+    }
+  };
+  const differs = PROBES.some((probe) => {
+    const expected = render(jinja, probe);
+    return expected !== undefined && render(detected, probe) !== expected;
+  });
+  return differs ? jinja : detected;
+}
+
 /** Resolves the model's chat wrapper, detecting it only the first time a `cacheDir` sees the model. */
 export function resolveModelChatWrapper(model: LlamaModel, cacheDir?: string): ChatWrapper {
-  if (cacheDir === undefined) return resolveChatWrapper(model);
+  if (cacheDir === undefined) return detect(model);
   const file = join(cacheDir, CACHE_FILE);
   const cache = readCache(file);
   const key = modelKey(model);
   const known = cache[key];
   if (known !== undefined && known in chatWrappers) return resolveChatWrapper(model, { type: known });
 
-  const detected = resolveChatWrapper(model);
+  const detected = detect(model);
   const type = (Object.keys(chatWrappers) as WrapperType[]).find((name) => detected instanceof chatWrappers[name]);
   if (type !== undefined) {
     try {
@@ -49,4 +107,20 @@ export function resolveModelChatWrapper(model: LlamaModel, cacheDir?: string): C
     }
   }
   return detected;
+}
+
+/** The chat format Parley resolves for the model file at `modelPath` (its vocabulary alone is loaded). */
+export async function chatFormatOf(modelPath: string): Promise<string> {
+  const llama = await getLlama({ gpu: false, build: "never" });
+  try {
+    const model = await llama.loadModel({ modelPath, vocabOnly: true });
+    try {
+      const wrapper = detect(model);
+      return wrapper instanceof JinjaTemplateChatWrapper ? "the model's Jinja template" : `${wrapper.wrapperName} (node-llama-cpp's, equivalent to the template)`;
+    } finally {
+      await model.dispose();
+    }
+  } finally {
+    await llama.dispose();
+  }
 }

@@ -14,6 +14,8 @@ import {
 import { benchGguf, BENCH_HPARAMS } from "../../src/llm/gguf/bench";
 import { DEMO_CORPUS } from "../../src/llm/gguf/corpus";
 import { demoGreedyReply, replyPieces } from "../../src/llm/gguf/demo";
+import { preTokenize, type BpePre } from "../../src/llm/gguf/bpe";
+import { FAMILIES, FAMILY_PRESETS } from "../../src/llm/gguf/families";
 import { parameterCount } from "../../src/llm/gguf/llama";
 import { DEMO_MODEL_NAME, writePresetModel } from "../../src/llm/gguf/presets";
 import { readGgufHeader } from "../../src/llm/gguf/reader";
@@ -21,6 +23,9 @@ import { gguf, type GgufValue } from "../../src/llm/gguf/values";
 import { IM_START, TOKEN_TYPE } from "../../src/llm/gguf/vocab";
 import { encodeGgufHeader, GGUF_ALIGNMENT, writeGguf, type GgufFile, type GgufTensor } from "../../src/llm/gguf/writer";
 import { fromFloats } from "../../src/llm/gguf/tensor-data";
+import { allowSlowTests } from "../support";
+
+allowSlowTests();
 
 const dir = mkdtempSync(join(tmpdir(), "parley-gguf-"));
 let llama: Promise<Llama> | undefined;
@@ -143,6 +148,48 @@ describe("presets", () => {
       await context.dispose();
     } finally {
       await model.dispose();
+    }
+  });
+});
+
+describe("family presets", () => {
+  // sha256 of each whole file: the presets are deterministic, and a change to the writer, the
+  // vocabularies, the corpus or a template shows here. The demo's is the one main has always written.
+  const SHA256: Record<string, string> = {
+    demo: "465b5ba8c607126d42ed69e7ee1309a58f2ccedec9ed582b850bc735afcc4bc1",
+    llama3: "9d49a52529f82892968174c46b9027ef5695ff8cdba1ae4f982343406fcf73b5",
+    qwen2: "d0dd2068f10fb0aadf7e8f26ed270d20d46bc97573f32280f830125ed87b35d1",
+    gemma: "d11d0cd7f52cc37a6926cdc34ff31bb5827d9d027f4990da40ec766e56a04c42",
+    mistral: "231c218e9e8d19fa560811d21871a0d2d2a6fe431104e7801f21ad7ee5bcc71a",
+    phi3: "5e3661ccf7944d32393e08ba01a677c0d9483a1a3d62923eed48e4357ced58b6",
+    "qwen3-thinking": "628d1c2c78a21837d7d380aeba5e8fb5d561a8a619d073064694ec9ad2982183",
+  };
+  for (const preset of ["demo", ...FAMILY_PRESETS] as const) {
+    test(`${preset} is written byte for byte as pinned`, async () => {
+      const path = join(dir, "family", `${preset}.gguf`);
+      await writePresetModel(preset, path);
+      expect(sha256(path)).toBe(SHA256[preset]!);
+    });
+  }
+
+  test("BPE words of every family are single tokens in llama.cpp, and any UTF-8 round-trips", async () => {
+    for (const preset of ["llama3", "qwen2", "qwen3-thinking"] as const) {
+      const path = join(dir, "family", `${preset}.gguf`);
+      await writePresetModel(preset, path);
+      const model = await (await getTestLlama()).loadModel({ modelPath: path });
+      try {
+        expect(model.fileInfo.metadata.tokenizer.ggml.model).toBe("gpt2");
+        const pre = FAMILIES[preset].tokenizer.kind === "bpe" ? (FAMILIES[preset].tokenizer as { pre: BpePre }).pre : "llama-bpe";
+        for (const reply of DEMO_CORPUS) {
+          const pieces = model.tokenize(reply).map((t) => model.detokenize([t]));
+          expect(pieces).toEqual(preTokenize(pre, reply));
+        }
+        for (const text of ["héllo wörld 👋🏽 日本語", "<|im_end|> typed by a user", "tabs\tnew\nlines"]) {
+          expect(model.detokenize(model.tokenize(text))).toBe(text);
+        }
+      } finally {
+        await model.dispose();
+      }
     }
   });
 });

@@ -1,0 +1,133 @@
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, type LlamaModel } from "node-llama-cpp";
+import type { ChatReply, MessagePage } from "../../src/http/contract";
+import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
+import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
+import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+
+allowSlowTests();
+
+/** Template and special-token text no reply or stored message may ever show. */
+const TEMPLATE_TEXT = ["<|eot_id|>", "<|start_header_id|>", "<|im_end|>", "<|im_start|>", "<end_of_turn>", "<start_of_turn>", "[/INST]", "[INST]", "</s>", "<|end|>", "<|assistant|>", "<|user|>"];
+const NON_ASCII = "Héllo wörld, ça va? 👋🏽 日本語のテキスト 中文 ñandú";
+
+let llama: Llama;
+beforeAll(async () => {
+  llama = await getLlama({ gpu: false, build: "never" });
+});
+afterAll(async () => {
+  await llama.dispose();
+});
+
+for (const preset of FAMILY_PRESETS) {
+  const family = FAMILIES[preset];
+  // Until reasoning is separated from the content, a thinking family's replies carry it inline.
+  const forbidden = family.thinks ? TEMPLATE_TEXT : [...TEMPLATE_TEXT, "<think>", "</think>"];
+
+  describe(`the ${preset} family over HTTP`, () => {
+    const db = testDb(`family-${preset}`);
+    let key: string;
+    let engine: Engine;
+    let server: Served;
+    let model: LlamaModel;
+    const generations: { request: GenerateRequest; result: GenerateResult }[] = [];
+
+    beforeAll(async () => {
+      key = (await db.keys.create(preset, "user")).key;
+      engine = await testEngine({ preset: preset as FamilyPreset, parallel: 1, contextSize: 1024 });
+      const generate = engine.generate.bind(engine);
+      engine.generate = async function* (request) {
+        const result = yield* generate(request);
+        generations.push({ request, result });
+        return result;
+      };
+      server = serveApp({ storage: db.storage, engine });
+      model = await llama.loadModel({ modelPath: await presetModel(preset as FamilyPreset) });
+    });
+    afterAll(async () => {
+      await server.stop();
+      await engine.close();
+      await model.dispose();
+      await db.storage.close();
+    });
+
+    async function chat(body: Record<string, unknown>): Promise<ChatReply> {
+      const response = await postChat(server.url, key, { temperature: 0, ...body });
+      expect(response.status).toBe(200);
+      return (await response.json()) as ChatReply;
+    }
+
+    async function storedContents(conversationId: string): Promise<string[]> {
+      const response = await fetch(`${server.url}/api/v1.0/chat/messages?conversation_id=${conversationId}&sort_by=id:asc&rows_per_page=100`, {
+        headers: bearer(key),
+      });
+      return ((await response.json()) as MessagePage).data.map((m) => m.content);
+    }
+
+    const expectClean = (text: string) => {
+      for (const special of forbidden) expect(text).not.toContain(special);
+    };
+
+    test("a plain reply reads like words and ends by itself on the family's end of turn", async () => {
+      const reply = await chat({ message: "Hello there!", conversation_id: "plain" });
+      expect(reply.message.finish_reason).toBe("stop");
+      expect(reply.message.content).toMatch(family.thinks ? /^<think>\n[^\n]+\n<\/think>\n\n[A-Z][\w', :!?.]*[.!?]$/ : /^[A-Z][\w', :!?.]*[.!?]$/);
+      expectClean(reply.message.content);
+      // Ended by the end-of-turn token, not by the cap: the reply is far shorter.
+      expect(reply.usage.completion_tokens).toBeLessThan(60);
+    });
+
+    test("a streamed reply: deltas free of template text that make up the stored content", async () => {
+      const response = await postChat(server.url, key, { message: "What can you do?", conversation_id: "streamed", stream: true, temperature: 0.8, seed: 7 });
+      expect(response.status).toBe(200);
+      const events: SseEvent[] = [];
+      for await (const event of readSse(response)) events.push(event);
+      const deltas = events.filter((e) => e.event === "delta").map((e) => (e.data as { content: string }).content);
+      const done = events.at(-1)!;
+      expect(done.event).toBe("done");
+      const reply = done.data as ChatReply;
+      expect(reply.message.finish_reason).toBe("stop");
+      expect(deltas.length).toBeGreaterThan(1);
+      for (const delta of deltas) expectClean(delta);
+      expect(deltas.join("")).toBe(reply.message.content);
+      for (const content of await storedContents("streamed")) expectClean(content);
+    });
+
+    test("non-ASCII input round-trips into storage and, exactly, into the prompt", async () => {
+      const reply = await chat({ message: NON_ASCII, conversation_id: "unicode" });
+      expect(reply.user_message.content).toBe(NON_ASCII);
+      expect((await storedContents("unicode"))[0]).toBe(NON_ASCII);
+      expect(generations.at(-1)!.result.prompt).toContain(NON_ASCII);
+      expect(model.detokenize(model.tokenize(NON_ASCII))).toBe(NON_ASCII);
+    });
+
+    /**
+     * Not yet for two families (issue #15, open): a thinking model's history depends on reasoning
+     * being separated from the content; and for mistral the reference splits the template's " "
+     * before a reply into a token of its own ("▁", "I") where Parley keeps the generated "▁I".
+     */
+    const fidelityPending = family.thinks === true || preset === "mistral";
+    test.skipIf(fidelityPending)("turn 3's prompt is the template's rendering, token for token, and only its new tokens are evaluated", async () => {
+      const turns = ["Hi, who are you?", "Tell me something nice.", "Thank you!"];
+      const replies: ChatReply[] = [];
+      for (const message of turns) replies.push(await chat({ message, conversation_id: "three-turns" }));
+      const third = generations.at(-1)!.result;
+
+      const history: ChatHistoryItem[] = [];
+      for (const [i, message] of turns.entries()) {
+        history.push({ type: "user", text: message });
+        if (i < turns.length - 1) history.push({ type: "model", response: [replies[i]!.message.content] });
+      }
+      const template = model.fileInfo.metadata.tokenizer.chat_template!;
+      const reference = new JinjaTemplateChatWrapper({ template, tokenizer: model.tokenizer })
+        .generateContextState({ chatHistory: [...history, { type: "model", response: [] }] })
+        .contextText.tokenize(model.tokenizer);
+      expect(third.promptTokens).toBe(reference.length);
+      expect(third.prompt).toBe(model.detokenize(reference, true));
+
+      // The sequence holds turn 2's prompt and reply: everything up to the reply's end is reused.
+      const second = replies[1]!.usage;
+      expect(replies[2]!.usage.cached_tokens).toBe(second.prompt_tokens + second.completion_tokens);
+    });
+  });
+}
