@@ -51,3 +51,9 @@ export interface GenerateResult {
   /** The prompt as evaluated (after trimming to fit the context), special tokens rendered as text. */
   prompt: string;
 }
+
+/** A piece of a reply's text: its answer, or the model's reasoning (a thought) before it. */
+export interface ReplyPiece {
+  kind: "content" | "reasoning";
+  text: string;
+}
