@@ -5,7 +5,9 @@
  * keeps the exact generated tokens for the next turn.
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
-import { StopText } from "./stop-text";
+import { ReplyText } from "./reply-text";
+import type { ThoughtMarkers } from "./thought-text";
+import type { ReplyPiece } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
 
@@ -18,8 +20,10 @@ export interface DecodeOptions {
   signal: AbortSignal;
   /** Besides the model's end-of-generation tokens: e.g. the chat template's end-of-turn token. */
   stopTokens: ReadonlySet<Token>;
-  /** Texts that end the reply where they begin; they are not part of it (see stop-text.ts). */
+  /** Texts that end the reply's answer where they begin; they are not part of it (see stop-text.ts). */
   stopStrings?: readonly string[];
+  /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
+  thought?: ThoughtMarkers;
 }
 
 export interface Decoded {
@@ -41,7 +45,7 @@ export async function decode(
   sequence: LlamaContextSequence,
   input: Token[],
   options: DecodeOptions,
-  emit: (text: string) => void,
+  emit: (piece: ReplyPiece) => void,
 ): Promise<Decoded> {
   const { signal, stopTokens, maxTokens } = options;
   const model = sequence.model;
@@ -50,7 +54,7 @@ export async function decode(
 
   const newline = model.tokens.nl;
   const text = new TextStream(model);
-  const stops = new StopText(options.stopStrings ?? []);
+  const stops = new ReplyText(options.thought, options.stopStrings ?? []);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
   const boundaries = [{ tokens: 0, chars: 0 }];
@@ -58,8 +62,7 @@ export async function decode(
     if (piece === "") return;
     spelled += piece;
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
-    const shown = stops.push(piece);
-    if (shown !== "") emit(shown);
+    for (const shown of stops.push(piece)) emit(shown);
   };
   const iterator = sequence.evaluate(input, {
     temperature: options.temperature,
@@ -94,8 +97,7 @@ export async function decode(
   take(text.flush());
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
   if (stops.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
-  const rest = stops.flush();
-  if (rest !== "") emit(rest);
+  for (const rest of stops.flush()) emit(rest);
   const end = stops.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
