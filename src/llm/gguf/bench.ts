@@ -2,12 +2,14 @@
 // quantized to Q8_0 or Q4_0), so that a token costs what it would cost with a real model of
 // that size and type. The weights are noise; the output is gibberish by design.
 
+import { CHATML_TEMPLATE } from "./chatml";
 import { DEMO_CORPUS } from "./corpus";
 import { replyPieces } from "./demo";
 import { llamaGguf, type LlamaHparams, type LlamaTensorSpec } from "./llama";
 import { fillXorshift32, hash32, xorshift32 } from "./prng";
 import { tensorTypeFor, type FileType } from "./file-type";
 import { constant, encoded } from "./tensor-data";
+import { chatmlTokenizer } from "./tokenizer";
 import { SPACE, buildVocab, type Vocab } from "./vocab";
 import type { GgufFile } from "./writer";
 
@@ -83,5 +85,5 @@ export function benchGguf(fileType: BenchFileType = "F16"): GgufFile {
     const name = `${spec.layer ?? ""}.${spec.kind}`;
     return { type, data: encoded(randomHalves(hash32(name) ^ SEED, count), type) };
   };
-  return llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, vocab, fileType, weights });
+  return llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, nVocab: vocab.tokens.length, tokenizer: chatmlTokenizer(vocab, CHATML_TEMPLATE), fileType, weights });
 }

@@ -2,10 +2,8 @@
 // reads (src/models/llama.cpp, src/llama-vocab.cpp) and the tensor list it requires. The
 // tensor contents come from the caller, one tensor at a time.
 
-import { CHATML_TEMPLATE } from "./chatml";
 import { FILE_TYPES, isQuantized, QUANTIZATION_VERSION, type FileType } from "./file-type";
 import { gguf, type GgufValue } from "./values";
-import { BOS, IM_END, UNK, tokenId, type Vocab } from "./vocab";
 import { GGUF_ALIGNMENT, type GgufFile, type GgufTensor } from "./writer";
 
 export interface LlamaHparams {
@@ -22,7 +20,7 @@ export interface LlamaHparams {
 /** Tensor names without the `blk.N.` prefix and the `.weight` suffix. */
 export type LlamaTensorKind =
   | "token_embd" | "output_norm" | "output"
-  | "attn_norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output"
+  | "attn_norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "attn_q_norm" | "attn_k_norm"
   | "ffn_norm" | "ffn_gate" | "ffn_up" | "ffn_down";
 
 export interface LlamaTensorSpec {
@@ -33,16 +31,27 @@ export interface LlamaTensorSpec {
 
 export type WeightSource = (spec: LlamaTensorSpec) => Pick<GgufTensor, "type" | "data">;
 
+/**
+ * llama.cpp architectures of the llama layout: Qwen's read the same keys under their own prefix,
+ * and Qwen3 normalizes each head's queries and keys. (Chat format detection checks the
+ * architecture: node-llama-cpp only offers a Qwen model its Qwen format.)
+ */
+export type LlamaArchitecture = "llama" | "qwen2" | "qwen3";
+
 export interface LlamaModel {
   readonly name: string;
+  /** Default "llama". */
+  readonly architecture?: LlamaArchitecture;
   readonly hparams: LlamaHparams;
-  readonly vocab: Vocab;
+  readonly nVocab: number;
+  /** `tokenizer.*` keys, see tokenizer.ts. */
+  readonly tokenizer: Readonly<Record<string, GgufValue>>;
   /** general.file_type; each tensor's type is the weight source's, see `tensorTypeFor`. */
   readonly fileType: FileType;
   readonly weights: WeightSource;
 }
 
-export function llamaTensorSpecs(h: LlamaHparams, nVocab: number): LlamaTensorSpec[] {
+export function llamaTensorSpecs(h: LlamaHparams, nVocab: number, architecture: LlamaArchitecture = "llama"): LlamaTensorSpec[] {
   const headDim = h.nEmbd / h.nHead;
   const kvDim = headDim * h.nHeadKv;
   const specs: LlamaTensorSpec[] = [{ kind: "token_embd", layer: null, shape: [h.nEmbd, nVocab] }];
@@ -54,6 +63,7 @@ export function llamaTensorSpecs(h: LlamaHparams, nVocab: number): LlamaTensorSp
       blk("attn_k", [h.nEmbd, kvDim]),
       blk("attn_v", [h.nEmbd, kvDim]),
       blk("attn_output", [h.nEmbd, h.nEmbd]),
+      ...(architecture === "qwen3" ? [blk("attn_q_norm", [headDim]), blk("attn_k_norm", [headDim])] : []),
       blk("ffn_norm", [h.nEmbd]),
       blk("ffn_gate", [h.nEmbd, h.nFf]),
       blk("ffn_up", [h.nEmbd, h.nFf]),
@@ -78,41 +88,26 @@ function validate(h: LlamaHparams): void {
 export function llamaGguf(m: LlamaModel): GgufFile {
   const h = m.hparams;
   validate(h);
-  const v = m.vocab;
-  const eog = tokenId(v, IM_END);
+  const arch = m.architecture ?? "llama";
   const metadata: Record<string, GgufValue> = {
-    "general.architecture": gguf.string("llama"),
+    "general.architecture": gguf.string(arch),
     "general.name": gguf.string(m.name),
     "general.file_type": gguf.u32(FILE_TYPES[m.fileType]),
     ...(isQuantized(m.fileType) ? { "general.quantization_version": gguf.u32(QUANTIZATION_VERSION) } : {}),
     "general.alignment": gguf.u32(GGUF_ALIGNMENT),
-    "llama.vocab_size": gguf.u32(v.tokens.length),
-    "llama.context_length": gguf.u32(h.contextLength),
-    "llama.embedding_length": gguf.u32(h.nEmbd),
-    "llama.block_count": gguf.u32(h.nLayer),
-    "llama.feed_forward_length": gguf.u32(h.nFf),
-    "llama.attention.head_count": gguf.u32(h.nHead),
-    "llama.attention.head_count_kv": gguf.u32(h.nHeadKv),
-    "llama.attention.layer_norm_rms_epsilon": gguf.f32(h.rmsEps),
-    "llama.rope.dimension_count": gguf.u32(h.nEmbd / h.nHead),
-    "llama.rope.freq_base": gguf.f32(10000),
-    "tokenizer.ggml.model": gguf.string("llama"),
-    "tokenizer.ggml.tokens": gguf.array("string", v.tokens),
-    "tokenizer.ggml.scores": gguf.array("f32", v.scores),
-    "tokenizer.ggml.token_type": gguf.array("i32", v.types),
-    "tokenizer.ggml.unknown_token_id": gguf.u32(tokenId(v, UNK)),
-    "tokenizer.ggml.bos_token_id": gguf.u32(tokenId(v, BOS)),
-    // A reply ends with <|im_end|>, so it is both end of sequence and end of turn.
-    "tokenizer.ggml.eos_token_id": gguf.u32(eog),
-    "tokenizer.ggml.eot_token_id": gguf.u32(eog),
-    "tokenizer.ggml.add_bos_token": gguf.bool(true),
-    "tokenizer.ggml.add_eos_token": gguf.bool(false),
-    // Without the implicit leading space, text and pieces map one to one: "Hi there" is
-    // "Hi" + "▁there" wherever it appears, including right after "assistant\n".
-    "tokenizer.ggml.add_space_prefix": gguf.bool(false),
-    "tokenizer.chat_template": gguf.string(CHATML_TEMPLATE),
+    [`${arch}.vocab_size`]: gguf.u32(m.nVocab),
+    [`${arch}.context_length`]: gguf.u32(h.contextLength),
+    [`${arch}.embedding_length`]: gguf.u32(h.nEmbd),
+    [`${arch}.block_count`]: gguf.u32(h.nLayer),
+    [`${arch}.feed_forward_length`]: gguf.u32(h.nFf),
+    [`${arch}.attention.head_count`]: gguf.u32(h.nHead),
+    [`${arch}.attention.head_count_kv`]: gguf.u32(h.nHeadKv),
+    [`${arch}.attention.layer_norm_rms_epsilon`]: gguf.f32(h.rmsEps),
+    [`${arch}.rope.dimension_count`]: gguf.u32(h.nEmbd / h.nHead),
+    [`${arch}.rope.freq_base`]: gguf.f32(10000),
+    ...m.tokenizer,
   };
-  const tensors = llamaTensorSpecs(h, v.tokens.length).map((spec): GgufTensor => ({
+  const tensors = llamaTensorSpecs(h, m.nVocab, arch).map((spec): GgufTensor => ({
     name: spec.layer === null ? `${spec.kind}.weight` : `blk.${spec.layer}.${spec.kind}.weight`,
     shape: spec.shape,
     ...m.weights(spec),

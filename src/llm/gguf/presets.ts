@@ -5,23 +5,33 @@ import { mkdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { BENCH_FILE_TYPES, benchGguf, type BenchFileType } from "./bench";
 import { demoGguf } from "./demo";
+import { FAMILY_PRESETS, familyGguf, type FamilyPreset } from "./families";
 import type { FileType } from "./file-type";
 import { writeGguf, type GgufFile } from "./writer";
 
 export { DEMO_MODEL_NAME } from "./demo";
 export type { FileType } from "./file-type";
 
-export type ModelPreset = "demo" | "bench-small";
+export type ModelPreset = "demo" | "bench-small" | FamilyPreset;
 
-export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small"];
+export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", ...FAMILY_PRESETS];
+
+const isFamily = (preset: ModelPreset): preset is FamilyPreset => (FAMILY_PRESETS as readonly string[]).includes(preset);
 
 /**
- * The file types each preset is written in, its default first. The demo stays F32: its
- * greedy reply rests on logits 0.001 apart, which a quantized output matrix would merge.
+ * The file types each preset is written in, its default first. The bigram models (the demo and
+ * the families) stay F32: their greedy replies rest on logits 0.001 apart, which a quantized
+ * output matrix would merge.
  */
 export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]>> = {
   demo: ["F32"],
   "bench-small": BENCH_FILE_TYPES,
+  llama3: ["F32"],
+  qwen2: ["F32"],
+  gemma: ["F32"],
+  mistral: ["F32"],
+  phi3: ["F32"],
+  "qwen3-thinking": ["F32"],
 };
 
 /** A file type as llama-quantize's command line names it (f16, q8_0, q4_0), absent for the default; undefined if the preset is not written in it. */
@@ -37,6 +47,7 @@ export function presetFileName(stem: string, preset: ModelPreset, fileType: File
 
 function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
   if (!PRESET_FILE_TYPES[preset].includes(fileType)) throw new Error(`the ${preset} model is not written as ${fileType}`);
+  if (isFamily(preset)) return familyGguf(preset);
   switch (preset) {
     case "demo": return demoGguf();
     case "bench-small": return benchGguf(fileType as BenchFileType);

@@ -14,14 +14,17 @@ export const EOS = "</s>";
 export const IM_START = "<|im_start|>";
 export const IM_END = "<|im_end|>";
 
-/** Fixed ids: llama.cpp defaults unk/bos/eos to 0/1/2 for SPM vocabularies. */
-const SPECIALS = [
+/** A special token's text and its token type. */
+export type SpecialToken = readonly [text: string, type: number];
+
+/** The demo's specials. Fixed ids: llama.cpp defaults unk/bos/eos to 0/1/2 for SPM vocabularies. */
+export const CHATML_SPECIALS: readonly SpecialToken[] = [
   [UNK, TOKEN_TYPE.UNKNOWN],
   [BOS, TOKEN_TYPE.CONTROL],
   [EOS, TOKEN_TYPE.CONTROL],
   [IM_START, TOKEN_TYPE.CONTROL],
   [IM_END, TOKEN_TYPE.CONTROL],
-] as const;
+];
 
 export interface Vocab {
   readonly tokens: readonly string[];
@@ -40,11 +43,11 @@ export function toPiece(text: string): string {
 }
 
 /**
- * Builds the vocabulary from `pieces` (in the order given; duplicates and missing prefixes
- * are filled in), stopping at `maxSize` tokens. Longer pieces score higher, so merges grow
- * along the prefix chain.
+ * Builds the vocabulary from `specials` (first, in order), the byte tokens and `pieces` (in the
+ * order given; duplicates and missing prefixes are filled in), stopping at `maxSize` tokens.
+ * Longer pieces score higher, so merges grow along the prefix chain.
  */
-export function buildVocab(pieces: Iterable<string>, maxSize = Infinity): Vocab {
+export function buildVocab(pieces: Iterable<string>, maxSize = Infinity, specials: readonly SpecialToken[] = CHATML_SPECIALS): Vocab {
   const tokens: string[] = [];
   const types: number[] = [];
   const scores: number[] = [];
@@ -57,7 +60,7 @@ export function buildVocab(pieces: Iterable<string>, maxSize = Infinity): Vocab 
     scores.push(score);
   };
 
-  for (const [text, type] of SPECIALS) add(text, type, 0);
+  for (const [text, type] of specials) add(text, type, 0);
   for (let b = 0; b < 256; b++) add(byteToken(b), TOKEN_TYPE.BYTE, 0);
   for (const piece of pieces) {
     const chars = Array.from(piece);
@@ -69,7 +72,7 @@ export function buildVocab(pieces: Iterable<string>, maxSize = Infinity): Vocab 
   return { tokens, types, scores, ids };
 }
 
-export function tokenId(vocab: Vocab, text: string): number {
+export function tokenId(vocab: Pick<Vocab, "ids">, text: string): number {
   const id = vocab.ids.get(text);
   if (id === undefined) throw new Error(`token ${JSON.stringify(text)} is not in the vocabulary`);
   return id;
