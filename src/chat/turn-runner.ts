@@ -83,10 +83,11 @@ export class RunningTurn {
   }
 
   /**
-   * Generates the reply under this turn's signal: yields its thought and answer pieces (arming the cap at the first),
-   * returns the result with its final finish reason, or undefined when the client left before
-   * generation began. A turn the runner's `close()` cancels while it waits for a sequence still
-   * ends in a reply: empty and `cancelled`. A consumer that stops early hands the sequence back.
+   * Generates the reply under this turn's signal: yields its pieces, a reasoning model's thought
+   * before the answer (arming the cap at the first), returns the result with its final finish
+   * reason, or undefined when the client left before generation began. A turn the runner's
+   * `close()` cancels while it waits for a sequence still ends in a reply: empty and `cancelled`.
+   * A consumer that stops early hands the sequence back.
    */
   async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void> {
     const generation = this.engine.generate({ ...request, signal: this.signal });

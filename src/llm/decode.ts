@@ -54,7 +54,7 @@ export async function decode(
 
   const newline = model.tokens.nl;
   const text = new TextStream(model);
-  const stops = new ReplyText(options.thought, options.stopStrings ?? []);
+  const replyText = new ReplyText(options.thought, options.stopStrings ?? []);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
   const boundaries = [{ tokens: 0, chars: 0 }];
@@ -62,7 +62,7 @@ export async function decode(
     if (piece === "") return;
     spelled += piece;
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
-    for (const shown of stops.push(piece)) emit(shown);
+    for (const shown of replyText.push(piece)) emit(shown);
   };
   const iterator = sequence.evaluate(input, {
     temperature: options.temperature,
@@ -85,7 +85,7 @@ export async function decode(
       if (step.done || stopTokens.has(step.value)) break;
       tokens.push(step.value);
       take(text.push(step.value));
-      if (stops.stoppedAt !== undefined) break;
+      if (replyText.stoppedAt !== undefined) break;
       if (tokens.length >= maxTokens) {
         stopReason = "maxTokens";
         break;
@@ -96,9 +96,9 @@ export async function decode(
   }
   take(text.flush());
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
-  if (stops.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
-  for (const rest of stops.flush()) emit(rest);
-  const end = stops.stoppedAt ?? spelled.length;
+  if (replyText.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
+  for (const rest of replyText.flush()) emit(rest);
+  const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
 }

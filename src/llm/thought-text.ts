@@ -20,6 +20,8 @@ export interface ThoughtMarkers {
  * The thought markers of a chat format, as node-llama-cpp's wrapper knows them, or undefined for
  * a format without thoughts. Compared without their surrounding whitespace: templates differ in
  * the newlines they put around a marker (Qwen's `<think>\n`, DeepSeek's `<think>`), models too.
+ * Markers spelled by control tokens (gpt-oss's Harmony channels) never reach the decoded text:
+ * such thoughts are not split.
  */
 export function thoughtMarkersOf(chatWrapper: ChatWrapper): ThoughtMarkers | undefined {
   const thought = chatWrapper.settings.segments?.thought;
