@@ -73,6 +73,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     cacheDir: config.dataDir,
     kvCache: { dir: join(config.dataDir, "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
     onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
+    reasoning: config.reasoning,
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
   const loadFailed = loading.then(

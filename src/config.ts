@@ -5,6 +5,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { isPostgresUrl } from "./db/open";
+import { REASONING_MODES, type ReasoningMode } from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {
@@ -46,6 +47,8 @@ export interface Config {
   kvCacheMb: number;
   /** Put before every native conversation's history; the text itself, already read from its file. */
   systemPrompt?: string;
+  /** A reasoning model's thought: apart from the answer, hidden, or inline in it. */
+  reasoning: ReasoningMode;
 }
 
 /**
@@ -166,6 +169,12 @@ export const CONFIG_SPEC = {
     default: "",
     help: "System message before every conversation's history (a persona): the text, or @path to read it from a file at start; not stored with conversations",
   },
+  reasoning: {
+    env: "PARLEY_REASONING",
+    flag: "--reasoning",
+    default: "separate",
+    help: "A reasoning model's thought (<think>…</think>): separate (returned, streamed and stored apart from the answer), hide (discarded: neither returned nor stored), or inline (left in the answer as generated)",
+  },
 } satisfies Record<keyof Config, Spec>;
 
 /** Flags that stand alone; every other `--flag` takes a value. */
@@ -274,6 +283,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     corsOrigins: origins("corsOrigins"),
     kvCacheMb: int("kvCacheMb", 0, 1 << 24),
     systemPrompt,
+    reasoning: oneOf("reasoning", REASONING_MODES),
   };
 }
 

@@ -1,5 +1,5 @@
 import type { FinishReason, Turn } from "../llm/engine";
-import { type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
   /** The whole conversation, as the client keeps it. */
@@ -20,6 +20,8 @@ export interface CompletionStart {
 
 export interface CompletionResult {
   text: string;
+  /** A reasoning model's thought; absent for other models. */
+  reasoning?: string;
   finishReason: FinishReason;
   usage: Usage;
   model: string;
@@ -46,8 +48,8 @@ export class CompletionService {
     return engine && { id: engine.modelName, loadedAt: engine.loadedAt };
   }
 
-  /** Yields `start` once admitted, then `delta`s; undefined when the client left before generation began. */
-  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnDelta, CompletionResult | undefined, void> {
+  /** Yields `start` once admitted, then `reasoning` pieces and `delta`s; undefined when the client left before generation began. */
+  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnReasoning | TurnDelta, CompletionResult | undefined, void> {
     const running = this.runner.begin(input.signal);
     try {
       const { engine } = running;
@@ -60,7 +62,15 @@ export class CompletionService {
         seed: input.seed,
         stop: input.stop,
       });
-      return result && { text: result.text, finishReason: result.finishReason, usage: usageOf(result), model: engine.modelName };
+      return (
+        result && {
+          text: result.text,
+          ...(result.reasoning !== undefined ? { reasoning: result.reasoning } : {}),
+          finishReason: result.finishReason,
+          usage: usageOf(result),
+          model: engine.modelName,
+        }
+      );
     } finally {
       running.end();
     }

@@ -4,9 +4,9 @@ import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import type { Turn } from "../llm/engine";
 import { isAbort } from "../errors";
 import { KeyedLock } from "./keyed-lock";
-import { type RunningTurn, shuttingDown, type TurnDelta, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { type RunningTurn, shuttingDown, type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
-export type { TurnDelta, Usage } from "./turn-runner";
+export type { TurnDelta, TurnReasoning, Usage } from "./turn-runner";
 
 export interface TurnInput {
   userId: number;
@@ -99,12 +99,13 @@ export class ChatService {
   }
 
   /**
-   * Yields `start` once the user's message is stored, then `delta`s; returns the stored reply.
+   * Yields `start` once the user's message is stored, then `reasoning` pieces of a reasoning model's
+   * thought, then `delta`s; returns the stored reply.
    * Returns undefined when the client left before generation began (no reply is stored then).
    * A turn the server cancels while it waits still ends in an answer: `Overloaded` before its
    * message is stored, an empty `cancelled` reply after.
    */
-  async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
+  async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
     const running = this.runner.begin(input.signal);
     try {
       return yield* this.run(running, input);
@@ -113,7 +114,7 @@ export class ChatService {
     }
   }
 
-  private async *run(running: RunningTurn, input: TurnInput): AsyncGenerator<TurnStart | TurnDelta, TurnResult | undefined, void> {
+  private async *run(running: RunningTurn, input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
     const { engine, signal } = running;
     let release: () => void;
     try {
@@ -152,6 +153,7 @@ export class ChatService {
       const message = await this.conversations.addMessage(conversation, {
         role: "assistant",
         content: result.text,
+        reasoning: result.reasoning ?? null,
         finishReason: result.finishReason,
         promptTokens: result.promptTokens,
         completionTokens: result.completionTokens,

@@ -1,9 +1,15 @@
 import { isAbort, Overloaded } from "../errors";
 import type { Engine, FinishReason, GenerateRequest, GenerateResult } from "../llm/engine";
 
-/** The next piece of a reply's text. */
+/** The next piece of a reply's answer. */
 export interface TurnDelta {
   type: "delta";
+  content: string;
+}
+
+/** The next piece of a reasoning model's thought, which comes before its answer. */
+export interface TurnReasoning {
+  type: "reasoning";
   content: string;
 }
 
@@ -77,12 +83,13 @@ export class RunningTurn {
   }
 
   /**
-   * Generates the reply under this turn's signal: yields its deltas (arming the cap at the first),
-   * returns the result with its final finish reason, or undefined when the client left before
-   * generation began. A turn the runner's `close()` cancels while it waits for a sequence still
-   * ends in a reply: empty and `cancelled`. A consumer that stops early hands the sequence back.
+   * Generates the reply under this turn's signal: yields its pieces, a reasoning model's thought
+   * before the answer (arming the cap at the first), returns the result with its final finish
+   * reason, or undefined when the client left before generation began. A turn the runner's
+   * `close()` cancels while it waits for a sequence still ends in a reply: empty and `cancelled`.
+   * A consumer that stops early hands the sequence back.
    */
-  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta, GenerateResult | undefined, void> {
+  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void> {
     const generation = this.engine.generate({ ...request, signal: this.signal });
     let result: GenerateResult | undefined;
     try {
@@ -95,7 +102,7 @@ export class RunningTurn {
           return result;
         }
         this.tokenArrived();
-        yield { type: "delta", content: step.value };
+        yield { type: step.value.kind === "reasoning" ? "reasoning" : "delta", content: step.value.text };
       }
     } catch (error) {
       if (!isAbort(error)) throw error;

@@ -56,6 +56,8 @@ export interface FoundConversation extends ConversationRef {
 export interface NewMessage {
   role: Role;
   content: string;
+  /** A reasoning model's thought, kept apart from its answer (`content`). */
+  reasoning?: string | null;
   /** Default: now. */
   createdAt?: number;
   finishReason?: FinishReason | null;
@@ -71,14 +73,23 @@ export interface MessageRecord {
   id: number;
   role: Role;
   content: string;
+  /** Null for user messages and replies without a thought. */
+  reasoning: string | null;
   createdAt: number;
   userId: number;
   finishReason: FinishReason | null;
   conversationId: string;
 }
 
-/** One turn of a stored conversation, as the model is given it. */
-export type StoredTurn = Pick<MessageRecord, "role" | "content">;
+/** One turn of a stored conversation, as the model is given it: with its thought when it has one. */
+export interface StoredTurn {
+  role: Role;
+  content: string;
+  reasoning?: string;
+}
+
+export const storedTurn = (row: Pick<MessageRecord, "role" | "content" | "reasoning">): StoredTurn =>
+  row.reasoning === null ? { role: row.role, content: row.content } : { role: row.role, content: row.content, reasoning: row.reasoning };
 
 export type SortField = "created_at" | "id";
 export type SortDirection = "asc" | "desc";

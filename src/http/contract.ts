@@ -58,6 +58,9 @@ export const Message = t.Object(
     id: t.Integer(),
     role: oneOf(CONVERSATION_ROLES),
     content: t.String(),
+    reasoning: t.Optional(
+      t.String({ description: "Assistant messages of a reasoning model only: its thought, which is never part of content" }),
+    ),
     created_at: t.String({ format: "date-time" }),
     conversation_id: t.String(),
     user_id: t.Integer(),
@@ -105,6 +108,10 @@ export type ChatStart = Static<typeof ChatStart>;
 /** The stream's `delta` event: the next piece of the reply's text. */
 export const ChatDelta = t.Object({ content: t.String() }, closed);
 export type ChatDelta = Static<typeof ChatDelta>;
+
+/** The stream's `reasoning` event, before any `delta`: the next piece of a reasoning model's thought. */
+export const ChatReasoning = t.Object({ content: t.String() }, closed);
+export type ChatReasoning = Static<typeof ChatReasoning>;
 
 /** Every listing's: the page asked for, and how many rows and pages there are in all. */
 export const Pagination = t.Object(

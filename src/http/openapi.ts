@@ -8,7 +8,7 @@
  */
 import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
-import { ChatDelta, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
+import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 
@@ -18,6 +18,7 @@ export const SCHEMAS = {
   ChatReply,
   ChatStart,
   ChatDelta,
+  ChatReasoning,
   MessagePage,
   ConversationPage,
   Health,
@@ -72,7 +73,8 @@ export function openAiErrorResponses(...kinds: ErrorKind[]): Responses {
 
 const COMPLETION_SSE = [
   "With `stream: true`: `text/event-stream` of unnamed events, each `data` one `chat.completion.chunk`:",
-  "the role first, then content deltas, then one with finish_reason; with stream_options.include_usage a",
+  "the role first, then a reasoning model's thought as reasoning_content deltas, then content deltas, then one",
+  "with finish_reason; with stream_options.include_usage a",
   "last chunk with `choices: []` and the usage; then `data: [DONE]`. An error after the first byte is",
   "`data: {error}`. Comment lines `: ping` keep an idle stream alive.",
 ].join(" ");
@@ -89,6 +91,7 @@ export const chatCompletionResponse = {
 export const SSE_DESCRIPTION = [
   "With `stream: true`: `text/event-stream`. Events, each `data` one line of JSON:",
   "`start` {conversation_id, new_conversation, user_message, model};",
+  "`reasoning` {content} (a reasoning model's thought, before the first delta; all concatenated are the final message.reasoning);",
   "`delta` {content} (all deltas concatenated are the final message.content);",
   "`done` (the same object as the non-streamed response);",
   "`error` {error} (generation failed after the stream began; the stream ends).",
@@ -105,7 +108,7 @@ export const chatReplyResponse = {
     "application/json": { schema: ref("ChatReply") },
     "text/event-stream": {
       schema: { type: "string" as const, description: SSE_DESCRIPTION },
-      "x-events": { start: ref("ChatStart"), delta: ref("ChatDelta"), done: ref("ChatReply"), error: ref("Error") },
+      "x-events": { start: ref("ChatStart"), reasoning: ref("ChatReasoning"), delta: ref("ChatDelta"), done: ref("ChatReply"), error: ref("Error") },
     },
   },
 };

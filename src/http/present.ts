@@ -3,12 +3,13 @@ import type { TurnResult, TurnStart } from "../chat/service";
 import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination } from "./contract";
 
-/** A stored message; `finish_reason` belongs to replies only. */
+/** A stored message; `finish_reason` belongs to replies only, `reasoning` to a reasoning model's. */
 export function messageJson(message: MessageRecord): Message {
   return {
     id: message.id,
     role: message.role,
     content: message.content,
+    ...(message.reasoning !== null ? { reasoning: message.reasoning } : {}),
     created_at: new Date(message.createdAt).toISOString(),
     conversation_id: message.conversationId,
     user_id: message.userId,

@@ -8,8 +8,14 @@ import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
 
-/** A turn as the chat layer runs it: one `start` once it is admitted, its reply's deltas, its result. */
-export type TurnEvents<Start, Result> = AsyncGenerator<Start | { type: "delta"; content: string }, Result | undefined, void>;
+/** A piece of the reply: its answer (`delta`), or a reasoning model's thought before it (`reasoning`). */
+interface ReplyEvent {
+  type: "delta" | "reasoning";
+  content: string;
+}
+
+/** A turn as the chat layer runs it: one `start` once it is admitted, its reply's pieces, its result. */
+export type TurnEvents<Start, Result> = AsyncGenerator<Start | ReplyEvent, Result | undefined, void>;
 
 /** Starts the turn; `signal` aborts when the client goes away. */
 export type StartTurn<Start, Result> = (signal: AbortSignal) => TurnEvents<Start, Result>;
@@ -18,6 +24,7 @@ export type StartTurn<Start, Result> = (signal: AbortSignal) => TurnEvents<Start
 export interface Framing<Start, Result> {
   start(start: Start): SseChunk[];
   delta(content: string): SseChunk;
+  reasoning(content: string): SseChunk;
   done(result: Result): SseChunk[];
   error(error: DomainError, requestId: string): SseChunk[];
 }
@@ -56,7 +63,7 @@ export class TurnDriver {
         if (step.value) meter.done(step.value.usage);
         return step.value;
       }
-      if (isDelta(step.value)) meter.token();
+      if (isReply(step.value)) meter.token();
     }
   }
 
@@ -78,7 +85,7 @@ export class TurnDriver {
       server?.timeout(request, 0);
       const turn = start(request.signal);
       const first = await turn.next();
-      if (first.done || isDelta(first.value)) return;
+      if (first.done || isReply(first.value)) return;
       set.headers["content-type"] = "text/event-stream";
       set.headers["cache-control"] = "no-cache";
       yield* framing.start(first.value);
@@ -94,9 +101,9 @@ export class TurnDriver {
             return;
           }
           if (step.value === PING) yield PING;
-          else if (isDelta(step.value)) {
+          else if (isReply(step.value)) {
             meter.token();
-            yield framing.delta(step.value.content);
+            yield step.value.type === "delta" ? framing.delta(step.value.content) : framing.reasoning(step.value.content);
           }
         }
       } catch (error) {
@@ -134,4 +141,7 @@ export class TurnDriver {
   }
 }
 
-const isDelta = (event: unknown): event is { type: "delta"; content: string } => (event as { type?: unknown }).type === "delta";
+const isReply = (event: unknown): event is ReplyEvent => {
+  const { type } = event as { type?: unknown };
+  return type === "delta" || type === "reasoning";
+};

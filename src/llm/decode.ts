@@ -6,7 +6,9 @@
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { Lockstep, Member } from "./lockstep";
-import { StopText } from "./stop-text";
+import { ReplyText } from "./reply-text";
+import type { ThoughtMarkers } from "./thought-text";
+import type { ReplyPiece } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
 
@@ -19,8 +21,10 @@ export interface DecodeOptions {
   signal: AbortSignal;
   /** Besides the model's end-of-generation tokens: e.g. the chat template's end-of-turn token. */
   stopTokens: ReadonlySet<Token>;
-  /** Texts that end the reply where they begin; they are not part of it (see stop-text.ts). */
+  /** Texts that end the reply's answer where they begin; they are not part of it (see stop-text.ts). */
   stopStrings?: readonly string[];
+  /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
+  thought?: ThoughtMarkers;
   /** The context's generating sequences, kept in one batch per step. */
   lockstep: Lockstep;
 }
@@ -44,7 +48,7 @@ export async function decode(
   sequence: LlamaContextSequence,
   input: Token[],
   options: DecodeOptions,
-  emit: (text: string) => void,
+  emit: (piece: ReplyPiece) => void,
 ): Promise<Decoded> {
   const { signal, stopTokens, maxTokens } = options;
   const model = sequence.model;
@@ -53,7 +57,7 @@ export async function decode(
 
   const newline = model.tokens.nl;
   const text = new TextStream(model);
-  const stops = new StopText(options.stopStrings ?? []);
+  const replyText = new ReplyText(options.thought, options.stopStrings ?? []);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
   const boundaries = [{ tokens: 0, chars: 0 }];
@@ -61,8 +65,7 @@ export async function decode(
     if (piece === "") return;
     spelled += piece;
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
-    const shown = stops.push(piece);
-    if (shown !== "") emit(shown);
+    for (const shown of replyText.push(piece)) emit(shown);
   };
   const iterator = sequence.evaluate(input, {
     temperature: options.temperature,
@@ -89,7 +92,7 @@ export async function decode(
       if (step.done || stopTokens.has(step.value)) break;
       tokens.push(step.value);
       take(text.push(step.value));
-      if (stops.stoppedAt !== undefined) break;
+      if (replyText.stoppedAt !== undefined) break;
       if (tokens.length >= maxTokens) {
         stopReason = "maxTokens";
         break;
@@ -101,10 +104,9 @@ export async function decode(
   }
   take(text.flush());
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
-  if (stops.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
-  const rest = stops.flush();
-  if (rest !== "") emit(rest);
-  const end = stops.stoppedAt ?? spelled.length;
+  if (replyText.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
+  for (const rest of replyText.flush()) emit(rest);
+  const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
 }

@@ -23,8 +23,9 @@ import { Lockstep } from "./lockstep";
 import { useLocalNatives } from "./natives";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
+import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
-import type { FinishReason, GenerateRequest, GenerateResult } from "./types";
+import type { FinishReason, GenerateRequest, GenerateResult, ReasoningMode, ReplyPiece } from "./types";
 
 export type * from "./types";
 
@@ -51,11 +52,20 @@ export interface EngineOptions {
   kvCache?: { dir: string; maxBytes: number };
   /** Failures that cost only speed (a KV state not saved), reported instead of thrown. */
   onWarning?: (message: string, error: unknown) => void;
+  /** A reasoning model's thought: apart from the answer (default), hidden, or left inline. */
+  reasoning?: ReasoningMode;
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";
+
+/** How replies' thoughts are told apart, for a chat format that has them and unless they stay inline. */
+interface Thoughts {
+  markers: ThoughtMarkers;
+  /** Told apart, then left out of what the engine yields and returns. */
+  hidden: boolean;
+}
 
 interface Slot {
   sequence: LlamaContextSequence;
@@ -80,6 +90,7 @@ export class Engine {
     private readonly kv: KvStore | undefined,
     private readonly prompts: PromptRenderer,
     private readonly stopTokens: ReadonlySet<Token>,
+    private readonly thoughts: Thoughts | undefined,
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, or "prebuilt". */
     readonly natives: string,
@@ -99,6 +110,8 @@ export class Engine {
         threads,
       });
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
+      const reasoning = options.reasoning ?? "separate";
+      const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
       const slots = Array.from({ length: parallel }, (): Slot => ({ sequence: context.getSequence(), saved: false }));
       const name = model.fileInfo.metadata.general?.name;
       const warn = options.onWarning ?? (() => {});
@@ -112,6 +125,7 @@ export class Engine {
         kv,
         new PromptRenderer(model, chatWrapper),
         stopTokensOf(model, chatWrapper),
+        markers && { markers, hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives ?? "prebuilt",
       );
@@ -149,11 +163,12 @@ export class Engine {
   }
 
   /**
-   * Waits for a free sequence, then yields the reply's text pieces as they are generated.
+   * Waits for a free sequence, then yields the reply's text pieces as they are generated: a
+   * reasoning model's thought first, tagged as such, then its answer.
    * An abort while queued throws an `AbortError`; an abort (or `return()`) during generation
    * stops within a token or so and returns the partial reply as `cancelled`.
    */
-  async *generate(request: GenerateRequest): AsyncGenerator<string, GenerateResult, void> {
+  async *generate(request: GenerateRequest): AsyncGenerator<ReplyPiece, GenerateResult, void> {
     if (this.disposed) throw new Error("Engine is disposed");
     const key = request.conversationKey;
     const budget = this.promptBudget(request.maxTokens);
@@ -179,9 +194,9 @@ export class Engine {
         await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
       }
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
-      const pieces: string[] = [];
+      const said = { content: "", reasoning: "" };
 
-      const decoded = yield* bridge<string, Decoded>((emit) => {
+      const decoded = yield* bridge<ReplyPiece, Decoded>((emit) => {
         running = decode(
           sequence,
           tokens.slice(cachedTokens),
@@ -195,10 +210,12 @@ export class Engine {
             signal,
             stopTokens: this.stopTokens,
             stopStrings: request.stop,
+            thought: this.thoughts?.markers,
             lockstep: this.lockstep,
           },
           (piece) => {
-            pieces.push(piece);
+            if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
+            said[piece.kind] += piece.text;
             emit(piece);
           },
         );
@@ -215,7 +232,8 @@ export class Engine {
 
       const model = this.model;
       return {
-        text: pieces.join(""),
+        text: said.content,
+        ...(said.reasoning !== "" ? { reasoning: said.reasoning } : {}),
         finishReason: finishReason(decoded.stopReason),
         promptTokens: tokens.length,
         cachedTokens,

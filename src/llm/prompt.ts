@@ -13,7 +13,7 @@
  * renders and turns (token-cache.ts), and the event loop gets a turn between two tokenizations, so
  * one long conversation cannot stall every other request.
  */
-import type { ChatHistoryItem, ChatWrapper, LlamaModel, LlamaText, Token, Tokenizer } from "node-llama-cpp";
+import type { ChatHistoryItem, ChatModelSegment, ChatWrapper, LlamaModel, LlamaText, Token, Tokenizer } from "node-llama-cpp";
 import { cachingTokenizer } from "./token-cache";
 import type { Turn } from "./types";
 
@@ -45,6 +45,8 @@ export class PromptRenderer {
   readonly tokenizer: Tokenizer;
   /** The most UTF-8 bytes one token of the vocabulary spells. */
   private readonly maxTokenBytes: number;
+  /** The chat format has thoughts: stored ones go back to it, and its template decides what the model sees. */
+  private readonly thoughts: boolean;
 
   constructor(
     private readonly model: LlamaModel,
@@ -52,6 +54,7 @@ export class PromptRenderer {
   ) {
     this.tokenizer = cachingTokenizer(model.tokenizer, CACHE_TOKENS);
     this.maxTokenBytes = longestTokenBytes(model);
+    this.thoughts = chatWrapper.settings.segments?.thought !== undefined;
   }
 
   /**
@@ -68,7 +71,7 @@ export class PromptRenderer {
   /** Fits `turns` into at most `budget` prompt tokens. */
   async fit(turns: readonly Turn[], budget: number): Promise<FittedPrompt> {
     const reachable = withinReach(turns, this.historyChars(budget));
-    const items = reachable.map(toHistoryItem);
+    const items = reachable.map((turn) => this.historyItem(turn));
     const whole = await this.render(items);
     if (whole.tokens.length <= budget) return whole;
 
@@ -112,7 +115,7 @@ export class PromptRenderer {
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */
   private async truncateLast(before: ChatHistoryItem[], turn: Turn, budget: number): Promise<FittedPrompt | undefined> {
-    const withText = (content: string) => this.render([...before, toHistoryItem({ ...turn, content })]);
+    const withText = (content: string) => this.render([...before, this.historyItem({ ...turn, content })]);
 
     const overhead = (await withText("")).tokens.length;
     if (overhead > budget) return undefined;
@@ -134,6 +137,26 @@ export class PromptRenderer {
   withReply(history: readonly ChatHistoryItem[], reply: string): LlamaText {
     const response = reply === "" ? [] : [reply];
     return this.chatWrapper.generateContextState({ chatHistory: [...history, { type: "model", response }] }).contextText;
+  }
+
+  /**
+   * A turn as node-llama-cpp's history holds it: an assistant's thought as a thought segment of its
+   * response, which the wrapper renders as its template does (Qwen3's drops the thoughts of turns
+   * before the last user message). A format without thoughts is never given one: its wrapper
+   * would render it as plain text.
+   */
+  private historyItem(turn: Turn): ChatHistoryItem {
+    switch (turn.role) {
+      case "system":
+        return { type: "system", text: turn.content };
+      case "user":
+        return { type: "user", text: turn.content };
+      case "assistant": {
+        const thought: ChatModelSegment[] =
+          this.thoughts && turn.reasoning ? [{ type: "segment", segmentType: "thought", text: turn.reasoning, ended: true }] : [];
+        return { type: "model", response: [...thought, turn.content] };
+      }
+    }
   }
 
   private async render(history: ChatHistoryItem[]): Promise<FittedPrompt> {
@@ -174,7 +197,8 @@ export class PromptRenderer {
 
 /**
  * `turns` without the older ones a prompt cannot reach (`maxChars`, see `historyChars`), counted
- * back from the newest; leading system turns stay, as fitting keeps them.
+ * back from the newest; leading system turns stay, as fitting keeps them. Answers alone are
+ * counted: a thought, where the template keeps it, only adds to a turn, so this reaches far enough.
  */
 function withinReach(turns: readonly Turn[], maxChars: number): readonly Turn[] {
   const pinned = leadingSystemCount(turns);
@@ -182,17 +206,6 @@ function withinReach(turns: readonly Turn[], maxChars: number): readonly Turn[] 
   let chars = 0;
   while (start > pinned && chars < maxChars) chars += turns[--start]!.content.length;
   return start === pinned ? turns : [...turns.slice(0, pinned), ...turns.slice(start)];
-}
-
-function toHistoryItem(turn: Turn): ChatHistoryItem {
-  switch (turn.role) {
-    case "system":
-      return { type: "system", text: turn.content };
-    case "user":
-      return { type: "user", text: turn.content };
-    case "assistant":
-      return { type: "model", response: [turn.content] };
-  }
 }
 
 function leadingSystemCount(turns: readonly Turn[]): number {

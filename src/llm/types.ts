@@ -8,7 +8,17 @@ export type Role = "system" | (typeof CONVERSATION_ROLES)[number];
 export interface Turn {
   role: Role;
   content: string;
+  /** An assistant turn's thought, apart from its answer: the chat template decides whether the model sees it again. */
+  reasoning?: string;
 }
+
+/**
+ * How the engine reports a reasoning model's thought: `separate` from the answer, `hide` it (the
+ * answer alone leaves the engine), or `inline`, left in the answer with its markers as generated.
+ */
+export const REASONING_MODES = ["separate", "hide", "inline"] as const;
+
+export type ReasoningMode = (typeof REASONING_MODES)[number];
 
 export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
 
@@ -39,8 +49,10 @@ export interface GenerateRequest {
 }
 
 export interface GenerateResult {
-  /** Exactly the concatenation of the yielded pieces. */
+  /** The answer: exactly the concatenation of the yielded content pieces. */
   text: string;
+  /** The thought, exactly the concatenation of the yielded reasoning pieces; absent when there were none. */
+  reasoning?: string;
   finishReason: FinishReason;
   /** Tokens of the whole prompt the reply was conditioned on, history included. */
   promptTokens: number;
@@ -50,4 +62,10 @@ export interface GenerateResult {
   completionTokens: number;
   /** The prompt as evaluated (after trimming to fit the context), special tokens rendered as text. */
   prompt: string;
+}
+
+/** A piece of a reply's text: its answer, or the model's reasoning (a thought) before it. */
+export interface ReplyPiece {
+  kind: "content" | "reasoning";
+  text: string;
 }

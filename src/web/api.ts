@@ -1,6 +1,6 @@
 // The browser side of docs/API.md. The bodies' types are the server's own (type-only: nothing
 // of the server is bundled into the page).
-import type { ChatDelta, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage } from "../http/contract";
+import type { ChatDelta, ChatReasoning, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage } from "../http/contract";
 
 export type { Conversation, ConversationPage, Message, MessagePage };
 
@@ -14,6 +14,7 @@ export interface ChatRequest {
 /** What a stream delivers; its `error` event is thrown as an ApiError instead. */
 export type StreamEvent =
   | { event: "start"; data: ChatStart }
+  | { event: "reasoning"; data: ChatReasoning }
   | { event: "delta"; data: ChatDelta }
   | { event: "done"; data: ChatReply };
 

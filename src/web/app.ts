@@ -203,7 +203,8 @@ async function send(): Promise<void> {
       if (item.event === "start") {
         question.settle(item.data.user_message.id);
         shown.add(item.data.user_message.id);
-      } else if (item.event === "delta") follow(() => reply.append(item.data.content));
+      } else if (item.event === "reasoning") follow(() => reply.think(item.data.content));
+      else if (item.event === "delta") follow(() => reply.append(item.data.content));
       else if (item.event === "done") {
         replyId = item.data.message.id;
         finish = item.data.message.finish_reason;

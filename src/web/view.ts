@@ -21,6 +21,8 @@ const RENDER_INTERVAL_MS = 80;
 export class MessageView {
   readonly element = document.createElement("li");
   private readonly body = document.createElement("div");
+  /** A reasoning model's thought, once one arrives. */
+  private thought: HTMLElement | undefined;
   private source = "";
   private renderTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -42,6 +44,7 @@ export class MessageView {
 
   static of(message: Message): MessageView {
     const view = new MessageView(message.role, message.content);
+    if (message.reasoning !== undefined) view.think(message.reasoning);
     view.settle(message.id, message.finish_reason);
     return view;
   }
@@ -55,6 +58,24 @@ export class MessageView {
     this.body.dataset.source = this.source;
     // Rendering the whole text per token would be quadratic in the reply's length.
     this.renderTimer ??= setTimeout(() => this.render(), RENDER_INTERVAL_MS);
+  }
+
+  /**
+   * Adds to the reply's thought, shown folded (a <details>) above the answer: plain text, as the
+   * model thought it, never rendered as Markdown.
+   */
+  think(text: string): void {
+    if (!this.thought) {
+      const details = document.createElement("details");
+      details.className = "reasoning";
+      const summary = document.createElement("summary");
+      summary.textContent = "Reasoning";
+      this.thought = document.createElement("div");
+      this.thought.className = "thought";
+      details.append(summary, this.thought);
+      this.body.before(details);
+    }
+    this.thought.append(text);
   }
 
   /** Marks the message as stored (`id`) and says why a reply ended, unless it ended by itself. */

@@ -37,3 +37,12 @@ describe("PARLEY_SYSTEM_PROMPT", () => {
     expect(() => loadConfig({}, new Map([["--system-prompt", `@${dir}/blank.txt`]]))).toThrow(/^--system-prompt names an empty file/);
   });
 });
+
+describe("PARLEY_REASONING", () => {
+  test("separate by default; hide or inline when chosen, the flag winning; anything else stops start-up", () => {
+    expect(loadConfig({}).reasoning).toBe("separate");
+    expect(loadConfig({ PARLEY_REASONING: "hide" }).reasoning).toBe("hide");
+    expect(loadConfig({ PARLEY_REASONING: "hide" }, new Map([["--reasoning", "inline"]])).reasoning).toBe("inline");
+    expect(() => loadConfig({ PARLEY_REASONING: "shown" })).toThrow(new ConfigError(`PARLEY_REASONING must be one of separate, hide, inline (got "shown")`));
+  });
+});

@@ -43,6 +43,22 @@ for (const backend of backends()) {
       expect(second).toEqual({ total: 3, rows: [all.rows[2]!] });
     });
 
+    test("a reply's reasoning is stored apart from its content: returned, listed and given back with the turns; null otherwise", async () => {
+      const { userId } = await storage.keys.create("hugo", "user");
+      const conversation = await storage.conversations.findOrCreate(userId, "thinking");
+      const question = await storage.conversations.addMessage(conversation, { role: "user", content: "Why?" });
+      const answer = await storage.conversations.addMessage(conversation, { role: "assistant", content: "Because.", reasoning: "They ask why. 🤔", finishReason: "stop" });
+      const plain = await storage.conversations.addMessage(conversation, { role: "assistant", content: "Also.", finishReason: "stop" });
+      expect([question.reasoning, answer.reasoning, plain.reasoning]).toEqual([null, "They ask why. 🤔", null]);
+      const { rows } = await storage.messages.list({ userId, conversationId: "thinking", sortField: "id", sortDirection: "asc", limit: 10, offset: 0 });
+      expect(rows.map((row) => [row.content, row.reasoning])).toEqual([["Why?", null], ["Because.", "They ask why. 🤔"], ["Also.", null]]);
+      expect(await storage.conversations.recentTurns(conversation.id, { maxChars: 1_000 })).toEqual([
+        { role: "user", content: "Why?" },
+        { role: "assistant", content: "Because.", reasoning: "They ask why. 🤔" },
+        { role: "assistant", content: "Also." },
+      ]);
+    });
+
     test("deleting a conversation removes its messages and counts, only for its owner; the id starts afresh", async () => {
       const { userId } = await storage.keys.create("fred", "user");
       const intruder = await storage.keys.create("gina", "user");

@@ -28,7 +28,7 @@ async function run(engine: Engine, req: GenerateRequest): Promise<{ pieces: stri
   while (true) {
     const step = await gen.next();
     if (step.done) return { pieces, result: step.value };
-    pieces.push(step.value);
+    pieces.push(step.value.text);
   }
 }
 
@@ -229,7 +229,7 @@ describe("Engine (parallel 2)", () => {
     const gen = engine.generate(ask("go on", { maxTokens: 500, signal: controller.signal }));
     let step = await gen.next();
     while (!step.done) {
-      pieces.push(step.value);
+      pieces.push(step.value.text);
       // The greedy reply is 7 tokens: aborting at the first leaves several ungenerated.
       if (pieces.length === 1) controller.abort();
       step = await gen.next();

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { dlopen, FFIType, ptr } from "bun:ffi";
-import type { Engine, GenerateResult } from "../../src/llm/engine";
+import type { Engine, GenerateResult, ReplyPiece } from "../../src/llm/engine";
 import { FILE_TYPES, tensorTypeFor } from "../../src/llm/gguf/file-type";
 import type { FileType } from "../../src/llm/gguf/presets";
 import { quantizeQ4_0, quantizeQ8_0 } from "../../src/llm/gguf/quantize";
@@ -224,7 +224,7 @@ describe("bench-small quantized", () => {
 
       engine = await testEngine({ preset: "bench-small", fileType, parallel: 1, contextSize: 256 });
       const gen = engine.generate({ history: [{ role: "user", content: "Hello there" }], temperature: 0, maxTokens: 8 });
-      let step: IteratorResult<string, GenerateResult>;
+      let step: IteratorResult<ReplyPiece, GenerateResult>;
       do step = await gen.next();
       while (!step.done);
       // Random weights: the text is noise, but eight tokens come out.

@@ -8,7 +8,7 @@ import type { KeyStore, Storage } from "../../src/db/storage";
 import { createApp, type HttpLimits } from "../../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
-import { Engine } from "../../src/llm/engine";
+import { Engine, type ReasoningMode } from "../../src/llm/engine";
 import type { FileType, ModelPreset } from "../../src/llm/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
@@ -87,9 +87,10 @@ export function serveApp(options: ServeOptions): Served {
  * threads costs more than it saves, and two test processes must not fight over the cores.
  */
 export async function testEngine(
-  options: { preset?: ModelPreset; fileType?: FileType; parallel?: number; queueMax?: number; contextSize?: number } = {},
+  options: { preset?: ModelPreset; fileType?: FileType; parallel?: number; queueMax?: number; contextSize?: number; reasoning?: ReasoningMode } = {},
 ) {
   return Engine.load({
+    reasoning: options.reasoning,
     modelPath: await presetModel(options.preset ?? "demo", options.fileType),
     parallel: options.parallel ?? 2,
     queueMax: options.queueMax ?? 64,

@@ -408,6 +408,48 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     await expectSafeMarkdown(page);
   });
 
+  test("a reasoning model's thought is shown folded above its reply, as plain text, stored and streamed", async () => {
+    const thought = "They greet me <b>warmly</b>;\nso I greet back.";
+    const conversation = await db.storage.conversations.findOrCreate(alice.userId, "thinking-1");
+    await db.storage.conversations.addMessage(conversation, { role: "user", content: "Hi", createdAt: Date.parse("2026-03-01T00:00:00Z") });
+    await db.storage.conversations.addMessage(conversation, { role: "assistant", content: "Hello!", reasoning: thought, finishReason: "stop", createdAt: Date.parse("2026-03-01T00:00:01Z") });
+    const page = await open();
+    await signIn(page, "thinking-1");
+    const stored = page.locator("#log .assistant details.reasoning");
+    await stored.waitFor();
+    expect(await stored.getAttribute("open")).toBeNull();
+    expect(await page.locator("#log .assistant .thought").isVisible()).toBe(false);
+    expect(await page.textContent("#log .assistant .thought")).toBe(thought);
+    expect(await page.locator("#log .assistant .thought b").count()).toBe(0);
+    await page.click("#log .assistant details.reasoning summary");
+    expect(await page.locator("#log .assistant .thought").isVisible()).toBe(true);
+
+    const message = (id: number, role: "user" | "assistant", content: string) => ({
+      id,
+      role,
+      content,
+      created_at: new Date().toISOString(),
+      conversation_id: "thinking-1",
+      user_id: alice.userId,
+      ...(role === "assistant" ? { finish_reason: "stop", reasoning: thought } : {}),
+    });
+    const question = message(900_011, "user", "Again");
+    const answer = message(900_012, "assistant", "Hello again!");
+    const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+    const body = [
+      sse("start", { conversation_id: "thinking-1", new_conversation: false, user_message: question, model: "test" }),
+      ...thought.match(/[\s\S]{1,5}/g)!.map((content) => sse("reasoning", { content })),
+      ...["Hello", " again!"].map((content) => sse("delta", { content })),
+      sse("done", { conversation_id: "thinking-1", new_conversation: false, message: answer, user_message: question, usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, model: "test" }),
+    ].join("");
+    await page.route("**/api/v1.0/chat", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
+    await send(page, "Again");
+    const streamed = page.locator('#log .assistant[data-id="900012"]');
+    await streamed.waitFor();
+    expect(await streamed.locator("details.reasoning").getAttribute("open")).toBeNull();
+    expect(await streamed.locator(".thought").textContent()).toBe(thought);
+    expect(await streamed.locator(".body").getAttribute("data-source")).toBe("Hello again!");
+  });
 });
 
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `message ${from + i}`);

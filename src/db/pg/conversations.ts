@@ -9,6 +9,7 @@ import {
   type MessageRecord,
   type NewMessage,
   type StoredTurn,
+  storedTurn,
 } from "../types";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
@@ -22,7 +23,7 @@ export class PgConversationStore implements ConversationStore {
 
   constructor(private readonly db: Db) {
     this.newestFirst = db
-      .select({ role: messages.role, content: messages.content })
+      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning })
       .from(messages)
       .where(eq(messages.conversationId, 0))
       .orderBy(desc(messages.createdAt), desc(messages.id))
@@ -53,6 +54,7 @@ export class PgConversationStore implements ConversationStore {
       id: row!.id,
       role: row!.role,
       content: row!.content,
+      reasoning: row!.reasoning,
       createdAt: row!.createdAt,
       userId: row!.userId,
       finishReason: row!.finishReason,
@@ -65,9 +67,9 @@ export class PgConversationStore implements ConversationStore {
     let chars = 0;
     // Read through a cursor, a few rows at a time: the rows beyond the bound are never fetched.
     // Counted in JavaScript, as SQLite's does: the bound is in UTF-16 units, PostgreSQL counts code points.
-    stepping: for await (const rows of this.db.$client.unsafe<StoredTurn[]>(this.newestFirst, [conversationId]).cursor(TURNS_PER_FETCH)) {
+    stepping: for await (const rows of this.db.$client.unsafe<Pick<MessageRecord, "role" | "content" | "reasoning">[]>(this.newestFirst, [conversationId]).cursor(TURNS_PER_FETCH)) {
       for (const turn of rows) {
-        turns.push({ role: turn.role, content: turn.content });
+        turns.push(storedTurn(turn));
         chars += turn.content.length;
         if (chars >= maxChars) break stepping;
       }

@@ -40,6 +40,7 @@ function pageQuery(db: Db, shape: Shape) {
       id: messages.id,
       role: messages.role,
       content: messages.content,
+      reasoning: messages.reasoning,
       createdAt: messages.createdAt,
       userId: messages.userId,
       finishReason: messages.finishReason,

@@ -68,6 +68,8 @@ export const messages = pgTable(
     role: text("role", { enum: CONVERSATION_ROLES }).notNull(),
     content: text("content").notNull(),
     createdAt: createdAt(),
+    /** A reasoning model's thought, apart from its answer; null otherwise. */
+    reasoning: text("reasoning"),
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     promptTokens: integer("prompt_tokens"),
     completionTokens: integer("completion_tokens"),

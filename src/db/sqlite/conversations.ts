@@ -10,6 +10,7 @@ import {
   type MessageRecord,
   type NewMessage,
   type StoredTurn,
+  storedTurn,
 } from "../types";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
@@ -54,17 +55,17 @@ function listStatement(db: Db) {
 
 export class SqliteConversationStore implements ConversationStore {
   /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
-  private readonly newestFirst: Statement<StoredTurn, [number]>;
+  private readonly newestFirst: Statement<Pick<MessageRecord, "role" | "content" | "reasoning">, [number]>;
   private readonly listPage;
   private readonly countAll;
 
   constructor(private readonly db: Db) {
     const query = db
-      .select({ role: messages.role, content: messages.content })
+      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning })
       .from(messages)
       .where(eq(messages.conversationId, sql.placeholder("conversationId")))
       .orderBy(desc(messages.createdAt), desc(messages.id));
-    this.newestFirst = db.$client.prepare<StoredTurn, [number]>(query.toSQL().sql);
+    this.newestFirst = db.$client.prepare(query.toSQL().sql);
     this.listPage = listStatement(db);
     this.countAll = db
       .select({ n: count() })
@@ -97,6 +98,7 @@ export class SqliteConversationStore implements ConversationStore {
       id: row.id,
       role: row.role,
       content: row.content,
+      reasoning: row.reasoning,
       createdAt: row.createdAt,
       userId: row.userId,
       finishReason: row.finishReason,
@@ -109,7 +111,7 @@ export class SqliteConversationStore implements ConversationStore {
     let chars = 0;
     // Stepped row by row: the rows beyond the bound are never read.
     for (const turn of this.newestFirst.iterate(conversationId)) {
-      turns.push(turn);
+      turns.push(storedTurn(turn));
       chars += turn.content.length;
       if (chars >= maxChars) break;
     }

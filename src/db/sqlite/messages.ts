@@ -42,6 +42,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
       id: messages.id,
       role: messages.role,
       content: messages.content,
+      reasoning: messages.reasoning,
       createdAt: messages.createdAt,
       userId: messages.userId,
       finishReason: messages.finishReason,
@@ -59,6 +60,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
         id: page.id,
         role: page.role,
         content: page.content,
+        reasoning: page.reasoning,
         createdAt: page.createdAt,
         userId: page.userId,
         finishReason: page.finishReason,
@@ -95,10 +97,11 @@ const toRecord = (values: unknown[]): MessageRecord => ({
   id: values[0] as number,
   role: values[1] as MessageRecord["role"],
   content: values[2] as string,
-  createdAt: values[3] as number,
-  userId: values[4] as number,
-  finishReason: values[5] as MessageRecord["finishReason"],
-  conversationId: values[6] as string,
+  reasoning: values[3] as string | null,
+  createdAt: values[4] as number,
+  userId: values[5] as number,
+  finishReason: values[6] as MessageRecord["finishReason"],
+  conversationId: values[7] as string,
 });
 
 /** The listing, its statements prepared once per shape: eight page shapes, two totals. */

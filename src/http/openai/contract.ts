@@ -47,7 +47,14 @@ export const ChatCompletion = t.Object(
       t.Object(
         {
           index: t.Literal(0),
-          message: t.Object({ role: t.Literal("assistant"), content: t.String() }, closed),
+          message: t.Object(
+            {
+              role: t.Literal("assistant"),
+              content: t.String(),
+              reasoning_content: t.Optional(t.String({ description: "A reasoning model's thought, as llama-server and DeepSeek return it; never part of content" })),
+            },
+            closed,
+          ),
           logprobs: t.Null(),
           finish_reason: FinishReason,
         },
@@ -71,7 +78,14 @@ export const ChatCompletionChunk = t.Object(
       t.Object(
         {
           index: t.Literal(0),
-          delta: t.Object({ role: t.Optional(t.Literal("assistant")), content: t.Optional(t.String()) }, closed),
+          delta: t.Object(
+            {
+              role: t.Optional(t.Literal("assistant")),
+              content: t.Optional(t.String()),
+              reasoning_content: t.Optional(t.String({ description: "The next piece of a reasoning model's thought, before any content" })),
+            },
+            closed,
+          ),
           logprobs: t.Null(),
           finish_reason: t.Union([FinishReason, t.Null()]),
         },

@@ -39,13 +39,21 @@ export const completionJson = ({ id, created }: CompletionIdentity, result: Comp
   object: "chat.completion",
   created,
   model: result.model,
-  choices: [{ index: 0, message: { role: "assistant", content: result.text }, logprobs: null, finish_reason: finishReason(result.finishReason) }],
+  choices: [
+    {
+      index: 0,
+      message: { role: "assistant", content: result.text, ...(result.reasoning !== undefined ? { reasoning_content: result.reasoning } : {}) },
+      logprobs: null,
+      finish_reason: finishReason(result.finishReason),
+    },
+  ],
   usage: usageJson(result.usage),
 });
 
 /**
  * The stream as OpenAI writes it: the role, content deltas, the finish reason, the usage when
- * asked for (`usage: null` on every chunk before it), then `[DONE]`.
+ * asked for (`usage: null` on every chunk before it), then `[DONE]`. A reasoning model's thought
+ * comes first, as `reasoning_content` deltas (llama-server's and DeepSeek's field).
  */
 export function completionFraming(identity: CompletionIdentity, includeUsage: boolean): Framing<CompletionStart, CompletionResult> {
   let model = "";
@@ -65,6 +73,7 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
       model = start.model;
       return [data(chunk(choice({ role: "assistant", content: "" })))];
     },
+    reasoning: (text) => data(chunk(choice({ reasoning_content: text }))),
     delta: (content) => data(chunk(choice({ content }))),
     done: (result) => [
       data(chunk(choice({}, result.finishReason))),

@@ -23,6 +23,8 @@ const message = t.Object(
   {
     role: t.Union([t.Literal("system"), t.Literal("developer"), t.Literal("user"), t.Literal("assistant")], { error: MESSAGE_RULE }),
     content: t.Union([t.String(), t.Array(t.Object({ type: t.Literal("text"), text: t.String() })), t.Null()], { error: MESSAGE_RULE }),
+    // An assistant's thought as this API returned it: the chat template decides whether the model sees it.
+    reasoning_content: optional(t.String(), "reasoning_content must be a string"),
   },
   { error: MESSAGE_RULE },
 );
@@ -48,16 +50,17 @@ const completionRequest = t.Object({
 type CompletionRequest = typeof completionRequest.static;
 
 /** OpenAI's `developer` role is its newer name for `system`. */
-const toTurn = ({ role, content }: CompletionRequest["messages"][number]): Turn => ({
+const toTurn = ({ role, content, reasoning_content }: CompletionRequest["messages"][number]): Turn => ({
   role: role === "developer" ? "system" : role,
   content: typeof content === "string" ? content : (content ?? []).map((part) => part.text).join(""),
+  ...(role === "assistant" && reasoning_content ? { reasoning: reasoning_content } : {}),
 });
 
 function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal"> {
   const messages = body.messages.map(toTurn);
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
   // A lone surrogate is no text the model can be given (the native API refuses it the same way).
-  if (![...messages.map((turn) => turn.content), ...(stop ?? [])].every((text) => text.isWellFormed())) {
+  if (![...messages.flatMap((turn) => [turn.content, turn.reasoning ?? ""]), ...(stop ?? [])].every((text) => text.isWellFormed())) {
     throw new InvalidInput("messages", "messages and stop must be valid Unicode text (one has a lone surrogate)");
   }
   return {

@@ -1,0 +1,63 @@
+/**
+ * The generated text as a client is shown it: the thought apart from the answer (thought-text.ts),
+ * and the answer cut where a stop string begins (stop-text.ts). Stop strings apply to the answer
+ * only: a thought may mention one without ending the reply.
+ */
+import { StopText } from "./stop-text";
+import { type PlacedPiece, type ThoughtMarkers, ThoughtText } from "./thought-text";
+import type { ReplyPiece } from "./types";
+
+export class ReplyText {
+  private readonly thought: ThoughtText | undefined;
+  private readonly stops: StopText;
+  /** Generated characters so far, for replies that are all answer. */
+  private generated = 0;
+  /** Where each answer piece given to `stops` starts: in the answer, and in the generated text. */
+  private readonly starts: { answer: number; at: number }[] = [];
+  private answerLength = 0;
+
+  constructor(markers: ThoughtMarkers | undefined, stops: readonly string[]) {
+    this.thought = markers && new ThoughtText(markers);
+    this.stops = new StopText(stops);
+  }
+
+  /** What of `text` (with what was held) is safe to show, in order. */
+  push(text: string): ReplyPiece[] {
+    const at = this.generated;
+    this.generated += text.length;
+    return this.show(this.thought ? this.thought.push(text) : [{ kind: "content", text, at }]);
+  }
+
+  /** At the reply's end: what was held and turned out to be neither a marker nor a stop. */
+  flush(): ReplyPiece[] {
+    const shown = this.show(this.thought?.flush() ?? []);
+    const rest = this.stops.flush();
+    if (rest !== "") shown.push({ kind: "content", text: rest });
+    return shown;
+  }
+
+  /** Where in the generated text a stop string begins, once one has matched. */
+  get stoppedAt(): number | undefined {
+    const stop = this.stops.stoppedAt;
+    if (stop === undefined) return undefined;
+    const start = this.starts.findLast((piece) => piece.answer <= stop)!;
+    return start.at + stop - start.answer;
+  }
+
+  private show(pieces: readonly PlacedPiece[]): ReplyPiece[] {
+    const shown: ReplyPiece[] = [];
+    for (const { kind, text, at } of pieces) {
+      if (kind === "reasoning") {
+        shown.push({ kind, text });
+        continue;
+      }
+      const last = this.starts.at(-1);
+      // A piece that continues the previous one in the generated text needs no entry of its own.
+      if (last === undefined || last.at + this.answerLength - last.answer !== at) this.starts.push({ answer: this.answerLength, at });
+      this.answerLength += text.length;
+      const visible = this.stops.push(text);
+      if (visible !== "") shown.push({ kind, text: visible });
+    }
+    return shown;
+  }
+}
