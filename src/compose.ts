@@ -74,6 +74,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
     kvCache: { dir: join(config.dataDir, "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
     onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
     reasoning: config.reasoning,
+    batchSize: config.batchSize,
+    flashAttention: config.flashAttention,
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
   const loadFailed = loading.then(

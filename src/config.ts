@@ -5,7 +5,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { isPostgresUrl } from "./db/open";
-import { REASONING_MODES, type ReasoningMode } from "./llm/types";
+import { FLASH_ATTENTION_MODES, REASONING_MODES, type FlashAttentionMode, type ReasoningMode } from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {
@@ -49,6 +49,9 @@ export interface Config {
   systemPrompt?: string;
   /** A reasoning model's thought: apart from the answer, hidden, or inline in it. */
   reasoning: ReasoningMode;
+  /** Unset means the engine's default: see the engine. */
+  batchSize?: number;
+  flashAttention: FlashAttentionMode;
 }
 
 /**
@@ -169,6 +172,18 @@ export const CONFIG_SPEC = {
     default: "",
     help: "System message before every conversation's history (a persona): the text, or @path to read it from a file at start; not stored with conversations",
   },
+  batchSize: {
+    env: "PARLEY_BATCH_SIZE",
+    flag: "--batch-size",
+    default: "",
+    help: "Most tokens decoded in one step: a long prompt is evaluated in chunks of this many tokens, interleaved with the running replies (default 512)",
+  },
+  flashAttention: {
+    env: "PARLEY_FLASH_ATTENTION",
+    flag: "--flash-attention",
+    default: "auto",
+    help: "Flash attention: auto (the measured default), on or off",
+  },
   reasoning: {
     env: "PARLEY_REASONING",
     flag: "--reasoning",
@@ -284,6 +299,8 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     kvCacheMb: int("kvCacheMb", 0, 1 << 24),
     systemPrompt,
     reasoning: oneOf("reasoning", REASONING_MODES),
+    batchSize: optionalInt("batchSize", 16, 8192),
+    flashAttention: oneOf("flashAttention", FLASH_ATTENTION_MODES),
   };
 }
 

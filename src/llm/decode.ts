@@ -25,8 +25,10 @@ export interface DecodeOptions {
   stopStrings?: readonly string[];
   /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
   thought?: ThoughtMarkers;
-  /** The context's generating sequences, kept in one batch per step. */
+  /** The context's busy sequences, kept in one batch per step. */
   lockstep: Lockstep;
+  /** Prompt tokens evaluated per step: a longer prompt takes several, shared with the running replies. */
+  promptChunk: number;
 }
 
 export interface Decoded {
@@ -67,40 +69,43 @@ export async function decode(
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
     for (const shown of replyText.push(piece)) emit(shown);
   };
-  const iterator = sequence.evaluate(input, {
-    temperature: options.temperature,
-    topP: options.topP,
-    seed: options.seed,
-    repeatPenalty: {
-      punishTokens: () => tokens.slice(-PENALTY_LAST_TOKENS).filter((token) => token !== newline),
-      maxPunishTokens: PENALTY_LAST_TOKENS,
-    },
-  });
+  const member = options.lockstep.join();
   let stopReason: StopReason = "stop";
-  // Joined after the prompt's evaluation yields the first token.
-  let member: Member | undefined;
   try {
-    for (;;) {
-      if (member) await member.step();
-      const step = await iterator.next();
-      member ??= options.lockstep.join();
-      // Checked before the token is used: an abort during the prompt yields an empty reply.
-      if (signal.aborted) {
-        stopReason = "abort";
-        break;
+    const last = await evaluatePrompt(sequence, input, options, member);
+    if (last === undefined) return { tokens, spelled: { tokens, text: "" }, stopReason: "abort" };
+    const iterator = sequence.evaluate(last, {
+      temperature: options.temperature,
+      topP: options.topP,
+      seed: options.seed,
+      repeatPenalty: {
+        punishTokens: () => tokens.slice(-PENALTY_LAST_TOKENS).filter((token) => token !== newline),
+        maxPunishTokens: PENALTY_LAST_TOKENS,
+      },
+    });
+    try {
+      for (;;) {
+        await member.step();
+        const step = await iterator.next();
+        // Checked before the token is used: an abort during the prompt yields an empty reply.
+        if (signal.aborted) {
+          stopReason = "abort";
+          break;
+        }
+        if (step.done || stopTokens.has(step.value)) break;
+        tokens.push(step.value);
+        take(text.push(step.value));
+        if (replyText.stoppedAt !== undefined) break;
+        if (tokens.length >= maxTokens) {
+          stopReason = "maxTokens";
+          break;
+        }
       }
-      if (step.done || stopTokens.has(step.value)) break;
-      tokens.push(step.value);
-      take(text.push(step.value));
-      if (replyText.stoppedAt !== undefined) break;
-      if (tokens.length >= maxTokens) {
-        stopReason = "maxTokens";
-        break;
-      }
+    } finally {
+      await iterator.return();
     }
   } finally {
-    member?.leave();
-    await iterator.return();
+    member.leave();
   }
   take(text.flush());
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
@@ -109,6 +114,22 @@ export async function decode(
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
+}
+
+/**
+ * Evaluates all but the prompt's last chunk, one chunk per step, so the replies already running
+ * get a token in every batch the prompt takes. Returns the last chunk (its logits give the first
+ * reply token), or undefined after an abort.
+ */
+async function evaluatePrompt(sequence: LlamaContextSequence, input: Token[], options: DecodeOptions, member: Member): Promise<Token[] | undefined> {
+  let rest = input;
+  while (rest.length > options.promptChunk) {
+    await member.step();
+    if (options.signal.aborted) return undefined;
+    await sequence.evaluateWithoutGeneratingNewTokens(rest.slice(0, options.promptChunk));
+    rest = rest.slice(options.promptChunk);
+  }
+  return rest;
 }
 
 /** Tokens the detokenizer sees before new ones, for spacing rules; a few suffice. */

@@ -16,6 +16,7 @@ import {
   type Token,
 } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "./chat-wrapper";
+import { decodeFirst } from "./batch-order";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
@@ -25,7 +26,7 @@ import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
-import type { FinishReason, GenerateRequest, GenerateResult, ReasoningMode, ReplyPiece } from "./types";
+import type { FinishReason, FlashAttentionMode, GenerateRequest, GenerateResult, ReasoningMode, ReplyPiece } from "./types";
 
 export type * from "./types";
 
@@ -54,9 +55,16 @@ export interface EngineOptions {
   onWarning?: (message: string, error: unknown) => void;
   /** A reasoning model's thought: apart from the answer (default), hidden, or left inline. */
   reasoning?: ReasoningMode;
+  /**
+   * Most tokens decoded in one step across sequences: a long prompt is evaluated in chunks of
+   * this size, and the running replies' next tokens ride along with each chunk.
+   */
+  batchSize?: number;
+  flashAttention?: FlashAttentionMode;
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
+const DEFAULT_BATCH_SIZE = 512;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";
 
@@ -91,6 +99,7 @@ export class Engine {
     private readonly prompts: PromptRenderer,
     private readonly stopTokens: ReadonlySet<Token>,
     private readonly thoughts: Thoughts | undefined,
+    private readonly promptChunk: number,
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, or "prebuilt". */
     readonly natives: string,
@@ -103,11 +112,16 @@ export class Engine {
     try {
       const model = await llama.loadModel({ modelPath, gpuLayers: gpu ? "auto" : 0 });
       const threads = options.threads ?? defaultThreads(llama, model);
+      const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
       llama.maxThreads = threads;
       const context = await model.createContext({
         contextSize: options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP),
         sequences: parallel,
         threads,
+        // Room for a prompt chunk and every other sequence's next token in one batch.
+        batchSize: promptChunk + parallel,
+        flashAttention: options.flashAttention === "on",
+        batching: { itemPrioritizationStrategy: decodeFirst },
       });
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const reasoning = options.reasoning ?? "separate";
@@ -126,6 +140,7 @@ export class Engine {
         new PromptRenderer(model, chatWrapper),
         stopTokensOf(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
+        promptChunk,
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives ?? "prebuilt",
       );
@@ -212,6 +227,7 @@ export class Engine {
             stopStrings: request.stop,
             thought: this.thoughts?.markers,
             lockstep: this.lockstep,
+            promptChunk: this.promptChunk,
           },
           (piece) => {
             if (piece.kind === "reasoning" && this.thoughts?.hidden) return;

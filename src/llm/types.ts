@@ -18,6 +18,11 @@ export interface Turn {
  */
 export const REASONING_MODES = ["separate", "hide", "inline"] as const;
 
+/** Flash attention: "auto" lets the engine choose per measurement (see engine.ts). */
+export const FLASH_ATTENTION_MODES = ["auto", "on", "off"] as const;
+
+export type FlashAttentionMode = (typeof FLASH_ATTENTION_MODES)[number];
+
 export type ReasoningMode = (typeof REASONING_MODES)[number];
 
 export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;

@@ -87,10 +87,11 @@ export function serveApp(options: ServeOptions): Served {
  * threads costs more than it saves, and two test processes must not fight over the cores.
  */
 export async function testEngine(
-  options: { preset?: ModelPreset; fileType?: FileType; parallel?: number; queueMax?: number; contextSize?: number; reasoning?: ReasoningMode } = {},
+  options: { preset?: ModelPreset; fileType?: FileType; parallel?: number; queueMax?: number; contextSize?: number; reasoning?: ReasoningMode; batchSize?: number } = {},
 ) {
   return Engine.load({
     reasoning: options.reasoning,
+    batchSize: options.batchSize,
     modelPath: await presetModel(options.preset ?? "demo", options.fileType),
     parallel: options.parallel ?? 2,
     queueMax: options.queueMax ?? 64,
