@@ -92,7 +92,7 @@ writeFileSync(`${stem}.json`, `${JSON.stringify(report, null, 2)}\n`);
 const written = [`${stem}.json`];
 const chart = perfChart(
   `Parley vs llama-server · ${basename(model, ".gguf")} (${fileType}) · ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
-  `${report.when.slice(0, 16).replace("T", " ")} UTC · medians of ${report.runs} run${report.runs === 1 ? "" : "s"} · natives: ${report.natives} · ${report.command}`,
+  `${report.when.slice(0, 16).replace("T", " ")} UTC · medians of ${report.runs} run${report.runs === 1 ? "" : "s"} · ${ctx.decodeTokens} new tokens a stream · natives: ${report.natives}`,
   rows,
 );
 if (chart !== undefined) {

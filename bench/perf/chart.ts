@@ -33,7 +33,7 @@ const SIDES: { name: SideName; label: string; colour: string }[] = [
 
 const PANEL = { width: 340, height: 300, left: 56, right: 12, top: 36, bottom: 48 };
 const GAP = 20;
-const HEADER = 64;
+const HEADER = 84;
 const COLUMNS = 3;
 
 const escape = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -130,8 +130,8 @@ export function perfChart(title: string, subtitle: string, rows: readonly Row[])
   const height = HEADER + Math.ceil(panels.length / columns) * (PANEL.height + GAP);
   const shown = SIDES.filter((side) => panels.some(({ data }) => data.series.some((s) => s.side === side)));
   const legend = shown.map((side, i) => {
-    const x = width - GAP - (shown.length - i) * 120;
-    return `<g class="legend" data-series="${side.name}"><rect x="${x}" y="${HEADER - 24}" width="12" height="12" fill="${side.colour}"/>${text(x + 18, HEADER - 14, side.label)}</g>`;
+    const x = GAP + i * 120;
+    return `<g class="legend" data-series="${side.name}"><rect x="${x}" y="${HEADER - 26}" width="12" height="12" fill="${side.colour}"/>${text(x + 18, HEADER - 16, side.label)}</g>`;
   });
   const body = panels.map(({ spec, data }, i) => {
     const x = GAP + (i % columns) * (PANEL.width + GAP);

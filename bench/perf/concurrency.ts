@@ -34,6 +34,8 @@ interface Level {
   streamP10: number;
   streamP50: number;
   runs: number[];
+  /** Each stream's completion tokens: fewer than asked for means a reply stopped early. */
+  streamTokens: number[];
 }
 
 export const concurrencySweep: Scenario = {
@@ -46,14 +48,17 @@ export const concurrencySweep: Scenario = {
         const level = await onWarmServer(side, n, async (url) => {
           const runs: number[] = [];
           const streams: number[] = [];
+          const streamTokens: number[] = [];
           for (let r = 0; r < ctx.runs; r++) {
             const seed = (i: number) => 1000 * n + 100 * r + i;
             const turns = await Promise.all(Array.from({ length: n }, (_, i) => side.ask(url, `b8-${r}-${i}`, shortPrompt(seed(i)), ctx.decodeTokens)));
             runs.push(aggregateTps(turns));
             streams.push(...turns.map((t) => t.decodeTps));
+            streamTokens.push(...turns.map((t) => t.completionTokens));
           }
-          return { aggregateTps: median(runs), streamP10: quantile(streams, 0.1), streamP50: quantile(streams, 0.5), runs };
+          return { aggregateTps: median(runs), streamP10: quantile(streams, 0.1), streamP50: quantile(streams, 0.5), runs, streamTokens };
         });
+        console.error(`  ${side.name}, ${n} at once: ${level.aggregateTps.toFixed(1)} tok/s`);
         (levels[side.name] ??= []).push(level);
       }
     }
@@ -81,38 +86,44 @@ export const concurrencySweep: Scenario = {
   },
 };
 
-/**
- * The short request, sent once `BUSY_STREAMS` long replies have each received their first token;
- * with how many of them were still decoding when its own first token came (the measurement holds
- * only if they were).
- */
-async function whileBusy(side: Side, url: string, ctx: Context, run: number): Promise<{ short: TurnTiming; stillDecoding: number }> {
+interface Busy {
+  /** How many long replies were still decoding when the short one's first token came: the measurement holds only if all were. */
+  stillDecoding: number;
+  longTokens: number[];
+}
+
+/** The short request, sent once `BUSY_STREAMS` long replies have each received their first token. */
+async function whileBusy(side: Side, url: string, ctx: Context, run: number): Promise<{ short: TurnTiming; busy: Busy }> {
   const first = Array.from({ length: BUSY_STREAMS }, () => Promise.withResolvers<void>());
   const long = first.map((started, i) => side.ask(url, `b9-long-${run}-${i}`, shortPrompt(500 + 10 * run + i), ctx.decodeTokens, started.resolve));
   // A long stream that fails (or ends without a token) must not leave this waiting forever.
   await Promise.race([Promise.all(first.map((f) => f.promise)), Promise.all(long)]);
   const short = await side.ask(url, `b9-short-${run}`, shortPrompt(600 + run), 8);
-  const stillDecoding = (await Promise.all(long)).filter((t) => t.lastAt > short.firstAt).length;
-  return { short, stillDecoding };
+  const longs = await Promise.all(long);
+  const busy = { stillDecoding: longs.filter((t) => t.lastAt > short.firstAt).length, longTokens: longs.map((t) => t.completionTokens) };
+  if (busy.stillDecoding < BUSY_STREAMS && !ctx.quick) {
+    console.error(`  B9 ${side.name}: only ${busy.stillDecoding} of ${BUSY_STREAMS} long replies (${busy.longTokens.join(", ")} tokens) were still decoding`);
+  }
+  return { short, busy };
 }
 
 export const ttftWhileBusy: Scenario = {
   ids: ["B9"],
   async run(ctx) {
-    const measured: PerSide<{ aloneMs: number; busyMs: number; stillDecoding: number[] }> = {};
+    const measured: PerSide<{ aloneMs: number; busyMs: number; busy: Busy[] }> = {};
     for (const side of sides(ctx)) {
       measured[side.name] = await onWarmServer(side, BUSY_STREAMS + 1, async (url) => {
         const alone: number[] = [];
-        const busy: number[] = [];
-        const stillDecoding: number[] = [];
+        const busyMs: number[] = [];
+        const busy: Busy[] = [];
         for (let r = 0; r < ctx.runs; r++) {
           // Its own message, of the same length, so no prompt cache serves it.
           alone.push((await side.ask(url, `b9-alone-${r}`, shortPrompt(700 + r), 8)).ttftMs);
-          const result = await whileBusy(side, url, ctx, r);
-          busy.push(result.short.ttftMs);
-          stillDecoding.push(result.stillDecoding);
+          const run = await whileBusy(side, url, ctx, r);
+          busyMs.push(run.short.ttftMs);
+          busy.push(run.busy);
         }
-        return { aloneMs: median(alone), busyMs: median(busy), stillDecoding };
+        return { aloneMs: median(alone), busyMs: median(busyMs), busy };
       });
     }
     const { parley: mine, llamaServer: theirs } = measured;
@@ -129,7 +140,7 @@ export const ttftWhileBusy: Scenario = {
           categories: ["alone", `while ${BUSY_STREAMS} decode`],
           parley: mine && [mine.aloneMs, mine.busyMs],
           llamaServer: theirs && [theirs.aloneMs, theirs.busyMs],
-          stillDecoding: { parley: mine?.stillDecoding, llamaServer: theirs?.stillDecoding },
+          busy: { parley: mine?.busy, llamaServer: theirs?.busy },
         },
       },
       { id: "B9", what: "short request TTFT ms alone", parley: mine?.aloneMs, yardstick: theirs?.aloneMs, ratio: ratio(mine?.aloneMs, theirs?.aloneMs) },
