@@ -9,7 +9,7 @@
  * `--llama-server` uses a llama-server built elsewhere (another checkout's `.bench/`).
  */
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { basename, dirname, join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
 import { existsSync } from "node:fs";
@@ -89,15 +89,15 @@ const report = {
 };
 const stem = join(OUT, `perf-${report.when.replace(/[:.]/g, "-")}`);
 writeFileSync(`${stem}.json`, `${JSON.stringify(report, null, 2)}\n`);
-const written = [`${stem}.json`];
+const written = [relative(ROOT, `${stem}.json`)];
 const chart = perfChart(
-  `Parley vs llama-server · ${basename(model, ".gguf")} (${fileType}) · ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
+  `Parley vs llama-server · ${preset} (${fileType}) · ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
   `${report.when.slice(0, 16).replace("T", " ")} UTC · medians of ${report.runs} run${report.runs === 1 ? "" : "s"} · ${ctx.decodeTokens} new tokens a stream · natives: ${report.natives}`,
   rows,
 );
 if (chart !== undefined) {
   writeFileSync(`${stem}.svg`, chart);
-  written.push(`${stem}.svg`);
+  written.push(relative(ROOT, `${stem}.svg`));
   if (values.chart !== undefined) {
     mkdirSync(dirname(values.chart), { recursive: true });
     copyFileSync(`${stem}.svg`, values.chart);
@@ -106,4 +106,4 @@ if (chart !== undefined) {
 }
 printTable(report);
 console.log("");
-for (const file of written) console.log(`written ${relative(ROOT, file)}`);
+for (const file of written) console.log(`written ${file}`);

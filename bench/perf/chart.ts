@@ -125,7 +125,8 @@ export function perfChart(title: string, subtitle: string, rows: readonly Row[])
     return data ? [{ spec, data }] : [];
   });
   if (panels.length === 0) return undefined;
-  const columns = Math.min(COLUMNS, panels.length);
+  // Two columns at least, so the header fits even above one panel (`--only B8`).
+  const columns = Math.min(COLUMNS, Math.max(2, panels.length));
   const width = GAP + columns * (PANEL.width + GAP);
   const height = HEADER + Math.ceil(panels.length / columns) * (PANEL.height + GAP);
   const shown = SIDES.filter((side) => panels.some(({ data }) => data.series.some((s) => s.side === side)));
