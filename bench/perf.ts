@@ -1,17 +1,22 @@
 /**
- * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]`:
- * issue 5's B1-B7, Parley against llama-server (built from the same llama.cpp source) on the same
- * model, threads, prompts and token counts. Prints a table and writes `.bench/perf-<time>.json`.
- * The model is bench-small in `--type` (default f16), as real users run quantized files too.
- * `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
+ * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]
+ * [--chart docs/perf.svg] [--llama-server PATH]`: issue 5's B1-B7 and issue 11's B8/B9, Parley
+ * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
+ * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
+ * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
+ * when asked to). The model is bench-small in `--type` (default f16), as real users run quantized
+ * files too. `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
+ * `--llama-server` uses a llama-server built elsewhere (another checkout's `.bench/`).
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
 import { existsSync } from "node:fs";
 import { NATIVES_BINS_DIR } from "../src/llm/natives";
-import { scenarios, type Context, type Row } from "./perf/scenarios";
+import { perfChart } from "./perf/chart";
+import type { Context, Row } from "./perf/harness";
+import { scenarios } from "./perf/scenarios";
 import { buildLlamaServer } from "./perf/yardstick";
 import { printTable } from "./perf/table";
 
@@ -26,6 +31,8 @@ const { values } = parseArgs({
     threads: { type: "string" },
     only: { type: "string" },
     type: { type: "string" },
+    chart: { type: "string" },
+    "llama-server": { type: "string" },
     "no-yardstick": { type: "boolean", default: false },
   },
 });
@@ -53,7 +60,7 @@ const ctx: Context = {
   turns: quick ? 3 : 20,
   replyTokens: quick ? 16 : 64,
   decodeTokens: quick ? 16 : 128,
-  llamaServer: quick || values["no-yardstick"] ? undefined : await buildLlamaServer(),
+  llamaServer: quick || values["no-yardstick"] ? undefined : (values["llama-server"] ?? (await buildLlamaServer())),
 };
 
 const only = values.only?.split(",");
@@ -80,7 +87,23 @@ const report = {
   seconds: Math.round((performance.now() - started) / 1000),
   rows,
 };
-const file = join(OUT, `perf-${report.when.replace(/[:.]/g, "-")}.json`);
-writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
+const stem = join(OUT, `perf-${report.when.replace(/[:.]/g, "-")}`);
+writeFileSync(`${stem}.json`, `${JSON.stringify(report, null, 2)}\n`);
+const written = [relative(ROOT, `${stem}.json`)];
+const chart = perfChart(
+  `Parley vs llama-server · ${preset} (${fileType}) · ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
+  `${report.when.slice(0, 16).replace("T", " ")} UTC · medians of ${report.runs} run${report.runs === 1 ? "" : "s"} · ${ctx.decodeTokens} new tokens a stream · natives: ${report.natives}`,
+  rows,
+);
+if (chart !== undefined) {
+  writeFileSync(`${stem}.svg`, chart);
+  written.push(relative(ROOT, `${stem}.svg`));
+  if (values.chart !== undefined) {
+    mkdirSync(dirname(values.chart), { recursive: true });
+    copyFileSync(`${stem}.svg`, values.chart);
+    written.push(values.chart);
+  }
+}
 printTable(report);
-console.log(`\nwritten ${file.slice(ROOT.length + 1)}`);
+console.log("");
+for (const file of written) console.log(`written ${file}`);

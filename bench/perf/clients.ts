@@ -42,8 +42,11 @@ function timing(started: number, firstAt: number, lastAt: number, tokens: number
   };
 }
 
+/** Called once, when a stream's first token arrives: a scenario may wait for streams to be decoding. */
+export type OnFirstToken = () => void;
+
 /** Parley: POST /api/v1.0/chat with `stream: true`; the server holds the history. */
-export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number): Promise<TurnTiming> {
+export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken): Promise<TurnTiming> {
   const started = performance.now();
   const response = await postChat(url, ADMIN_KEY, { message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens });
   let firstAt = Number.NaN;
@@ -51,7 +54,10 @@ export async function parleyTurn(url: string, conversationId: string, message: s
   let reply = "";
   for await (const event of events(response)) {
     if (event.event === "delta") {
-      if (Number.isNaN(firstAt)) firstAt = event.at;
+      if (Number.isNaN(firstAt)) {
+        firstAt = event.at;
+        onFirstToken?.();
+      }
       lastAt = event.at;
       reply += (JSON.parse(event.data) as { content: string }).content;
     } else if (event.event === "done") {
@@ -69,7 +75,7 @@ export async function parleyTurn(url: string, conversationId: string, message: s
 }
 
 /** llama-server: OpenAI-style chat completion, streamed, with its prompt cache on. */
-export async function llamaServerTurn(url: string, messages: readonly Message[], maxTokens: number): Promise<TurnTiming> {
+export async function llamaServerTurn(url: string, messages: readonly Message[], maxTokens: number, onFirstToken?: OnFirstToken): Promise<TurnTiming> {
   const started = performance.now();
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
@@ -90,7 +96,10 @@ export async function llamaServerTurn(url: string, messages: readonly Message[],
     };
     const content = chunk.choices?.[0]?.delta?.content;
     if (content) {
-      if (Number.isNaN(firstAt)) firstAt = event.at;
+      if (Number.isNaN(firstAt)) {
+        firstAt = event.at;
+        onFirstToken?.();
+      }
       lastAt = event.at;
       reply += content;
       chunks++;

@@ -1,62 +1,14 @@
-/** B1-B7, each a function of the shared context returning table rows. */
+/** B1-B7, each a function of the shared context returning table rows; B8/B9 are in concurrency.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
 import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
 import { load } from "./load";
-import { startBaseline, startLlamaServer, startParley, type Server } from "./procs";
+import { aggregateTps, concurrencySweep, ttftWhileBusy } from "./concurrency";
+import { freshDb, parley, ratio, withServer, yardstick, type Context, type Scenario } from "./harness";
+import { startBaseline, type Server } from "./procs";
 import { median, medianSeries, rssKb, sum } from "../../test/support/stats";
 import { userMessage } from "./text";
-
-export interface Context {
-  quick: boolean;
-  model: string;
-  /** Scratch directory for this run's databases and KV files. */
-  work: string;
-  /** Kept between runs: the generated history database. */
-  cacheDir: string;
-  runs: number;
-  threads: number;
-  contextSize: number;
-  turns: number;
-  replyTokens: number;
-  decodeTokens: number;
-  /** Path to llama-server, or undefined to skip the yardstick. */
-  llamaServer: string | undefined;
-}
-
-export interface Row {
-  id: string;
-  what: string;
-  parley?: number;
-  yardstick?: number;
-  ratio?: number;
-  target?: [">=" | "<=", number];
-  detail?: unknown;
-}
-
-export interface Scenario {
-  ids: string[];
-  run(ctx: Context): Promise<Row[]>;
-}
-
-let dbCounter = 0;
-const freshDb = (ctx: Context) => join(ctx.work, `parley-${++dbCounter}`, "parley.db");
-
-async function withServer<T>(start: () => Promise<Server>, use: (server: Server) => Promise<T>): Promise<T> {
-  const server = await start();
-  try {
-    return await use(server);
-  } finally {
-    await server.stop();
-  }
-}
-
-const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>
-  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env });
-
-const yardstick = (ctx: Context, parallel: number) => () =>
-  startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
 async function llamaConversation(url: string, ctx: Context, seed: number): Promise<TurnTiming[]> {
@@ -77,7 +29,6 @@ async function parleyConversation(url: string, ctx: Context, seed: number, id: s
   return timings;
 }
 
-const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? undefined : a / b);
 
 /** B1 decode rate and B2/B3 turn costs share one server per side; B7's idle RSS is read on the way. */
 const singleConversation: Scenario = {
@@ -164,9 +115,7 @@ const parallel: Scenario = {
         const together: number[] = [];
         for (let r = 0; r < ctx.runs; r++) {
           alone.push((await turn(server.url, 100 * r)).decodeTps);
-          const four = await Promise.all([1, 2, 3, 4].map((i) => turn(server.url, 100 * r + i)));
-          const window = Math.max(...four.map((t) => t.lastAt)) - Math.min(...four.map((t) => t.firstAt));
-          together.push((sum(four.map((t) => t.completionTokens)) * 1000) / window);
+          together.push(aggregateTps(await Promise.all([1, 2, 3, 4].map((i) => turn(server.url, 100 * r + i)))));
         }
         return { alone: median(alone), together: median(together), rss: rssKb(server.pid) / 1024 };
       });
@@ -221,4 +170,4 @@ const history: Scenario = {
   },
 };
 
-export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history];
+export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history, concurrencySweep, ttftWhileBusy];

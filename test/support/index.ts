@@ -17,3 +17,4 @@ export * from "./sse";
 export * from "./stats";
 export * from "./wait";
 export * from "./write-lock";
+export * from "./xml";

@@ -1,0 +1,82 @@
+/**
+ * What a scenario is given and returns, and the servers it measures: each scenario starts its
+ * own (fresh database, the parallelism it needs) and stops it before the next one.
+ */
+import { join } from "node:path";
+import { llamaServerTurn, parleyTurn, type OnFirstToken, type TurnTiming } from "./clients";
+import { startLlamaServer, startParley, type Server } from "./procs";
+
+export interface Context {
+  quick: boolean;
+  model: string;
+  /** Scratch directory for this run's databases and KV files. */
+  work: string;
+  /** Kept between runs: the generated history database. */
+  cacheDir: string;
+  runs: number;
+  threads: number;
+  contextSize: number;
+  turns: number;
+  replyTokens: number;
+  decodeTokens: number;
+  /** Path to llama-server, or undefined to skip the yardstick. */
+  llamaServer: string | undefined;
+}
+
+export interface Row {
+  id: string;
+  what: string;
+  parley?: number;
+  yardstick?: number;
+  ratio?: number;
+  target?: [">=" | "<=", number];
+  detail?: unknown;
+}
+
+export interface Scenario {
+  ids: string[];
+  run(ctx: Context): Promise<Row[]>;
+}
+
+let dbCounter = 0;
+export const freshDb = (ctx: Context) => join(ctx.work, `parley-${++dbCounter}`, "parley.db");
+
+export async function withServer<T>(start: () => Promise<Server>, use: (server: Server) => Promise<T>): Promise<T> {
+  const server = await start();
+  try {
+    return await use(server);
+  } finally {
+    await server.stop();
+  }
+}
+
+export const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>
+  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env });
+
+export const yardstick = (ctx: Context, parallel: number) => () =>
+  startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });
+
+export const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? undefined : a / b);
+
+/** The key of a side's figures in a row's detail (and the chart's series). */
+export type SideName = "parley" | "llamaServer";
+
+/** A server under test and its single-turn request, so a scenario runs the same steps on both. */
+export interface Side {
+  name: SideName;
+  start(parallel: number): () => Promise<Server>;
+  /** One streamed reply to `message`: in a new conversation named `tag` on Parley, a one-message chat on llama-server. */
+  ask(url: string, tag: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken): Promise<TurnTiming>;
+}
+
+/** Parley, then llama-server unless this run skips the yardstick. */
+export function sides(ctx: Context): Side[] {
+  const mine: Side = { name: "parley", start: (n) => parley(ctx, n), ask: parleyTurn };
+  if (ctx.llamaServer === undefined) return [mine];
+  const theirs: Side = {
+    name: "llamaServer",
+    start: (n) => yardstick(ctx, n),
+    ask: (url, _tag, message, maxTokens, onFirstToken) => llamaServerTurn(url, [{ role: "user", content: message }], maxTokens, onFirstToken),
+  };
+  return [mine, theirs];
+}
