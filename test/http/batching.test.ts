@@ -75,7 +75,7 @@ describe("streams decoded together", () => {
     const running = await Promise.all(["run-1", "run-2", "run-3"].map((id) => openStream(id, { max_tokens: 4096 }, stop.signal)));
     await until(() => running.every((stream) => stream.deltas.length >= 1), "the three streams to be decoding");
 
-    const words = Array.from({ length: 2400 }, (_, i) => `w${i}`).join(" ");
+    const words = Array.from({ length: 560 }, (_, i) => `w${i}`).join(" ");
     const sentAt = performance.now();
     const long = await openStream("long", { message: words, max_tokens: 1 });
     const done = await long.ended;
