@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
 import { existsSync } from "node:fs";
-import { NATIVES_BINS_DIR } from "../src/llm/natives";
+import { localNativesDir } from "../src/llm/natives";
 import { scenarios, type Context, type Row } from "./perf/scenarios";
 import { buildLlamaServer } from "./perf/yardstick";
 import { printTable } from "./perf/table";
@@ -69,6 +69,7 @@ try {
   rmSync(work, { recursive: true, force: true });
 }
 
+const localNatives = join(await localNativesDir(), "linux-x64");
 const report = {
   when: new Date().toISOString(),
   command: `bun run bench perf ${Bun.argv.slice(2).join(" ")}`.trim(),
@@ -76,7 +77,7 @@ const report = {
   fileType,
   threads: ctx.threads,
   runs: ctx.runs,
-  natives: existsSync(NATIVES_BINS_DIR) ? "local build (dist/natives)" : "npm prebuilt",
+  natives: existsSync(localNatives) ? `local build (${localNatives})` : "npm prebuilt",
   seconds: Math.round((performance.now() - started) / 1000),
   rows,
 };
