@@ -33,9 +33,13 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   if (process.platform !== "linux" || process.arch !== "x64") {
     throw new Error(`the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`);
   }
-  for (const tool of ["cmake", "c++", "gcc"]) {
+  // node-llama-cpp's build runs cmake-js through npm, and its CMakeLists runs node.
+  for (const tool of ["cmake", "c++", "gcc", "node", "npm"]) {
     if (Bun.which(tool) === null) {
-      throw new Error(`compiling the natives needs ${tool} (Debian: apt-get install cmake build-essential); \`bun run build --prebuilt-natives\` embeds the slower npm prebuilt instead`);
+      throw new Error(
+        `compiling the natives needs ${tool} on the PATH (Debian: apt-get install cmake build-essential nodejs npm); ` +
+          "`bun run build --prebuilt-natives` embeds the slower npm prebuilt instead",
+      );
     }
   }
 
