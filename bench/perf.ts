@@ -13,7 +13,7 @@ import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
 import { existsSync } from "node:fs";
-import { NATIVES_BINS_DIR } from "../src/llm/natives";
+import { localNativesDir } from "../src/llm/natives";
 import { perfChart } from "./perf/chart";
 import type { Context, Row } from "./perf/harness";
 import { scenarios } from "./perf/scenarios";
@@ -76,6 +76,7 @@ try {
   rmSync(work, { recursive: true, force: true });
 }
 
+const localNatives = join(await localNativesDir(), "linux-x64");
 const report = {
   when: new Date().toISOString(),
   command: `bun run bench perf ${Bun.argv.slice(2).join(" ")}`.trim(),
@@ -83,7 +84,7 @@ const report = {
   fileType,
   threads: ctx.threads,
   runs: ctx.runs,
-  natives: existsSync(NATIVES_BINS_DIR) ? "local build (dist/natives)" : "npm prebuilt",
+  natives: existsSync(localNatives) ? `local build (${localNatives})` : "npm prebuilt",
   seconds: Math.round((performance.now() - started) / 1000),
   rows,
 };

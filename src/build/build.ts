@@ -1,39 +1,41 @@
 /**
- * `bun run build [--outfile <path>]`: the single executable for linux-x64 (default `dist/parley`):
- * the CLI, the migrations and node-llama-cpp's CPU natives, compressed. Which natives:
- *   - `dist/natives/bins/linux-x64/` when it exists: locally compiled (tools/natives.ts), laid out like
- *     the prebuilt package's `bins/linux-x64/` (llama-addon.node, the libraries, _nlcBuildMetadata.json);
- *   - else the prebuilt `node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/`.
+ * `bun run build [--outfile <path>] [--prebuilt-natives]`: the single executable for linux-x64
+ * (default `dist/parley`): the CLI, the migrations and node-llama-cpp's CPU natives, compressed.
+ * Which natives:
+ *   - by default the fast, locally compiled ones (src/natives/compiled.ts), compiled first when this
+ *     machine's cache has none (tools/compile-natives.ts: 14 minutes of CPU time, once);
+ *   - with `--prebuilt-natives`, the npm prebuilt `node_modules/@node-llama-cpp/linux-x64/bins/`
+ *     (no compiler needed, slower decode): what the test suite builds, so CI never compiles.
+ * Both are laid out alike: `<binsDir>/linux-x64/` with llama-addon.node, the libraries and
+ * _nlcBuildMetadata.json.
  */
 import { existsSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
-import { parseArgv } from "../config";
-import { NATIVES_DIR } from "../llm/natives";
+import { parseArgs } from "node:util";
+import { ensureCompiledNatives } from "../../tools/compile-natives";
+import { PLATFORM_FOLDER } from "../natives/compiled";
 import { packNatives } from "./natives-pack";
 import { assertPinnedVersion, NODE_LLAMA_CPP_VERSION, nativesPlugin } from "./natives-plugin";
 
 const ROOT = resolve(import.meta.dir, "../..");
-/** node-llama-cpp's name for the CPU build's folder, under the `binsDir` that `getBinsDir()` returns. */
-const FOLDER = "linux-x64";
 const PREBUILT_NATIVES = join(ROOT, "node_modules/@node-llama-cpp/linux-x64/bins");
 
-const { flags } = parseArgv(Bun.argv.slice(2));
-const outfile = resolve(flags.get("--outfile") ?? join(ROOT, "dist/parley"));
+const { values: flags } = parseArgs({
+  args: Bun.argv.slice(2),
+  options: { outfile: { type: "string" }, "prebuilt-natives": { type: "boolean", default: false } },
+});
+const outfile = resolve(flags.outfile ?? join(ROOT, "dist/parley"));
 const started = performance.now();
 
-const binsDir = existsSync(join(NATIVES_DIR, FOLDER)) ? NATIVES_DIR : PREBUILT_NATIVES;
-for (const required of ["llama-addon.node", "_nlcBuildMetadata.json"]) {
-  if (!existsSync(join(binsDir, FOLDER, required))) throw new Error(`${join(binsDir, FOLDER)} has no ${required}`);
-}
 const packageDir = join(dirname(Bun.resolveSync("node-llama-cpp", ROOT)), "..");
 // Before the slow part: a node-llama-cpp the patches were not written for, or a prebuilt package of
 // another version (node-llama-cpp would refuse it at run time), fails at once.
 assertPinnedVersion(packageDir);
-if (binsDir === PREBUILT_NATIVES) {
-  const prebuilt = (await Bun.file(join(binsDir, "../package.json")).json()) as { version: string };
-  if (prebuilt.version !== NODE_LLAMA_CPP_VERSION) throw new Error(`${binsDir} is version ${prebuilt.version}, node-llama-cpp is ${NODE_LLAMA_CPP_VERSION}`);
+const binsDir = flags["prebuilt-natives"] ? await prebuiltNatives() : await compiledNatives();
+for (const required of ["llama-addon.node", "_nlcBuildMetadata.json"]) {
+  if (!existsSync(join(binsDir, PLATFORM_FOLDER, required))) throw new Error(`${join(binsDir, PLATFORM_FOLDER)} has no ${required}`);
 }
-const natives = await packNatives(binsDir, FOLDER, NODE_LLAMA_CPP_VERSION, join(ROOT, "node_modules/.cache/parley"));
+const natives = await packNatives(binsDir, PLATFORM_FOLDER, NODE_LLAMA_CPP_VERSION, join(ROOT, "node_modules/.cache/parley"));
 
 const result = await Bun.build({
   entrypoints: [join(ROOT, "src/cli.ts")],
@@ -62,6 +64,18 @@ if (!result.success) {
 const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
 console.log(
   `Built ${relative(process.cwd(), outfile) || outfile} (${mb(statSync(outfile).size)}) in ${((performance.now() - started) / 1000).toFixed(1)} s; ` +
-    `natives ${natives.id}: ${natives.files} files, ${mb(natives.bytes)} from ${relative(ROOT, binsDir)}/${FOLDER}, ${mb(Bun.file(natives.archive).size)} compressed; ` +
+    `natives ${natives.id}: ${natives.files} files, ${mb(natives.bytes)} from ${join(binsDir, PLATFORM_FOLDER)}, ${mb(Bun.file(natives.archive).size)} compressed; ` +
     `the target needs glibc ≥ ${natives.requires.glibc} and libstdc++ with GLIBCXX_${natives.requires.glibcxx}`,
 );
+
+async function prebuiltNatives(): Promise<string> {
+  const { version } = (await Bun.file(join(PREBUILT_NATIVES, "../package.json")).json()) as { version: string };
+  if (version !== NODE_LLAMA_CPP_VERSION) throw new Error(`${PREBUILT_NATIVES} is version ${version}, node-llama-cpp is ${NODE_LLAMA_CPP_VERSION}`);
+  return PREBUILT_NATIVES;
+}
+
+async function compiledNatives(): Promise<string> {
+  const { binsDir, compiledSeconds } = await ensureCompiledNatives();
+  if (compiledSeconds !== undefined) console.log(`natives: compiled into ${binsDir} in ${compiledSeconds} s`);
+  return binsDir;
+}

@@ -26,9 +26,13 @@ const STALE_TMP_MS = 10 * 60_000;
 /** `PARLEY_NATIVES_DIR` (for homes mounted `noexec`), else `$XDG_CACHE_HOME/parley/natives`, else `~/.cache/parley/natives`. */
 export function nativesRoot(env: Record<string, string | undefined> = Bun.env): string {
   if (env.PARLEY_NATIVES_DIR) return resolve(env.PARLEY_NATIVES_DIR);
+  return join(userCacheDir(env), "parley", "natives");
+}
+
+/** `$XDG_CACHE_HOME`, else `~/.cache`. */
+export function userCacheDir(env: Record<string, string | undefined> = Bun.env): string {
   // The XDG spec says to ignore a relative XDG_CACHE_HOME.
-  const cache = env.XDG_CACHE_HOME && isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
-  return join(cache, "parley", "natives");
+  return env.XDG_CACHE_HOME && isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : join(homedir(), ".cache");
 }
 
 /**

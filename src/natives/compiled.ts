@@ -1,0 +1,46 @@
+/**
+ * The recipe of the locally compiled natives (`bun run natives`, and `bun run build` when they are
+ * missing) and where they are kept: outside the checkout, in
+ * `$XDG_CACHE_HOME/parley/compiled-natives/<node-llama-cpp version>-<recipe hash>/linux-x64/`, so a
+ * fresh clone, `git clean` or another worktree reuses them, and a changed recipe never picks up a
+ * stale build. Not under `…/parley/natives/`: the executable removes every other build's directory
+ * there (src/natives/cache.ts).
+ *
+ * Portable like the npm prebuilt: ggml picks the best CPU variant at run time (GGML_BACKEND_DL),
+ * never -march=native. Which variants: a baseline any x86-64 CPU loads, AVX2 (Haswell, 2013+),
+ * AVX-512 (Skylake-X and later Intel servers) and AVX-512 with VNNI/BF16/VBMI (AMD Zen 4+; Intel
+ * Sapphire Rapids+ picks it too). CPUs that ggml's other variants target (pre-AVX2 steps, Alder
+ * Lake's AVX-VNNI, Ice Lake, AMX) load the best of these they support.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { userCacheDir } from "./cache";
+
+export const CPU_VARIANTS = ["x64", "haswell", "skylakex", "zen4"] as const;
+
+/** The cmake hook that keeps only CPU_VARIANTS out of GGML_CPU_ALL_VARIANTS' list. */
+export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
+
+export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
+  GGML_NATIVE: "OFF",
+  GGML_CPU_ALL_VARIANTS: "ON",
+  GGML_BACKEND_DL: "ON",
+  GGML_OPENMP: "ON",
+  CMAKE_PROJECT_ggml_INCLUDE: CPU_VARIANTS_HOOK,
+  PARLEY_CPU_VARIANTS: CPU_VARIANTS.join(","),
+};
+
+/** node-llama-cpp's name for the folder of a CPU build, inside the directory it calls `binsDir`. */
+export const PLATFORM_FOLDER = "linux-x64";
+
+/**
+ * The `binsDir` of the compiled natives for this recipe (the build itself is in its
+ * `linux-x64/`). The hash covers the options (not the hook's path) and the hook's text.
+ */
+export function compiledNativesDir(nodeLlamaCppVersion: string, env: Record<string, string | undefined> = Bun.env): string {
+  const hasher = new Bun.CryptoHasher("sha256");
+  const { CMAKE_PROJECT_ggml_INCLUDE: _path, ...options } = CMAKE_OPTIONS;
+  hasher.update(JSON.stringify(options));
+  hasher.update(readFileSync(CPU_VARIANTS_HOOK));
+  return join(userCacheDir(env), "parley", "compiled-natives", `${nodeLlamaCppVersion}-${hasher.digest("hex").slice(0, 16)}`);
+}

@@ -1,0 +1,99 @@
+/**
+ * The fast natives' recipe without compiling anything: where the build is cached, how its progress
+ * is read, and the cmake hook that keeps only the chosen CPU variants (run on a stand-in for ggml's
+ * CMakeLists that declares variants the way ggml does; configuring it takes well under a second).
+ */
+import { describe, expect, test } from "bun:test";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { nativesRoot } from "../../src/natives/cache";
+import { CPU_VARIANTS_HOOK, compiledNativesDir } from "../../src/natives/compiled";
+import { parseStep, progressLine } from "../../tools/build-progress";
+import { tempDir } from "../support";
+
+describe("compiled natives", () => {
+  test("are cached per node-llama-cpp version and recipe under XDG_CACHE_HOME, apart from the executable's unpacked copies", () => {
+    const env = { XDG_CACHE_HOME: "/srv/cache", HOME: "/home/x" };
+    const dir = compiledNativesDir("3.22.1", env);
+    expect(dir).toMatch(/^\/srv\/cache\/parley\/compiled-natives\/3\.22\.1-[0-9a-f]{16}$/);
+    expect(compiledNativesDir("3.22.1", env)).toBe(dir);
+    expect(compiledNativesDir("3.23.0", env)).toMatch(/\/3\.23\.0-[0-9a-f]{16}$/);
+    // The executable removes every `<version>-<hash>` directory but its own from nativesRoot.
+    expect(dirname(dir)).not.toBe(nativesRoot(env));
+    expect(compiledNativesDir("3.22.1", { XDG_CACHE_HOME: "relative/cache" })).not.toContain("relative/cache");
+  });
+
+  test("the build's steps are read from ninja's and make's status lines", () => {
+    expect(parseStep("[17/208] Building CXX object llama.cpp/ggml/src/CMakeFiles/ggml-cpu-haswell.dir/ggml-cpu/ops.cpp.o")).toEqual({
+      position: "[17/208]",
+      what: "ggml-cpu-haswell ggml-cpu/ops.cpp",
+    });
+    expect(parseStep("[ 45%] Linking CXX shared library bin/libllama.so")).toEqual({ position: "[45%]", what: "Linking CXX shared library bin/libllama.so" });
+    expect(parseStep("-- Adding CPU backend variant ggml-cpu-x64:")).toBeUndefined();
+    expect(parseStep("ops.cpp:12: warning: [-Wunused]")).toBeUndefined();
+  });
+
+  test("progress is one rewritten line on a terminal and plain lines elsewhere", () => {
+    const sink = (isTTY: boolean) => {
+      const written: string[] = [];
+      return { written, stream: { isTTY, columns: 60, write: (text: string) => written.push(text) } as unknown as NodeJS.WriteStream };
+    };
+    const step = { position: "[1/2]", what: "ggml-base ggml.c" };
+    const plain = sink(false);
+    const line = progressLine("natives: compiling", plain.stream);
+    line.step(step);
+    line.step(step);
+    line.end();
+    expect(plain.written).toHaveLength(2);
+    expect(plain.written[0]).toMatch(/^natives: compiling \[1\/2\] 0:00 ggml-base ggml\.c\n$/);
+
+    const tty = sink(true);
+    const redrawn = progressLine("natives: compiling", tty.stream);
+    redrawn.step(step);
+    redrawn.step({ position: "[2/2]", what: "x".repeat(200) });
+    redrawn.end();
+    expect(tty.written.slice(0, 2).every((text) => text.startsWith("\r\x1b[2K") && !text.includes("\n"))).toBe(true);
+    expect(tty.written[1]!.length).toBeLessThanOrEqual("\r\x1b[2K".length + 59);
+    expect(tty.written.at(-1)).toBe("\n");
+  });
+
+  describe("the CPU variants hook", () => {
+    const cmake = Bun.which("cmake");
+    /** A project named ggml whose variants are declared like ggml/src/CMakeLists.txt declares them. */
+    const configure = (variants: string) => {
+      const root = tempDir("cmake-hook");
+      mkdirSync(join(root, "cpu"));
+      writeFileSync(
+        join(root, "CMakeLists.txt"),
+        [
+          "cmake_minimum_required(VERSION 3.19)",
+          "project(ggml NONE)",
+          "add_subdirectory(cpu)",
+          "function(ggml_add_cpu_backend_variant tag_name)",
+          "  set(GGML_CPU_TAG_NAME ${tag_name})",
+          "  ggml_add_cpu_backend_variant_impl(${tag_name})",
+          "endfunction()",
+          ...["x64", "sse42", "haswell", "skylakex", "zen4", "alderlake"].map((tag) => `ggml_add_cpu_backend_variant(${tag})`),
+        ].join("\n"),
+      );
+      writeFileSync(join(root, "cpu", "CMakeLists.txt"), 'function(ggml_add_cpu_backend_variant_impl tag_name)\n  message(STATUS "added ${tag_name}")\nendfunction()\n');
+      const result = Bun.spawnSync([cmake!, "-S", root, "-B", join(root, "build"), `-DCMAKE_PROJECT_ggml_INCLUDE=${CPU_VARIANTS_HOOK}`, `-DPARLEY_CPU_VARIANTS=${variants}`]);
+      const output = `${result.stdout}${result.stderr}`;
+      return { code: result.exitCode, output, added: [...output.matchAll(/added (\S+)/g)].map((match) => match[1]) };
+    };
+
+    test("adds only the variants asked for", () => {
+      if (cmake === null) return console.log("skipped: no cmake");
+      const { code, added, output } = configure("x64,haswell,zen4");
+      expect(code, output).toBe(0);
+      expect(added).toEqual(["x64", "haswell", "zen4"]);
+    });
+
+    test("fails when a variant is not declared (renamed upstream)", () => {
+      if (cmake === null) return console.log("skipped: no cmake");
+      const { code, output } = configure("x64,icelake");
+      expect(code).not.toBe(0);
+      expect(output).toContain("ggml declared no CPU variant 'icelake'");
+    });
+  });
+});

@@ -1,0 +1,105 @@
+/**
+ * Compiles node-llama-cpp's bundled llama.cpp for the CPU with this machine's compiler and OpenMP,
+ * into the cache directory of src/natives/compiled.ts, laid out like the prebuilt package's
+ * `bins/linux-x64/`. Used by `bun run natives` and by `bun run build` when the build is missing.
+ *
+ * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul ~2x slower here
+ * and spawn fresh threads every decode step. libgomp is copied next to the libraries (they load
+ * each other via $ORIGIN) so the directory runs on machines without GCC's runtime installed.
+ */
+import { createWriteStream, existsSync, readFileSync } from "node:fs";
+import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
+import { join } from "node:path";
+import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, PLATFORM_FOLDER } from "../src/natives/compiled";
+import { parseStep, progressLine } from "./build-progress";
+import { ensureLlamaSource, NLC_CLI, NLC_LLAMA_DIR, ROOT } from "./llama-source";
+
+export interface CompiledNatives {
+  /** node-llama-cpp's `binsDir`: the build is in its `linux-x64/`. */
+  binsDir: string;
+  /** Seconds the compile took; undefined when the cached build was used. */
+  compiledSeconds?: number;
+}
+
+export function nodeLlamaCppVersion(): string {
+  return (JSON.parse(readFileSync(join(NLC_LLAMA_DIR, "../package.json"), "utf8")) as { version: string }).version;
+}
+
+/** The cached build for the current recipe, compiled first if missing (or if `force`). */
+export async function ensureCompiledNatives({ force = false } = {}): Promise<CompiledNatives> {
+  const binsDir = compiledNativesDir(nodeLlamaCppVersion());
+  const target = join(binsDir, PLATFORM_FOLDER);
+  if (!force && existsSync(join(target, "llama-addon.node"))) return { binsDir };
+  if (process.platform !== "linux" || process.arch !== "x64") {
+    throw new Error(`the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`);
+  }
+  // node-llama-cpp's build runs cmake-js through npm, and its CMakeLists runs node.
+  for (const tool of ["cmake", "c++", "gcc", "node", "npm"]) {
+    if (Bun.which(tool) === null) {
+      throw new Error(
+        `compiling the natives needs ${tool} on the PATH (Debian: apt-get install cmake build-essential nodejs npm); ` +
+          "`bun run build --prebuilt-natives` embeds the slower npm prebuilt instead",
+      );
+    }
+  }
+
+  const started = performance.now();
+  await ensureLlamaSource();
+  await mkdir(binsDir, { recursive: true });
+  const log = join(binsDir, "build.log");
+  await compile(log);
+
+  // node-llama-cpp records the folder it just built into; the options are hashed into its name.
+  const { folderName } = JSON.parse(readFileSync(join(NLC_LLAMA_DIR, "lastBuild.json"), "utf8")) as { folderName: string };
+  const built = join(NLC_LLAMA_DIR, "localBuilds", folderName, "Release");
+  const names = await readdir(built);
+  const expected = ["llama-addon.node", ...CPU_VARIANTS.map((variant) => `libggml-cpu-${variant}.so`)];
+  const missing = expected.filter((name) => !names.includes(name));
+  if (missing.length > 0) throw new Error(`${built} lacks ${missing.join(", ")} (build log: ${log})`);
+
+  // Assembled beside the target and renamed into place, so a running server never sees half a directory.
+  const staging = `${target}.tmp-${process.pid}`;
+  await rm(staging, { recursive: true, force: true });
+  await mkdir(staging);
+  for (const name of names) {
+    if (name.endsWith(".node") || name.endsWith(".so") || name.endsWith(".json")) await cp(join(built, name), join(staging, name));
+  }
+  const libgomp = (await Bun.$`gcc -print-file-name=libgomp.so.1`.text()).trim();
+  if (!existsSync(libgomp)) throw new Error(`libgomp.so.1 not found (gcc says "${libgomp}")`);
+  await cp(libgomp, join(staging, "libgomp.so.1"), { dereference: true });
+  await rm(target, { recursive: true, force: true });
+  await rename(staging, target);
+  return { binsDir, compiledSeconds: Math.round((performance.now() - started) / 1000) };
+}
+
+/** Runs node-llama-cpp's source build, its output into `log` and its steps onto one progress line. */
+async function compile(log: string): Promise<void> {
+  const proc = Bun.spawn([NLC_CLI, "source", "build", "--gpu", "false", "--noUsageExample"], {
+    cwd: ROOT,
+    env: { ...process.env, ...Object.fromEntries(Object.entries(CMAKE_OPTIONS).map(([k, v]) => [`NODE_LLAMA_CPP_CMAKE_OPTION_${k}`, v])) },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const file = createWriteStream(log);
+  const tail: string[] = [];
+  const progress = progressLine("natives: compiling");
+  const pump = async (stream: ReadableStream<Uint8Array>) => {
+    const decoder = new TextDecoder();
+    let pending = "";
+    for await (const bytes of stream) {
+      file.write(bytes);
+      const chunk = decoder.decode(bytes, { stream: true });
+      const lines = (pending + chunk).split(/\r?\n/);
+      pending = lines.pop()!;
+      for (const line of lines) {
+        const step = parseStep(line);
+        if (step) progress.step(step);
+        tail.push(line);
+        if (tail.length > 40) tail.shift();
+      }
+    }
+  };
+  const [code] = await Promise.all([proc.exited, pump(proc.stdout), pump(proc.stderr)]);
+  progress.end();
+  await new Promise((resolve) => file.end(resolve));
+  if (code !== 0) throw new Error(`the natives compile failed (exit ${code}); the end of its output:\n${tail.join("\n")}\nwhole log: ${log}`);
+}
