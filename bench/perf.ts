@@ -1,12 +1,13 @@
 /**
  * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]
- * [--chart docs/perf.svg] [--llama-server PATH]`: issue 5's B1-B7 and issue 11's B8/B9, Parley
+ * [--chart docs/perf.svg] [--llama-server PATH] [--binary dist/parley]`: issue 5's B1-B7 and issue 11's B8/B9, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
  * when asked to). The model is bench-small in `--type` (default f16), as real users run quantized
  * files too. `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
- * `--llama-server` uses a llama-server built elsewhere (another checkout's `.bench/`).
+ * `--llama-server` uses a llama-server built elsewhere (another checkout's `.bench/`). `--binary`
+ * serves Parley from a built executable, installed alone as an operator would, instead of the source.
  */
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
@@ -17,6 +18,7 @@ import { localNativesDir } from "../src/llm/natives";
 import { perfChart } from "./perf/chart";
 import type { Context, Row } from "./perf/harness";
 import { scenarios } from "./perf/scenarios";
+import { installAlone } from "../test/support/binary";
 import { buildLlamaServer } from "./perf/yardstick";
 import { printTable } from "./perf/table";
 
@@ -34,6 +36,7 @@ const { values } = parseArgs({
     chart: { type: "string" },
     "llama-server": { type: "string" },
     "no-yardstick": { type: "boolean", default: false },
+    binary: { type: "string" },
   },
 });
 const quick = values.quick!;
@@ -61,6 +64,7 @@ const ctx: Context = {
   replyTokens: quick ? 16 : 64,
   decodeTokens: quick ? 16 : 128,
   llamaServer: quick || values["no-yardstick"] ? undefined : (values["llama-server"] ?? (await buildLlamaServer())),
+  installed: values.binary === undefined ? undefined : installAlone(values.binary, "bench"),
 };
 
 const only = values.only?.split(",");
@@ -74,6 +78,7 @@ try {
   }
 } finally {
   rmSync(work, { recursive: true, force: true });
+  if (ctx.installed) rmSync(ctx.installed.dir, { recursive: true, force: true });
 }
 
 const localNatives = join(await localNativesDir(), "linux-x64");
@@ -84,7 +89,8 @@ const report = {
   fileType,
   threads: ctx.threads,
   runs: ctx.runs,
-  natives: existsSync(localNatives) ? `local build (${localNatives})` : "npm prebuilt",
+  parley: ctx.installed ? `${values.binary} (installed alone)` : "bun src/cli.ts (this checkout)",
+  natives: ctx.installed ? "embedded in the binary" : existsSync(localNatives) ? `local build (${localNatives})` : "npm prebuilt",
   seconds: Math.round((performance.now() - started) / 1000),
   rows,
 };

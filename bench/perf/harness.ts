@@ -4,6 +4,7 @@
  */
 import { join } from "node:path";
 import { llamaServerTurn, parleyTurn, type OnFirstToken, type TurnTiming } from "./clients";
+import type { Installed } from "../../test/support/binary";
 import { startLlamaServer, startParley, type Server } from "./procs";
 
 export interface Context {
@@ -21,6 +22,8 @@ export interface Context {
   decodeTokens: number;
   /** Path to llama-server, or undefined to skip the yardstick. */
   llamaServer: string | undefined;
+  /** Parley as a built executable installed alone (`--binary`), else from this checkout's source. */
+  installed?: Installed;
 }
 
 export interface Row {
@@ -51,7 +54,7 @@ export async function withServer<T>(start: () => Promise<Server>, use: (server: 
 }
 
 export const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>
-  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env });
+  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env, installed: ctx.installed });
 
 export const yardstick = (ctx: Context, parallel: number) => () =>
   startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });

@@ -1,5 +1,6 @@
 /** The two servers under test, as child processes on free ports. */
 import { join } from "node:path";
+import type { Installed } from "../../test/support/binary";
 import { startServer, stopChild } from "../../test/support/process";
 import { until } from "../../test/support/wait";
 
@@ -22,11 +23,14 @@ export interface ParleyOptions {
   contextSize: number;
   /** Extra environment, e.g. PARLEY_KV_CACHE_MB. */
   env?: Record<string, string>;
+  /** The built executable to serve from; else `bun src/cli.ts serve`. */
+  installed?: Installed;
 }
 
-/** `bun src/cli.ts serve`, ready once `/readyz` answers 200 (the model is loaded). */
+/** `parley serve` (from source or the built executable), ready once `/readyz` answers 200 (the model is loaded). */
 export function startParley(options: ParleyOptions): Promise<Server> {
   return startServer({
+    installed: options.installed,
     dbPath: options.db,
     adminKey: ADMIN_KEY,
     env: {
