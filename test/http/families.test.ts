@@ -2,9 +2,10 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Template } from "@huggingface/jinja";
 import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import type { ChatReply, MessagePage } from "../../src/http/contract";
+import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
 import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
-import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -102,6 +103,38 @@ for (const preset of FAMILY_PRESETS) {
       expect((await storedContents("unicode"))[0]).toBe(NON_ASCII);
       expect(generations.at(-1)!.result.prompt).toContain(NON_ASCII);
       expect(model.detokenize(model.tokenize(NON_ASCII))).toBe(NON_ASCII);
+    });
+
+    test("an OpenAI stop string spanning several tokens cuts the reply exactly before it, streamed and not, and is never streamed", async () => {
+      const completion = (body: Record<string, unknown>) =>
+        fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { ...bearer(key), "content-type": "application/json" },
+          body: JSON.stringify({ model: "any", temperature: 0, messages: [{ role: "user", content: "Hello there!" }], ...body }),
+        });
+      const whole = ((await (await completion({})).json()) as ChatCompletion).choices[0]!.message;
+      const words = whole.content.split(" ");
+      expect(words.length).toBeGreaterThanOrEqual(4);
+      expect(words[1]!.length).toBeGreaterThanOrEqual(2);
+      // Each word is a token of its own, with its space in front: from inside the second word to
+      // inside the fourth ("m happy t" of "I am happy to help you.") is part of three tokens.
+      const stop = whole.content.slice(words[0]!.length + 2, words.slice(0, 3).join(" ").length + 2);
+      const expected = whole.content.slice(0, whole.content.indexOf(stop));
+
+      const cut = ((await (await completion({ stop: [stop] })).json()) as ChatCompletion).choices[0]!;
+      expect(cut.finish_reason).toBe("stop");
+      expect(cut.message).toEqual({ ...whole, content: expected });
+
+      const response = await completion({ stop: stop, stream: true });
+      const chunks: ChatCompletionChunk[] = [];
+      for await (const { event, data } of sseEvents(response)) if (event === "message" && data !== "[DONE]") chunks.push(JSON.parse(data) as ChatCompletionChunk);
+      const pieces = chunks.flatMap((chunk) => chunk.choices[0]?.delta.content || []);
+      // Concatenated, the deltas are the cut reply: nothing of the stop string was sent and then taken back.
+      expect(pieces.join("")).toBe(expected);
+      expect(pieces.length).toBeGreaterThan(1);
+      expect(chunks.at(-1)!.choices[0]!.finish_reason).toBe("stop");
+      const thought = chunks.flatMap((chunk) => chunk.choices[0]?.delta.reasoning_content ?? []).join("");
+      expect(thought).toBe(whole.reasoning_content ?? "");
     });
 
     test("turn 3's prompt is the template's rendering, token for token, and all the sequence holds of it is reused", async () => {
