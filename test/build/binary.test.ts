@@ -9,7 +9,12 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { allowSlowTests } from "../support";
+import type { ChatReply } from "../../src/http/contract";
+import { FAMILIES, type FamilyPreset } from "../../src/llm/gguf/families";
 import { installAlone, runCli } from "../support/binary";
+import { postChat } from "../support/http";
+import { startServer } from "../support/process";
+import { readSse, type SseEvent } from "../support/sse";
 import pkg from "../../package.json";
 import { binaryScenario } from "./scenario";
 
@@ -36,6 +41,46 @@ describe("the single executable", () => {
   test("serves, chats, stops on SIGTERM and keeps history across a restart, alone and with env -i", async () => {
     await binaryScenario(built);
   }, 60_000);
+
+  // One byte-level BPE family with a thought and node-llama-cpp's own format, one SentencePiece
+  // family rendered through its Jinja template: the binary carries both paths.
+  const FAMILY_FORMATS: Partial<Record<FamilyPreset, string>> = { "qwen3-thinking": "Qwen (node-llama-cpp's, equivalent to the template)", mistral: "the model's Jinja template" };
+  for (const [preset, format] of Object.entries(FAMILY_FORMATS) as [FamilyPreset, string][]) {
+    const { thinks } = FAMILIES[preset];
+    test(`answers on a ${preset} model it writes itself into models/: ended by its end of turn, no template text${thinks ? ", the thought apart" : ""}`, async () => {
+      const installed = install(preset);
+      const written = runCli(installed, "model", "demo", "--preset", preset);
+      expect(written.code, written.stderr).toBe(0);
+      const info = runCli(installed, "model", "info", `parley-${preset}.gguf`);
+      expect(info.code, info.stderr).toBe(0);
+      expect(info.stdout).toContain(`chat format      ${format}`);
+      const created = runCli(installed, "keys", "create", "--user", "x");
+      expect(created.code, created.stderr).toBe(0);
+      const key = created.stdout.trim().split("\n").at(-1)!;
+
+      // No PARLEY_MODEL: the operator's way, the first .gguf in ./models.
+      const server = await startServer({ installed });
+      try {
+        const plain = await postChat(server.url, key, { message: "Hello there!", conversation_id: "c", temperature: 0 });
+        expect(plain.status).toBe(200);
+        const reply = (await plain.json()) as ChatReply;
+        expect(reply.model).toBe(`parley-${preset}`);
+        expect(reply.message).toMatchObject({ finish_reason: "stop", content: expect.stringMatching(/^[A-Z][\w', :!?.]*[.!?]$/) });
+        if (thinks) expect(reply.message.reasoning).toMatch(/^[A-Z][\w', :;!?.]*[.!?]$/);
+        else expect(reply.message).not.toHaveProperty("reasoning");
+
+        const streamed = await postChat(server.url, key, { message: "Hello there!", conversation_id: "d", temperature: 0, stream: true });
+        const events: SseEvent[] = [];
+        for await (const event of readSse(streamed)) if (event.event !== "comment") events.push(event);
+        const text = (name: string) => events.filter((e) => e.event === name).map((e) => (e.data as { content: string }).content).join("");
+        expect(events.at(-1)!.event).toBe("done");
+        expect([text("reasoning"), text("delta")]).toEqual([reply.message.reasoning ?? "", reply.message.content]);
+        for (const marker of ["<think>", "</think>", "<|im_end|>", "<|im_start|>", "[INST]", "[/INST]", "</s>"]) expect(JSON.stringify(events)).not.toContain(marker);
+      } finally {
+        expect(await server.stop()).toBe(0);
+      }
+    }, 60_000);
+  }
 
   test("carries the whole CLI and ignores .env and bunfig.toml in its directory", async () => {
     const installed = install("cli");

@@ -1,14 +1,16 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, type LlamaModel } from "node-llama-cpp";
+import { Template } from "@huggingface/jinja";
+import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import type { ChatReply, MessagePage } from "../../src/http/contract";
+import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
 import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
-import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
 /** Template and special-token text no reply or stored message may ever show. */
-const TEMPLATE_TEXT = ["<|eot_id|>", "<|start_header_id|>", "<|im_end|>", "<|im_start|>", "<end_of_turn>", "<start_of_turn>", "[/INST]", "[INST]", "</s>", "<|end|>", "<|assistant|>", "<|user|>"];
+const TEMPLATE_TEXT = ["<think>", "</think>", "<|eot_id|>", "<|start_header_id|>", "<|im_end|>", "<|im_start|>", "<end_of_turn>", "<start_of_turn>", "[/INST]", "[INST]", "</s>", "<|end|>", "<|assistant|>", "<|user|>"];
 const NON_ASCII = "Héllo wörld, ça va? 👋🏽 日本語のテキスト 中文 ñandú";
 
 let llama: Llama;
@@ -21,8 +23,6 @@ afterAll(async () => {
 
 for (const preset of FAMILY_PRESETS) {
   const family = FAMILIES[preset];
-  // Until reasoning is separated from the content, a thinking family's replies carry it inline.
-  const forbidden = family.thinks ? TEMPLATE_TEXT : [...TEMPLATE_TEXT, "<think>", "</think>"];
 
   describe(`the ${preset} family over HTTP`, () => {
     const db = testDb(`family-${preset}`);
@@ -65,14 +65,18 @@ for (const preset of FAMILY_PRESETS) {
     }
 
     const expectClean = (text: string) => {
-      for (const special of forbidden) expect(text).not.toContain(special);
+      for (const special of TEMPLATE_TEXT) expect(text).not.toContain(special);
     };
 
     test("a plain reply reads like words and ends by itself on the family's end of turn", async () => {
       const reply = await chat({ message: "Hello there!", conversation_id: "plain" });
       expect(reply.message.finish_reason).toBe("stop");
-      expect(reply.message.content).toMatch(family.thinks ? /^<think>\n[^\n]+\n<\/think>\n\n[A-Z][\w', :!?.]*[.!?]$/ : /^[A-Z][\w', :!?.]*[.!?]$/);
+      expect(reply.message.content).toMatch(/^[A-Z][\w', :!?.]*[.!?]$/);
       expectClean(reply.message.content);
+      // A thinking family's thought comes apart from its answer, one line of words.
+      if (family.thinks) expect(reply.message.reasoning).toMatch(/^[A-Z][\w', :;!?.]*[.!?]$/);
+      else expect(reply.message).not.toHaveProperty("reasoning");
+      expectClean(reply.message.reasoning ?? "");
       // Ended by the end-of-turn token, not by the cap: the reply is far shorter.
       expect(reply.usage.completion_tokens).toBeLessThan(60);
     });
@@ -101,33 +105,76 @@ for (const preset of FAMILY_PRESETS) {
       expect(model.detokenize(model.tokenize(NON_ASCII))).toBe(NON_ASCII);
     });
 
-    /**
-     * Not yet for two families (issue #15, open): a thinking model's history depends on reasoning
-     * being separated from the content; and for mistral the reference splits the template's " "
-     * before a reply into a token of its own ("▁", "I") where Parley keeps the generated "▁I".
-     */
-    const fidelityPending = family.thinks === true || preset === "mistral";
-    test.skipIf(fidelityPending)("turn 3's prompt is the template's rendering, token for token, and only its new tokens are evaluated", async () => {
+    test("an OpenAI stop string spanning several tokens cuts the reply exactly before it, streamed and not, and is never streamed", async () => {
+      const completion = (body: Record<string, unknown>) =>
+        fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { ...bearer(key), "content-type": "application/json" },
+          body: JSON.stringify({ model: "any", temperature: 0, messages: [{ role: "user", content: "Hello there!" }], ...body }),
+        });
+      const whole = ((await (await completion({})).json()) as ChatCompletion).choices[0]!.message;
+      const words = whole.content.split(" ");
+      expect(words.length).toBeGreaterThanOrEqual(4);
+      expect(words[1]!.length).toBeGreaterThanOrEqual(2);
+      // Each word is a token of its own, with its space in front: from inside the second word to
+      // inside the fourth ("m happy t" of "I am happy to help you.") is part of three tokens.
+      const stop = whole.content.slice(words[0]!.length + 2, words.slice(0, 3).join(" ").length + 2);
+      const expected = whole.content.slice(0, whole.content.indexOf(stop));
+
+      const cut = ((await (await completion({ stop: [stop] })).json()) as ChatCompletion).choices[0]!;
+      expect(cut.finish_reason).toBe("stop");
+      expect(cut.message).toEqual({ ...whole, content: expected });
+
+      const response = await completion({ stop: stop, stream: true });
+      const chunks: ChatCompletionChunk[] = [];
+      for await (const { event, data } of sseEvents(response)) if (event === "message" && data !== "[DONE]") chunks.push(JSON.parse(data) as ChatCompletionChunk);
+      const pieces = chunks.flatMap((chunk) => chunk.choices[0]?.delta.content || []);
+      // Concatenated, the deltas are the cut reply: nothing of the stop string was sent and then taken back.
+      expect(pieces.join("")).toBe(expected);
+      expect(pieces.length).toBeGreaterThan(1);
+      expect(chunks.at(-1)!.choices[0]!.finish_reason).toBe("stop");
+      const thought = chunks.flatMap((chunk) => chunk.choices[0]?.delta.reasoning_content ?? []).join("");
+      expect(thought).toBe(whole.reasoning_content ?? "");
+    });
+
+    test("turn 3's prompt is the template's rendering, token for token, and all the sequence holds of it is reused", async () => {
       const turns = ["Hi, who are you?", "Tell me something nice.", "Thank you!"];
       const replies: ChatReply[] = [];
       for (const message of turns) replies.push(await chat({ message, conversation_id: "three-turns" }));
-      const third = generations.at(-1)!.result;
+      const [second, third] = generations.slice(-2).map((g) => g.result) as [GenerateResult, GenerateResult];
 
-      const history: ChatHistoryItem[] = [];
-      for (const [i, message] of turns.entries()) {
-        history.push({ type: "user", text: message });
-        if (i < turns.length - 1) history.push({ type: "model", response: [replies[i]!.message.content] });
-      }
       const template = model.fileInfo.metadata.tokenizer.chat_template!;
-      const reference = new JinjaTemplateChatWrapper({ template, tokenizer: model.tokenizer })
-        .generateContextState({ chatHistory: [...history, { type: "model", response: [] }] })
-        .contextText.tokenize(model.tokenizer);
+      let reference: Token[];
+      if (family.thinks) {
+        // Each thought given to the template as it takes one (reasoning_content); it drops those before the last question.
+        const messages = turns.flatMap((content, i) => {
+          const reply = replies[i]!.message;
+          const user = { role: "user", content };
+          return i < turns.length - 1 ? [user, { role: "assistant", content: reply.content, reasoning_content: reply.reasoning }] : [user];
+        });
+        // As llama-server tokenizes it: the rendered text whole, special tokens parsed.
+        reference = model.tokenize(new Template(template).render({ messages, add_generation_prompt: true }), true);
+        for (const reply of replies.slice(0, -1)) expect(third.prompt).not.toContain(reply.message.reasoning!);
+      } else {
+        const history: ChatHistoryItem[] = [];
+        for (const [i, message] of turns.entries()) {
+          history.push({ type: "user", text: message });
+          if (i < turns.length - 1) history.push({ type: "model", response: [replies[i]!.message.content] });
+        }
+        reference = new JinjaTemplateChatWrapper({ template, tokenizer: model.tokenizer })
+          .generateContextState({ chatHistory: [...history, { type: "model", response: [] }] })
+          .contextText.tokenize(model.tokenizer);
+      }
       expect(third.promptTokens).toBe(reference.length);
       expect(third.prompt).toBe(model.detokenize(reference, true));
 
-      // The sequence holds turn 2's prompt and reply: everything up to the reply's end is reused.
-      const second = replies[1]!.usage;
-      expect(replies[2]!.usage.cached_tokens).toBe(second.prompt_tokens + second.completion_tokens);
+      // The sequence holds turn 2's prompt and reply. Everything the template renders again of it is
+      // reused: the whole reply, unless the template drops its thought from the history, where the
+      // reuse ends at the thought, i.e. after turn 2's prompt (llama-server's prompt cache does the
+      // same: the thought's tokens are not in the new prompt, so its common prefix ends there).
+      expect(third.prompt.startsWith(second.prompt)).toBe(true);
+      const usage = replies[1]!.usage;
+      expect(replies[2]!.usage.cached_tokens).toBe(family.thinks ? usage.prompt_tokens : usage.prompt_tokens + usage.completion_tokens);
     });
   });
 }

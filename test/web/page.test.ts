@@ -23,6 +23,7 @@ interface Stored {
   id: number;
   role: string;
   content: string;
+  reasoning?: string;
   finish_reason?: string;
 }
 
@@ -30,6 +31,8 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   let db: TestDb;
   let engine: Engine;
   let served: Served;
+  /** A real reasoning model behind the same storage: qwen3-thinking, in Qwen3's own format. */
+  let thinking: { engine: Engine; served: Served } | undefined;
   let browser: Browser;
   let alice: { key: string; userId: number };
   let context: BrowserContext | undefined;
@@ -43,6 +46,8 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     // visible in the page, and a Stop always lands mid-reply. Replies are capped by max tokens.
     engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
     served = serveApp({ storage: db.storage, engine });
+    const thinkingEngine = await testEngine({ preset: "qwen3-thinking", parallel: 1, contextSize: 1024 });
+    thinking = { engine: thinkingEngine, served: serveApp({ storage: db.storage, engine: thinkingEngine }) };
     // `launch` gives the browser a fresh temporary profile (its --user-data-dir) and removes it on close.
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -54,6 +59,8 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     await browser?.close();
     await served?.stop();
     await engine?.close();
+    await thinking?.served.stop();
+    await thinking?.engine.close();
     db?.storage.close();
   });
 
@@ -65,14 +72,14 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(errors).toEqual([]);
   });
 
-  async function open(options: { width?: number; height?: number; colorScheme?: "light" | "dark" } = {}): Promise<Page> {
+  async function open(options: { width?: number; height?: number; colorScheme?: "light" | "dark"; server?: Served } = {}): Promise<Page> {
     context = await browser.newContext({ viewport: { width: options.width ?? 1280, height: options.height ?? 800 }, colorScheme: options.colorScheme ?? "light" });
     const page = await context.newPage();
     page.on("pageerror", (error) => pageErrors.push(error.message));
     page.on("console", (message) => {
       if (message.type() === "error" && !message.text().startsWith("Failed to load resource")) pageErrors.push(message.text());
     });
-    await page.goto(`${served.url}/`);
+    await page.goto(`${(options.server ?? served).url}/`);
     return page;
   }
 
@@ -449,6 +456,26 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(await streamed.locator("details.reasoning").getAttribute("open")).toBeNull();
     expect(await streamed.locator(".thought").textContent()).toBe(thought);
     expect(await streamed.locator(".body").getAttribute("data-source")).toBe("Hello again!");
+  });
+
+  test("a chat with a real family's model: qwen3-thinking's thought folded above its answer, as stored, no template text shown", async () => {
+    const page = await open({ server: thinking!.served });
+    await signIn(page, "qwen3-1");
+    await send(page, "Hello there!");
+    const reply = page.locator("#log .assistant[data-id]");
+    await reply.waitFor();
+
+    const [answer, question] = await stored("qwen3-1");
+    expect(question).toMatchObject({ role: "user", content: "Hello there!" });
+    expect(answer).toMatchObject({ role: "assistant", finish_reason: "stop" });
+    expect(answer!.reasoning!.length).toBeGreaterThan(0);
+    expect(await reply.getAttribute("data-id")).toBe(String(answer!.id));
+    expect(await reply.locator(".body").getAttribute("data-source")).toBe(answer!.content);
+    expect(await reply.locator("details.reasoning").getAttribute("open")).toBeNull();
+    expect(await reply.locator(".thought").textContent()).toBe(answer!.reasoning!);
+    expect(await reply.locator(".thought").isVisible()).toBe(false);
+    const shown = (await page.textContent("#log")) ?? "";
+    for (const marker of ["<think>", "</think>", "<|im_end|>", "<|im_start|>"]) expect(shown).not.toContain(marker);
   });
 });
 

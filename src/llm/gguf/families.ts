@@ -33,8 +33,6 @@ export interface Family {
   readonly chatTemplate: string;
   /** The token that ends a reply. */
   readonly endOfTurn: string;
-  /** A reply's first word carries a space: the template joins "[/INST]" and the reply with one. */
-  readonly replyLeadingSpace?: boolean;
   /** Replies reason first: `<think>\n…\n</think>\n\n` before the answer. */
   readonly thinks?: boolean;
 }
@@ -95,7 +93,10 @@ export const FAMILIES: Readonly<Record<FamilyPreset, Family>> = {
     chatTemplate: gemmaTemplate,
     endOfTurn: "<end_of_turn>",
   },
-  // Mistral 7B Instruct v0.3: a reply ends with </s>, and follows "[/INST]" after a space.
+  // Mistral 7B Instruct v0.3: a reply ends with </s>. The template writes " " between "[/INST]"
+  // and a reply; rendered through node-llama-cpp, that space closes the prompt (as "▁" tokens after
+  // [/INST]), so a reply begins with its first word bare ("I", not "▁I"), as the history's rendering
+  // tokenizes it again: a reply that brought its own "▁" would stand two spaces from [/INST].
   mistral: {
     tokenizer: { kind: "spm", addSpacePrefix: true },
     specials: [
@@ -106,7 +107,6 @@ export const FAMILIES: Readonly<Record<FamilyPreset, Family>> = {
     addBos: true,
     chatTemplate: mistralTemplate,
     endOfTurn: "</s>",
-    replyLeadingSpace: true,
   },
   // Phi-3/3.5 mini instruct: <|end|> ends a turn; its role tokens are user-defined in the
   // released files (llama.cpp makes <|end|> a control token when it loads them).
@@ -137,7 +137,7 @@ const REASONING: readonly string[] = [
 /** A reply as the family's pieces (vocabulary spelling); special tokens as themselves. */
 function replyPiecesOf(family: Family, answer: string, index: number): string[] {
   const { tokenizer } = family;
-  if (tokenizer.kind === "spm") return replyPieces(family.replyLeadingSpace ? ` ${answer}` : answer);
+  if (tokenizer.kind === "spm") return replyPieces(answer);
   const words = (text: string) => preTokenize(tokenizer.pre, text).map(byteLevel);
   if (!family.thinks) return words(answer);
   // "\n" after <think> is one token with the first word: alone it would be the token that ends
