@@ -55,7 +55,8 @@ for (const flash of ["off", "on"] as const) {
     await turn(engine, "warm-up", "hello");
     for (const [name, message] of [["short", "Tell me about the sea"], ["long", LONG]] as const) {
       const measured: Measured[] = [];
-      for (let r = 0; r < runs; r++) measured.push(await turn(engine, `${name}-${r}`, message));
+      // A different first word each run: the sequence still holds the last run's prompt, which would be reused.
+      for (let r = 0; r < runs; r++) measured.push(await turn(engine, `${name}-${r}`, `r${r} ${message}`));
       const row = {
         flashAttention: flash,
         prompt: name,

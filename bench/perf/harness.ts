@@ -44,13 +44,29 @@ export interface Scenario {
 let dbCounter = 0;
 export const freshDb = (ctx: Context) => join(ctx.work, `parley-${++dbCounter}`, "parley.db");
 
-export async function withServer<T>(start: () => Promise<Server>, use: (server: Server) => Promise<T>): Promise<T> {
-  const server = await start();
-  try {
-    return await use(server);
-  } finally {
-    await server.stop();
+/**
+ * Runs `use` on a fresh server, stopped afterwards. A server that drops the connection mid-run is
+ * started afresh and the whole run repeated (at most twice more): llama-server built from this
+ * llama.cpp source has been seen to exit without a word in the middle of the 20-turn conversation,
+ * and a half-measured series is worth nothing.
+ */
+export async function withServer<T>(start: () => Promise<Server>, use: (server: Server) => Promise<T>, attempts = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const server = await start();
+    try {
+      return await use(server);
+    } catch (error) {
+      if (attempt >= attempts || !isConnectionLost(error)) throw error;
+      console.error(`  the server at ${server.url} dropped the connection (${(error as { code?: string }).code}); starting it again, attempt ${attempt + 1} of ${attempts}`);
+    } finally {
+      await server.stop();
+    }
   }
+}
+
+function isConnectionLost(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return code === "ECONNRESET" || code === "ConnectionRefused" || code === "ECONNREFUSED";
 }
 
 export const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>

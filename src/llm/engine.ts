@@ -8,7 +8,6 @@ import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import {
   getLlama,
-  type ChatWrapper,
   type Llama,
   type LlamaContext,
   type LlamaContextSequence,
@@ -17,6 +16,7 @@ import {
 } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { decodeFirst } from "./batch-order";
+import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
@@ -97,7 +97,7 @@ export class Engine {
     private readonly pool: SequencePool<Slot>,
     private readonly kv: KvStore | undefined,
     private readonly prompts: PromptRenderer,
-    private readonly stopTokens: ReadonlySet<Token>,
+    private readonly stops: ChatStops,
     private readonly thoughts: Thoughts | undefined,
     private readonly promptChunk: number,
     readonly modelName: string,
@@ -138,7 +138,7 @@ export class Engine {
         new SequencePool(slots, queueMax),
         kv,
         new PromptRenderer(model, chatWrapper),
-        stopTokensOf(model, chatWrapper),
+        chatStops(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
         promptChunk,
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
@@ -223,8 +223,8 @@ export class Engine {
             // counts and `prompt` stale. (At least 1, so a full context still answers.)
             maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - tokens.length - 1)),
             signal,
-            stopTokens: this.stopTokens,
-            stopStrings: request.stop,
+            stopTokens: this.stops.tokens,
+            stopStrings: [...this.stops.texts, ...(request.stop ?? [])],
             thought: this.thoughts?.markers,
             lockstep: this.lockstep,
             promptChunk: this.promptChunk,
@@ -365,17 +365,6 @@ function finishReason(stop: StopReason): FinishReason {
     case "stop":
       return "stop";
   }
-}
-
-/** The chat template's stop triggers that are single tokens (e.g. `<|im_end|>`), besides end-of-generation ones. */
-function stopTokensOf(model: LlamaModel, chatWrapper: ChatWrapper): Set<Token> {
-  const { stopGenerationTriggers } = chatWrapper.generateContextState({ chatHistory: [] });
-  const stops = new Set<Token>();
-  for (const trigger of stopGenerationTriggers) {
-    const tokens = trigger.tokenize(model.tokenizer, "trimLeadingSpace");
-    if (tokens.length === 1 && (model.isSpecialToken(tokens[0]) || model.isEogToken(tokens[0]))) stops.add(tokens[0]!);
-  }
-  return stops;
 }
 
 /** The KV cache is optional: one that cannot open (e.g. on a full disk) leaves the engine without it. */
