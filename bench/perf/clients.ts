@@ -89,9 +89,7 @@ export async function llamaServerTurn(url: string, messages: readonly Message[],
   let predicted: number | undefined;
   let cached: number | undefined;
   for await (const event of events(response)) {
-    // Read on to the end of the body rather than leave at [DONE]: a body dropped unread resets
-    // the connection, and llama-server then died in the middle of B2's conversation now and then.
-    if (event.data === "[DONE]") continue;
+    if (event.data === "[DONE]") break;
     const chunk = JSON.parse(event.data) as {
       choices?: { delta?: { content?: string | null } }[];
       timings?: { predicted_n?: number; cache_n?: number };
