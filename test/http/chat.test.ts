@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ChatReply, ChatStart, MessagePage, Message as StoredMessage } from "../../src/http/contract";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, observeGenerations, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -11,16 +11,11 @@ const bob = await db.keys.create("bob", "user");
 let engine: Engine;
 let server: Served;
 /** What the engine was really asked and really evaluated: observed, not replaced. */
-const generations: { request: GenerateRequest; result: GenerateResult }[] = [];
+let generations: { request: GenerateRequest; result: GenerateResult }[] = [];
 
 beforeAll(async () => {
   engine = await testEngine({ parallel: 2 });
-  const generate = engine.generate.bind(engine);
-  engine.generate = async function* (request) {
-    const result = yield* generate(request);
-    generations.push({ request, result });
-    return result;
-  };
+  generations = observeGenerations(engine);
   server = serveApp({ storage: db.storage, engine });
 });
 afterAll(async () => {

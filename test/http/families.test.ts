@@ -5,7 +5,7 @@ import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
 import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
-import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -30,17 +30,12 @@ for (const preset of FAMILY_PRESETS) {
     let engine: Engine;
     let server: Served;
     let model: LlamaModel;
-    const generations: { request: GenerateRequest; result: GenerateResult }[] = [];
+    let generations: { request: GenerateRequest; result: GenerateResult }[] = [];
 
     beforeAll(async () => {
       key = (await db.keys.create(preset, "user")).key;
       engine = await testEngine({ preset: preset as FamilyPreset, parallel: 1, contextSize: 1024 });
-      const generate = engine.generate.bind(engine);
-      engine.generate = async function* (request) {
-        const result = yield* generate(request);
-        generations.push({ request, result });
-        return result;
-      };
+      generations = observeGenerations(engine);
       server = serveApp({ storage: db.storage, engine });
       model = await llama.loadModel({ modelPath: await presetModel(preset as FamilyPreset) });
     });

@@ -8,7 +8,7 @@ import type { KeyStore, Storage } from "../../src/db/storage";
 import { createApp, type HttpLimits } from "../../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
-import { Engine, type ReasoningMode } from "../../src/llm/engine";
+import { Engine, type GenerateRequest, type GenerateResult, type ReasoningMode } from "../../src/llm/engine";
 import type { FileType, ModelPreset } from "../../src/llm/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
@@ -98,4 +98,16 @@ export async function testEngine(
     contextSize: options.contextSize ?? 2048,
     threads: 1,
   });
+}
+
+/** What an engine was really asked and really evaluated, in order: observed, not replaced. */
+export function observeGenerations(engine: Engine): { request: GenerateRequest; result: GenerateResult }[] {
+  const generations: { request: GenerateRequest; result: GenerateResult }[] = [];
+  const generate = engine.generate.bind(engine);
+  engine.generate = async function* (request) {
+    const result = yield* generate(request);
+    generations.push({ request, result });
+    return result;
+  };
+  return generations;
 }
