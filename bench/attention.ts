@@ -4,12 +4,11 @@
  * speed after a short and after a long prompt. PARLEY_FLASH_ATTENTION's `auto` is chosen from this.
  * Writes `.bench/attention-<time>.json`.
  */
-import { mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../src/llm/engine";
 import { presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
-import { existsSync } from "node:fs";
 import { median } from "../test/support/stats";
 
 const OUT = join(import.meta.dir, "..", ".bench");

@@ -176,7 +176,7 @@ export const CONFIG_SPEC = {
     env: "PARLEY_BATCH_SIZE",
     flag: "--batch-size",
     default: "",
-    help: "Most tokens decoded in one step: a long prompt is evaluated in chunks of this many tokens, interleaved with the running replies (default 512)",
+    help: "Prompt tokens evaluated per decoding step: a longer prompt takes several steps, interleaved with the running replies (default 512)",
   },
   flashAttention: {
     env: "PARLEY_FLASH_ATTENTION",

@@ -2,7 +2,8 @@
  * The generation loop, driven at the lowest public level (`sequence.evaluate`): the prompt's new
  * tokens go in, sampled tokens come out one at a time and are turned into text as they arrive.
  * LlamaChat re-renders and re-checks the whole response per token; this measured faster and
- * keeps the exact generated tokens for the next turn.
+ * keeps the exact generated tokens for the next turn. Every step waits for the context's other
+ * busy sequences (lockstep.ts), so all of them share one batch.
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import type { Lockstep, Member } from "./lockstep";

@@ -56,8 +56,8 @@ export interface EngineOptions {
   /** A reasoning model's thought: apart from the answer (default), hidden, or left inline. */
   reasoning?: ReasoningMode;
   /**
-   * Most tokens decoded in one step across sequences: a long prompt is evaluated in chunks of
-   * this size, and the running replies' next tokens ride along with each chunk.
+   * Prompt tokens evaluated per step: a longer prompt takes several steps, and the running
+   * replies' next tokens ride along with each chunk (the batch holds a chunk plus one per sequence).
    */
   batchSize?: number;
   flashAttention?: FlashAttentionMode;

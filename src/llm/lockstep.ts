@@ -1,6 +1,6 @@
 /**
- * Keeps the generating sequences of one context in step, so that every step decodes the next
- * token of each of them in one llama.cpp batch.
+ * Keeps the busy sequences of one context in step, so that every step decodes the next token
+ * (or prompt chunk) of each of them in one llama.cpp batch.
  *
  * node-llama-cpp already merges the evaluations queued in one tick into one batch, but a sequence
  * asks for its next token only after its sampled token has come back through a chain of promises,
@@ -9,14 +9,14 @@
  * extra decode. Here a sequence waits until each other generating sequence has its token too,
  * then all ask at once: 126 of 129 batches held 4.
  *
- * A sequence joins once its prompt is evaluated: a prompt is queued whole and split into batches
- * by the context, and the running sequences' tokens ride along in those batches without waiting.
+ * A sequence joins before its prompt: a long prompt is evaluated one chunk per step (decode.ts), so
+ * the running sequences' tokens share each of its batches instead of waiting for the whole prompt.
  */
 export class Lockstep {
   private members = 0;
   private waiting: (() => void)[] = [];
 
-  /** A sequence starts generating: from now on each step waits for it. */
+  /** A sequence starts its turn: from now on each step waits for it. */
   join(): Member {
     this.members++;
     let left = false;

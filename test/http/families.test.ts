@@ -3,7 +3,7 @@ import { Template } from "@huggingface/jinja";
 import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
-import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
+import type { Engine, GenerateResult } from "../../src/llm/engine";
 import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
 import { allowSlowTests, bearer, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
@@ -30,7 +30,7 @@ for (const preset of FAMILY_PRESETS) {
     let engine: Engine;
     let server: Served;
     let model: LlamaModel;
-    let generations: { request: GenerateRequest; result: GenerateResult }[] = [];
+    let generations: ReturnType<typeof observeGenerations> = [];
 
     beforeAll(async () => {
       key = (await db.keys.create(preset, "user")).key;
