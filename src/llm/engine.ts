@@ -120,8 +120,8 @@ export class Engine {
         threads,
         // Room for a prompt chunk and every other sequence's next token in one batch.
         batchSize: promptChunk + parallel,
-        // "auto" is on: measured with `bun run bench attention` and by hand on bench-small, decode ran
-        // ~12% faster with it after a short prompt and ~5% after a long one (llama-server's default too).
+        // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
+        // and faster after a short prompt (llama-server's default too); see README, Performance.
         flashAttention: options.flashAttention !== "off",
         batching: { itemPrioritizationStrategy: decodeFirst },
       });
