@@ -4,13 +4,13 @@
  * `bins/linux-x64/`. Used by `bun run natives` and by `bun run build` when the build is missing.
  *
  * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul ~2x slower here
- * and spawn fresh threads every decode step. libgomp is copied next to the libraries (they load
+ * and spawn fresh threads every decode step; and all decodes run on one thread (decode-thread.cpp). libgomp is copied next to the libraries (they load
  * each other via $ORIGIN) so the directory runs on machines without GCC's runtime installed.
  */
 import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, PLATFORM_FOLDER } from "../src/natives/compiled";
+import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, DECODE_THREAD_SYMBOL, PLATFORM_FOLDER } from "../src/natives/compiled";
 import { parseStep, progressLine } from "./build-progress";
 import { ensureLlamaSource, NLC_CLI, NLC_LLAMA_DIR, ROOT } from "./llama-source";
 
@@ -56,6 +56,9 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   const expected = ["llama-addon.node", ...CPU_VARIANTS.map((variant) => `libggml-cpu-${variant}.so`)];
   const missing = expected.filter((name) => !names.includes(name));
   if (missing.length > 0) throw new Error(`${built} lacks ${missing.join(", ")} (build log: ${log})`);
+  if (!readFileSync(join(built, "llama-addon.node")).includes(DECODE_THREAD_SYMBOL)) {
+    throw new Error(`${built}/llama-addon.node was linked without src/natives/decode-thread.cpp (build log: ${log})`);
+  }
 
   // Assembled beside the target and renamed into place, so a running server never sees half a directory.
   const staging = `${target}.tmp-${process.pid}`;

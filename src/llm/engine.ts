@@ -15,7 +15,7 @@ import {
   type Token,
 } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "./chat-wrapper";
-import { decodeFirst } from "./batch-order";
+import { batchOrder } from "./batch-order";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
@@ -114,6 +114,8 @@ export class Engine {
       const threads = options.threads ?? defaultThreads(llama, model);
       const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
       llama.maxThreads = threads;
+      // The batch strategy reads the context it orders, which exists only once created.
+      const created: { context?: LlamaContext } = {};
       const context = await model.createContext({
         contextSize: options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP),
         sequences: parallel,
@@ -123,8 +125,9 @@ export class Engine {
         // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
         // and faster after a short prompt (llama-server's default too); see README, Performance.
         flashAttention: options.flashAttention !== "off",
-        batching: { itemPrioritizationStrategy: decodeFirst },
+        batching: { itemPrioritizationStrategy: batchOrder(() => created.context) },
       });
+      created.context = context;
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const reasoning = options.reasoning ?? "separate";
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);

@@ -21,12 +21,20 @@ export const CPU_VARIANTS = ["x64", "haswell", "skylakex", "zen4"] as const;
 /** The cmake hook that keeps only CPU_VARIANTS out of GGML_CPU_ALL_VARIANTS' list. */
 export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
 
+/** The cmake hook that links decode-thread.cpp into the addon: every decode on one thread. */
+export const DECODE_THREAD_HOOK = join(import.meta.dir, "decode-thread.cmake");
+const DECODE_THREAD_SOURCE = join(import.meta.dir, "decode-thread.cpp");
+
+/** A symbol only an addon built with the decode-thread hook has. */
+export const DECODE_THREAD_SYMBOL = "__wrap_llama_decode";
+
 export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
   GGML_NATIVE: "OFF",
   GGML_CPU_ALL_VARIANTS: "ON",
   GGML_BACKEND_DL: "ON",
   GGML_OPENMP: "ON",
   CMAKE_PROJECT_ggml_INCLUDE: CPU_VARIANTS_HOOK,
+  CMAKE_PROJECT_INCLUDE: DECODE_THREAD_HOOK,
   PARLEY_CPU_VARIANTS: CPU_VARIANTS.join(","),
 };
 
@@ -35,12 +43,12 @@ export const PLATFORM_FOLDER = "linux-x64";
 
 /**
  * The `binsDir` of the compiled natives for this recipe (the build itself is in its
- * `linux-x64/`). The hash covers the options (not the hook's path) and the hook's text.
+ * `linux-x64/`). The hash covers the options (not the hooks' paths) and the hooks' text.
  */
 export function compiledNativesDir(nodeLlamaCppVersion: string, env: Record<string, string | undefined> = Bun.env): string {
   const hasher = new Bun.CryptoHasher("sha256");
-  const { CMAKE_PROJECT_ggml_INCLUDE: _path, ...options } = CMAKE_OPTIONS;
+  const { CMAKE_PROJECT_ggml_INCLUDE: _variants, CMAKE_PROJECT_INCLUDE: _decode, ...options } = CMAKE_OPTIONS;
   hasher.update(JSON.stringify(options));
-  hasher.update(readFileSync(CPU_VARIANTS_HOOK));
+  for (const file of [CPU_VARIANTS_HOOK, DECODE_THREAD_HOOK, DECODE_THREAD_SOURCE]) hasher.update(readFileSync(file));
   return join(userCacheDir(env), "parley", "compiled-natives", `${nodeLlamaCppVersion}-${hasher.digest("hex").slice(0, 16)}`);
 }

@@ -1,13 +1,14 @@
 /**
  * The fast natives' recipe without compiling anything: where the build is cached, how its progress
  * is read, and the cmake hook that keeps only the chosen CPU variants (run on a stand-in for ggml's
- * CMakeLists that declares variants the way ggml does; configuring it takes well under a second).
+ * CMakeLists that declares variants the way ggml does; configuring it takes well under a second),
+ * and the hook that runs every decode on one thread (on a stand-in llama and addon, compiled).
  */
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { nativesRoot } from "../../src/natives/cache";
-import { CPU_VARIANTS_HOOK, compiledNativesDir } from "../../src/natives/compiled";
+import { CPU_VARIANTS_HOOK, compiledNativesDir, DECODE_THREAD_HOOK } from "../../src/natives/compiled";
 import { parseStep, progressLine } from "../../tools/build-progress";
 import { tempDir } from "../support";
 
@@ -95,5 +96,41 @@ describe("compiled natives", () => {
       expect(code).not.toBe(0);
       expect(output).toContain("ggml declared no CPU variant 'icelake'");
     });
+  });
+
+  describe("the decode-thread hook", () => {
+    const [cmake, compiler] = [Bun.which("cmake"), Bun.which("c++")];
+    const standIn = join(import.meta.dir, "decode-thread-stand-in");
+    /** Per caller thread of the stand-in's probe: its id, the id llama_decode ran on, a failing decode's result. */
+    const probe = (hooked: boolean) => {
+      const build = join(tempDir("decode-thread"), "build");
+      const hook = hooked ? [`-DCMAKE_PROJECT_INCLUDE=${DECODE_THREAD_HOOK}`] : [];
+      for (const step of [[cmake!, "-S", standIn, "-B", build, "-DCMAKE_BUILD_TYPE=Release", ...hook], [cmake!, "--build", build]]) {
+        const result = Bun.spawnSync(step);
+        expect(result.exitCode, `${result.stdout}${result.stderr}`).toBe(0);
+      }
+      const out = Bun.spawnSync([join(build, "probe")]).stdout.toString().trim();
+      return out.split("\n").map((line) => line.split(" ").map(Number) as [number, number, number]);
+    };
+
+    test("runs the addon's llama_decode calls from every thread on one other thread, and returns what it throws", () => {
+      if (cmake === null || compiler === null) return console.log("skipped: no cmake or c++");
+      const calls = probe(true);
+      expect(calls).toHaveLength(3);
+      const ranOn = new Set(calls.map(([, ran]) => ran));
+      expect(ranOn.size).toBe(1);
+      for (const [caller, ran, failed] of calls) {
+        expect(ran).not.toBe(caller);
+        expect(failed).toBe(-1);
+      }
+    }, 60_000);
+
+    test("without it, each call runs on its caller's thread (what the hook changes)", () => {
+      if (cmake === null || compiler === null) return console.log("skipped: no cmake or c++");
+      for (const [caller, ran, failed] of probe(false)) {
+        expect(ran).toBe(caller);
+        expect(failed).toBe(-1);
+      }
+    }, 60_000);
   });
 });

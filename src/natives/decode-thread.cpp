@@ -1,0 +1,69 @@
+// Every llama_decode of the addon runs on this one long-lived thread (linked in with
+// `--wrap=llama_decode`, see decode-thread.cmake).
+//
+// Why: node-llama-cpp calls llama_decode from whichever thread of the runtime's N-API pool picks
+// up its async work; under Bun that is two threads on a 2-core machine. ggml's OpenMP loop makes
+// each calling thread the master of its own team, so libgomp manages more threads than there are
+// CPUs and throttles its barrier spin to ~100 iterations: between every op of the graph, threads
+// go to sleep on a futex and are woken again. Measured on bench-small (2 threads): 17 ms a token
+// from the pool, 11 ms from one thread, which is what llama-server (one decode thread) gets.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "llama.h"
+
+extern "C" int32_t __real_llama_decode(llama_context * ctx, llama_batch batch);
+
+namespace {
+
+class DecodeThread {
+  public:
+    int32_t decode(llama_context * ctx, llama_batch batch) {
+        std::packaged_task<int32_t()> task([ctx, batch] { return __real_llama_decode(ctx, batch); });
+        std::future<int32_t> result = task.get_future();
+        {
+            std::lock_guard<std::mutex> lock(mutex);
+            queue.push_back(std::move(task));
+        }
+        ready.notify_one();
+        // Rethrows what llama_decode threw, on the caller's thread, where the addon catches it.
+        return result.get();
+    }
+
+  private:
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<std::packaged_task<int32_t()>> queue;
+    // Declared last: it starts only once the members it uses exist.
+    std::thread worker{[this] { loop(); }};
+
+    void loop() {
+        for (;;) {
+            std::packaged_task<int32_t()> task;
+            {
+                std::unique_lock<std::mutex> lock(mutex);
+                ready.wait(lock, [this] { return !queue.empty(); });
+                task = std::move(queue.front());
+                queue.pop_front();
+            }
+            task();
+        }
+    }
+};
+
+DecodeThread & decodeThread() {
+    // Never destroyed: a joinable std::thread's destructor at exit would terminate the process,
+    // and the thread only ever waits for work.
+    static DecodeThread * instance = new DecodeThread();
+    return *instance;
+}
+
+}  // namespace
+
+extern "C" int32_t __wrap_llama_decode(llama_context * ctx, llama_batch batch) {
+    return decodeThread().decode(ctx, batch);
+}
