@@ -1,11 +1,16 @@
 /**
  * Which queued evaluations go into the next llama.cpp batch, how many tokens of each, and in what
- * order.
+ * order. node-llama-cpp calls this again at once for what is left, before any new step.
  *
- * A running reply's next token goes first, always: then a long prompt is evaluated in chunks of
- * what the batch has left, and the streams already running keep receiving a token per step
- * instead of waiting for the whole prompt. Shorter prompts go before longer ones, so a short
- * question is not stuck behind a long one.
+ * One kind of work per batch, in this order:
+ * 1. Prompts whose end is queued, which give a new reply its first token: a request that arrives
+ *    while others decode waits only for the prompt, not also for a batch of their tokens.
+ * 2. Running replies' next tokens.
+ * 3. Chunks of a long prompt (decode.ts evaluates one per step): the running replies get their
+ *    token of the step before the chunk is evaluated, and never wait for the whole prompt.
+ * Mixing them would not save work: llama.cpp computes a batch that mixes sequences' token counts
+ * as one piece of a token per sequence, then the rest (`split_equal`, below).
+ * Within a kind, shorter items first while the batch has room.
  *
  * node-llama-cpp's own "maximumParallelism" meant to share the batch, but in 3.22.1 its second
  * pass hands a clipped item more than the batch holds (a 3,966-token prompt got 404 of 128
@@ -34,17 +39,24 @@ export type BatchStrategy = (batch: Batch) => PrioritizedBatchItem[];
  */
 export function batchOrder(context: () => LlamaContext | undefined): BatchStrategy {
   return (batch) => {
-    const chosen = decodeFirst(batch);
+    const chosen = oneKind(batch);
     const ids = sequenceIds(context(), batch.items);
     if (ids) chosen.sort((a, b) => ids.get(a.item)! - ids.get(b.item)!);
     return chosen;
   };
 }
 
-function decodeFirst({ items, size }: Batch): PrioritizedBatchItem[] {
+/** 0: a prompt's end (its last token wants logits), 1: a reply's next token, 2: a prompt chunk. */
+function kind(item: BatchItem): number {
+  if (item.tokens.length === 1) return 1;
+  return item.logits[item.tokens.length - 1] === true ? 0 : 2;
+}
+
+function oneKind({ items, size }: Batch): PrioritizedBatchItem[] {
+  const first = Math.min(...items.map(kind));
   const chosen: PrioritizedBatchItem[] = [];
   let left = size;
-  for (const item of [...items].sort((a, b) => a.tokens.length - b.tokens.length)) {
+  for (const item of items.filter((item) => kind(item) === first).sort((a, b) => a.tokens.length - b.tokens.length)) {
     if (left === 0) break;
     const processAmount = Math.min(item.tokens.length, left);
     chosen.push({ item, processAmount });

@@ -85,8 +85,11 @@ export async function decode(
       },
     });
     try {
-      for (;;) {
-        await member.step();
+      // The prompt's end goes out at once, not at the next step: batch-order.ts evaluates it
+      // before the others' tokens, so the first token of a reply to a request that arrives while
+      // others decode costs the rest of the batch in flight and the prompt, nothing more.
+      for (let first = true; ; first = false) {
+        if (!first) await member.step();
         const step = await iterator.next();
         // Checked before the token is used: an abort during the prompt yields an empty reply.
         if (signal.aborted) {
@@ -119,7 +122,7 @@ export async function decode(
 
 /**
  * Evaluates all but the prompt's last chunk, one chunk per step, so the replies already running
- * get a token in every batch the prompt takes. Returns the last chunk (its logits give the first
+ * get a token in every step the prompt takes. Returns the last chunk (its logits give the first
  * reply token), or undefined after an abort.
  */
 async function evaluatePrompt(sequence: LlamaContextSequence, input: Token[], options: DecodeOptions, member: Member): Promise<Token[] | undefined> {

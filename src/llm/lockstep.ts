@@ -1,6 +1,6 @@
 /**
- * Keeps the busy sequences of one context in step, so that every step decodes the next token
- * (or prompt chunk) of each of them in one llama.cpp batch.
+ * Keeps the busy sequences of one context in step, so that every step decodes the next token of
+ * each of them in one llama.cpp batch (and a long prompt's next chunk right after it).
  *
  * node-llama-cpp already merges the evaluations queued in one tick into one batch, but a sequence
  * asks for its next token only after its sampled token has come back through a chain of promises,
@@ -10,7 +10,8 @@
  * then all ask at once: 126 of 129 batches held 4.
  *
  * A sequence joins before its prompt: a long prompt is evaluated one chunk per step (decode.ts), so
- * the running sequences' tokens share each of its batches instead of waiting for the whole prompt.
+ * the running sequences get a token in every step it takes instead of waiting for the whole prompt.
+ * The prompt's end alone does not wait for a step (decode.ts).
  */
 export class Lockstep {
   private members = 0;

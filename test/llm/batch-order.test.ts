@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, expect, test } from "bun:test";
-import { getLlama, type BatchItem, type LlamaContext, type LlamaModel, type Token } from "node-llama-cpp";
+import { afterAll, beforeAll, beforeEach, expect, test } from "bun:test";
+import { getLlama, type BatchItem, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { batchOrder, sequenceIds } from "../../src/llm/batch-order";
 import { presetModel } from "../support";
 
@@ -9,6 +9,8 @@ import { presetModel } from "../support";
 
 let model: LlamaModel;
 let context: LlamaContext;
+let sequences: [LlamaContextSequence, LlamaContextSequence, LlamaContextSequence];
+let ids: number[];
 /** Per batch: the sequence ids of the items as queued, and as the strategy put them. */
 const batches: { queued: (number | undefined)[]; ordered: (number | undefined)[] }[] = [];
 
@@ -30,6 +32,13 @@ beforeAll(async () => {
       },
     },
   });
+  sequences = [context.getSequence(), context.getSequence(), context.getSequence()];
+  ids = sequences.map((sequence) => (sequence as unknown as { _sequenceId: number })._sequenceId);
+});
+
+beforeEach(async () => {
+  for (const sequence of sequences) await sequence.clearHistory();
+  batches.length = 0;
 });
 
 afterAll(async () => {
@@ -38,8 +47,7 @@ afterAll(async () => {
 });
 
 test("a batch queued out of sequence order is decoded in ascending sequence ids, every item whole", async () => {
-  const [first, second, third] = [context.getSequence(), context.getSequence(), context.getSequence()];
-  const ids = [first, second, third].map((sequence) => (sequence as unknown as { _sequenceId: number })._sequenceId);
+  const [first, second, third] = sequences;
   // Queued in one tick, last sequence first: node-llama-cpp batches them together.
   const prompts = ["the third one", "a first prompt here", "second"].map((text) => model.tokenize(text));
   await Promise.all([third, first, second].map((sequence, i) => sequence.evaluateWithoutGeneratingNewTokens(prompts[i]!)));
@@ -50,10 +58,31 @@ test("a batch queued out of sequence order is decoded in ascending sequence ids,
   expect([first, second, third].map((sequence) => sequence.nextTokenIndex)).toEqual([prompts[1]!.length, prompts[2]!.length, prompts[0]!.length]);
 });
 
-test("without the queue to read, the strategy still chooses (in its own order)", () => {
-  const item = (length: number): BatchItem => ({ tokens: Array.from({ length }, () => 1 as Token), logits: [], evaluationPriority: 5 });
-  const items = [item(40), item(1), item(10)];
-  expect(sequenceIds(undefined, items)).toBeUndefined();
-  const chosen = batchOrder(() => undefined)({ items, size: 30 });
-  expect(chosen.map(({ item, processAmount }) => [items.indexOf(item), processAmount])).toEqual([[1, 1], [2, 10], [0, 19]]);
+test("a prompt's end goes alone and first, then the running replies' tokens, then prompt chunks", async () => {
+  const [running, arriving, long] = sequences;
+  await running.evaluateWithoutGeneratingNewTokens(model.tokenize("a reply so far"));
+  batches.length = 0;
+  const firstToken = arriving.evaluate(model.tokenize("a new question"), { temperature: 0 });
+  await Promise.all([
+    long.evaluateWithoutGeneratingNewTokens(model.tokenize("the first chunk of a long prompt")),
+    running.evaluateWithoutGeneratingNewTokens(model.tokenize("next").slice(0, 1)),
+    firstToken.next(),
+  ]);
+  await firstToken.return();
+  expect(batches.map(({ ordered }) => ordered)).toEqual([[ids[1]], [ids[0]], [ids[2]]]);
+});
+
+test("within a kind, shorter items first while the batch has room; without the queue to read, in that order", () => {
+  const item = (length: number, end = false): BatchItem => {
+    const logits: (true | undefined)[] = [];
+    if (end) logits[length - 1] = true;
+    return { tokens: Array.from({ length }, () => 1 as Token), logits, evaluationPriority: 5 };
+  };
+  const choose = (items: BatchItem[], size: number) =>
+    batchOrder(() => undefined)({ items, size }).map(({ item, processAmount }) => [items.indexOf(item), processAmount]);
+  const [chunk, token, end, shortEnd] = [item(40), item(1), item(10, true), item(5, true)];
+  expect(sequenceIds(undefined, [chunk])).toBeUndefined();
+  expect(choose([chunk, token, end, shortEnd], 12)).toEqual([[3, 5], [2, 7]]);
+  expect(choose([chunk, token, item(1)], 12)).toEqual([[1, 1], [2, 1]]);
+  expect(choose([chunk, item(20)], 30)).toEqual([[1, 20], [0, 10]]);
 });
