@@ -64,17 +64,11 @@ export async function decode(
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
   const boundaries = [{ tokens: 0, chars: 0 }];
-  // Shown pieces wait here until the next token has been asked for: the consumer (SSE framing,
-  // the socket write) then runs while llama.cpp decodes, not between a token and the next decode.
-  const held: ReplyPiece[] = [];
   const take = (piece: string) => {
     if (piece === "") return;
     spelled += piece;
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
-    held.push(...replyText.push(piece));
-  };
-  const show = () => {
-    for (const piece of held.splice(0)) emit(piece);
+    for (const shown of replyText.push(piece)) emit(shown);
   };
   const member = options.lockstep.join();
   let stopReason: StopReason = "stop";
@@ -96,9 +90,7 @@ export async function decode(
       // others decode costs the rest of the batch in flight and the prompt, nothing more.
       for (let first = true; ; first = false) {
         if (!first) await member.step();
-        const next = iterator.next();
-        show();
-        const step = await next;
+        const step = await iterator.next();
         // Checked before the token is used: an abort during the prompt yields an empty reply.
         if (signal.aborted) {
           stopReason = "abort";
@@ -122,8 +114,7 @@ export async function decode(
   take(text.flush());
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
   if (replyText.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
-  held.push(...replyText.flush());
-  show();
+  for (const rest of replyText.flush()) emit(rest);
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
