@@ -16,6 +16,7 @@ import {
 } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { batchOrder } from "./batch-order";
+import { DispatchGate } from "./dispatch-gate";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
@@ -96,6 +97,7 @@ export class Engine {
     private readonly slots: readonly Slot[],
     private readonly pool: SequencePool<Slot>,
     private readonly kv: KvStore | undefined,
+    private readonly gate: DispatchGate,
     private readonly prompts: PromptRenderer,
     private readonly stops: ChatStops,
     private readonly thoughts: Thoughts | undefined,
@@ -116,6 +118,7 @@ export class Engine {
       llama.maxThreads = threads;
       // The batch strategy reads the context it orders, which exists only once created.
       const created: { context?: LlamaContext } = {};
+      const gate = new DispatchGate();
       const context = await model.createContext({
         contextSize: options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP),
         sequences: parallel,
@@ -125,7 +128,7 @@ export class Engine {
         // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
         // and faster after a short prompt (llama-server's default too); see README, Performance.
         flashAttention: options.flashAttention !== "off",
-        batching: { itemPrioritizationStrategy: batchOrder(() => created.context) },
+        batching: { itemPrioritizationStrategy: batchOrder(() => created.context), dispatchSchedule: gate.schedule },
       });
       created.context = context;
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
@@ -142,6 +145,7 @@ export class Engine {
         slots,
         new SequencePool(slots, queueMax),
         kv,
+        gate,
         new PromptRenderer(model, chatWrapper),
         chatStops(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
@@ -201,8 +205,8 @@ export class Engine {
     try {
       const slot = lease.item;
       const { sequence } = slot;
-      if (key === undefined) await this.saveState(slot);
-      else if (slot.transcript?.key !== key) await this.swapIn(slot, key);
+      if (key === undefined) await this.gate.hold(() => this.saveState(slot));
+      else if (slot.transcript?.key !== key) await this.gate.hold(() => this.swapIn(slot, key));
       const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
       const tokens = this.promptTokens(slot, key, fitted, budget);
       // The last prompt token is always evaluated again: its logits give the first reply token.
