@@ -53,10 +53,11 @@ function kind(item: BatchItem): number {
 }
 
 function oneKind({ items, size }: Batch): PrioritizedBatchItem[] {
-  const first = Math.min(...items.map(kind));
+  const kinds = items.map(kind);
+  const first = Math.min(...kinds);
   const chosen: PrioritizedBatchItem[] = [];
   let left = size;
-  for (const item of items.filter((item) => kind(item) === first).sort((a, b) => a.tokens.length - b.tokens.length)) {
+  for (const item of items.filter((_, i) => kinds[i] === first).sort((a, b) => a.tokens.length - b.tokens.length)) {
     if (left === 0) break;
     const processAmount = Math.min(item.tokens.length, left);
     chosen.push({ item, processAmount });

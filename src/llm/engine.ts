@@ -205,8 +205,8 @@ export class Engine {
     try {
       const slot = lease.item;
       const { sequence } = slot;
-      if (key === undefined) await this.gate.hold(() => this.saveState(slot));
-      else if (slot.transcript?.key !== key) await this.gate.hold(() => this.swapIn(slot, key));
+      if (key === undefined) await this.saveState(slot);
+      else if (slot.transcript?.key !== key) await this.swapIn(slot, key);
       const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
       const tokens = this.promptTokens(slot, key, fitted, budget);
       // The last prompt token is always evaluated again: its logits give the first reply token.
@@ -313,15 +313,21 @@ export class Engine {
    * disk, and the new one's comes back from there if it was saved.
    */
   private async swapIn(slot: Slot, key: string): Promise<void> {
-    if (!this.kv) return;
-    await this.saveState(slot);
-    slot.transcript = await this.kv.restore(slot.sequence, key);
+    const kv = this.kv;
+    if (!kv) return;
+    // New batches wait for both, so requests arriving together share their prompts' batch (dispatch-gate.ts).
+    slot.transcript = await this.gate.hold(async () => {
+      await this.saveState(slot);
+      return kv.restore(slot.sequence, key);
+    });
     slot.saved = slot.transcript !== undefined;
   }
 
   private async saveState(slot: Slot): Promise<void> {
-    if (!this.kv || !slot.transcript || slot.saved) return;
-    slot.saved = await this.kv.save(slot.sequence, slot.transcript);
+    const { kv } = this;
+    const { transcript } = slot;
+    if (!kv || !transcript || slot.saved) return;
+    slot.saved = await this.gate.hold(() => kv.save(slot.sequence, transcript));
   }
 
   /**

@@ -24,8 +24,8 @@ beforeAll(async () => {
     threads: 1,
     batching: {
       itemPrioritizationStrategy: (batch) => {
-        const ids = sequenceIds(context, batch.items);
-        const idOf = (item: BatchItem) => ids?.get(item);
+        const queuedIds = sequenceIds(context, batch.items);
+        const idOf = (item: BatchItem) => queuedIds?.get(item);
         const chosen = order(batch);
         batches.push({ queued: batch.items.map(idOf), ordered: chosen.map(({ item }) => idOf(item)) });
         return chosen;
