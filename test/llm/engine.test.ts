@@ -52,19 +52,33 @@ describe("SequencePool", () => {
     expect((await pool.acquire("z")).item).toBe("b");
   });
 
-  test("a scoring preference takes the free item scoring highest, else the least recently used", async () => {
+  test("a scoring preference takes the free item scoring highest, else one next to a busy item", async () => {
     const pool = new SequencePool(["a", "b", "c"], 4);
     const held = await pool.acquire(() => 0);
     expect(held.item).toBe("a");
     const score = (item: string) => ({ a: 9, b: 2, c: 2 })[item]!;
-    // "a" is busy: of the free ones, b and c tie, and b was used less recently (never, first in order).
+    // "a" is busy: of the free ones, b and c tie, and b is next to it.
     const b = await pool.acquire(score);
     expect(b.item).toBe("b");
     b.release();
     held.release();
     expect((await pool.acquire(score)).item).toBe("a");
-    // Nothing scores above 0: c, never used, is the least recently used.
-    expect((await pool.acquire(() => 0)).item).toBe("c");
+    // Nothing scores above 0: b, next to the busy a, though c was used less recently (never).
+    expect((await pool.acquire(() => 0)).item).toBe("b");
+  });
+
+  test("otherwise keeps the busy items in one run: a gap first, then an end, the least recently used of equals", async () => {
+    const pool = new SequencePool(["a", "b", "c", "d", "e"], 4);
+    const [a, b, c] = [await pool.acquire("x"), await pool.acquire("y"), await pool.acquire("z")];
+    expect([a.item, b.item, c.item]).toEqual(["a", "b", "c"]);
+    b.release();
+    // b (both neighbours busy) before d (one) and e (never used, so least recently used).
+    const gap = await pool.acquire("w");
+    expect(gap.item).toBe("b");
+    a.release();
+    gap.release();
+    // Only c is busy: b and d each touch it; d was never used, b was released last.
+    expect((await pool.acquire("v")).item).toBe("d");
   });
 
   test("queues FIFO, rejects beyond queueMax, and lets an aborted waiter leave", async () => {
