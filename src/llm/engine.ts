@@ -299,6 +299,7 @@ export class Engine {
     this.disposed = true;
     this.pool.close(new Error("Engine is disposed"));
     for (const slot of this.slots) await this.saveState(slot);
+    await this.kv?.settled();
     await this.context.dispose();
     await this.model.dispose();
     await this.llama.dispose();
@@ -315,19 +316,28 @@ export class Engine {
   private async swapIn(slot: Slot, key: string): Promise<void> {
     const kv = this.kv;
     if (!kv) return;
-    // New batches wait for both, so requests arriving together share their prompts' batch (dispatch-gate.ts).
+    // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
+    const found = await kv.find(key);
+    // New batches wait for the save and the load, so requests arriving together share their
+    // prompts' batch (dispatch-gate.ts).
     slot.transcript = await this.gate.hold(async () => {
       await this.saveState(slot);
-      return kv.restore(slot.sequence, key);
+      return found && kv.load(slot.sequence, found);
     });
     slot.saved = slot.transcript !== undefined;
   }
 
+  /** Once this returns the sequence may change: the state is captured, its files are finished behind. */
   private async saveState(slot: Slot): Promise<void> {
     const { kv } = this;
     const { transcript } = slot;
     if (!kv || !transcript || slot.saved) return;
-    slot.saved = await this.gate.hold(() => kv.save(slot.sequence, transcript));
+    const { written } = await this.gate.hold(() => kv.save(slot.sequence, transcript));
+    slot.saved = true;
+    // Not saved after all (a full disk): saved again if the sequence still holds it when asked.
+    void written.then((ok) => {
+      if (!ok && slot.transcript === transcript) slot.saved = false;
+    });
   }
 
   /**

@@ -12,8 +12,8 @@
  * llama.cpp trusts a state file: a truncated one aborts the process (GGML_ASSERT), a damaged cell
  * count or position makes it allocate without limit, and damaged tensor data loads as if valid
  * (wrong replies). So nothing reaches llama.cpp that is not byte for byte what it wrote here:
- * restore checks the sidecar's counts and the file's size against the context, then the digest,
- * and only then loads. A pair that fails is deleted with a warning, and the caller re-evaluates
+ * `find` checks the sidecar's counts and the file's size against the context, then the digest,
+ * and only what it checked is loaded. A pair that fails is deleted with a warning, and the caller re-evaluates
  * the conversation from its history.
  *
  * The cache is optional and must never cost a chat: every failure here is a warning, never an
@@ -60,6 +60,12 @@ interface SavedTranscript {
 /** Sidecars without this format (written before states were checksummed) are deleted, not trusted. */
 const FORMAT = 2;
 
+/** A saved state that passed `verify`, ready to load. */
+export interface Found {
+  base: string;
+  transcript: Transcript;
+}
+
 interface Sidecar {
   format: typeof FORMAT;
   kvBytes: number;
@@ -86,8 +92,10 @@ export class KvStore {
   /** Files by path (`.kv` and `.json` counted separately), across every model's directory. */
   private readonly entries = new Map<string, Entry>();
   private total = 0;
-  /** Saves run one at a time, so that two never count the same free space. */
-  private saving: Promise<unknown> = Promise.resolve();
+  /** Captures run one at a time, so that two never count the same free space. */
+  private capturing: Promise<unknown> = Promise.resolve();
+  /** Saves still writing after their capture, by the pair's path: that conversation's restore or forget waits for its own. */
+  private readonly writing = new Map<string, Promise<boolean>>();
   /** What a state weighs per token, as the last save measured it (0 before any). */
   private bytesPerToken = 0;
 
@@ -111,46 +119,92 @@ export class KvStore {
     return this.total;
   }
 
-  /** Writes the sequence's state; false (with a warning) when it was not saved. Never throws. */
-  save(sequence: LlamaContextSequence, transcript: Transcript): Promise<boolean> {
-    const saved = this.saving.then(() => this.write(sequence, transcript));
-    this.saving = saved;
-    return saved;
+  /**
+   * Saves the sequence's state. Resolves once llama.cpp has written it to a temporary file: the
+   * only part that reads the sequence, and the only one that takes the context's lock (the engine
+   * holds new batches for it). The rest (checksum, sidecar, renames, eviction) goes on behind
+   * `written`, which settles false (with a warning) when the state was not saved. Never rejects.
+   */
+  save(sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
+    const captured = this.capturing.then(() => this.capture(sequence, transcript));
+    this.capturing = captured;
+    return captured;
+  }
+
+  /** Resolves once every save so far has finished writing. */
+  async settled(): Promise<void> {
+    await this.capturing;
+    await Promise.all(this.writing.values());
   }
 
   /**
-   * Loads the conversation's saved state into `sequence` and returns its transcript, or undefined
-   * when there is no usable state (the sequence then holds nothing, or what it held before when no
-   * load was tried). Never throws: an unusable pair is deleted with a warning.
+   * The conversation's saved state, checked (see `verify`) and ready to `load`: undefined when
+   * there is none, or when it was unusable (then deleted, with a warning). Needs no sequence.
    */
-  async restore(sequence: LlamaContextSequence, key: string): Promise<Transcript | undefined> {
+  async find(key: string): Promise<Found | undefined> {
     const base = this.pathOf(key);
+    await this.writing.get(base);
     if (!this.entries.has(`${base}.kv`)) return undefined;
     try {
       const transcript = await this.verify(base, key);
-      await load(sequence, `${base}.kv`, transcript);
-      const now = new Date();
-      await utimes(`${base}.kv`, now, now).catch(() => undefined);
-      this.touch(`${base}.kv`, now.getTime());
-      this.touch(`${base}.json`, now.getTime());
-      return transcript;
+      // Most recently used from now on: a save before the load must not evict it.
+      this.touch(`${base}.kv`, Date.now());
+      this.touch(`${base}.json`, Date.now());
+      return { base, transcript };
     } catch (error) {
-      await this.remove(base);
-      this.options.warn("a saved KV state was unusable and is deleted; the conversation is re-evaluated from its history", error);
-      return undefined;
+      return this.unusable(base, error);
     }
   }
 
-  private async write(sequence: LlamaContextSequence, transcript: Transcript): Promise<boolean> {
+  /**
+   * Loads a found state into `sequence` and returns its transcript, or undefined when it failed
+   * (the pair is deleted with a warning, the sequence left empty). Never throws.
+   */
+  async load(sequence: LlamaContextSequence, { base, transcript }: Found): Promise<Transcript | undefined> {
+    try {
+      await load(sequence, `${base}.kv`, transcript);
+    } catch (error) {
+      return this.unusable(base, error);
+    }
+    const now = new Date();
+    await utimes(`${base}.kv`, now, now).catch(() => undefined);
+    return transcript;
+  }
+
+  private async unusable(base: string, error: unknown): Promise<undefined> {
+    await this.remove(base);
+    this.options.warn("a saved KV state was unusable and is deleted; the conversation is re-evaluated from its history", error);
+    return undefined;
+  }
+
+  private async capture(sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
     const base = this.pathOf(transcript.key);
+    // Two saves of one conversation never write its files at once.
+    await this.writing.get(base);
     const tmp = `${base}.${randomUUID()}.tmp`;
     const saved: SavedTranscript = { key: transcript.key, text: transcript.text.toJSON(), tokens: [...transcript.tokens] };
     const transcriptJson = JSON.stringify(saved);
     const expected = this.bytesPerToken * sequence.contextTokens.length + transcriptJson.length;
+    let written: Promise<boolean>;
     try {
       const room = await this.makeRoom(expected);
-      if (room !== true) return this.shortOfSpace(room);
+      if (room !== true) return { written: Promise.resolve(this.shortOfSpace(room)) };
       const { fileSize } = await sequence.saveStateToFile(`${tmp}.kv`);
+      this.bytesPerToken = fileSize / Math.max(1, sequence.contextTokens.length);
+      written = this.finish(base, tmp, fileSize, saved, transcriptJson, expected);
+    } catch (error) {
+      return { written: Promise.resolve(await this.abandon(base, tmp, expected, error)) };
+    }
+    const tracked: Promise<boolean> = written.finally(() => {
+      if (this.writing.get(base) === tracked) this.writing.delete(base);
+    });
+    this.writing.set(base, tracked);
+    return { written: tracked };
+  }
+
+  /** Checksums the captured state, writes its sidecar and renames both into place. */
+  private async finish(base: string, tmp: string, fileSize: number, saved: SavedTranscript, transcriptJson: string, expected: number): Promise<boolean> {
+    try {
       const sidecar: Sidecar = { format: FORMAT, kvBytes: fileSize, digest: await digestOf(`${tmp}.kv`, transcriptJson), transcript: saved };
       const json = JSON.stringify(sidecar);
       await writeFile(`${tmp}.json`, json);
@@ -158,21 +212,26 @@ export class KvStore {
       await rename(`${tmp}.json`, `${base}.json`);
       this.track(`${base}.kv`, fileSize);
       this.track(`${base}.json`, Buffer.byteLength(json));
-      this.bytesPerToken = fileSize / Math.max(1, sequence.contextTokens.length);
       await this.evict();
       // The estimate may have been short (there is none before the first save): the reserve rules.
       const kept = await this.makeRoom(0);
       return this.entries.has(`${base}.kv`) || this.shortOfSpace(kept === true ? `the state's ${fileSize} bytes ate into the reserve` : kept);
     } catch (error) {
-      // Whatever failed (most likely the disk filled up), nothing partial stays, and space is
-      // given back before a chat needs it.
-      await rm(`${tmp}.kv`, { force: true }).catch(() => undefined);
-      await rm(`${tmp}.json`, { force: true }).catch(() => undefined);
-      await this.remove(base);
-      await this.makeRoom(expected).catch(() => undefined);
-      this.options.warn("could not save a conversation's KV state; it will be re-evaluated when it returns", error);
-      return false;
+      return this.abandon(base, tmp, expected, error);
     }
+  }
+
+  /**
+   * Whatever failed (most likely the disk filled up), nothing partial stays, and space is given
+   * back before a chat needs it.
+   */
+  private async abandon(base: string, tmp: string, expected: number, error: unknown): Promise<false> {
+    await rm(`${tmp}.kv`, { force: true }).catch(() => undefined);
+    await rm(`${tmp}.json`, { force: true }).catch(() => undefined);
+    await this.remove(base);
+    await this.makeRoom(expected).catch(() => undefined);
+    this.options.warn("could not save a conversation's KV state; it will be re-evaluated when it returns", error);
+    return false;
   }
 
   private shortOfSpace(why: string): false {
@@ -204,6 +263,7 @@ export class KvStore {
 
   /** Deletes the conversation's saved state, under every model's directory (older models' too). */
   async forget(key: string): Promise<void> {
+    await this.writing.get(this.pathOf(key));
     const dirs = new Set([this.modelDir, ...[...this.entries.keys()].map(dirname)]);
     for (const dir of dirs) await this.remove(join(dir, hash(key)));
   }

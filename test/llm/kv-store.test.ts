@@ -1,10 +1,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import fc from "fast-check";
+import { getLlama, LlamaText } from "node-llama-cpp";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { writePresetModel } from "../../src/llm/gguf/presets";
+import { KvStore, stateSizeBound } from "../../src/llm/kv-store";
+import { until } from "../support";
 
 const dir = mkdtempSync(join(tmpdir(), "parley-kv-"));
 const modelPath = join(dir, "demo.gguf");
@@ -36,6 +39,9 @@ function conversation(engine: () => Engine, key: string) {
   };
 }
 
+/** Saves finish their files after the turn that made them has gone on: a temporary file remains until then. */
+const written = () =>
+  until(() => !readdirSync(kvDir, { recursive: true, withFileTypes: true }).some((e) => e.name.includes(".tmp.")), "the saves in flight to finish");
 const kvFiles = () => readdirSync(kvDir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name.endsWith(".kv"));
 const kvPaths = () => new Set(kvFiles().map((f) => join(f.parentPath, f.name)));
 
@@ -48,6 +54,7 @@ describe("saved KV states", () => {
     engine = await load();
     const first = await a("hello there");
     await b("something else"); // takes the only sequence: a's state is written
+    await written();
     expect(kvFiles()).toHaveLength(1);
     const second = await a("tell me more");
     expect(second.cachedTokens).toBe(first.promptTokens + first.completionTokens);
@@ -64,6 +71,7 @@ describe("saved KV states", () => {
 
   test("a corrupt state file is dropped and the history re-evaluated", async () => {
     await b("evict a"); // a is on disk
+    await written();
     for (const file of kvFiles()) writeFileSync(join(file.parentPath, file.name), "not a state");
     const result = await a("still there?");
     expect(result.finishReason).toBe("stop");
@@ -76,8 +84,10 @@ describe("saved KV states", () => {
     engine = await load(120_000);
     const keys = ["k1", "k2", "k3", "k4", "k5"];
     for (const key of keys) await reply(engine, key, [{ role: "user", content: `hello from ${key}` }]);
-    const bytes = kvFiles().reduce((sum, f) => sum + statSync(join(f.parentPath, f.name)).size, 0);
-    expect(bytes).toBeLessThanOrEqual(120_000);
+    const bytes = () => kvFiles().reduce((sum, f) => sum + statSync(join(f.parentPath, f.name)).size, 0);
+    // Eviction follows a save's renames.
+    await written();
+    await until(() => bytes() <= 120_000, "the states to fit the budget");
     expect(kvFiles().length).toBeGreaterThan(0);
     await engine.close();
   });
@@ -147,6 +157,7 @@ describe("damaged state files", () => {
     const before = kvPaths();
     // Takes the only sequence: a's state is written.
     await reply(engine, `${key}-other`, [{ role: "user", content: "something else" }]);
+    await written();
     const [kv, ...more] = [...kvPaths()].filter((path) => !before.has(path));
     expect(more).toHaveLength(0);
     const sidecar = kv!.replace(/\.kv$/, ".json");
@@ -255,5 +266,39 @@ describe("damaged state files", () => {
       }),
       { seed, numRuns: 40, endOnFailure: true },
     );
+  });
+});
+
+describe("KvStore", () => {
+  test("a save resolves once the state is captured; finding the conversation meanwhile waits for its files", async () => {
+    const llama = await getLlama({ gpu: false, build: "never" });
+    try {
+      const model = await llama.loadModel({ modelPath });
+      const context = await model.createContext({ contextSize: 256, sequences: 1, threads: 1 });
+      const sequence = context.getSequence();
+      const text = LlamaText("hello there, saved while it goes on");
+      await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(text.toString()));
+      const warn = (message: string) => {
+        throw new Error(message);
+      };
+      const root = join(dir, "store");
+      mkdirSync(root);
+      const store = await KvStore.open({ root, identity: "test", maxBytes: 2 ** 30, contextSize: 256, maxStateBytes: await stateSizeBound(model, context), warn });
+      const transcript = { key: "k", text, tokens: [...sequence.contextTokens] };
+
+      const { written } = await store.save(sequence, transcript);
+      let done = false;
+      void written.then(() => (done = true));
+      // Captured: the sequence may serve another conversation at once.
+      expect(done).toBe(false);
+      await sequence.clearHistory();
+      const found = await store.find("k");
+      expect(done).toBe(true);
+      expect(await written).toBe(true);
+      expect(await store.load(sequence, found!)).toEqual(transcript);
+      expect(sequence.contextTokens).toEqual(transcript.tokens);
+    } finally {
+      await llama.dispose();
+    }
   });
 });
