@@ -43,9 +43,6 @@ export interface Decoded {
   stopReason: StopReason;
 }
 
-/** LlamaChat's default repeat penalty window, kept so replies do not change with the driver. */
-const PENALTY_LAST_TOKENS = 64;
-
 /** Evaluates `input` after what the sequence holds and samples the reply, calling `emit` with each text piece. */
 export async function decode(
   sequence: LlamaContextSequence,
@@ -58,7 +55,6 @@ export async function decode(
   const tokens: Token[] = [];
   if (signal.aborted) return { tokens, spelled: { tokens, text: "" }, stopReason: "abort" };
 
-  const newline = model.tokens.nl;
   const text = new TextStream(model);
   const replyText = new ReplyText(options.thought, options.stopStrings ?? []);
   let spelled = "";
@@ -79,10 +75,9 @@ export async function decode(
       temperature: options.temperature,
       topP: options.topP,
       seed: options.seed,
-      repeatPenalty: {
-        punishTokens: () => tokens.slice(-PENALTY_LAST_TOKENS).filter((token) => token !== newline),
-        maxPunishTokens: PENALTY_LAST_TOKENS,
-      },
+      // No repeat penalty, as with LlamaChat's defaults: it hands over the last 64 tokens but no
+      // penalty, so llama.cpp's penalty sampler is never built. Handing them over cost a copy
+      // and a native array each token for nothing.
     });
     try {
       // The prompt's end goes out at once, not at the next step: batch-order.ts evaluates it
