@@ -14,11 +14,20 @@ export class DispatchGate {
   private pending = 0;
   private held: (() => void)[] = [];
 
-  /** Dispatches on the next cycle (node-llama-cpp's default), or once no state I/O is in progress. */
+  /**
+   * Dispatches on the next cycle (node-llama-cpp's default), or once no state I/O is in progress.
+   * Checked again on that cycle: a save that began in between holds the batch too, or the save
+   * would wait for the whole batch it let through.
+   */
   readonly schedule = (dispatch: () => void): void => {
-    if (this.pending === 0) setImmediate(dispatch);
+    if (this.pending === 0) setImmediate(() => this.dispatchOrHold(dispatch));
     else this.held.push(dispatch);
   };
+
+  private dispatchOrHold(dispatch: () => void): void {
+    if (this.pending === 0) dispatch();
+    else this.held.push(dispatch);
+  }
 
   /** Runs `io` (a save or load of sequence state) with new batches held until all such I/O ends. */
   async hold<T>(io: () => Promise<T>): Promise<T> {

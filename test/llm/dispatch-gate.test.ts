@@ -31,3 +31,17 @@ test("without state I/O a batch is dispatched on the next cycle, and a failed sa
   await until(() => dispatched.length === 2, "the held batch to be dispatched", 1_000);
   expect(dispatched).toEqual(["free", "after failure"]);
 });
+
+test("a batch scheduled before state I/O began, but not yet dispatched, waits for it too", async () => {
+  const gate = new DispatchGate();
+  const dispatched: string[] = [];
+  gate.schedule(() => dispatched.push("scheduled first"));
+  const save = Promise.withResolvers<void>();
+  const saving = gate.hold(() => save.promise);
+  await new Promise((resolve) => setImmediate(resolve));
+  await new Promise((resolve) => setImmediate(resolve));
+  expect(dispatched).toEqual([]);
+  save.resolve();
+  await saving;
+  await until(() => dispatched.length === 1, "the held batch to be dispatched", 1_000);
+});

@@ -223,6 +223,16 @@ describe("damaged state files", () => {
     );
   });
 
+  test("a state checksummed with SHA-256 (format 2, an older version) is deleted, not trusted", async () => {
+    expectRecovered(
+      await afterDamage((kv, sidecar) => {
+        const { transcript, kvBytes } = JSON.parse(readFileSync(sidecar, "utf8")) as { transcript: object; kvBytes: number };
+        const digest = new Bun.CryptoHasher("sha256").update(readFileSync(kv)).update(JSON.stringify(transcript)).digest("hex");
+        writeFileSync(sidecar, JSON.stringify({ format: 2, kvBytes, digest, transcript }));
+      }),
+    );
+  });
+
   test("property: random damage never crashes and never changes a reply", async () => {
     const bytes = fc.uint8Array({ minLength: 1, maxLength: 16 });
     const huge = fc.constantFrom(0x7fffffff, 0xffffffff, 0x80000000).map((value) => {
