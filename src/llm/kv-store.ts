@@ -13,8 +13,8 @@
  * count or position makes it allocate without limit, and damaged tensor data loads as if valid
  * (wrong replies). So nothing reaches llama.cpp that is not byte for byte what it wrote here:
  * `find` checks the sidecar's counts and the file's size against the context, then the digest,
- * and only what it checked is loaded. A pair that fails is deleted with a warning, and the caller re-evaluates
- * the conversation from its history.
+ * and only what it checked is loaded. A pair that fails is deleted with a warning, and the caller
+ * re-evaluates the conversation from its history.
  *
  * The cache is optional and must never cost a chat: every failure here is a warning, never an
  * error, and the files stay under a byte budget and above a free-space reserve on their
@@ -60,8 +60,8 @@ interface SavedTranscript {
 
 /**
  * Sidecars without this format are deleted, not trusted: written before states were checksummed
- * (1), or with SHA-256 (2), which cost 4 ms of the main thread for a 6 MB state and 50 for 95 MB,
- * on every save and every load, against a check that guards against damage, not an adversary (one
+ * (1), or with SHA-256 (2), which cost 4 ms of the main thread for a 6 MB state and about 100 for
+ * 95 MB (xxHash3: 21, mostly reading the file), on every save and every load, against a check that guards against damage, not an adversary (one
  * who can write the state can write its sidecar too).
  */
 const FORMAT = 3;
@@ -100,7 +100,7 @@ export class KvStore {
   private total = 0;
   /** Captures run one at a time, so that two never count the same free space. */
   private capturing: Promise<unknown> = Promise.resolve();
-  /** Saves still writing after their capture, by the pair's path: that conversation's restore or forget waits for its own. */
+  /** Saves still writing after their capture, by the pair's path: that conversation's find or forget waits for its own. */
   private readonly writing = new Map<string, Promise<boolean>>();
   /** What a state weighs per token, as the last save measured it (0 before any). */
   private bytesPerToken = 0;
