@@ -154,8 +154,9 @@ export class KvStore {
     try {
       const transcript = await this.verify(base, key);
       // Most recently used from now on: a save before the load must not evict it.
-      this.touch(`${base}.kv`, Date.now());
-      this.touch(`${base}.json`, Date.now());
+      const now = Date.now();
+      this.touch(`${base}.kv`, now);
+      this.touch(`${base}.json`, now);
       return { base, transcript };
     } catch (error) {
       return this.unusable(base, error);

@@ -31,6 +31,8 @@ export interface Lease<T> {
 
 interface Slot<T> {
   readonly item: T;
+  /** Its place among the items: its sequence id. */
+  readonly at: number;
   busy: boolean;
   key: string | undefined;
   /** Monotonic counter value at the last release: the least recently used free slot is reassigned first. */
@@ -59,7 +61,7 @@ export class SequencePool<T> {
     items: readonly T[],
     private readonly queueMax: number,
   ) {
-    this.slots = items.map((item) => ({ item, busy: false, key: undefined, releasedAt: 0 }));
+    this.slots = items.map((item, at) => ({ item, at, busy: false, key: undefined, releasedAt: 0 }));
   }
 
   /**
@@ -131,10 +133,7 @@ export class SequencePool<T> {
 
   /** Of `candidates`, one that keeps the busy items in as few runs as it can; the least recently used of those. */
   private nextToBusy(candidates: readonly Slot<T>[]): Slot<T> | undefined {
-    const busyNeighbours = (slot: Slot<T>) => {
-      const at = this.slots.indexOf(slot);
-      return [at - 1, at + 1].filter((i) => this.slots[i]?.busy).length;
-    };
+    const busyNeighbours = ({ at }: Slot<T>) => [at - 1, at + 1].filter((i) => this.slots[i]?.busy).length;
     const most = Math.max(0, ...candidates.map(busyNeighbours));
     return leastRecentlyUsed(candidates.filter((slot) => busyNeighbours(slot) === most));
   }
