@@ -4,8 +4,9 @@
  * `bins/linux-x64/`. Used by `bun run natives` and by `bun run build` when the build is missing.
  *
  * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul ~2x slower here
- * and spawn fresh threads every decode step; and all decodes run on one thread (decode-thread.cpp). libgomp is copied next to the libraries (they load
- * each other via $ORIGIN) so the directory runs on machines without GCC's runtime installed.
+ * and spawn fresh threads every decode step; and all decodes run on one thread (decode-thread.cpp).
+ * libgomp is copied next to the libraries (they load each other via $ORIGIN) so the directory runs
+ * on machines without GCC's runtime installed.
  */
 import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";

@@ -76,8 +76,7 @@ export async function decode(
       topP: options.topP,
       seed: options.seed,
       // No repeat penalty, as with LlamaChat's defaults: it hands over the last 64 tokens but no
-      // penalty, so llama.cpp's penalty sampler is never built. Handing them over cost a copy
-      // and a native array each token for nothing.
+      // penalty, so node-llama-cpp never builds llama.cpp's penalty sampler from them.
     });
     try {
       // The prompt's end goes out at once, not at the next step: batch-order.ts evaluates it

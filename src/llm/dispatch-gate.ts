@@ -35,7 +35,7 @@ export class DispatchGate {
     try {
       return await io();
     } finally {
-      if (--this.pending === 0) for (const dispatch of this.held.splice(0)) setImmediate(dispatch);
+      if (--this.pending === 0) for (const dispatch of this.held.splice(0)) this.schedule(dispatch);
     }
   }
 }

@@ -57,8 +57,8 @@ export interface EngineOptions {
   /** A reasoning model's thought: apart from the answer (default), hidden, or left inline. */
   reasoning?: ReasoningMode;
   /**
-   * Prompt tokens evaluated per step: a longer prompt takes several steps, and the running
-   * replies' next tokens ride along with each chunk (the batch holds a chunk plus one per sequence).
+   * Prompt tokens evaluated per step: a longer prompt takes several steps, and each step gives the
+   * running replies their next token before the chunk (batch-order.ts).
    */
   batchSize?: number;
   flashAttention?: FlashAttentionMode;
@@ -123,7 +123,8 @@ export class Engine {
         contextSize: options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP),
         sequences: parallel,
         threads,
-        // Room for a prompt chunk and every other sequence's next token in one batch.
+        // A batch holds a prompt chunk or every sequence's next token (batch-order.ts); the sum
+        // is the room a batch mixing both had, kept so llama.cpp's batch size did not change.
         batchSize: promptChunk + parallel,
         // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
         // and faster after a short prompt (llama-server's default too); see README, Performance.

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ChatReply, ChatStart, MessagePage, Message as StoredMessage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, observeGenerations, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, type Generation, observeGenerations, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -11,7 +11,7 @@ const bob = await db.keys.create("bob", "user");
 let engine: Engine;
 let server: Served;
 /** What the engine was really asked and really evaluated: observed, not replaced. */
-let generations: ReturnType<typeof observeGenerations> = [];
+let generations: Generation[] = [];
 
 beforeAll(async () => {
   engine = await testEngine({ parallel: 2 });

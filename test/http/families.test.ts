@@ -5,7 +5,7 @@ import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateResult } from "../../src/llm/engine";
 import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
-import { allowSlowTests, bearer, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, type Generation, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -30,7 +30,7 @@ for (const preset of FAMILY_PRESETS) {
     let engine: Engine;
     let server: Served;
     let model: LlamaModel;
-    let generations: ReturnType<typeof observeGenerations> = [];
+    let generations: Generation[] = [];
 
     beforeAll(async () => {
       key = (await db.keys.create(preset, "user")).key;

@@ -39,10 +39,10 @@ function conversation(engine: () => Engine, key: string) {
   };
 }
 
+const entries = () => readdirSync(kvDir, { recursive: true, withFileTypes: true });
 /** Saves finish their files after the turn that made them has gone on: a temporary file remains until then. */
-const written = () =>
-  until(() => !readdirSync(kvDir, { recursive: true, withFileTypes: true }).some((e) => e.name.includes(".tmp.")), "the saves in flight to finish");
-const kvFiles = () => readdirSync(kvDir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name.endsWith(".kv"));
+const written = () => until(() => !entries().some((e) => e.name.includes(".tmp.")), "the saves in flight to finish");
+const kvFiles = () => entries().filter((e) => e.isFile() && e.name.endsWith(".kv"));
 const kvPaths = () => new Set(kvFiles().map((f) => join(f.parentPath, f.name)));
 
 describe("saved KV states", () => {

@@ -100,9 +100,15 @@ export async function testEngine(
   });
 }
 
+/** One generation an engine was asked for, and what it evaluated. */
+export interface Generation {
+  request: GenerateRequest;
+  result: GenerateResult;
+}
+
 /** What an engine was really asked and really evaluated, in order: observed, not replaced. */
-export function observeGenerations(engine: Engine): { request: GenerateRequest; result: GenerateResult }[] {
-  const generations: { request: GenerateRequest; result: GenerateResult }[] = [];
+export function observeGenerations(engine: Engine): Generation[] {
+  const generations: Generation[] = [];
   const generate = engine.generate.bind(engine);
   engine.generate = async function* (request) {
     const result = yield* generate(request);
