@@ -60,9 +60,10 @@ interface SavedTranscript {
 
 /**
  * Sidecars without this format are deleted, not trusted: written before states were checksummed
- * (1), or with SHA-256 (2), which cost 4 ms of the main thread for a 6 MB state and about 100 for
- * 95 MB (xxHash3: 21, mostly reading the file), on every save and every load, against a check that guards against damage, not an adversary (one
- * who can write the state can write its sidecar too).
+ * (1), or with SHA-256 (2), which cost 4 ms of the main thread for a 6 MB state and 85–88 for
+ * 95 MB (xxHash3: 27–28, mostly reading the file), on every save and every load, against a check
+ * that guards against damage, not an adversary (one who can write the state can write its sidecar
+ * too).
  */
 const FORMAT = 3;
 
