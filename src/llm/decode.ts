@@ -1,13 +1,12 @@
 /**
- * The generation loop, driven at the lowest public level (`sequence.evaluate`): the prompt's new
- * tokens go in, sampled tokens come out one at a time and are turned into text as they arrive.
- * LlamaChat re-renders and re-checks the whole response per token; this measured faster and
- * keeps the exact generated tokens for the next turn. Every step waits for the context's other
- * busy sequences (lockstep.ts), so all of them share one batch.
+ * A reply's generation: the prompt's new tokens go to the scheduler (scheduler.ts), which samples
+ * the reply's tokens in batches shared with the other sequences; each is turned into text as it
+ * arrives. LlamaChat re-renders and re-checks the whole response per token; this measured faster
+ * and keeps the exact generated tokens for the next turn.
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
-import type { Lockstep, Member } from "./lockstep";
 import { ReplyText } from "./reply-text";
+import type { Scheduler } from "./scheduler";
 import type { ThoughtMarkers } from "./thought-text";
 import type { ReplyPiece } from "./types";
 
@@ -26,10 +25,8 @@ export interface DecodeOptions {
   stopStrings?: readonly string[];
   /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
   thought?: ThoughtMarkers;
-  /** The context's busy sequences, kept in one batch per step. */
-  lockstep: Lockstep;
-  /** Prompt tokens evaluated per step: a longer prompt takes several, shared with the running replies. */
-  promptChunk: number;
+  /** The context's decode loop, shared by all its sequences. */
+  scheduler: Scheduler;
 }
 
 export interface Decoded {
@@ -66,45 +63,32 @@ export async function decode(
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
     for (const shown of replyText.push(piece)) emit(shown);
   };
-  const member = options.lockstep.join();
-  let stopReason: StopReason = "stop";
-  try {
-    const last = await evaluatePrompt(sequence, input, options, member);
-    if (last === undefined) return { tokens, spelled: { tokens, text: "" }, stopReason: "abort" };
-    const iterator = sequence.evaluate(last, {
-      temperature: options.temperature,
-      topP: options.topP,
-      seed: options.seed,
-      // No repeat penalty, as with LlamaChat's defaults: it hands over the last 64 tokens but no
-      // penalty, so node-llama-cpp never builds llama.cpp's penalty sampler from them.
-    });
-    try {
-      // The prompt's end goes out at once, not at the next step: batch-order.ts evaluates it
-      // before the others' tokens, so the first token of a reply to a request that arrives while
-      // others decode costs the rest of the batch in flight and the prompt, nothing more.
-      for (let first = true; ; first = false) {
-        if (!first) await member.step();
-        const step = await iterator.next();
-        // Checked before the token is used: an abort during the prompt yields an empty reply.
-        if (signal.aborted) {
-          stopReason = "abort";
-          break;
-        }
-        if (step.done || stopTokens.has(step.value)) break;
-        tokens.push(step.value);
-        take(text.push(step.value));
-        if (replyText.stoppedAt !== undefined) break;
-        if (tokens.length >= maxTokens) {
-          stopReason = "maxTokens";
-          break;
-        }
+  let stopReason: StopReason | undefined;
+  await options.scheduler.run({
+    sequence,
+    input,
+    sampling: { temperature: options.temperature, topP: options.topP, seed: options.seed },
+    signal,
+    onToken(token) {
+      // Checked before the token is used: an abort during the prompt yields an empty reply.
+      if (signal.aborted) return false;
+      if (stopTokens.has(token) || model.isEogToken(token)) {
+        stopReason = "stop";
+        return false;
       }
-    } finally {
-      await iterator.return();
-    }
-  } finally {
-    member.leave();
-  }
+      tokens.push(token);
+      take(text.push(token));
+      if (replyText.stoppedAt !== undefined) {
+        stopReason = "stop";
+        return false;
+      }
+      if (tokens.length < maxTokens) return true;
+      stopReason = "maxTokens";
+      return false;
+    },
+  });
+  // Ended by the signal, between batches or at a token.
+  stopReason ??= "abort";
   take(text.flush());
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
   if (replyText.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
@@ -112,22 +96,6 @@ export async function decode(
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
-}
-
-/**
- * Evaluates all but the prompt's last chunk, one chunk per step, so the replies already running
- * get a token in every step the prompt takes. Returns the last chunk (its logits give the first
- * reply token), or undefined after an abort.
- */
-async function evaluatePrompt(sequence: LlamaContextSequence, input: Token[], options: DecodeOptions, member: Member): Promise<Token[] | undefined> {
-  let rest = input;
-  while (rest.length > options.promptChunk) {
-    await member.step();
-    if (options.signal.aborted) return undefined;
-    await sequence.evaluateWithoutGeneratingNewTokens(rest.slice(0, options.promptChunk));
-    rest = rest.slice(options.promptChunk);
-  }
-  return rest;
 }
 
 /** Tokens the detokenizer sees before new ones, for spacing rules; a few suffice. */

@@ -15,16 +15,16 @@ import {
   type Token,
 } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "./chat-wrapper";
-import { batchOrder } from "./batch-order";
 import { DispatchGate } from "./dispatch-gate";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
-import { Lockstep } from "./lockstep";
+import { checkInternals } from "./llama-batch";
 import { useLocalNatives } from "./natives";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
+import { Scheduler } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
 import type { FinishReason, FlashAttentionMode, GenerateRequest, GenerateResult, ReasoningMode, ReplyPiece } from "./types";
@@ -58,7 +58,7 @@ export interface EngineOptions {
   reasoning?: ReasoningMode;
   /**
    * Prompt tokens evaluated per step: a longer prompt takes several steps, and each step gives the
-   * running replies their next token before the chunk (batch-order.ts).
+   * running replies their next token before the chunk (scheduler.ts).
    */
   batchSize?: number;
   flashAttention?: FlashAttentionMode;
@@ -86,7 +86,6 @@ interface Slot {
 
 export class Engine {
   private disposed = false;
-  private readonly lockstep = new Lockstep();
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -98,10 +97,10 @@ export class Engine {
     private readonly pool: SequencePool<Slot>,
     private readonly kv: KvStore | undefined,
     private readonly gate: DispatchGate,
+    private readonly scheduler: Scheduler,
     private readonly prompts: PromptRenderer,
     private readonly stops: ChatStops,
     private readonly thoughts: Thoughts | undefined,
-    private readonly promptChunk: number,
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, or "prebuilt". */
     readonly natives: string,
@@ -116,26 +115,23 @@ export class Engine {
       const threads = options.threads ?? defaultThreads(llama, model);
       const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
       llama.maxThreads = threads;
-      // The batch strategy reads the context it orders, which exists only once created.
-      const created: { context?: LlamaContext } = {};
-      const gate = new DispatchGate();
       const context = await model.createContext({
         contextSize: options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP),
         sequences: parallel,
         threads,
-        // A batch holds a prompt chunk or every sequence's next token (batch-order.ts); the sum
-        // is the room a batch mixing both had, kept so llama.cpp's batch size did not change.
+        // A batch holds prompt chunks or every sequence's next token (scheduler.ts); the sum is
+        // the room a batch mixing both had, kept so llama.cpp's batch size did not change.
         batchSize: promptChunk + parallel,
         // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
         // and faster after a short prompt (llama-server's default too); see README, Performance.
         flashAttention: options.flashAttention !== "off",
-        batching: { itemPrioritizationStrategy: batchOrder(() => created.context), dispatchSchedule: gate.schedule },
       });
-      created.context = context;
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const reasoning = options.reasoning ?? "separate";
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
       const slots = Array.from({ length: parallel }, (): Slot => ({ sequence: context.getSequence(), saved: false }));
+      checkInternals(context, model, slots[0]!.sequence);
+      const gate = new DispatchGate();
       const name = model.fileInfo.metadata.general?.name;
       const warn = options.onWarning ?? (() => {});
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
@@ -147,10 +143,10 @@ export class Engine {
         new SequencePool(slots, queueMax),
         kv,
         gate,
+        new Scheduler(context, promptChunk, gate),
         new PromptRenderer(model, chatWrapper),
         chatStops(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
-        promptChunk,
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives ?? "prebuilt",
       );
@@ -236,8 +232,7 @@ export class Engine {
             stopTokens: this.stops.tokens,
             stopStrings: [...this.stops.texts, ...(request.stop ?? [])],
             thought: this.thoughts?.markers,
-            lockstep: this.lockstep,
-            promptChunk: this.promptChunk,
+            scheduler: this.scheduler,
           },
           (piece) => {
             if (piece.kind === "reasoning" && this.thoughts?.hidden) return;

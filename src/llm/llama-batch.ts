@@ -1,0 +1,151 @@
+/**
+ * One llama.cpp batch, decoded and sampled through node-llama-cpp's addon directly: the narrow
+ * entry point below its public API that scheduler.ts drives.
+ *
+ * Why not `sequence.evaluate`: between two decodes it runs a chain of locks, promises, its batch
+ * dispatcher (a `setImmediate` away) and an async generator per sequence, all on the main thread
+ * while the decode's threads wait for the next token. On bench-small (F16, 2 threads) one stream
+ * took 8.6–9.4 ms a token through it and 7.5–8.3 ms from a loop of these same calls;
+ * llama-server takes 8.4–8.8 ms.
+ *
+ * node-llama-cpp's sequences stay the owners of their state: each batch takes the context's lock
+ * (the very lock their own evaluations, erasures and state files take), and afterwards sets what
+ * their evaluation would have set (next position, tokens held, checkpoints for models that need
+ * them). These are internals of the pinned version (package.json, 3.22.1); `checkInternals`
+ * refuses another shape at load, and test/llm/scheduler.test.ts exercises each of them.
+ */
+import { withLock } from "lifecycle-utils";
+import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+
+interface AddonContext {
+  initBatch(size: number): void;
+  addToBatch(sequenceId: number, firstTokenSequenceIndex: number, tokens: Uint32Array, logitIndexes: Uint32Array): Uint32Array;
+  decodeBatch(): Promise<void>;
+  sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
+}
+
+interface AddonSampler {
+  applyConfig(config: object): void;
+  dispose(): void;
+}
+
+interface ContextInternals {
+  _ctx: AddonContext;
+  /** Disposal of the native context waits while a handle is held; creating one throws once it began. */
+  _backendContextDisposeGuard: { createPreventDisposalHandle(): { dispose(): void } };
+  _llama: { _bindings: { AddonSampler: new (model: unknown) => AddonSampler } };
+}
+
+interface SequenceInternals {
+  _sequenceId: number;
+  _nextTokenIndex: number;
+  _contextTokens: Token[];
+  _takeIntervalCheckpointIfNeededAfterBatch(sequenceStateLength: number): Promise<void> | void;
+}
+
+const internals = <T>(value: unknown) => value as T;
+
+/** The sequence's id in the context: llama.cpp batches sequences in one piece only in ascending ids. */
+export const sequenceIdOf = (sequence: LlamaContextSequence) => internals<SequenceInternals>(sequence)._sequenceId;
+
+/**
+ * Throws, naming what is missing, unless node-llama-cpp has the internals used here: a different
+ * version must fail at load, not corrupt a sequence mid-reply.
+ */
+export function checkInternals(context: LlamaContext, model: LlamaModel, sequence: LlamaContextSequence): void {
+  const ctx = internals<Partial<ContextInternals>>(context);
+  const seq = internals<Partial<SequenceInternals>>(sequence);
+  const missing = [
+    ...(["initBatch", "addToBatch", "decodeBatch", "sampleToken"] as const).filter((name) => typeof ctx._ctx?.[name] !== "function").map((name) => `context._ctx.${name}`),
+    ...(typeof ctx._llama?._bindings?.AddonSampler === "function" ? [] : ["context._llama._bindings.AddonSampler"]),
+    ...(typeof ctx._backendContextDisposeGuard?.createPreventDisposalHandle === "function" ? [] : ["context._backendContextDisposeGuard"]),
+    ...(internals<{ _model?: unknown }>(model)._model === undefined ? ["model._model"] : []),
+    ...(typeof seq._sequenceId === "number" ? [] : ["sequence._sequenceId"]),
+    ...(typeof seq._nextTokenIndex === "number" ? [] : ["sequence._nextTokenIndex"]),
+    ...(Array.isArray(seq._contextTokens) ? [] : ["sequence._contextTokens"]),
+    ...(typeof seq._takeIntervalCheckpointIfNeededAfterBatch === "function" ? [] : ["sequence._takeIntervalCheckpointIfNeededAfterBatch"]),
+  ];
+  if (missing.length > 0) {
+    throw new Error(`this node-llama-cpp lacks internals Parley's scheduler uses (${missing.join(", ")}): install the version package.json pins`);
+  }
+}
+
+export interface SamplerOptions {
+  temperature: number;
+  topP?: number;
+  seed?: number;
+}
+
+/** A reply's sampler, as node-llama-cpp configures one for `sequence.evaluate` (its defaults, no penalties). */
+export class Sampler {
+  readonly native: AddonSampler;
+
+  constructor(context: LlamaContext, model: LlamaModel, { temperature, topP = 0.95, seed }: SamplerOptions) {
+    const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
+    this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
+    this.native.applyConfig({ temperature, minP: 0, topK: 40, topP, seed: Math.max(0, Math.floor(seed ?? Date.now() / 1000)) });
+  }
+
+  dispose(): void {
+    this.native.dispose();
+  }
+}
+
+export interface BatchEntry {
+  sequence: LlamaContextSequence;
+  tokens: readonly Token[];
+  /** Samples the token after the last one: a reply's next token. */
+  sampler?: Sampler;
+}
+
+/** Whether each sequence takes checkpoints (recurrent, hybrid, sliding-window models): fixed for its life, costly to ask. */
+const checkpointing = new WeakMap<LlamaContextSequence, boolean>();
+
+/**
+ * Decodes the entries in one batch, in the order given (scheduler.ts orders them), and samples
+ * for those with a sampler: their tokens, in order, with undefined for the others.
+ */
+export async function decodeBatch(context: LlamaContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {
+  const { _ctx: ctx, _backendContextDisposeGuard: disposeGuard } = internals<ContextInternals>(context);
+  return await withLock([context, "context"], async () => {
+    // Disposing the context waits for this handle, as for node-llama-cpp's own batches; once
+    // disposal has begun it throws, and the turns end.
+    const disposal = disposeGuard.createPreventDisposalHandle();
+    try {
+      return await decodeLocked(context, ctx, entries);
+    } finally {
+      disposal.dispose();
+    }
+  });
+}
+
+async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {
+  // One position stays free at the end, as node-llama-cpp keeps it.
+  if (entries.some(({ sequence, tokens }) => internals<SequenceInternals>(sequence)._nextTokenIndex + tokens.length >= context.contextSize)) {
+    throw new Error("the sequence's context is full");
+  }
+  ctx.initBatch(entries.reduce((sum, entry) => sum + entry.tokens.length, 0));
+  const logitIndexes = entries.map(({ sequence, tokens, sampler }) => {
+    const seq = internals<SequenceInternals>(sequence);
+    const outputs = sampler ? Uint32Array.of(tokens.length - 1) : new Uint32Array(0);
+    return ctx.addToBatch(seq._sequenceId, seq._nextTokenIndex, Uint32Array.from(tokens), outputs)[0];
+  });
+  await ctx.decodeBatch();
+  for (const { sequence, tokens } of entries) {
+    const seq = internals<SequenceInternals>(sequence);
+    seq._nextTokenIndex += tokens.length;
+    seq._contextTokens.push(...tokens);
+  }
+  const sampled = await Promise.all(
+    entries.map(({ sampler }, i) => (sampler ? ctx.sampleToken(logitIndexes[i]!, sampler.native) : undefined)),
+  );
+  for (const { sequence } of entries) {
+    let needed = checkpointing.get(sequence);
+    if (needed === undefined) checkpointing.set(sequence, (needed = sequence.needsCheckpoints));
+    if (!needed) continue;
+    const seq = internals<SequenceInternals>(sequence);
+    await seq._takeIntervalCheckpointIfNeededAfterBatch(seq._nextTokenIndex + 1);
+  }
+  if (sampled.includes(-1)) throw new Error("llama.cpp failed to sample a token");
+  return sampled as (Token | undefined)[];
+}

@@ -1,0 +1,168 @@
+/**
+ * The one loop that decodes for all sequences of a context: each step gives every running reply
+ * its next token in one llama.cpp batch, and evaluates a chunk of each long prompt beside them,
+ * so a long prompt never freezes the replies already streaming (llama-server's continuous
+ * batching). A reply's sampled token is handed to its consumer synchronously and the next batch
+ * goes out at once: the consumers' work (text, stop strings, the HTTP stream) runs while llama.cpp
+ * decodes, not between two decodes.
+ *
+ * One kind of work per batch, in this order within a step:
+ * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
+ *    decode waits only for the batch in flight and its own prompt.
+ * 2. Running replies' next tokens.
+ * 3. Chunks of long prompts, one per prompt and step.
+ * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
+ * counts as one piece of a token per sequence, then the rest. Within a batch the sequences go in
+ * ascending id: node-llama-cpp keeps a KV cache per sequence, and llama.cpp computes a batch in one
+ * piece only where the ids go up one by one (`split_equal`); in arrival order, four replies' batches
+ * were computed in two pieces and took 3.3 times a 1-token batch instead of 2.
+ */
+import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
+import type { DispatchGate } from "./dispatch-gate";
+import { decodeBatch, Sampler, sequenceIdOf, type BatchEntry, type SamplerOptions } from "./llama-batch";
+
+export interface Turn {
+  sequence: LlamaContextSequence;
+  /** Evaluated after what the sequence holds; the last token's logits give the first reply token. */
+  input: readonly Token[];
+  sampling: SamplerOptions;
+  /** Ends the turn before its next batch. */
+  signal: AbortSignal;
+  /** Each sampled token, at once; false ends the turn (the token is then not evaluated). */
+  onToken(token: Token): boolean;
+}
+
+/** The kinds of work, in the order a step serves them. */
+const PROMPT_END = 0;
+const REPLY = 1;
+const PROMPT_CHUNK = 2;
+
+interface Job {
+  turn: Turn;
+  id: number;
+  /** What the next batch evaluates for it: the prompt's rest, or the reply's last token. */
+  pending: readonly Token[];
+  replying: boolean;
+  sampler: Sampler;
+  /** The step in which it last had a batch. */
+  stepped: number;
+  end(error?: unknown): void;
+}
+
+export class Scheduler {
+  private readonly jobs = new Set<Job>();
+  private step = 0;
+  private running = false;
+
+  /**
+   * @param promptChunk prompt tokens a step evaluates per prompt
+   * @param gate new batches wait while a sequence's state is saved or loaded
+   */
+  constructor(
+    private readonly context: LlamaContext,
+    private readonly promptChunk: number,
+    private readonly gate: DispatchGate,
+  ) {
+    // A prompt's end must fit a batch, or no batch could ever take it.
+    if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);
+  }
+
+  /** Runs the turn to its end: `onToken` said stop, or the signal aborted. */
+  run(turn: Turn): Promise<void> {
+    if (turn.input.length === 0) return Promise.reject(new Error("a turn evaluates at least one token"));
+    const { promise, resolve, reject } = Promise.withResolvers<void>();
+    const sampler = new Sampler(this.context, turn.sequence.model, turn.sampling);
+    const job: Job = {
+      turn,
+      id: sequenceIdOf(turn.sequence),
+      pending: turn.input,
+      replying: false,
+      sampler,
+      stepped: -1,
+      end: (error) => {
+        if (!this.jobs.delete(job)) return;
+        sampler.dispose();
+        if (error === undefined) resolve();
+        else reject(error);
+      },
+    };
+    this.jobs.add(job);
+    if (!this.running) void this.loop();
+    return promise;
+  }
+
+  private async loop(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.jobs.size > 0) {
+        const closed = this.gate.open();
+        if (closed) await closed;
+        for (const job of this.jobs) if (job.turn.signal.aborted) job.end();
+        const batch = this.nextBatch();
+        if (batch.length === 0) {
+          this.step++;
+          continue;
+        }
+        await this.decode(batch);
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+
+  /** The lowest kind of work among the jobs this step has not served yet, as much as a batch holds. */
+  private nextBatch(): { job: Job; tokens: readonly Token[] }[] {
+    const candidates = [...this.jobs].filter((job) => job.stepped < this.step);
+    if (candidates.length === 0) return [];
+    const kinds = candidates.map((job) => this.kind(job));
+    const first = Math.min(...kinds);
+    let room = this.context.batchSize;
+    const batch: { job: Job; tokens: readonly Token[] }[] = [];
+    const chosen = candidates.filter((_, i) => kinds[i] === first).sort((a, b) => a.pending.length - b.pending.length);
+    for (const job of chosen) {
+      const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, this.promptChunk) : job.pending;
+      if (tokens.length > room) break;
+      batch.push({ job, tokens });
+      room -= tokens.length;
+    }
+    return batch.sort((a, b) => a.job.id - b.job.id);
+  }
+
+  private kind(job: Job): number {
+    if (job.replying) return REPLY;
+    return job.pending.length > this.promptChunk ? PROMPT_CHUNK : PROMPT_END;
+  }
+
+  private async decode(batch: { job: Job; tokens: readonly Token[] }[]): Promise<void> {
+    const entries: BatchEntry[] = batch.map(({ job, tokens }) => ({
+      sequence: job.turn.sequence,
+      tokens,
+      sampler: tokens.length === job.pending.length ? job.sampler : undefined,
+    }));
+    let sampled: (Token | undefined)[];
+    try {
+      sampled = await decodeBatch(this.context, entries);
+    } catch (error) {
+      for (const { job } of batch) job.end(error);
+      return;
+    }
+    for (const [i, { job, tokens }] of batch.entries()) {
+      job.stepped = this.step;
+      const token = sampled[i];
+      if (token === undefined) {
+        job.pending = job.pending.slice(tokens.length);
+        continue;
+      }
+      job.replying = true;
+      job.pending = [token];
+      let more: boolean;
+      try {
+        more = job.turn.onToken(token);
+      } catch (error) {
+        job.end(error);
+        continue;
+      }
+      if (!more) job.end();
+    }
+  }
+}

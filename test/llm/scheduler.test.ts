@@ -1,0 +1,176 @@
+import { afterAll, beforeAll, beforeEach, expect, test } from "bun:test";
+import { withLock } from "lifecycle-utils";
+import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
+import { DispatchGate } from "../../src/llm/dispatch-gate";
+import { checkInternals, sequenceIdOf } from "../../src/llm/llama-batch";
+import { Scheduler } from "../../src/llm/scheduler";
+import { presetModel } from "../support";
+
+// The scheduler drives node-llama-cpp's addon below its public API (llama-batch.ts). These tests
+// watch the batches it hands the addon, and check that node-llama-cpp's sequences agree with what
+// it did: the same tokens as node-llama-cpp's own evaluation, the same lock.
+
+const CHUNK = 8;
+let model: LlamaModel;
+let context: LlamaContext;
+let sequences: LlamaContextSequence[];
+let scheduler: Scheduler;
+/** Each batch as the addon received it: per entry, the sequence id and its token count. */
+const batches: [number, number][][] = [];
+
+beforeAll(async () => {
+  const llama = await getLlama({ gpu: false, build: "never" });
+  model = await llama.loadModel({ modelPath: await presetModel("demo"), gpuLayers: 0 });
+  context = await model.createContext({ contextSize: 512, sequences: 4, threads: 1, batchSize: CHUNK + 4 });
+  sequences = Array.from({ length: 4 }, () => context.getSequence());
+  const internal = context as unknown as { _ctx: Record<string, (...args: never[]) => unknown> };
+  const addon = internal._ctx;
+  internal._ctx = new Proxy(addon, {
+    get(target, key) {
+      const value = Reflect.get(target, key) as (...args: unknown[]) => unknown;
+      if (typeof value !== "function") return value;
+      if (key === "initBatch") return (...args: unknown[]) => (batches.push([]), value.apply(target, args));
+      if (key === "addToBatch") {
+        return (...args: unknown[]) => {
+          batches.at(-1)!.push([args[0] as number, (args[2] as Uint32Array).length]);
+          return value.apply(target, args);
+        };
+      }
+      return value.bind(target);
+    },
+  });
+  scheduler = new Scheduler(context, CHUNK, new DispatchGate());
+});
+
+beforeEach(async () => {
+  for (const sequence of sequences) await sequence.clearHistory();
+  batches.length = 0;
+});
+
+afterAll(async () => {
+  await context.dispose();
+  await model.dispose();
+});
+
+const promptOf = (length: number, seed: number): Token[] => {
+  const words = model.tokenize(`the ${seed} tale of a ship that sailed the long grey sea to the end of every map`);
+  return Array.from({ length }, (_, i) => words[(i + seed) % words.length]!);
+};
+
+/** A greedy turn that stops after `count` tokens or at the end of generation; `then` runs at its first. */
+function turn(sequence: LlamaContextSequence, input: Token[], count: number, then?: () => void) {
+  const tokens: Token[] = [];
+  const done = scheduler.run({
+    sequence,
+    input,
+    sampling: { temperature: 0 },
+    signal: new AbortController().signal,
+    onToken(token) {
+      if (tokens.length === 0) then?.();
+      if (model.isEogToken(token)) return false;
+      tokens.push(token);
+      return tokens.length < count;
+    },
+  });
+  return done.then(() => tokens);
+}
+
+test("node-llama-cpp 3.22.1 has every internal the scheduler uses; an object without them is refused by name", () => {
+  expect(() => checkInternals(context, model, sequences[0]!)).not.toThrow();
+  expect(() => checkInternals({} as LlamaContext, model, sequences[0]!)).toThrow(/context\._ctx\.decodeBatch.*install the version package\.json pins/);
+});
+
+test("a prompt's end goes first, then the running replies in ascending sequence id, then one chunk per long prompt", async () => {
+  const ids = sequences.map(sequenceIdOf);
+  const [arriving, long, , running] = sequences as [LlamaContextSequence, LlamaContextSequence, LlamaContextSequence, LlamaContextSequence];
+  const joined: Promise<Token[]>[] = [];
+  const first = turn(running, promptOf(5, 1), 4, () => {
+    joined.push(turn(arriving, promptOf(3, 2), 3), turn(long, promptOf(2 * CHUNK + 4, 3), 2));
+  });
+  await first;
+  await Promise.all(joined);
+  expect(batches).toEqual([
+    [[ids[3]!, 5]],
+    [[ids[0]!, 3]],
+    [[ids[1]!, CHUNK]],
+    [[ids[0]!, 1], [ids[3]!, 1]],
+    [[ids[1]!, CHUNK]],
+    [[ids[1]!, 4]],
+    [[ids[0]!, 1], [ids[3]!, 1]],
+    [[ids[1]!, 1], [ids[3]!, 1]],
+  ]);
+});
+
+test("a turn's tokens are node-llama-cpp's own, and the sequence holds what was evaluated", async () => {
+  const [mine, theirs] = sequences as [LlamaContextSequence, LlamaContextSequence];
+  const input = promptOf(2 * CHUNK + 3, 4);
+  const tokens = await turn(mine, input, 12);
+  const expected: Token[] = [];
+  for await (const token of theirs.evaluate(input, { temperature: 0 })) {
+    expected.push(token);
+    if (expected.length === 12) break;
+  }
+  expect(new Set(tokens).size).toBeGreaterThan(1);
+  expect(tokens).toEqual(expected);
+  // The token that ended the turn was sampled, never evaluated: the 12th, or the end of generation.
+  const held = [...input, ...(tokens.length === 12 ? tokens.slice(0, -1) : tokens)];
+  expect(mine.contextTokens).toEqual(held);
+  expect(mine.nextTokenIndex).toBe(held.length);
+});
+
+test("batches take node-llama-cpp's own context lock, so its erasures and state files never run beside one", async () => {
+  const [sequence] = sequences as [LlamaContextSequence];
+  let erased = false;
+  let erasing: Promise<unknown> | undefined;
+  let running: Promise<Token[]> | undefined;
+  await withLock([context, "context"], async () => {
+    erasing = sequence.clearHistory().then(() => (erased = true));
+    running = turn(sequences[1]!, promptOf(4, 5), 2);
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    expect([erased, batches.length]).toEqual([false, 0]);
+  });
+  await erasing;
+  expect(await running).toHaveLength(2);
+  expect(erased).toBe(true);
+});
+
+test("an aborted turn ends before its next batch, and a failed batch fails only its own turns", async () => {
+  const controller = new AbortController();
+  const seen: Token[] = [];
+  await scheduler.run({
+    sequence: sequences[0]!,
+    input: promptOf(4, 6),
+    sampling: { temperature: 0 },
+    signal: controller.signal,
+    onToken(token) {
+      seen.push(token);
+      if (seen.length === 2) controller.abort();
+      return true;
+    },
+  });
+  expect(seen).toHaveLength(2);
+  const full = scheduler.run({ sequence: sequences[1]!, input: promptOf(600, 7), sampling: { temperature: 0 }, signal: new AbortController().signal, onToken: () => true });
+  const fine = turn(sequences[2]!, promptOf(4, 8), 3);
+  await expect(full).rejects.toThrow("context is full");
+  expect(await fine).toHaveLength(3);
+});
+
+test("disposing a context mid-turn waits for the batch in flight, then ends the turn with an error", async () => {
+  const own = await model.createContext({ contextSize: 256, sequences: 1, threads: 1, batchSize: CHUNK + 1 });
+  const runner = new Scheduler(own, CHUNK, new DispatchGate());
+  let disposing: Promise<void> | undefined;
+  let tokens = 0;
+  const running = runner.run({
+    sequence: own.getSequence(),
+    input: promptOf(4, 9),
+    sampling: { temperature: 0 },
+    signal: new AbortController().signal,
+    onToken() {
+      if (++tokens === 3) disposing = own.dispose();
+      return true;
+    },
+  });
+  await expect(running).rejects.toThrow();
+  await disposing;
+  expect([tokens, own.disposed]).toEqual([3, true]);
+});
