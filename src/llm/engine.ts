@@ -202,18 +202,8 @@ export class Engine {
     try {
       const slot = lease.item;
       const { sequence } = slot;
-      if (key === undefined) await this.saveState(slot);
-      else if (slot.transcript?.key !== key) await this.swapIn(slot, key);
       const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
-      const tokens = this.promptTokens(slot, key, fitted, budget);
-      // The last prompt token is always evaluated again: its logits give the first reply token.
-      const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
-      slot.transcript = undefined;
-      // A stateless prompt's state is never saved: its client sends the prompt again.
-      slot.saved = key === undefined;
-      if (cachedTokens < sequence.nextTokenIndex) {
-        await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
-      }
+      const { tokens, cachedTokens } = await this.claim(slot, key, fitted, budget);
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
       const said = { content: "", reasoning: "" };
 
@@ -306,21 +296,39 @@ export class Engine {
   }
 
   /**
-   * Before a sequence serves another conversation: its current conversation's state goes to
-   * disk, and the new one's comes back from there if it was saved.
+   * Readies the sequence for the prompt: the conversation it held saved, and this one's state
+   * loaded, if it held another (with saved states on); then all it holds beyond what the prompt
+   * shares with it erased. The erase runs while the save still holds new batches: once they go
+   * on, it would wait for one more batch in flight (the erase takes the context's lock).
    */
-  private async swapIn(slot: Slot, key: string): Promise<void> {
-    const kv = this.kv;
-    if (!kv) return;
+  private async claim(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number): Promise<{ tokens: Token[]; cachedTokens: number }> {
+    const take = async () => {
+      const { sequence } = slot;
+      const tokens = this.promptTokens(slot, key, fitted, budget);
+      // The last prompt token is always evaluated again: its logits give the first reply token.
+      const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
+      slot.transcript = undefined;
+      // A stateless prompt's state is never saved: its client sends the prompt again.
+      slot.saved = key === undefined;
+      if (cachedTokens < sequence.nextTokenIndex) {
+        await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
+      }
+      return { tokens, cachedTokens };
+    };
+    const { kv } = this;
+    if (!kv || slot.transcript?.key === key) return await take();
     // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
-    const found = await kv.find(key);
-    // New batches wait for the save and the load, so requests arriving together share their
-    // prompts' batch (dispatch-gate.ts).
-    slot.transcript = await this.gate.hold(async () => {
+    const found = key === undefined ? undefined : await kv.find(key);
+    // New batches wait for the save, the load and the erase, so requests arriving together share
+    // their prompts' batch (dispatch-gate.ts).
+    return await this.gate.hold(async () => {
       await this.saveState(slot);
-      return found && kv.load(slot.sequence, found);
+      if (found) {
+        slot.transcript = await kv.load(slot.sequence, found);
+        slot.saved = slot.transcript !== undefined;
+      }
+      return await take();
     });
-    slot.saved = slot.transcript !== undefined;
   }
 
   /** Once this returns the sequence may change: the state is captured, its files are finished behind. */
