@@ -21,7 +21,7 @@ import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
 import { checkInternals } from "./llama-batch";
-import { useLocalNatives } from "./natives";
+import { IN_EXECUTABLE, useLocalNatives } from "./natives";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, type FittedPrompt } from "./prompt";
 import { Scheduler } from "./scheduler";
@@ -102,7 +102,7 @@ export class Engine {
     private readonly stops: ChatStops,
     private readonly thoughts: Thoughts | undefined,
     readonly modelName: string,
-    /** Where the native binaries came from: the local build's directory, or "prebuilt". */
+    /** Where the native binaries came from: the local build's directory, "embedded" in the executable, or "prebuilt". */
     readonly natives: string,
   ) {}
 
@@ -148,7 +148,7 @@ export class Engine {
         chatStops(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
-        natives ?? "prebuilt",
+        natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt"),
       );
     } catch (err) {
       await llama.dispose();

@@ -18,6 +18,9 @@ const PREBUILT_PACKAGE = "@node-llama-cpp/linux-x64";
 
 let redirected: string | undefined;
 
+/** Running as the single executable, which carries the natives chosen when it was built. */
+export const IN_EXECUTABLE = import.meta.dir.startsWith("/$bunfs/");
+
 /** The compiled natives' `binsDir` for the installed node-llama-cpp, whether built or not. */
 export async function localNativesDir(): Promise<string> {
   return compiledNativesDir(await getModuleVersion());
@@ -28,7 +31,7 @@ export async function localNativesDir(): Promise<string> {
  * platform; returns the directory used, or undefined for the prebuilt. Call before `getLlama`.
  */
 export async function useLocalNatives(binsDir?: string): Promise<string | undefined> {
-  if (import.meta.dir.startsWith("/$bunfs/")) return undefined;
+  if (IN_EXECUTABLE) return undefined;
   if (process.platform !== "linux" || process.arch !== "x64") return undefined;
   const dir = binsDir ?? (await localNativesDir());
   if (redirected !== undefined) return redirected === dir ? dir : undefined;

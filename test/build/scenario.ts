@@ -36,6 +36,9 @@ async function scenario(installed: Installed, servers: ChildServer[]): Promise<v
 
   const first = await startServer({ installed });
   servers.push(first);
+  // Its natives are the ones it carries, whichever the build chose, and the log says so.
+  const loaded = first.lines.find((line) => /"msg":"model loaded"/.test(line));
+  assert.equal((JSON.parse(loaded ?? "{}") as { natives?: string }).natives, "embedded", loaded ?? "no model loaded line");
   const response = await postChat(first.url, key, { message: "hi", conversation_id: "c", stream: true });
   assert.equal(response.status, 200);
   assert.match(response.headers.get("content-type") ?? "", /^text\/event-stream/);
