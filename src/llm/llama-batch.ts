@@ -5,8 +5,8 @@
  * Why not `sequence.evaluate`: between two decodes it runs a chain of locks, promises, its batch
  * dispatcher (a `setImmediate` away) and an async generator per sequence, all on the main thread
  * while the decode's threads wait for the next token. On bench-small (F16, 2 threads) one stream
- * took 8.6–9.4 ms a token through it and 7.5–8.3 ms from a loop of these same calls;
- * llama-server takes 8.4–8.8 ms.
+ * took 8.9–9.1 ms a token through it and 7.9–8.1 ms from a loop of these same calls (alternating
+ * runs); llama-server took 8.4–8.8 ms.
  *
  * node-llama-cpp's sequences stay the owners of their state: each batch takes the context's lock
  * (the very lock their own evaluations, erasures and state files take), and afterwards sets what

@@ -2,9 +2,9 @@
  * The one loop that decodes for all sequences of a context: each step gives every running reply
  * its next token in one llama.cpp batch, and evaluates a chunk of each long prompt beside them,
  * so a long prompt never freezes the replies already streaming (llama-server's continuous
- * batching). A reply's sampled token is handed to its consumer synchronously and the next batch
- * goes out at once: the consumers' work (text, stop strings, the HTTP stream) runs while llama.cpp
- * decodes, not between two decodes.
+ * batching). A reply's sampled token is handed to its turn synchronously (which turns it into text
+ * and checks the stops), and the next batch goes out at once: the rest of the consumers' work (the
+ * HTTP stream) runs while llama.cpp decodes, not between two decodes.
  *
  * One kind of work per batch, in this order within a step:
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
