@@ -1,11 +1,11 @@
 import { expect, test } from "bun:test";
 import { DispatchGate } from "../../src/llm/dispatch-gate";
+import { eventLoopTurns } from "../support";
 
 const settled = async (promise: Promise<void>) => {
   let done = false;
   void promise.then(() => (done = true));
-  // Enough turns for a promise that is already resolved to report it.
-  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+  await eventLoopTurns();
   return done;
 };
 

@@ -4,7 +4,7 @@ import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel
 import { DispatchGate } from "../../src/llm/dispatch-gate";
 import { checkInternals, sequenceIdOf } from "../../src/llm/llama-batch";
 import { Scheduler } from "../../src/llm/scheduler";
-import { presetModel } from "../support";
+import { eventLoopTurns, presetModel } from "../support";
 
 // The scheduler drives node-llama-cpp's addon below its public API (llama-batch.ts). These tests
 // watch the batches it hands the addon, and check that node-llama-cpp's sequences agree with what
@@ -57,20 +57,19 @@ const promptOf = (length: number, seed: number): Token[] => {
   return Array.from({ length }, (_, i) => words[(i + seed) % words.length]!);
 };
 
+/** A greedy turn on `runner` (the shared scheduler unless given). */
+function greedy(sequence: LlamaContextSequence, input: Token[], onToken: (token: Token) => boolean, signal = new AbortController().signal, runner = scheduler) {
+  return runner.run({ sequence, input, sampling: { temperature: 0 }, signal, onToken });
+}
+
 /** A greedy turn that stops after `count` tokens or at the end of generation; `then` runs at its first. */
 function turn(sequence: LlamaContextSequence, input: Token[], count: number, then?: () => void) {
   const tokens: Token[] = [];
-  const done = scheduler.run({
-    sequence,
-    input,
-    sampling: { temperature: 0 },
-    signal: new AbortController().signal,
-    onToken(token) {
-      if (tokens.length === 0) then?.();
-      if (model.isEogToken(token)) return false;
-      tokens.push(token);
-      return tokens.length < count;
-    },
+  const done = greedy(sequence, input, (token) => {
+    if (tokens.length === 0) then?.();
+    if (model.isEogToken(token)) return false;
+    tokens.push(token);
+    return tokens.length < count;
   });
   return done.then(() => tokens);
 }
@@ -126,7 +125,7 @@ test("batches take node-llama-cpp's own context lock, so its erasures and state 
   await withLock([context, "context"], async () => {
     erasing = sequence.clearHistory().then(() => (erased = true));
     running = turn(sequences[1]!, promptOf(4, 5), 2);
-    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+    await eventLoopTurns();
     expect([erased, batches.length]).toEqual([false, 0]);
   });
   await erasing;
@@ -137,19 +136,18 @@ test("batches take node-llama-cpp's own context lock, so its erasures and state 
 test("an aborted turn ends before its next batch, and a failed batch fails only its own turns", async () => {
   const controller = new AbortController();
   const seen: Token[] = [];
-  await scheduler.run({
-    sequence: sequences[0]!,
-    input: promptOf(4, 6),
-    sampling: { temperature: 0 },
-    signal: controller.signal,
-    onToken(token) {
+  await greedy(
+    sequences[0]!,
+    promptOf(4, 6),
+    (token) => {
       seen.push(token);
       if (seen.length === 2) controller.abort();
       return true;
     },
-  });
+    controller.signal,
+  );
   expect(seen).toHaveLength(2);
-  const full = scheduler.run({ sequence: sequences[1]!, input: promptOf(600, 7), sampling: { temperature: 0 }, signal: new AbortController().signal, onToken: () => true });
+  const full = greedy(sequences[1]!, promptOf(600, 7), () => true);
   const fine = turn(sequences[2]!, promptOf(4, 8), 3);
   await expect(full).rejects.toThrow("context is full");
   expect(await fine).toHaveLength(3);
@@ -160,16 +158,16 @@ test("disposing a context mid-turn waits for the batch in flight, then ends the 
   const runner = new Scheduler(own, CHUNK, new DispatchGate());
   let disposing: Promise<void> | undefined;
   let tokens = 0;
-  const running = runner.run({
-    sequence: own.getSequence(),
-    input: promptOf(4, 9),
-    sampling: { temperature: 0 },
-    signal: new AbortController().signal,
-    onToken() {
+  const running = greedy(
+    own.getSequence(),
+    promptOf(4, 9),
+    () => {
       if (++tokens === 3) disposing = own.dispose();
       return true;
     },
-  });
+    undefined,
+    runner,
+  );
   await expect(running).rejects.toThrow();
   await disposing;
   expect([tokens, own.disposed]).toEqual([3, true]);

@@ -11,6 +11,14 @@ export async function until(condition: () => boolean | Promise<boolean>, what: s
 }
 
 /**
+ * Lets `turns` turns of the event loop pass: enough for whatever is already resolved or queued to
+ * run, so a test can check that something has not happened (there is no condition to wait on).
+ */
+export async function eventLoopTurns(turns = 5): Promise<void> {
+  for (let i = 0; i < turns; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
  * Gives the calling test file's tests 30 s instead of bun's 5 s: real inference and child
  * processes outlast 5 s on a loaded machine, while a stuck one still fails instead of hanging the
  * run. Call it at the top of the file: bun scopes the default timeout to the file it is set in,
