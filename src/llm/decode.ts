@@ -6,6 +6,7 @@
  */
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 import { ReplyText } from "./reply-text";
+import { TextStream } from "./text-stream";
 import type { Scheduler } from "./scheduler";
 import type { ThoughtMarkers } from "./thought-text";
 import type { ReplyPiece } from "./types";
@@ -72,7 +73,7 @@ export async function decode(
     onToken(token) {
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) return false;
-      if (stopTokens.has(token) || model.isEogToken(token)) {
+      if (stopTokens.has(token) || endsGeneration(model, token)) {
         stopReason = "stop";
         return false;
       }
@@ -98,35 +99,13 @@ export async function decode(
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
 }
 
-/** Tokens the detokenizer sees before new ones, for spacing rules; a few suffice. */
-const CONTEXT_TOKENS = 8;
-/** A character is at most 4 bytes, so a split one completes within 4 tokens. */
-const MAX_PENDING = 4;
+/** Whether a token ends generation, asked of the model once per token id: asking is a native call. */
+const endTokens = new WeakMap<LlamaModel, Map<Token, boolean>>();
 
-/**
- * Incremental detokenization. A token can end inside a multi-byte character: its text is held
- * back until the character completes, so no piece carries a broken character.
- */
-class TextStream {
-  private pending: Token[] = [];
-  private context: Token[] = [];
-
-  constructor(private readonly model: LlamaModel) {}
-
-  push(token: Token): string {
-    this.pending.push(token);
-    const text = this.model.detokenize(this.pending, false, this.context);
-    if (text.endsWith("\uFFFD") && this.pending.length < MAX_PENDING) return "";
-    return this.take(text);
-  }
-
-  flush(): string {
-    return this.pending.length === 0 ? "" : this.take(this.model.detokenize(this.pending, false, this.context));
-  }
-
-  private take(text: string): string {
-    this.context = this.context.concat(this.pending).slice(-CONTEXT_TOKENS);
-    this.pending = [];
-    return text;
-  }
+function endsGeneration(model: LlamaModel, token: Token): boolean {
+  let known = endTokens.get(model);
+  if (known === undefined) endTokens.set(model, (known = new Map()));
+  let ends = known.get(token);
+  if (ends === undefined) known.set(token, (ends = model.isEogToken(token)));
+  return ends;
 }
