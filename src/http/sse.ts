@@ -27,6 +27,9 @@ type Step<T, R> =
  * when `signal` aborts, even while `source` is blocked. A source left unfinished (abort, or the
  * consumer stopped early) is drained in the background: its own abort handling ends it soon,
  * and it must reach its end to store what it has and release what it holds.
+ *
+ * One timer serves the whole stream, re-armed for the rest of the interval when it finds the
+ * source was not silent: an item (a reply's token) costs no timer of its own.
  */
 export async function* withHeartbeat<T, R>(
   source: AsyncIterator<T, R>,
@@ -42,15 +45,24 @@ export async function* withHeartbeat<T, R>(
       (result): Step<T, R> => ({ kind: "item", result }),
       (error: unknown): Step<T, R> => ({ kind: "failed", error }),
     );
+  let lastSaid = performance.now();
+  let tick = Promise.withResolvers<Step<T, R>>();
+  const fire = () => {
+    const silent = performance.now() - lastSaid;
+    if (silent >= intervalMs) tick.resolve({ kind: "tick" });
+    else timer = setTimeout(fire, intervalMs - silent);
+  };
+  let timer = setTimeout(fire, intervalMs);
   let pending = pull();
   let finished = false;
   try {
     for (;;) {
-      let timer: Timer | undefined;
-      const tick = new Promise<Step<T, R>>((resolve) => (timer = setTimeout(() => resolve({ kind: "tick" }), intervalMs)));
-      const step = await Promise.race([pending, tick, aborted]).finally(() => clearTimeout(timer));
+      const step = await Promise.race([pending, tick.promise, aborted]);
+      lastSaid = performance.now();
       if (step.kind === "aborted") return undefined;
       if (step.kind === "tick") {
+        tick = Promise.withResolvers();
+        timer = setTimeout(fire, intervalMs);
         yield PING;
         continue;
       }
@@ -66,6 +78,7 @@ export async function* withHeartbeat<T, R>(
       pending = pull();
     }
   } finally {
+    clearTimeout(timer);
     if (!finished) void drain(source, pending);
   }
 }
