@@ -58,12 +58,14 @@ export async function* withHeartbeat<T, R>(
   try {
     for (;;) {
       const step = await Promise.race([pending, tick.promise, aborted]);
-      lastSaid = performance.now();
+      const silent = performance.now() - lastSaid;
+      lastSaid += silent;
       if (step.kind === "aborted") return undefined;
       if (step.kind === "tick") {
         tick = Promise.withResolvers();
         timer = setTimeout(fire, intervalMs);
-        yield PING;
+        // The timer fired while the consumer held the last item: that item broke the silence.
+        if (silent >= intervalMs) yield PING;
         continue;
       }
       if (step.kind === "failed") {
