@@ -58,8 +58,9 @@ export async function* withHeartbeat<T, R>(
   try {
     for (;;) {
       const step = await Promise.race([pending, tick.promise, aborted]);
-      const silent = performance.now() - lastSaid;
-      lastSaid += silent;
+      const now = performance.now();
+      const silent = now - lastSaid;
+      lastSaid = now;
       if (step.kind === "aborted") return undefined;
       if (step.kind === "tick") {
         tick = Promise.withResolvers();

@@ -10,6 +10,11 @@ import { type ChatWrapper, type LlamaModel, LlamaText, SpecialTokensText, type T
 export interface ChatStops {
   tokens: ReadonlySet<Token>;
   texts: readonly string[];
+  /**
+   * Whether a sampled token ends the reply: one of `tokens`, or one of the model's
+   * end-of-generation tokens (asked once per token id: asking is a native call, on every token).
+   */
+  endsReply(token: Token): boolean;
 }
 
 export function chatStops(model: LlamaModel, chatWrapper: ChatWrapper): ChatStops {
@@ -24,7 +29,14 @@ export function chatStops(model: LlamaModel, chatWrapper: ChatWrapper): ChatStop
       if (text !== undefined && text !== "") texts.add(text);
     }
   }
-  return { tokens, texts: [...texts] };
+  const endOfGeneration = new Map<Token, boolean>();
+  const endsReply = (token: Token) => {
+    if (tokens.has(token)) return true;
+    let ends = endOfGeneration.get(token);
+    if (ends === undefined) endOfGeneration.set(token, (ends = model.isEogToken(token)));
+    return ends;
+  };
+  return { tokens, texts: [...texts], endsReply };
 }
 
 /** The trigger's text, if it is all text; a trigger naming a special token by role (EOS) has none. */

@@ -4,7 +4,7 @@
  * arrives. LlamaChat re-renders and re-checks the whole response per token; this measured faster
  * and keeps the exact generated tokens for the next turn.
  */
-import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type { LlamaContextSequence, Token } from "node-llama-cpp";
 import { ReplyText } from "./reply-text";
 import { TextStream } from "./text-stream";
 import type { Scheduler } from "./scheduler";
@@ -20,8 +20,8 @@ export interface DecodeOptions {
   seed?: number;
   maxTokens: number;
   signal: AbortSignal;
-  /** Besides the model's end-of-generation tokens: e.g. the chat template's end-of-turn token. */
-  stopTokens: ReadonlySet<Token>;
+  /** Whether a sampled token ends the reply (it is then not part of it): see chat-stops.ts. */
+  endsReply(token: Token): boolean;
   /** Texts that end the reply's answer where they begin; they are not part of it (see stop-text.ts). */
   stopStrings?: readonly string[];
   /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
@@ -48,12 +48,11 @@ export async function decode(
   options: DecodeOptions,
   emit: (piece: ReplyPiece) => void,
 ): Promise<Decoded> {
-  const { signal, stopTokens, maxTokens } = options;
-  const model = sequence.model;
+  const { signal, endsReply, maxTokens } = options;
   const tokens: Token[] = [];
   if (signal.aborted) return { tokens, spelled: { tokens, text: "" }, stopReason: "abort" };
 
-  const text = new TextStream(model);
+  const text = new TextStream(sequence.model);
   const replyText = new ReplyText(options.thought, options.stopStrings ?? []);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
@@ -73,7 +72,7 @@ export async function decode(
     onToken(token) {
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) return false;
-      if (stopTokens.has(token) || endsGeneration(model, token)) {
+      if (endsReply(token)) {
         stopReason = "stop";
         return false;
       }
@@ -97,15 +96,4 @@ export async function decode(
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
-}
-
-/** Whether a token ends generation, asked of the model once per token id: asking is a native call. */
-const endTokens = new WeakMap<LlamaModel, Map<Token, boolean>>();
-
-function endsGeneration(model: LlamaModel, token: Token): boolean {
-  let known = endTokens.get(model);
-  if (known === undefined) endTokens.set(model, (known = new Map()));
-  let ends = known.get(token);
-  if (ends === undefined) known.set(token, (ends = model.isEogToken(token)));
-  return ends;
 }

@@ -219,7 +219,7 @@ export class Engine {
             // counts and `prompt` stale. (At least 1, so a full context still answers.)
             maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - tokens.length - 1)),
             signal,
-            stopTokens: this.stops.tokens,
+            endsReply: this.stops.endsReply,
             stopStrings: [...this.stops.texts, ...(request.stop ?? [])],
             thought: this.thoughts?.markers,
             scheduler: this.scheduler,
