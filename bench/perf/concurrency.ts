@@ -18,15 +18,42 @@ export function aggregateTps(turns: readonly TurnTiming[]): number {
 
 const shortPrompt = (seed: number) => userMessage(8000 + seed, 50);
 
-/** A fresh server with `parallel` slots; its first reply (graph allocation, cold caches) is not measured. */
-function onWarmServer<T>(side: Side, parallel: number, use: (url: string) => Promise<T>): Promise<T> {
-  return withServer(side.start(parallel), async (server) => {
-    await side.ask(server.url, "warm-up", shortPrompt(0), 4);
-    return use(server.url);
-  });
-}
-
 type PerSide<T> = Partial<Record<SideName, T>>;
+
+/**
+ * One fresh server per side with `parallel` slots, all up together, each first given an unmeasured
+ * `warmUp` (graph allocation, cold caches, and for Parley the JIT compiling its per-token path over
+ * the first few hundred tokens: a service's steady state, not its first seconds). The runs then
+ * alternate between the sides, each run's order the reverse of the one before (ABBA), so a change
+ * in the machine's speed, ±15% within minutes on this VM, hits both sides alike. A side waits idle
+ * while the other is measured. Returns each side's runs, in order.
+ */
+async function alternating<T>(
+  ctx: Context,
+  parallel: number,
+  warmUp: (side: Side, url: string) => Promise<unknown>,
+  measure: (side: Side, url: string, run: number) => Promise<T>,
+): Promise<PerSide<T[]>> {
+  const all = sides(ctx);
+  const runs = async (urls: readonly string[]) => {
+    // Fresh for every attempt: withServer repeats the whole of it after a dropped connection.
+    const measured: PerSide<T[]> = {};
+    for (let r = 0; r < ctx.runs; r++) {
+      const order = r % 2 === 0 ? all.keys() : [...all.keys()].reverse();
+      for (const i of order) (measured[all[i]!.name] ??= []).push(await measure(all[i]!, urls[i]!, r));
+    }
+    return measured;
+  };
+  const up = (urls: readonly string[]): Promise<PerSide<T[]>> => {
+    const side = all[urls.length];
+    if (side === undefined) return runs(urls);
+    return withServer(side.start(parallel), async (server) => {
+      await warmUp(side, server.url);
+      return up([...urls, server.url]);
+    });
+  };
+  return up([]);
+}
 
 interface Level {
   aggregateTps: number;
@@ -42,24 +69,26 @@ export const concurrencySweep: Scenario = {
   ids: ["B8"],
   async run(ctx) {
     const levels: PerSide<Level[]> = {};
-    // Sides alternate within a level, so a change in the machine's load hits both alike.
     for (const n of STREAM_LEVELS) {
-      for (const side of sides(ctx)) {
-        const level = await onWarmServer(side, n, async (url) => {
-          const runs: number[] = [];
-          const streams: number[] = [];
-          const streamTokens: number[] = [];
-          for (let r = 0; r < ctx.runs; r++) {
-            const seed = (i: number) => 1000 * n + 100 * r + i;
-            const turns = await Promise.all(Array.from({ length: n }, (_, i) => side.ask(url, `b8-${r}-${i}`, shortPrompt(seed(i)), ctx.decodeTokens)));
-            runs.push(aggregateTps(turns));
-            streams.push(...turns.map((t) => t.decodeTps));
-            streamTokens.push(...turns.map((t) => t.completionTokens));
-          }
-          return { aggregateTps: median(runs), streamP10: quantile(streams, 0.1), streamP50: quantile(streams, 0.5), runs, streamTokens };
-        });
-        console.error(`  ${side.name}, ${n} at once: ${level.aggregateTps.toFixed(1)} tok/s`);
-        (levels[side.name] ??= []).push(level);
+      const round = (side: Side, url: string, tag: string, seed: (i: number) => number) =>
+        Promise.all(Array.from({ length: n }, (_, i) => side.ask(url, `b8-${tag}-${i}`, shortPrompt(seed(i)), ctx.decodeTokens)));
+      const measured = await alternating(
+        ctx,
+        n,
+        (side, url) => round(side, url, "warm-up", (i) => 100 * i),
+        (side, url, r) => round(side, url, String(r), (i) => 1000 * n + 100 * r + i),
+      );
+      for (const [name, runs] of Object.entries(measured) as [SideName, TurnTiming[][]][]) {
+        const streams = runs.flat();
+        const level = {
+          aggregateTps: median(runs.map(aggregateTps)),
+          streamP10: quantile(streams.map((t) => t.decodeTps), 0.1),
+          streamP50: quantile(streams.map((t) => t.decodeTps), 0.5),
+          runs: runs.map(aggregateTps),
+          streamTokens: streams.map((t) => t.completionTokens),
+        };
+        console.error(`  ${name}, ${n} at once: ${level.aggregateTps.toFixed(1)} tok/s`);
+        (levels[name] ??= []).push(level);
       }
     }
     const series = (name: SideName, pick: (level: Level) => number) => levels[name]?.map(pick);
@@ -110,22 +139,16 @@ async function whileBusy(side: Side, url: string, ctx: Context, run: number): Pr
 export const ttftWhileBusy: Scenario = {
   ids: ["B9"],
   async run(ctx) {
-    const measured: PerSide<{ aloneMs: number; busyMs: number; busy: Busy[] }> = {};
-    for (const side of sides(ctx)) {
-      measured[side.name] = await onWarmServer(side, BUSY_STREAMS + 1, async (url) => {
-        const alone: number[] = [];
-        const busyMs: number[] = [];
-        const busy: Busy[] = [];
-        for (let r = 0; r < ctx.runs; r++) {
-          // Its own message, of the same length, so no prompt cache serves it.
-          alone.push((await side.ask(url, `b9-alone-${r}`, shortPrompt(700 + r), 8)).ttftMs);
-          const run = await whileBusy(side, url, ctx, r);
-          busyMs.push(run.short.ttftMs);
-          busy.push(run.busy);
-        }
-        return { aloneMs: median(alone), busyMs: median(busyMs), busy };
-      });
-    }
+    // Its own message, of the same length, so no prompt cache serves it.
+    const runs = await alternating(
+      ctx,
+      BUSY_STREAMS + 1,
+      (side, url) => side.ask(url, "warm-up", shortPrompt(0), ctx.decodeTokens),
+      async (side, url, r) => ({ aloneMs: (await side.ask(url, `b9-alone-${r}`, shortPrompt(700 + r), 8)).ttftMs, ...(await whileBusy(side, url, ctx, r)) }),
+    );
+    const summary = (of: { aloneMs: number; short: TurnTiming; busy: Busy }[] | undefined) =>
+      of && { aloneMs: median(of.map((run) => run.aloneMs)), busyMs: median(of.map((run) => run.short.ttftMs)), busy: of.map((run) => run.busy) };
+    const measured = { parley: summary(runs.parley), llamaServer: summary(runs.llamaServer) };
     const { parley: mine, llamaServer: theirs } = measured;
     const slowdown = (m: typeof mine) => m && m.busyMs / m.aloneMs;
     return [

@@ -196,6 +196,8 @@ export class Engine {
     // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
     const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget) : undefined;
     const lease = await this.pool.acquire(key ?? ((slot) => this.sharedPrefix(slot, statelessPrompt!, budget)), request.signal);
+    // Until the scheduler has the turn, batches of prompts alone wait for it (Scheduler.expect).
+    const arrived = this.scheduler.expect();
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
     let running: Promise<Decoded> | undefined;
@@ -230,6 +232,7 @@ export class Engine {
             emit(piece);
           },
         );
+        arrived();
         // The sequence is free once evaluation ends, even while the consumer still reads buffered pieces.
         void running.then(
           (result) => {
@@ -255,6 +258,7 @@ export class Engine {
         },
       };
     } finally {
+      arrived();
       stop.abort();
       await running?.catch(() => undefined);
       lease.release();

@@ -100,6 +100,24 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
   ]);
 });
 
+test("while nothing replies, batches wait for the turns announced, so prompts arriving together share one; a reply never waits", async () => {
+  const ids = sequences.map(sequenceIdOf);
+  const arrived = scheduler.expect();
+  const first = turn(sequences[0]!, promptOf(3, 10), 2);
+  await eventLoopTurns();
+  expect(batches).toEqual([]);
+  const second = turn(sequences[1]!, promptOf(4, 11), 2);
+  arrived();
+  await Promise.all([first, second]);
+  expect(batches[0]).toEqual([[ids[0]!, 3], [ids[1]!, 4]]);
+
+  // Announced once a reply runs: the reply's batches go on, and the turn joins when it comes.
+  let late: (() => void) | undefined;
+  const running = await turn(sequences[2]!, promptOf(3, 12), 4, () => (late = scheduler.expect()));
+  expect(running).toHaveLength(4);
+  late!();
+});
+
 test("a turn's tokens are node-llama-cpp's own, and the sequence holds what was evaluated", async () => {
   const [mine, theirs] = sequences as [LlamaContextSequence, LlamaContextSequence];
   const input = promptOf(2 * CHUNK + 3, 4);
