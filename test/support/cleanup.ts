@@ -1,0 +1,5 @@
+/** Preloaded by bunfig.toml: its `afterAll` runs once, after the run's last test file. */
+import { afterAll } from "bun:test";
+import { removeTempDirs } from "./files";
+
+afterAll(removeTempDirs);
