@@ -1,5 +1,5 @@
 /** Preloaded by bunfig.toml: its `afterAll` runs once, after the run's last test file. */
 import { afterAll } from "bun:test";
-import { removeTempDirs } from "./files";
+import { endRun } from "./end-of-run";
 
-afterAll(removeTempDirs);
+afterAll(endRun);

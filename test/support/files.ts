@@ -3,23 +3,16 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type FileType, type ModelPreset, PRESET_FILE_TYPES, writePresetModel } from "../../src/llm/gguf/presets";
-
-const made: string[] = [];
+import { atEndOfRun } from "./end-of-run";
 
 /**
- * Removes every directory `tempDir` made; test/support/cleanup.ts runs it once, after the last test
- * file, when their servers and child processes are stopped. Left behind, each full run added
- * ~0.7 GB to /tmp (databases, KV states, models, PostgreSQL clusters), until the KV cache's
- * free-space reserve refused to save states.
+ * A fresh temp directory, removed at the end of the run. Left behind, each full run added ~0.7 GB
+ * to /tmp (databases, KV states, models, PostgreSQL clusters), until the disk fell under the KV
+ * cache's free-space reserve and states were no longer saved.
  */
-export function removeTempDirs(): void {
-  for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
-}
-
-/** A fresh temp directory, removed after the run (`removeTempDirs`). */
 export function tempDir(label: string): string {
   const dir = mkdtempSync(join(tmpdir(), `parley-${label}-`));
-  made.push(dir);
+  atEndOfRun(() => rmSync(dir, { recursive: true, force: true }));
   return dir;
 }
 

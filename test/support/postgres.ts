@@ -5,6 +5,7 @@
  */
 import { chownSync, existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { atEndOfRun } from "./end-of-run";
 import { tempDir } from "./files";
 
 const PG_ROOT = "/usr/lib/postgresql";
@@ -51,7 +52,7 @@ export interface PostgresServer {
 
 let shared: Promise<PostgresServer> | undefined;
 
-/** Starts a server in a fresh directory; stopped when the process exits. */
+/** Starts a server in a fresh directory; stopped at the end of the test run. */
 export async function startPostgres(): Promise<PostgresServer> {
   if (PG_BIN === undefined) throw new Error(`PostgreSQL not found under ${PG_ROOT}`);
   const dir = tempDir("pg");
@@ -67,7 +68,7 @@ export async function startPostgres(): Promise<PostgresServer> {
     stopped = true;
     runTool("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"]);
   };
-  process.once("exit", stop);
+  atEndOfRun(stop);
   return { socketDir: dir, url: (database) => `postgres://postgres@localhost/${database}?host=${dir}`, stop };
 }
 
