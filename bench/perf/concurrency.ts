@@ -3,7 +3,7 @@
  * level and side; B9 times a short request that arrives while three others decode.
  */
 import type { TurnTiming } from "./clients";
-import { ratio, sides, withServer, type Context, type Row, type Scenario, type Side, type SideName } from "./harness";
+import { alternating, ratio, type Context, type PerSide, type Row, type Scenario, type Side, type SideName } from "./harness";
 import { median, quantile, sum } from "../../test/support/stats";
 import { userMessage } from "./text";
 
@@ -17,43 +17,6 @@ export function aggregateTps(turns: readonly TurnTiming[]): number {
 }
 
 const shortPrompt = (seed: number) => userMessage(8000 + seed, 50);
-
-type PerSide<T> = Partial<Record<SideName, T>>;
-
-/**
- * One fresh server per side with `parallel` slots, all up together, each first given an unmeasured
- * `warmUp` (graph allocation, cold caches, and for Parley the JIT compiling its per-token path over
- * the first few hundred tokens: a service's steady state, not its first seconds). The runs then
- * alternate between the sides, each run's order the reverse of the one before (ABBA), so a change
- * in the machine's speed, ±15% within minutes on this VM, hits both sides alike. A side waits idle
- * while the other is measured. Returns each side's runs, in order.
- */
-async function alternating<T>(
-  ctx: Context,
-  parallel: number,
-  warmUp: (side: Side, url: string) => Promise<unknown>,
-  measure: (side: Side, url: string, run: number) => Promise<T>,
-): Promise<PerSide<T[]>> {
-  const all = sides(ctx);
-  const runs = async (urls: readonly string[]) => {
-    // Fresh for every attempt: withServer repeats the whole of it after a dropped connection.
-    const measured: PerSide<T[]> = {};
-    for (let r = 0; r < ctx.runs; r++) {
-      const order = r % 2 === 0 ? all.keys() : [...all.keys()].reverse();
-      for (const i of order) (measured[all[i]!.name] ??= []).push(await measure(all[i]!, urls[i]!, r));
-    }
-    return measured;
-  };
-  const up = (urls: readonly string[]): Promise<PerSide<T[]>> => {
-    const side = all[urls.length];
-    if (side === undefined) return runs(urls);
-    return withServer(side.start(parallel), async (server) => {
-      await warmUp(side, server.url);
-      return up([...urls, server.url]);
-    });
-  };
-  return up([]);
-}
 
 interface Level {
   aggregateTps: number;
@@ -72,10 +35,10 @@ export const concurrencySweep: Scenario = {
     for (const n of STREAM_LEVELS) {
       const round = (side: Side, url: string, tag: string, seed: (i: number) => number) =>
         Promise.all(Array.from({ length: n }, (_, i) => side.ask(url, `b8-${tag}-${i}`, shortPrompt(seed(i)), ctx.decodeTokens)));
-      const measured = await alternating(
+      const { runs: measured } = await alternating(
         ctx,
         n,
-        (side, url) => round(side, url, "warm-up", (i) => 100 * i),
+        (side, server) => round(side, server.url, "warm-up", (i) => 100 * i),
         (side, url, r) => round(side, url, String(r), (i) => 1000 * n + 100 * r + i),
       );
       for (const [name, runs] of Object.entries(measured) as [SideName, TurnTiming[][]][]) {
@@ -140,10 +103,10 @@ export const ttftWhileBusy: Scenario = {
   ids: ["B9"],
   async run(ctx) {
     // Its own message, of the same length, so no prompt cache serves it.
-    const runs = await alternating(
+    const { runs } = await alternating(
       ctx,
       BUSY_STREAMS + 1,
-      (side, url) => side.ask(url, "warm-up", shortPrompt(0), ctx.decodeTokens),
+      (side, server) => side.ask(server.url, "warm-up", shortPrompt(0), ctx.decodeTokens),
       async (side, url, r) => ({ aloneMs: (await side.ask(url, `b9-alone-${r}`, shortPrompt(700 + r), 8)).ttftMs, ...(await whileBusy(side, url, ctx, r)) }),
     );
     const summary = (of: { aloneMs: number; short: TurnTiming; busy: Busy }[] | undefined) =>

@@ -99,3 +99,39 @@ export function sides(ctx: Context): Side[] {
   };
   return [mine, theirs];
 }
+
+export type PerSide<T> = Partial<Record<SideName, T>>;
+
+/** The sides in run `run`'s order: each run the reverse of the one before (ABBA). */
+export const inTurn = <S>(all: readonly S[], run: number): S[] => (run % 2 === 0 ? [...all] : [...all].reverse());
+
+/**
+ * One fresh server per side with `parallel` slots, all up together, each first given an unmeasured
+ * `warmUp` (graph allocation, cold caches, and for Parley the JIT compiling its per-token path over
+ * the first few hundred tokens: a service's steady state, not its first seconds). The runs then
+ * alternate between the sides in ABBA order (`inTurn`), so a change in the machine's speed, ±15%
+ * within minutes on this VM, hits both sides alike. A side waits idle while the other is measured.
+ * Returns what each side's warm-up gave, and its runs in order.
+ */
+export async function alternating<W, T>(
+  ctx: Context,
+  parallel: number,
+  warmUp: (side: Side, server: Server) => Promise<W>,
+  measure: (side: Side, url: string, run: number) => Promise<T>,
+): Promise<{ warm: PerSide<W>; runs: PerSide<T[]> }> {
+  const all = sides(ctx);
+  const runs = async (servers: readonly { side: Side; url: string }[]) => {
+    // Fresh for every attempt: withServer repeats the whole of it after a dropped connection.
+    const measured: PerSide<T[]> = {};
+    for (let r = 0; r < ctx.runs; r++) {
+      for (const { side, url } of inTurn(servers, r)) (measured[side.name] ??= []).push(await measure(side, url, r));
+    }
+    return measured;
+  };
+  const up = async (servers: readonly { side: Side; url: string }[], warm: PerSide<W>): Promise<{ warm: PerSide<W>; runs: PerSide<T[]> }> => {
+    const side = all[servers.length];
+    if (side === undefined) return { warm, runs: await runs(servers) };
+    return withServer(side.start(parallel), async (server) => up([...servers, { side, url: server.url }], { ...warm, [side.name]: await warmUp(side, server) }));
+  };
+  return up([], {});
+}

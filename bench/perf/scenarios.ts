@@ -5,7 +5,7 @@ import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./cl
 import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
 import { load } from "./load";
 import { aggregateTps, concurrencySweep, ttftWhileBusy } from "./concurrency";
-import { freshDb, parley, ratio, withServer, yardstick, type Context, type Scenario } from "./harness";
+import { alternating, freshDb, inTurn, parley, ratio, sides, withServer, yardstick, type Context, type PerSide, type Scenario, type Side, type SideName } from "./harness";
 import { startBaseline, type Server } from "./procs";
 import { median, medianSeries, rssKb, sum } from "../../test/support/stats";
 import { userMessage } from "./text";
@@ -30,41 +30,41 @@ async function parleyConversation(url: string, ctx: Context, seed: number, id: s
 }
 
 
-/** B1 decode rate and B2/B3 turn costs share one server per side; B7's idle RSS is read on the way. */
+/**
+ * B1 decode rate and B2/B3 turn costs; B7's idle RSS is read on B1's servers. B1's servers are up
+ * together and their runs alternate, cold: B1's first reply is each server's first. Each 20-turn
+ * conversation runs on a fresh server, the sides in turn.
+ */
 const singleConversation: Scenario = {
   ids: ["B1", "B2", "B3", "B7"],
   async run(ctx) {
-    const decode = (turns: TurnTiming[]) => median(turns.map((t) => t.decodeTps));
-    const side = async (
-      start: () => Promise<Server>,
-      one: (url: string, run: number) => Promise<TurnTiming>,
-      conversation: (url: string, run: number) => Promise<TurnTiming[]>,
-    ) => {
-      const { rss, b1 } = await withServer(start, async (server) => {
-        const rss = rssKb(server.pid) / 1024;
-        const b1: TurnTiming[] = [];
-        for (let r = 0; r < ctx.runs; r++) b1.push(await one(server.url, r));
-        return { rss, b1 };
-      });
-      // Each conversation on a fresh server, so one that dies mid-conversation costs only that
-      // conversation's repetition (see withServer).
-      const b2: TurnTiming[][] = [];
-      for (let r = 0; r < ctx.runs; r++) b2.push(await withServer(start, (server) => conversation(server.url, r), 6));
-      return { rss, decodeTps: decode(b1), ttft: medianSeries(b2.map((c) => c.map((t) => t.ttftMs))), cached: b2[0]!.map((t) => t.cachedTokens ?? 0), sums: b2.map((c) => sum(c.map((t) => t.ttftMs))) };
-    };
-
-    const mine = await side(
-      parley(ctx, 1),
-      (url, r) => parleyTurn(url, `b1-${r}`, userMessage(900 + r, 200), ctx.decodeTokens),
-      (url, r) => parleyConversation(url, ctx, r + 1, `b2-${r}`),
+    const b1 = await alternating(
+      ctx,
+      1,
+      async (_side, server) => rssKb(server.pid) / 1024,
+      (side, url, r) => side.ask(url, `b1-${r}`, userMessage(900 + r, 200), ctx.decodeTokens),
     );
-    const theirs = ctx.llamaServer
-      ? await side(
-          yardstick(ctx, 1),
-          (url, r) => llamaServerTurn(url, [{ role: "user", content: userMessage(900 + r, 200) }], ctx.decodeTokens),
-          (url, r) => llamaConversation(url, ctx, r + 1),
-        )
-      : undefined;
+    const conversation = (side: Side, url: string, r: number) =>
+      side.name === "parley" ? parleyConversation(url, ctx, r + 1, `b2-${r}`) : llamaConversation(url, ctx, r + 1);
+    const b2: PerSide<TurnTiming[][]> = {};
+    for (let r = 0; r < ctx.runs; r++) {
+      // Each on a fresh server, so one that dies mid-conversation costs only that conversation's
+      // repetition (see withServer).
+      for (const side of inTurn(sides(ctx), r)) (b2[side.name] ??= []).push(await withServer(side.start(1), (server) => conversation(side, server.url, r), 6));
+    }
+    const summary = (name: SideName) => {
+      const [replies, conversations, rss] = [b1.runs[name], b2[name], b1.warm[name]];
+      if (replies === undefined || conversations === undefined || rss === undefined) return undefined;
+      return {
+        rss,
+        decodeTps: median(replies.map((t) => t.decodeTps)),
+        ttft: medianSeries(conversations.map((c) => c.map((t) => t.ttftMs))),
+        cached: conversations[0]!.map((t) => t.cachedTokens ?? 0),
+        sums: conversations.map((c) => sum(c.map((t) => t.ttftMs))),
+      };
+    };
+    const mine = summary("parley")!;
+    const theirs = summary("llamaServer");
     const last = ctx.turns - 1;
     return [
       { id: "B1", what: "decode tok/s, streamed over HTTP", parley: mine.decodeTps, yardstick: theirs?.decodeTps, ratio: ratio(mine.decodeTps, theirs?.decodeTps), target: [">=", 0.95] },
