@@ -106,9 +106,10 @@ export type PerSide<T> = Partial<Record<SideName, T>>;
 export const inTurn = <S>(all: readonly S[], run: number): S[] => (run % 2 === 0 ? [...all] : [...all].reverse());
 
 /**
- * One fresh server per side with `parallel` slots, all up together, each first given an unmeasured
- * `warmUp` (graph allocation, cold caches, and for Parley the JIT compiling its per-token path over
- * the first few hundred tokens: a service's steady state, not its first seconds). The runs then
+ * One fresh server per side with `parallel` slots, all up together, each first given `warmUp`,
+ * unmeasured: for B8 and B9 one round (graph allocation, cold caches, and for Parley the JIT
+ * compiling its per-token path over the first few hundred tokens: a service's steady state, not its
+ * first seconds); for B1 only a reading of its idle memory, so its runs start cold. The runs then
  * alternate between the sides in ABBA order (`inTurn`), so a change in the machine's speed, ±15%
  * within minutes on this VM, hits both sides alike. A side waits idle while the other is measured.
  * Returns what each side's warm-up gave, and its runs in order.
