@@ -1,6 +1,6 @@
 /**
- * Holds the context's next batch while a sequence's KV state is being saved or loaded
- * (`PARLEY_KV_CACHE_MB`).
+ * Holds the context's next batch while a sequence is readied for a prompt: its KV state saved or
+ * loaded (`PARLEY_KV_CACHE_MB`), what it holds beyond the prompt erased.
  *
  * A request that takes a sequence from another conversation first saves that conversation's state,
  * and node-llama-cpp's `saveStateToFile` takes the context's lock, which a batch in flight holds.
@@ -14,13 +14,13 @@ export class DispatchGate {
   private pending = 0;
   private waiting: (() => void)[] = [];
 
-  /** Undefined when no state I/O is in progress (the batch goes at once), else when none is. */
+  /** Undefined when no sequence is being readied (the batch goes at once), else when none is. */
   open(): Promise<void> | undefined {
     if (this.pending === 0) return undefined;
     return new Promise((resolve) => this.waiting.push(resolve));
   }
 
-  /** Runs `io` (a save or load of sequence state) with new batches held until all such I/O ends. */
+  /** Runs `io` (readying a sequence) with new batches held until all such work ends. */
   async hold<T>(io: () => Promise<T>): Promise<T> {
     this.pending++;
     try {

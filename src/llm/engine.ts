@@ -302,8 +302,9 @@ export class Engine {
   /**
    * Readies the sequence for the prompt: the conversation it held saved, and this one's state
    * loaded, if it held another (with saved states on); then all it holds beyond what the prompt
-   * shares with it erased. The erase runs while the save still holds new batches: once they go
-   * on, it would wait for one more batch in flight (the erase takes the context's lock).
+   * shares with it erased. New batches wait meanwhile (dispatch-gate.ts): the erase takes the
+   * context's lock, so a batch going out first would delay it by one more step, and the prompt
+   * would miss the batch right after.
    */
   private async claim(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number): Promise<{ tokens: Token[]; cachedTokens: number }> {
     const take = async () => {
@@ -320,7 +321,8 @@ export class Engine {
       return { tokens, cachedTokens };
     };
     const { kv } = this;
-    if (!kv || slot.transcript?.key === key) return await take();
+    // Held too, so the prompt joins the batch after the erase rather than the one after that.
+    if (!kv || slot.transcript?.key === key) return await this.gate.hold(take);
     // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
     const found = key === undefined ? undefined : await kv.find(key);
     // New batches wait for the save, the load and the erase, so requests arriving together share

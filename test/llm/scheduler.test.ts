@@ -15,6 +15,7 @@ let model: LlamaModel;
 let context: LlamaContext;
 let sequences: LlamaContextSequence[];
 let scheduler: Scheduler;
+const gate = new DispatchGate();
 /** Each batch as the addon received it: per entry, the sequence id and its token count. */
 const batches: [number, number][][] = [];
 
@@ -39,7 +40,7 @@ beforeAll(async () => {
       return value.bind(target);
     },
   });
-  scheduler = new Scheduler(context, CHUNK, new DispatchGate());
+  scheduler = new Scheduler(context, CHUNK, gate);
 });
 
 beforeEach(async () => {
@@ -116,6 +117,17 @@ test("while nothing replies, batches wait for the turns announced, so prompts ar
   const running = await turn(sequences[2]!, promptOf(3, 12), 4, () => (late = scheduler.expect()));
   expect(running).toHaveLength(4);
   late!();
+});
+
+test("a prompt whose sequence was readied under the gate joins the batch right after it, beside running replies", async () => {
+  const ids = sequences.map(sequenceIdOf);
+  const [arriving, , , running] = sequences as [LlamaContextSequence, LlamaContextSequence, LlamaContextSequence, LlamaContextSequence];
+  let joined: Promise<Token[]> | undefined;
+  // As the engine readies a sequence: under the gate, taking the context's lock (an erase does).
+  const ready = () => gate.hold(() => withLock([context, "context"], async () => {}));
+  await turn(running, promptOf(5, 1), 3, () => void ready().then(() => (joined = turn(arriving, promptOf(3, 2), 2))));
+  await joined;
+  expect(batches.slice(0, 3)).toEqual([[[ids[3]!, 5]], [[ids[0]!, 3]], [[ids[0]!, 1], [ids[3]!, 1]]]);
 });
 
 test("a turn's tokens are node-llama-cpp's own, and the sequence holds what was evaluated", async () => {
