@@ -167,6 +167,12 @@ describe("Engine (parallel 2)", () => {
     await llama.dispose();
   });
 
+  test("loading warms up and leaves every sequence empty: a first stateless prompt reuses nothing", async () => {
+    const { result } = await run(engine, ask("Hello", { conversationKey: undefined, maxTokens: 2 }));
+    expect(result.cachedTokens).toBe(0);
+    expect(result.completionTokens).toBe(2);
+  });
+
   test("names the model and reports its context", () => {
     expect(engine.modelName).toBe(DEMO_MODEL_NAME);
     expect(engine.contextSize).toBeGreaterThanOrEqual(1024);
