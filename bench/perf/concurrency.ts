@@ -111,8 +111,7 @@ export const ttftWhileBusy: Scenario = {
     );
     const summary = (of: { aloneMs: number; short: TurnTiming; busy: Busy }[] | undefined) =>
       of && { aloneMs: median(of.map((run) => run.aloneMs)), busyMs: median(of.map((run) => run.short.ttftMs)), busy: of.map((run) => run.busy) };
-    const measured = { parley: summary(runs.parley), llamaServer: summary(runs.llamaServer) };
-    const { parley: mine, llamaServer: theirs } = measured;
+    const [mine, theirs] = [summary(runs.parley), summary(runs.llamaServer)];
     const slowdown = (m: typeof mine) => m && m.busyMs / m.aloneMs;
     return [
       {

@@ -168,10 +168,7 @@ export class Engine {
   private async warmUp(): Promise<void> {
     const reply = this.generate({ history: [{ role: "user", content: "Hello" }], temperature: 0, maxTokens: 2 });
     while (!(await reply.next()).done);
-    for (const slot of this.slots) {
-      slot.transcript = undefined;
-      await slot.sequence.clearHistory();
-    }
+    for (const slot of this.slots) await this.empty(slot);
   }
 
   /** Tokens per sequence, as created (llama.cpp may round the request up). */
@@ -289,13 +286,15 @@ export class Engine {
    * conversation; call when none of its replies is running.
    */
   async forget(conversationKey: string): Promise<void> {
-    for (const slot of this.slots) {
-      if (slot.transcript?.key !== conversationKey) continue;
-      slot.transcript = undefined;
-      slot.saved = false;
-      await slot.sequence.clearHistory();
-    }
+    for (const slot of this.slots) if (slot.transcript?.key === conversationKey) await this.empty(slot);
     await this.kv?.forget(conversationKey);
+  }
+
+  /** The sequence holds nothing, and nothing of it is kept to be saved or reused. */
+  private async empty(slot: Slot): Promise<void> {
+    slot.transcript = undefined;
+    slot.saved = false;
+    await slot.sequence.clearHistory();
   }
 
   /**
@@ -338,18 +337,19 @@ export class Engine {
       }
       return { tokens, cachedTokens };
     };
-    const { kv } = this;
-    // Held too, so the prompt joins the batch after the erase rather than the one after that.
-    if (!kv || slot.transcript?.key === key) return await this.gate.hold(take);
+    // States are swapped only when the sequence holds another conversation (with saved states on).
+    const kv = slot.transcript?.key === key ? undefined : this.kv;
     // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
-    const found = key === undefined ? undefined : await kv.find(key);
+    const found = kv && key !== undefined ? await kv.find(key) : undefined;
     // New batches wait for the save, the load and the erase, so requests arriving together share
-    // their prompts' batch (dispatch-gate.ts).
+    // their prompts' batch, and the prompt joins the batch right after (dispatch-gate.ts).
     return await this.gate.hold(async () => {
-      await this.saveState(slot);
-      if (found) {
-        slot.transcript = await kv.load(slot.sequence, found);
-        slot.saved = slot.transcript !== undefined;
+      if (kv) {
+        await this.saveState(slot);
+        if (found) {
+          slot.transcript = await kv.load(slot.sequence, found);
+          slot.saved = slot.transcript !== undefined;
+        }
       }
       return await take();
     });
