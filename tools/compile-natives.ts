@@ -11,7 +11,7 @@
 import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, DECODE_THREAD_SYMBOL, PLATFORM_FOLDER } from "../src/natives/compiled";
+import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, HOOK_SYMBOLS, PLATFORM_FOLDER } from "../src/natives/compiled";
 import { parseStep, progressLine } from "./build-progress";
 import { ensureLlamaSource, NLC_CLI, NLC_LLAMA_DIR, ROOT } from "./llama-source";
 
@@ -57,8 +57,10 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   const expected = ["llama-addon.node", ...CPU_VARIANTS.map((variant) => `libggml-cpu-${variant}.so`)];
   const missing = expected.filter((name) => !names.includes(name));
   if (missing.length > 0) throw new Error(`${built} lacks ${missing.join(", ")} (build log: ${log})`);
-  if (!readFileSync(join(built, "llama-addon.node")).includes(DECODE_THREAD_SYMBOL)) {
-    throw new Error(`${built}/llama-addon.node was linked without src/natives/decode-thread.cpp (build log: ${log})`);
+  const addon = readFileSync(join(built, "llama-addon.node"));
+  const unhooked = HOOK_SYMBOLS.filter((symbol) => !addon.includes(symbol));
+  if (unhooked.length > 0) {
+    throw new Error(`${built}/llama-addon.node was linked without src/natives/decode-thread.cmake's sources (no ${unhooked.join(", ")}; build log: ${log})`);
   }
 
   // Assembled beside the target and renamed into place, so a running server never sees half a directory.

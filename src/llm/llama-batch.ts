@@ -22,6 +22,10 @@ interface AddonContext {
   addToBatch(sequenceId: number, firstTokenSequenceIndex: number, tokens: Uint32Array, logitIndexes: Uint32Array): Uint32Array;
   decodeBatch(): Promise<void>;
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
+  removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
+  /** Parley's compiled natives add these two (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
+  decodeSteps?(sequenceId: number, position: number, token: Token, sampler: AddonSampler, steps: number): Promise<Int32Array>;
+  interruptSteps?(): void;
 }
 
 interface AddonSampler {
@@ -56,7 +60,7 @@ export function checkInternals(context: LlamaContext, model: LlamaModel, sequenc
   const ctx = internals<Partial<ContextInternals>>(context);
   const seq = internals<Partial<SequenceInternals>>(sequence);
   const missing = [
-    ...(["initBatch", "addToBatch", "decodeBatch", "sampleToken"] as const).filter((name) => typeof ctx._ctx?.[name] !== "function").map((name) => `context._ctx.${name}`),
+    ...(["initBatch", "addToBatch", "decodeBatch", "sampleToken", "removeTokenCellsFromSequence"] as const).filter((name) => typeof ctx._ctx?.[name] !== "function").map((name) => `context._ctx.${name}`),
     ...(typeof ctx._llama?._bindings?.AddonSampler === "function" ? [] : ["context._llama._bindings.AddonSampler"]),
     ...(typeof ctx._backendContextDisposeGuard?.createPreventDisposalHandle === "function" ? [] : ["context._backendContextDisposeGuard"]),
     ...(internals<{ _model?: unknown }>(model)._model === undefined ? ["model._model"] : []),
@@ -106,17 +110,85 @@ const checkpointing = new WeakMap<LlamaContextSequence, boolean>();
  * for those with a sampler: their tokens, in order, with undefined for the others.
  */
 export async function decodeBatch(context: LlamaContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {
+  return await locked(context, (ctx) => decodeLocked(context, ctx, entries));
+}
+
+/**
+ * `use` under the context's lock, the lock node-llama-cpp's own batches, erasures and state files
+ * take. Disposing the context waits for it, as for node-llama-cpp's own batches; once disposal has
+ * begun it throws, and the turns end.
+ */
+async function locked<T>(context: LlamaContext, use: (ctx: AddonContext) => Promise<T> | T): Promise<T> {
   const { _ctx: ctx, _backendContextDisposeGuard: disposeGuard } = internals<ContextInternals>(context);
   return await withLock([context, "context"], async () => {
-    // Disposing the context waits for this handle, as for node-llama-cpp's own batches; once
-    // disposal has begun it throws, and the turns end.
     const disposal = disposeGuard.createPreventDisposalHandle();
     try {
-      return await decodeLocked(context, ctx, entries);
+      return await use(ctx);
     } finally {
       disposal.dispose();
     }
   });
+}
+
+/**
+ * Whether `decodeSteps` can run the sequence: the addon has it, and the sequence can take back
+ * what it decoded past a reply's end (a recurrent or hybrid model's state cannot).
+ */
+export function canDecodeSteps(context: LlamaContext, sequence: LlamaContextSequence): boolean {
+  return internals<ContextInternals>(context)._ctx.decodeSteps !== undefined && !needsCheckpoints(sequence);
+}
+
+/**
+ * A lone reply's next `steps` tokens at most, decoded and sampled on the decode thread without
+ * coming back here between them (src/natives/decode-steps.cpp): decodes `token`, the reply's last,
+ * then each token sampled but the last. Fewer after an end-of-generation token or `interruptSteps`,
+ * and none when `proceed`, asked once the context's lock is taken, says no (an interruption before
+ * the call began would not reach it). The sequence holds every token decoded: `dropLast` takes back
+ * those past where the reply ended.
+ */
+export async function decodeSteps(
+  context: LlamaContext,
+  sequence: LlamaContextSequence,
+  token: Token,
+  sampler: Sampler,
+  steps: number,
+  proceed: () => boolean,
+): Promise<Token[]> {
+  return await locked(context, async (ctx) => {
+    if (!proceed()) return [];
+    const seq = internals<SequenceInternals>(sequence);
+    const position = seq._nextTokenIndex;
+    // One position stays free at the end, as node-llama-cpp keeps it.
+    const count = Math.min(steps, context.contextSize - 1 - position);
+    if (count < 1) throw new Error("the sequence's context is full");
+    let sampled: Int32Array;
+    try {
+      sampled = await ctx.decodeSteps!(seq._sequenceId, position, token, sampler.native, count);
+    } catch (error) {
+      // A failed run may have decoded some of its steps: the sequence holds none of them.
+      ctx.removeTokenCellsFromSequence(seq._sequenceId, position, -1);
+      throw error;
+    }
+    const tokens = Array.from(sampled) as Token[];
+    recordDecoded([{ sequence, tokens: [token, ...tokens.slice(0, -1)] }]);
+    return tokens;
+  });
+}
+
+/** Takes the last `count` tokens out of the sequence (its KV cells and what node-llama-cpp records). */
+export async function dropLast(context: LlamaContext, sequence: LlamaContextSequence, count: number): Promise<void> {
+  if (count === 0) return;
+  await locked(context, (ctx) => {
+    const seq = internals<SequenceInternals>(sequence);
+    seq._nextTokenIndex -= count;
+    seq._contextTokens.splice(-count);
+    ctx.removeTokenCellsFromSequence(seq._sequenceId, seq._nextTokenIndex, -1);
+  });
+}
+
+/** Ends a `decodeSteps` in flight after its current step. */
+export function interruptSteps(context: LlamaContext): void {
+  internals<ContextInternals>(context)._ctx.interruptSteps?.();
 }
 
 async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {
@@ -131,21 +203,30 @@ async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: r
     return ctx.addToBatch(seq._sequenceId, seq._nextTokenIndex, Uint32Array.from(tokens), outputs)[0];
   });
   await ctx.decodeBatch();
-  for (const { sequence, tokens } of entries) {
-    const seq = internals<SequenceInternals>(sequence);
-    seq._nextTokenIndex += tokens.length;
-    seq._contextTokens.push(...tokens);
-  }
+  recordDecoded(entries);
   const sampled = await Promise.all(
     entries.map(({ sampler }, i) => (sampler ? ctx.sampleToken(logitIndexes[i]!, sampler.native) : undefined)),
   );
   for (const { sequence } of entries) {
-    let needed = checkpointing.get(sequence);
-    if (needed === undefined) checkpointing.set(sequence, (needed = sequence.needsCheckpoints));
-    if (!needed) continue;
+    if (!needsCheckpoints(sequence)) continue;
     const seq = internals<SequenceInternals>(sequence);
     await seq._takeIntervalCheckpointIfNeededAfterBatch(seq._nextTokenIndex + 1);
   }
   if (sampled.includes(-1)) throw new Error("llama.cpp failed to sample a token");
   return sampled as (Token | undefined)[];
+}
+
+/** What the sequences' own evaluation sets once a batch is decoded. */
+function recordDecoded(entries: readonly { sequence: LlamaContextSequence; tokens: readonly Token[] }[]): void {
+  for (const { sequence, tokens } of entries) {
+    const seq = internals<SequenceInternals>(sequence);
+    seq._nextTokenIndex += tokens.length;
+    seq._contextTokens.push(...tokens);
+  }
+}
+
+function needsCheckpoints(sequence: LlamaContextSequence): boolean {
+  let needed = checkpointing.get(sequence);
+  if (needed === undefined) checkpointing.set(sequence, (needed = sequence.needsCheckpoints));
+  return needed;
 }

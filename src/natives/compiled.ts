@@ -21,12 +21,15 @@ export const CPU_VARIANTS = ["x64", "haswell", "skylakex", "zen4"] as const;
 /** The cmake hook that keeps only CPU_VARIANTS out of GGML_CPU_ALL_VARIANTS' list. */
 export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
 
-/** The cmake hook that links decode-thread.cpp into the addon: every decode on one thread. */
+/**
+ * The cmake hook that links decode-thread.cpp into the addon (every decode on one thread) and
+ * decode-steps.cpp (a lone reply decoded and sampled there for several steps a call).
+ */
 export const DECODE_THREAD_HOOK = join(import.meta.dir, "decode-thread.cmake");
-const DECODE_THREAD_SOURCE = join(import.meta.dir, "decode-thread.cpp");
+const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp"].map((name) => join(import.meta.dir, name));
 
-/** A symbol only an addon built with the decode-thread hook has. */
-export const DECODE_THREAD_SYMBOL = "__wrap_llama_decode";
+/** Symbols only an addon built with the decode-thread hook has: its decode thread, its decodeSteps method. */
+export const HOOK_SYMBOLS = ["__wrap_llama_decode", "__wrap_napi_define_class"];
 
 export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
   GGML_NATIVE: "OFF",
@@ -49,6 +52,6 @@ export function compiledNativesDir(nodeLlamaCppVersion: string, env: Record<stri
   const hasher = new Bun.CryptoHasher("sha256");
   const { CMAKE_PROJECT_ggml_INCLUDE: _variants, CMAKE_PROJECT_INCLUDE: _decode, ...options } = CMAKE_OPTIONS;
   hasher.update(JSON.stringify(options));
-  for (const file of [CPU_VARIANTS_HOOK, DECODE_THREAD_HOOK, DECODE_THREAD_SOURCE]) hasher.update(readFileSync(file));
+  for (const file of [CPU_VARIANTS_HOOK, DECODE_THREAD_HOOK, ...HOOK_SOURCES]) hasher.update(readFileSync(file));
   return join(userCacheDir(env), "parley", "compiled-natives", `${nodeLlamaCppVersion}-${hasher.digest("hex").slice(0, 16)}`);
 }

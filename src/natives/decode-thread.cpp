@@ -7,9 +7,12 @@
 // CPUs and throttles its barrier spin to ~100 iterations: between every op of the graph, threads
 // go to sleep on a futex and are woken again. Measured on bench-small (2 threads): 17 ms a token
 // from the pool, 11 ms from one thread, which is what llama-server (one decode thread) gets.
+#include "decode-thread.h"
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -22,28 +25,38 @@ namespace {
 
 class DecodeThread {
   public:
-    int32_t decode(llama_context * ctx, llama_batch batch) {
-        std::packaged_task<int32_t()> task([ctx, batch] { return __real_llama_decode(ctx, batch); });
-        std::future<int32_t> result = task.get_future();
+    void post(std::function<void()> task) {
         {
             std::lock_guard<std::mutex> lock(mutex);
             queue.push_back(std::move(task));
         }
         ready.notify_one();
+    }
+
+    int32_t decode(llama_context * ctx, llama_batch batch) {
+        std::promise<int32_t> result;
+        std::future<int32_t> done = result.get_future();
+        post([&result, ctx, batch] {
+            try {
+                result.set_value(__real_llama_decode(ctx, batch));
+            } catch (...) {
+                result.set_exception(std::current_exception());
+            }
+        });
         // Rethrows what llama_decode threw, on the caller's thread, where the addon catches it.
-        return result.get();
+        return done.get();
     }
 
   private:
     std::mutex mutex;
     std::condition_variable ready;
-    std::deque<std::packaged_task<int32_t()>> queue;
+    std::deque<std::function<void()>> queue;
     // Declared last: it starts only once the members it uses exist.
     std::thread worker{[this] { loop(); }};
 
     void loop() {
         for (;;) {
-            std::packaged_task<int32_t()> task;
+            std::function<void()> task;
             {
                 std::unique_lock<std::mutex> lock(mutex);
                 ready.wait(lock, [this] { return !queue.empty(); });
@@ -63,6 +76,10 @@ DecodeThread & decodeThread() {
 }
 
 }  // namespace
+
+void runOnDecodeThread(std::function<void()> task) {
+    decodeThread().post(std::move(task));
+}
 
 extern "C" int32_t __wrap_llama_decode(llama_context * ctx, llama_batch batch) {
     return decodeThread().decode(ctx, batch);

@@ -154,6 +154,8 @@ describe("damaged state files", () => {
     const key = `c${++runs}`;
     const a = conversation(() => engine, key);
     await a(FIRST);
+    // Taking the sequence for `a` saved the conversation before it; its files finish behind.
+    await written();
     const before = kvPaths();
     // Takes the only sequence: a's state is written.
     await reply(engine, `${key}-other`, [{ role: "user", content: "something else" }]);

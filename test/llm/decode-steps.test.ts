@@ -1,0 +1,209 @@
+/**
+ * A reply decoding alone runs several steps a native call (src/natives/decode-steps.cpp, added to
+ * the addon by Parley's compiled natives): the same tokens as one step a batch, the same sequence
+ * afterwards however the reply ends, and a turn arriving meanwhile interrupts it. Skipped without
+ * compiled natives (`bun run natives`); CI compiles them, and there a skip is a failure.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
+import { DispatchGate } from "../../src/llm/dispatch-gate";
+import { decodeBatch, decodeSteps, Sampler, sequenceIdOf } from "../../src/llm/llama-batch";
+import { useLocalNatives } from "../../src/llm/natives";
+import { Scheduler } from "../../src/llm/scheduler";
+import { presetModel, until } from "../support";
+
+const natives = await useLocalNatives();
+if (natives === undefined && Bun.env.CI === "true") throw new Error("no compiled natives: CI compiles them (bun run natives) before the tests");
+
+interface Addon {
+  decodeSteps(sequenceId: unknown, position: unknown, token: unknown, sampler: unknown, steps: unknown): Promise<Int32Array>;
+  interruptSteps(): void;
+}
+
+describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives)", () => {
+  let model: LlamaModel;
+  let context: LlamaContext;
+  let sequences: LlamaContextSequence[];
+  let addon: Addon;
+  let interruptions = 0;
+  /** Called right after each decodeSteps call has begun, until it returns true. */
+  let onStepsCall: (() => boolean) | undefined;
+  /** The same context seen without the steps, as with the npm prebuilt: one step a batch. */
+  let stepwise: LlamaContext;
+
+  beforeAll(async () => {
+    const llama = await getLlama({ gpu: false, build: "never" });
+    model = await llama.loadModel({ modelPath: await presetModel("demo"), gpuLayers: 0 });
+    context = await model.createContext({ contextSize: 1024, sequences: 2, threads: 1 });
+    sequences = Array.from({ length: 2 }, () => context.getSequence());
+    const internal = context as unknown as { _ctx: Addon };
+    addon = internal._ctx;
+    const view = (hide: boolean) =>
+      new Proxy(addon, {
+        get: (target, key) => {
+          if (hide && key === "decodeSteps") return undefined;
+          if (key === "interruptSteps") return () => (interruptions++, target.interruptSteps());
+          if (key === "decodeSteps" && onStepsCall !== undefined) {
+            return (...args: Parameters<Addon["decodeSteps"]>) => {
+              const call = target.decodeSteps(...args);
+              if (onStepsCall?.()) onStepsCall = undefined;
+              return call;
+            };
+          }
+          const value = Reflect.get(target, key) as unknown;
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+    internal._ctx = view(false);
+    const hidden = view(true);
+    stepwise = new Proxy(context, { get: (target, key) => (key === "_ctx" ? hidden : Reflect.get(target, key)) });
+  });
+
+  beforeEach(async () => {
+    for (const sequence of sequences) await sequence.clearHistory();
+  });
+
+  afterAll(async () => {
+    await context.dispose();
+    await model.dispose();
+  });
+
+  // The demo model ends most replies within a few tokens; these prompts and seeds run long.
+  const LONG = { text: "the sea is", sampling: { temperature: 0.9, seed: 11 } };
+  const OTHER = { text: "what is the weather like", sampling: { temperature: 0.9, seed: 11 } };
+
+  /** A turn on `sequence` that takes at most `count` tokens (its last unevaluated), or stops at the end of generation. */
+  function reply(scheduler: Scheduler, sequence: LlamaContextSequence, input: Token[], count: number, sampling: { temperature: number; seed?: number }, onFirst?: () => void) {
+    const tokens: Token[] = [];
+    const done = scheduler.run({
+      sequence,
+      input,
+      sampling,
+      signal: new AbortController().signal,
+      onToken: (token) => {
+        if (tokens.length === 0) onFirst?.();
+        if (model.isEogToken(token)) return false;
+        return tokens.push(token) < count;
+      },
+    });
+    return { tokens, done };
+  }
+
+  test("the addon has the methods", () => {
+    expect(typeof addon.decodeSteps).toBe("function");
+    expect(typeof addon.interruptSteps).toBe("function");
+  });
+
+  test("the same tokens as one step a batch, and the same sequence after, whether the reply ends at its end of generation or mid-call", async () => {
+    const cases = [
+      // Greedy, this reply samples its end of generation as its eighth token.
+      { text: "tell me about the hills", sampling: { temperature: 0 }, count: 100, length: 7 },
+      // 10 tokens: the third call of 4 steps decoded two tokens past the reply's end.
+      { ...LONG, count: 10, length: 10 },
+    ];
+    for (const { text, sampling, count, length } of cases) {
+      const outcomes = [];
+      for (const ctx of [context, stepwise]) {
+        const [sequence] = sequences;
+        await sequence!.clearHistory();
+        const scheduler = new Scheduler(ctx, 16, new DispatchGate());
+        const first = reply(scheduler, sequence!, model.tokenize(text), count, sampling);
+        await first.done;
+        const held = [...sequence!.contextTokens];
+        // A next turn on the same sequence reads every cell it holds: stray ones would change it.
+        const second = reply(scheduler, sequence!, [first.tokens.at(-1)!, ...model.tokenize(LONG.text)], 12, LONG.sampling);
+        await second.done;
+        outcomes.push({ first: first.tokens, held, second: second.tokens });
+      }
+      expect(outcomes[0]!.first).toHaveLength(length);
+      expect(outcomes[0]!.second.length).toBeGreaterThan(4);
+      expect(outcomes[0]).toEqual(outcomes[1]!);
+    }
+  });
+
+  test("interruptSteps ends a call after the step in flight", async () => {
+    const [sequence] = sequences;
+    const sampler = new Sampler(context, model, LONG.sampling);
+    try {
+      const [token] = await decodeBatch(context, [{ sequence: sequence!, tokens: model.tokenize(LONG.text), sampler }]);
+      const steps = (interrupt: boolean) =>
+        decodeSteps(context, sequence!, token!, sampler, 40, () => {
+          // Once the call has begun: it takes its starting count when called.
+          if (interrupt) queueMicrotask(() => addon.interruptSteps());
+          return true;
+        });
+      expect(await steps(true)).toHaveLength(1);
+      await sequence!.clearHistory();
+      await decodeBatch(context, [{ sequence: sequence!, tokens: model.tokenize(LONG.text), sampler }]);
+      expect((await steps(false)).length).toBeGreaterThan(1);
+    } finally {
+      sampler.dispose();
+    }
+  });
+
+  test("a turn arriving while a reply decodes alone interrupts its call, and both get the tokens they get alone", async () => {
+    const [lone, other] = sequences;
+    const alone = async (sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) => {
+      await sequence.clearHistory();
+      const turn = reply(new Scheduler(stepwise, 16, new DispatchGate()), sequence, model.tokenize(text), count, sampling);
+      await turn.done;
+      return turn.tokens;
+    };
+    const expected = [await alone(lone!, LONG, 30), await alone(other!, OTHER, 12)];
+    for (const sequence of sequences) await sequence.clearHistory();
+    const scheduler = new Scheduler(context, 16, new DispatchGate());
+    const before = interruptions;
+    const arrived = Promise.withResolvers<ReturnType<typeof reply>>();
+    // Once the lone reply has streamed a while, the next turn arrives during one of its calls.
+    onStepsCall = () => first.tokens.length >= 8 && (arrived.resolve(reply(scheduler, other!, model.tokenize(OTHER.text), 12, OTHER.sampling)), true);
+    const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling);
+    const second = await Promise.race([
+      arrived.promise,
+      first.done.then(() => Promise.reject(new Error("the lone reply ended before a turn could arrive"))),
+    ]);
+    await Promise.all([first.done, second.done]);
+    expect(interruptions).toBe(before + 1);
+    expect(expected.map((tokens) => tokens.length)).toEqual([30, 12]);
+    expect([first.tokens, second.tokens]).toEqual(expected);
+  });
+
+  test("bad arguments throw an error at the call, not in the decode", async () => {
+    const sampler = new Sampler(context, model, { temperature: 0 });
+    const disposed = new Sampler(context, model, { temperature: 0 });
+    disposed.dispose();
+    const id = sequenceIdOf(sequences[0]!);
+    try {
+      expect(() => addon.decodeSteps(id, 0, 1, sampler.native, "4")).toThrow(TypeError);
+      expect(() => addon.decodeSteps(id, 0, 1, {}, 4)).toThrow(/not an AddonSampler/);
+      expect(() => addon.decodeSteps(id, 0, 1, disposed.native, 4)).toThrow(/the sampler is disposed/);
+      expect(() => addon.decodeSteps(id, 0, 1, sampler.native, 0)).toThrow(/outside the context/);
+      expect(() => addon.decodeSteps(id, 10_000, 1, sampler.native, 4)).toThrow(/outside the context/);
+    } finally {
+      sampler.dispose();
+    }
+  });
+
+  test("an idle process exits on its own: the way back to the JS thread holds it only while a call is out", async () => {
+    const script = `
+      import { getLlama } from "node-llama-cpp";
+      import { useLocalNatives } from "${import.meta.dir}/../../src/llm/natives";
+      import { decodeSteps, Sampler } from "${import.meta.dir}/../../src/llm/llama-batch";
+      await useLocalNatives();
+      const model = await (await getLlama({ gpu: false, build: "never" })).loadModel({ modelPath: ${JSON.stringify(await presetModel("demo"))} });
+      const context = await model.createContext({ contextSize: 256, sequences: 1 });
+      const sampler = new Sampler(context, model, { temperature: 0 });
+      const tokens = await decodeSteps(context, context.getSequence(), model.tokenize("hello")[0], sampler, 3, () => true);
+      console.log("sampled", tokens.length);
+    `;
+    const child = Bun.spawn([process.execPath, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });
+    let exited = false;
+    void child.exited.then(() => (exited = true));
+    try {
+      await until(() => exited, "the process to exit on its own", 30_000);
+    } finally {
+      child.kill("SIGKILL");
+    }
+    expect(await new Response(child.stdout).text()).toMatch(/^sampled [1-3]$/m);
+    expect(child.exitCode).toBe(0);
+  }, 40_000);
+});
