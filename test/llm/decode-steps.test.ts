@@ -18,6 +18,7 @@ if (natives === undefined && Bun.env.CI === "true") throw new Error("no compiled
 interface Addon {
   decodeSteps(sequenceId: unknown, position: unknown, token: unknown, sampler: unknown, steps: unknown): Promise<Int32Array>;
   interruptSteps(): void;
+  removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): void;
 }
 
 describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives)", () => {
@@ -121,23 +122,40 @@ describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives
     }
   });
 
-  test("interruptSteps ends a call after the step in flight", async () => {
-    const [sequence] = sequences;
-    const sampler = new Sampler(context, model, LONG.sampling);
+  test("interruptSteps ends the calls begun before it, each after its step in flight; a call begun after it runs whole", async () => {
+    // No end of generation: a call ends only at its step count or an interruption.
+    const vocabulary = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+    const eog = Array.from({ length: vocabulary }, (_, token) => token).filter((token) => model.isEogToken(token as Token));
+    const prompted = await Promise.all(
+      sequences.map(async (sequence) => {
+        const sampler = new Sampler(context, model, LONG.sampling);
+        sampler.native.applyConfig({ tokenBiasKeys: Uint32Array.from(eog), tokenBiasValues: new Float32Array(eog.length).fill(-Infinity) });
+        const [token] = await decodeBatch(context, [{ sequence, tokens: model.tokenize(LONG.text), sampler }]);
+        return { sequence, sampler, token: token!, position: sequence.nextTokenIndex, id: sequenceIdOf(sequence) };
+      }),
+    );
+    const call = ({ id, position, token, sampler }: (typeof prompted)[number], steps: number) => addon.decodeSteps(id, position, token, sampler.native, steps);
+    const [first, second] = prompted as [(typeof prompted)[number], (typeof prompted)[number]];
+    const most = context.contextSize - 1 - Math.max(first.position, second.position);
     try {
-      const [token] = await decodeBatch(context, [{ sequence: sequence!, tokens: model.tokenize(LONG.text), sampler }]);
-      const steps = (interrupt: boolean) =>
-        decodeSteps(context, sequence!, token!, sampler, 40, () => {
-          // Once the call has begun: it takes its starting count when called.
-          if (interrupt) queueMicrotask(() => addon.interruptSteps());
-          return true;
-        });
-      expect(await steps(true)).toHaveLength(1);
-      await sequence!.clearHistory();
-      await decodeBatch(context, [{ sequence: sequence!, tokens: model.tokenize(LONG.text), sampler }]);
-      expect((await steps(false)).length).toBeGreaterThan(1);
+      // The one decode thread runs calls in the order made: the second begins only once the first
+      // has ended, which uninterrupted takes `most` steps (about 100 ms here), and the interruption
+      // comes right after both calls were made. (Interrupting a lone call from a microtask raced
+      // the demo model's 0.1 ms steps on a busy machine.)
+      const running = call(first, most);
+      const waiting = call(second, most);
+      addon.interruptSteps();
+      const [cut, one] = await Promise.all([running, waiting]);
+      expect(cut.length).toBeGreaterThanOrEqual(1);
+      expect(cut.length).toBeLessThan(most);
+      expect(one).toHaveLength(1);
+      for (const { id, position } of prompted) addon.removeTokenCellsFromSequence(id, position, -1);
+      expect(await call(first, 40)).toHaveLength(40);
     } finally {
-      sampler.dispose();
+      for (const { id, position, sampler } of prompted) {
+        addon.removeTokenCellsFromSequence(id, position, -1);
+        sampler.dispose();
+      }
     }
   });
 
