@@ -86,6 +86,12 @@ interface Slot {
 
 export class Engine {
   private disposed = false;
+  /**
+   * Saves under way of conversations whose sequence was handed to another turn: that
+   * conversation's own next turn, on another sequence, waits for its save before it looks for its
+   * file, or it would load the turn before (and re-evaluate the last turn's tokens).
+   */
+  private readonly leaving = new Map<string, Promise<void>>();
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -219,8 +225,9 @@ export class Engine {
     try {
       const slot = lease.item;
       const { sequence } = slot;
+      const left = this.leave(slot, key);
       const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
-      const { tokens, cachedTokens } = await this.claim(slot, key, fitted, budget);
+      const { tokens, cachedTokens } = await this.claim(slot, key, fitted, budget, left);
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
       const said = { content: "", reasoning: "" };
 
@@ -286,6 +293,7 @@ export class Engine {
    * conversation; call when none of its replies is running.
    */
   async forget(conversationKey: string): Promise<void> {
+    await this.leaving.get(conversationKey);
     for (const slot of this.slots) if (slot.transcript?.key === conversationKey) await this.empty(slot);
     await this.kv?.forget(conversationKey);
   }
@@ -323,7 +331,7 @@ export class Engine {
    * context's lock, so a batch going out first would delay it by one more step, and the prompt
    * would miss the batch right after.
    */
-  private async claim(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number): Promise<{ tokens: Token[]; cachedTokens: number }> {
+  private async claim(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number, left: Promise<void>): Promise<{ tokens: Token[]; cachedTokens: number }> {
     const take = async () => {
       const { sequence } = slot;
       const tokens = this.promptTokens(slot, key, fitted, budget);
@@ -340,12 +348,14 @@ export class Engine {
     // States are swapped only when the sequence holds another conversation (with saved states on).
     const kv = slot.transcript?.key === key ? undefined : this.kv;
     // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
+    if (kv && key !== undefined) await this.leaving.get(key);
     const found = kv && key !== undefined ? await kv.find(key) : undefined;
-    // New batches wait for the save, the load and the erase, so requests arriving together share
-    // their prompts' batch, and the prompt joins the batch right after (dispatch-gate.ts).
+    // New batches wait for the load and the erase (and the save, if still under way), so requests
+    // arriving together share their prompts' batch, and the prompt joins the batch right after
+    // (dispatch-gate.ts).
     return await this.gate.hold(async () => {
       if (kv) {
-        await this.saveState(slot);
+        await left;
         if (found) {
           slot.transcript = await kv.load(slot.sequence, found);
           slot.saved = slot.transcript !== undefined;
@@ -353,6 +363,20 @@ export class Engine {
       }
       return await take();
     });
+  }
+
+  /**
+   * Starts saving the conversation the sequence holds when a turn of another takes it (with saved
+   * states on), at once: from here until the capture, that conversation's next turn waits for it.
+   */
+  private leave(slot: Slot, key: string | undefined): Promise<void> {
+    const held = slot.transcript?.key;
+    if (!this.kv || held === undefined || held === key) return Promise.resolve();
+    const saving = this.saveState(slot).finally(() => {
+      if (this.leaving.get(held) === saving) this.leaving.delete(held);
+    });
+    this.leaving.set(held, saving);
+    return saving;
   }
 
   /** Once this returns the sequence may change: the state is captured, its files are finished behind. */

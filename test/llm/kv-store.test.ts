@@ -281,6 +281,23 @@ describe("damaged state files", () => {
   });
 });
 
+describe("saved KV states, two sequences", () => {
+  test("a conversation whose sequence another turn took, back at that moment on the other sequence, loads the state that turn saved", async () => {
+    const engine = await Engine.load({ modelPath, contextSize: 1024, parallel: 2, threads: 1, kvCache: { dir: join(dir, "kv-two"), maxBytes: 64 * 2 ** 20 } });
+    try {
+      const [a, c, y] = ["a", "c", "y"].map((key) => conversation(() => engine, key)) as [ReturnType<typeof conversation>, ReturnType<typeof conversation>, ReturnType<typeof conversation>];
+      const first = await a("hello there");
+      // On the other sequence: a's is now the least recently used.
+      await c("something else");
+      // y takes a's sequence and saves a; a, asking in the same moment, gets c's sequence.
+      const [, second] = await Promise.all([y("a third one"), a("tell me more")]);
+      expect(second.cachedTokens).toBe(first.promptTokens + first.completionTokens);
+    } finally {
+      await engine.close();
+    }
+  });
+});
+
 describe("KvStore", () => {
   test("a save resolves once the state is captured; finding the conversation meanwhile waits for its files", async () => {
     const llama = await getLlama({ gpu: false, build: "never" });
