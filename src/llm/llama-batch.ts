@@ -24,7 +24,7 @@ interface AddonContext {
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
   /** Parley's compiled natives add these two (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
-  decodeSteps?(sequenceId: number, position: number, token: Token, sampler: AddonSampler, steps: number): Promise<Int32Array>;
+  decodeSteps?(sequenceIds: number[], positions: number[], tokens: Token[], samplers: AddonSampler[], steps: number): Promise<Int32Array>;
   interruptSteps?(): void;
 }
 
@@ -138,39 +138,47 @@ export function canDecodeSteps(context: LlamaContext, sequence: LlamaContextSequ
   return internals<ContextInternals>(context)._ctx.decodeSteps !== undefined && !needsCheckpoints(sequence);
 }
 
+/** A reply for `decodeSteps`: its sequence, its last token (not yet decoded) and its sampler. */
+export interface StepsEntry {
+  sequence: LlamaContextSequence;
+  token: Token;
+  sampler: Sampler;
+}
+
 /**
- * A lone reply's next `steps` tokens at most, decoded and sampled on the decode thread without
- * coming back here between them (src/natives/decode-steps.cpp): decodes `token`, the reply's last,
- * then each token sampled but the last. Fewer after an end-of-generation token or `interruptSteps`,
- * and none when `proceed`, asked once the context's lock is taken, says no (an interruption before
- * the call began would not reach it). The sequence holds every token decoded: `dropLast` takes back
- * those past where the reply ended.
+ * The next `steps` tokens at most of each of these replies, decoded together a batch a step and
+ * sampled on the decode thread without coming back here between steps
+ * (src/natives/decode-steps.cpp): each entry's tokens, as many for all. The first step decodes each
+ * reply's `token`, the next ones the tokens sampled. Fewer after a step that sampled an end of
+ * generation, or after `interruptSteps`; none when `proceed`, asked once the context's lock is
+ * taken, says no (an interruption before the call began would not reach it). The sequences hold
+ * every token decoded: `dropLast` takes back those past where a reply ended.
  */
-export async function decodeSteps(
-  context: LlamaContext,
-  sequence: LlamaContextSequence,
-  token: Token,
-  sampler: Sampler,
-  steps: number,
-  proceed: () => boolean,
-): Promise<Token[]> {
+export async function decodeSteps(context: LlamaContext, entries: readonly StepsEntry[], steps: number, proceed: () => boolean): Promise<Token[][]> {
   return await locked(context, async (ctx) => {
-    if (!proceed()) return [];
-    const seq = internals<SequenceInternals>(sequence);
-    const position = seq._nextTokenIndex;
+    if (!proceed()) return entries.map(() => []);
+    const sequences = entries.map(({ sequence }) => internals<SequenceInternals>(sequence));
+    const positions = sequences.map((seq) => seq._nextTokenIndex);
     // One position stays free at the end, as node-llama-cpp keeps it.
-    const count = Math.min(steps, context.contextSize - 1 - position);
+    const count = Math.min(steps, ...positions.map((position) => context.contextSize - 1 - position));
     if (count < 1) throw new Error("the sequence's context is full");
     let sampled: Int32Array;
     try {
-      sampled = await ctx.decodeSteps!(seq._sequenceId, position, token, sampler.native, count);
+      sampled = await ctx.decodeSteps!(
+        sequences.map((seq) => seq._sequenceId),
+        positions,
+        entries.map(({ token }) => token),
+        entries.map(({ sampler }) => sampler.native),
+        count,
+      );
     } catch (error) {
-      // A failed run may have decoded some of its steps: the sequence holds none of them.
-      ctx.removeTokenCellsFromSequence(seq._sequenceId, position, -1);
+      // A failed run may have decoded some of its steps: the sequences hold none of them.
+      for (const [i, seq] of sequences.entries()) ctx.removeTokenCellsFromSequence(seq._sequenceId, positions[i]!, -1);
       throw error;
     }
-    const tokens = Array.from(sampled) as Token[];
-    recordDecoded([{ sequence, tokens: [token, ...tokens.slice(0, -1)] }]);
+    const taken = sampled.length / entries.length;
+    const tokens = entries.map((_, i) => Array.from({ length: taken }, (_, step) => sampled[step * entries.length + i]! as Token));
+    recordDecoded(entries.map(({ sequence, token }, i) => ({ sequence, tokens: [token, ...tokens[i]!.slice(0, -1)] })));
     return tokens;
   });
 }

@@ -17,9 +17,10 @@
  * piece only where the ids go up one by one (`split_equal`); in arrival order, four replies' batches
  * were computed in two pieces and took 3.3 times a 1-token batch instead of 2.
  *
- * A reply decoding alone (no other job, no turn announced) runs `LONE_STEPS` steps a native call
- * where the compiled natives allow it (llama-batch.ts `decodeSteps`): its tokens reach its turn in
- * bursts, and a turn that arrives interrupts the call after the step in flight.
+ * Replies decoding with nothing else to do (every job replying, no turn announced) run
+ * `STEPS_PER_CALL` steps a native call where the compiled natives allow it (llama-batch.ts
+ * `decodeSteps`): their tokens reach their turns in bursts, and a turn that arrives interrupts the
+ * call after the step in flight.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import type { DispatchGate } from "./dispatch-gate";
@@ -37,13 +38,14 @@ export interface Turn {
 }
 
 /**
- * Steps a reply decoding alone runs per native call (`decodeSteps`): the JS thread wakes once per
- * this many tokens instead of once per token. On bench-small (F16, 2 threads, greedy, a bare loop)
+ * Steps the running replies take per native call (`decodeSteps`): the JS thread wakes once per
+ * this many batches instead of once (or more) per batch, and the decode thread goes from one batch
+ * to the next without it. On bench-small (F16, 2 threads, greedy, a bare loop of one sequence)
  * one step a call took 8.2-9.2 ms a token and 4 steps 7.8-8.1 (the JS thread's CPU 0.09 against
- * 0.03 ms a token), 16 and 256 no less; llama-server 7.6-7.9 in the same minutes. Its tokens reach
- * the reply in bursts of as many, 30 ms apart there.
+ * 0.03 ms a token), 16 and 256 no less; llama-server 7.6-7.9 in the same minutes. The tokens reach
+ * the replies in bursts of as many, 30 ms apart there for one reply.
  */
-const LONE_STEPS = 4;
+const STEPS_PER_CALL = 4;
 
 /** The kinds of work, in the order a step serves them. */
 const PROMPT_END = 0;
@@ -69,7 +71,7 @@ export class Scheduler {
   /** Turns announced (`expect`) and not yet run, and the loop waiting for them. */
   private expected = 0;
   private arrivals: (() => void)[] = [];
-  /** A lone reply's steps are running natively: a new turn interrupts them. */
+  /** Replies' steps are running natively: a new turn interrupts them. */
   private stepping = false;
 
   /**
@@ -189,10 +191,7 @@ export class Scheduler {
   }
 
   private async decode(batch: { job: Job; tokens: readonly Token[] }[]): Promise<void> {
-    const [first] = batch;
-    if (batch.length === 1 && first!.job.replying && this.alone() && canDecodeSteps(this.context, first!.job.turn.sequence)) {
-      return await this.decodeLone(first!.job);
-    }
+    if (this.steady(batch)) return await this.decodeSteps(batch.map(({ job }) => job));
     const entries: BatchEntry[] = batch.map(({ job, tokens }) => ({
       sequence: job.turn.sequence,
       tokens,
@@ -225,47 +224,63 @@ export class Scheduler {
     }
   }
 
-  /** One job, and no turn announced. */
-  private alone(): boolean {
-    return this.jobs.size === 1 && this.expected === 0;
+  /** The batch holds every job, each a running reply the natives can step, and no turn is announced. */
+  private steady(batch: readonly { job: Job }[]): boolean {
+    return (
+      this.expected === 0 &&
+      batch.length === this.jobs.size &&
+      batch.every(({ job }) => job.replying && canDecodeSteps(this.context, job.turn.sequence))
+    );
   }
 
   /**
-   * A reply with nothing else to decode beside it: several steps a native call, interrupted by a
-   * turn that arrives. Where the reply ends inside them, the tokens decoded past its end are taken
-   * back out of the sequence before the turn ends, so it holds what one step a batch leaves.
+   * Replies with nothing else to decode beside them: several steps a native call, interrupted by a
+   * turn that arrives. Where a reply ends inside them, the tokens decoded past its end are taken
+   * back out of its sequence before its turn ends, so it holds what one step a batch leaves.
    */
-  private async decodeLone(job: Job): Promise<void> {
-    let tokens: Token[];
+  private async decodeSteps(jobs: readonly Job[]): Promise<void> {
+    let tokens: Token[][];
     this.stepping = true;
     try {
-      tokens = await decodeSteps(this.context, job.turn.sequence, job.pending[0]!, job.sampler, LONE_STEPS, () => this.alone());
+      const entries = jobs.map((job) => ({ sequence: job.turn.sequence, token: job.pending[0]!, sampler: job.sampler }));
+      // Jobs are only added while the call runs: one more means a turn arrived.
+      tokens = await decodeSteps(this.context, entries, STEPS_PER_CALL, () => this.expected === 0 && this.jobs.size === jobs.length);
     } catch (error) {
-      job.end(error);
+      for (const job of jobs) job.end(error);
       return;
     } finally {
       this.stepping = false;
     }
-    // None when a turn arrived before the steps began: the next batch takes both.
-    if (tokens.length > 0) job.stepped = this.step;
-    for (const [i, token] of tokens.entries()) {
-      // As before a batch: an abort, or the context's disposal (taking back fails then, and the
-      // turn ends with that error), ends the turn with the token given last unevaluated.
-      if (i > 0 && (job.turn.signal.aborted || this.context.disposed)) return await this.endLone(job, tokens.length - i);
-      job.pending = [token];
-      let failure: unknown;
-      try {
-        if (job.turn.onToken(token)) continue;
-      } catch (error) {
-        failure = error;
+    const taken = tokens[0]!.length;
+    // None when a turn arrived before the steps began: the next batch takes it beside them.
+    if (taken === 0) return;
+    const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
+    // Step by step, as the batches would have given them.
+    for (let step = 0; step < taken; step++) {
+      for (const [i, job] of jobs.entries()) {
+        if (ended.has(job)) continue;
+        job.stepped = this.step;
+        // As before a batch: an abort, or the context's disposal (taking back fails then, and the
+        // turn ends with that error), ends the turn with the token given last unevaluated.
+        if (step > 0 && (job.turn.signal.aborted || this.context.disposed)) {
+          ended.set(job, { decodedPast: taken - step });
+          continue;
+        }
+        const token = tokens[i]![step]!;
+        job.pending = [token];
+        // Ending the reply, this token is unevaluated; the ones after it were decoded.
+        try {
+          if (!job.turn.onToken(token)) ended.set(job, { decodedPast: taken - 1 - step });
+        } catch (failure) {
+          ended.set(job, { decodedPast: taken - 1 - step, failure });
+        }
       }
-      // This token ends the reply unevaluated; the ones after it were decoded.
-      return await this.endLone(job, tokens.length - 1 - i, failure);
     }
+    for (const [job, { decodedPast, failure }] of ended) await this.endStepped(job, decodedPast, failure);
   }
 
-  /** Ends a lone reply's turn once the last `decodedPast` tokens the sequence holds are taken back out. */
-  private async endLone(job: Job, decodedPast: number, failure?: unknown): Promise<void> {
+  /** Ends a stepped reply's turn once the last `decodedPast` tokens its sequence holds are taken back out. */
+  private async endStepped(job: Job, decodedPast: number, failure?: unknown): Promise<void> {
     try {
       await dropLast(this.context, job.turn.sequence, decodedPast);
     } catch (error) {

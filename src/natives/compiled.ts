@@ -23,7 +23,7 @@ export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
 
 /**
  * The cmake hook that links decode-thread.cpp into the addon (every decode on one thread) and
- * decode-steps.cpp (a lone reply decoded and sampled there for several steps a call).
+ * decode-steps.cpp (the running replies decoded and sampled there for several steps a call).
  */
 export const DECODE_THREAD_HOOK = join(import.meta.dir, "decode-thread.cmake");
 const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp"].map((name) => join(import.meta.dir, name));

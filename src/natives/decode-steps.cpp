@@ -1,8 +1,11 @@
-// Adds two methods to node-llama-cpp's AddonContext, for a reply that decodes alone:
-// - decodeSteps(sequenceId, position, token, sampler, steps): on the decode thread, decodes `token`
-//   at `position` in the sequence, samples the next token with `sampler`, decodes that one, and so
-//   on, `steps` times at most; resolves to an Int32Array of the tokens sampled. It stops early after
-//   an end-of-generation token, or once interruptSteps() is called.
+// Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
+// do beside them:
+// - decodeSteps(sequenceIds, positions, tokens, samplers, steps): on the decode thread, decodes one
+//   batch of each sequence's token at its position, samples each sequence's next token with its
+//   sampler, decodes those in the next batch, and so on, `steps` times at most; resolves to an
+//   Int32Array of the tokens sampled, step by step (each step's tokens in the sequences' order).
+//   It stops early after a step that sampled an end-of-generation token, or once interruptSteps()
+//   is called.
 // - interruptSteps(): a running decodeSteps ends after its current step.
 //
 // Why: a reply's token through the addon's own calls wakes the JS thread at least once, and on
@@ -44,30 +47,36 @@ std::atomic<uint64_t> interruptions{0};
 // One decodeSteps call, from the JS thread to the decode thread and back.
 struct Steps {
     AddonContext * context;
-    AddonSampler * sampler;
-    int32_t sequenceId;
-    int32_t position;
-    llama_token input;
+    std::vector<AddonSampler *> samplers;
+    std::vector<int32_t> sequenceIds;
+    std::vector<int32_t> positions;
+    // Each sequence's token the next step decodes.
+    std::vector<llama_token> inputs;
     int32_t count;
     uint64_t interruption = interruptions.load();
     std::vector<llama_token> tokens;
     std::string error;
     napi_deferred deferred = nullptr;
 
-    // On the decode thread; as the addon's decode and sample workers for a batch of one token.
+    // On the decode thread; as the addon's decode and sample workers for a batch of a token per sequence.
     void run() {
-        llama_batch batch = llama_batch_init(1, 0, 1);
+        const int32_t n = static_cast<int32_t>(sequenceIds.size());
+        llama_batch batch = llama_batch_init(n, 0, 1);
         try {
             const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
-            for (int32_t i = 0; i < count && (i == 0 || interruptions.load() == interruption); i++) {
-                batch.n_tokens = 1;
-                batch.token[0] = input;
-                batch.pos[0] = position + i;
-                batch.n_seq_id[0] = 1;
-                batch.seq_id[0][0] = sequenceId;
-                batch.logits[0] = true;
+            for (int32_t step = 0; step < count && (step == 0 || interruptions.load() == interruption); step++) {
+                batch.n_tokens = n;
+                for (int32_t i = 0; i < n; i++) {
+                    batch.token[i] = inputs[i];
+                    batch.pos[i] = positions[i] + step;
+                    batch.n_seq_id[i] = 1;
+                    batch.seq_id[i][0] = sequenceIds[i];
+                    batch.logits[i] = true;
+                }
                 if (!decode(batch) || !sample()) break;
-                if (llama_vocab_is_eog(vocab, input)) break;
+                bool ended = false;
+                for (const llama_token token : inputs) ended = ended || llama_vocab_is_eog(vocab, token);
+                if (ended) break;
             }
         } catch (const std::exception & failure) {
             error = failure.what();
@@ -93,26 +102,30 @@ struct Steps {
         return true;
     }
 
+    // Every sequence's next token, from its logits in the batch just decoded (batch index i).
     bool sample() {
-        sampler->rebuildChainIfNeeded();
-        std::unique_lock<std::mutex> lock(context->sharedSamplerData.mutex);
-        if (!context->sharedSamplerData.gotLogit) {
-            context->sharedSamplerData.hasLogits = llama_get_logits(context->ctx) != nullptr;
-            context->sharedSamplerData.gotLogit = true;
+        for (size_t i = 0; i < samplers.size(); i++) {
+            AddonSampler * sampler = samplers[i];
+            sampler->rebuildChainIfNeeded();
+            std::unique_lock<std::mutex> lock(context->sharedSamplerData.mutex);
+            if (!context->sharedSamplerData.gotLogit) {
+                context->sharedSamplerData.hasLogits = llama_get_logits(context->ctx) != nullptr;
+                context->sharedSamplerData.gotLogit = true;
+            }
+            if (!context->sharedSamplerData.hasLogits) {
+                error = "This model does not support token generation";
+                return false;
+            }
+            llama_token_data_array candidates;
+            sampler->sampleAndReleaseLock(context->sharedSamplerData.mutex, lock, context->ctx, static_cast<int32_t>(i), candidates, false);
+            if (candidates.size == 0 || candidates.selected < 0 || static_cast<size_t>(candidates.selected) >= candidates.size) {
+                error = "llama.cpp failed to sample a token";
+                return false;
+            }
+            inputs[i] = candidates.data[candidates.selected].id;
+            sampler->acceptToken(inputs[i]);
         }
-        if (!context->sharedSamplerData.hasLogits) {
-            error = "This model does not support token generation";
-            return false;
-        }
-        llama_token_data_array candidates;
-        sampler->sampleAndReleaseLock(context->sharedSamplerData.mutex, lock, context->ctx, 0, candidates, false);
-        if (candidates.size == 0 || candidates.selected < 0 || static_cast<size_t>(candidates.selected) >= candidates.size) {
-            error = "llama.cpp failed to sample a token";
-            return false;
-        }
-        input = candidates.data[candidates.selected].id;
-        sampler->acceptToken(input);
-        tokens.push_back(input);
+        tokens.insert(tokens.end(), inputs.begin(), inputs.end());
         return true;
     }
 };
@@ -141,7 +154,7 @@ void settle(napi_env env, napi_value, void * returnData, void * stepsData) {
         napi_reject_deferred(env, steps->deferred, Napi::Error::New(env, steps->error).Value());
     }
     steps->context->Unref();
-    steps->sampler->Unref();
+    for (AddonSampler * sampler : steps->samplers) sampler->Unref();
     Return * back = static_cast<Return *>(returnData);
     if (--back->out == 0) napi_unref_threadsafe_function(env, back->function);
 }
@@ -173,35 +186,64 @@ napi_value fail(const Napi::Error & error) {
     return nullptr;
 }
 
+// The i-th element of an array argument, as an integer; false where it is not a number.
+bool integerAt(const Napi::Array & array, uint32_t i, int32_t & value) {
+    const Napi::Value element = array.Get(i);
+    if (!element.IsNumber()) return false;
+    value = element.As<Napi::Number>().Int32Value();
+    return true;
+}
+
 // Throws (the addon is built with C++ exceptions) where a napi call fails, an unwrap say.
 napi_value start(napi_env env, const Napi::CallbackInfo & info) {
     AddonContext * context = Napi::ObjectWrap<AddonContext>::Unwrap(info.This().As<Napi::Object>());
     if (context == nullptr || context->disposed) return fail(Napi::Error::New(env, "Context is disposed"));
-    if (info.Length() < 5 || !info[0].IsNumber() || !info[1].IsNumber() || !info[2].IsNumber() || !info[3].IsObject() || !info[4].IsNumber()) {
-        return fail(Napi::TypeError::New(env, "decodeSteps(sequenceId: number, position: number, token: number, sampler: AddonSampler, steps: number)"));
+    const char * signature = "decodeSteps(sequenceIds: number[], positions: number[], tokens: number[], samplers: AddonSampler[], steps: number)";
+    if (info.Length() < 5 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray() || !info[4].IsNumber()) {
+        return fail(Napi::TypeError::New(env, signature));
     }
-    AddonSampler * sampler = nullptr;
-    // Unwrapping an object no native class wraps throws.
-    try {
-        sampler = Napi::ObjectWrap<AddonSampler>::Unwrap(info[3].As<Napi::Object>());
-    } catch (const Napi::Error &) {
+    const Napi::Array ids = info[0].As<Napi::Array>();
+    const Napi::Array positions = info[1].As<Napi::Array>();
+    const Napi::Array inputs = info[2].As<Napi::Array>();
+    const Napi::Array samplers = info[3].As<Napi::Array>();
+    const uint32_t n = ids.Length();
+    const uint32_t sequences = llama_n_seq_max(context->ctx);
+    if (n == 0 || n > sequences || positions.Length() != n || inputs.Length() != n || samplers.Length() != n) {
+        return fail(Napi::RangeError::New(env, "decodeSteps: one to the context's sequence count of sequences, each with a position, a token and a sampler"));
     }
-    if (sampler == nullptr) return fail(Napi::TypeError::New(env, "decodeSteps: the sampler is not an AddonSampler"));
-    if (sampler->disposed) return fail(Napi::Error::New(env, "decodeSteps: the sampler is disposed"));
-    const int32_t sequenceId = info[0].As<Napi::Number>().Int32Value();
-    const int32_t position = info[1].As<Napi::Number>().Int32Value();
     const int32_t count = info[4].As<Napi::Number>().Int32Value();
-    if (sequenceId < 0 || position < 0 || count < 1 || position + count >= static_cast<int32_t>(llama_n_ctx(context->ctx))) {
-        return fail(Napi::RangeError::New(env, "decodeSteps: the sequence, position or step count is outside the context"));
+    auto steps = std::make_unique<Steps>(Steps{context, {}, {}, {}, {}, count});
+    std::vector<bool> seen(sequences, false);
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t id = 0, position = 0, token = 0;
+        if (!integerAt(ids, i, id) || !integerAt(positions, i, position) || !integerAt(inputs, i, token) || !samplers.Get(i).IsObject()) {
+            return fail(Napi::TypeError::New(env, signature));
+        }
+        if (id < 0 || static_cast<uint32_t>(id) >= sequences || seen[id] || position < 0 || count < 1 ||
+            position + count >= static_cast<int32_t>(llama_n_ctx(context->ctx))) {
+            return fail(Napi::RangeError::New(env, "decodeSteps: a sequence (or a repeated one), position or step count is outside the context"));
+        }
+        seen[id] = true;
+        AddonSampler * sampler = nullptr;
+        // Unwrapping an object no native class wraps throws.
+        try {
+            sampler = Napi::ObjectWrap<AddonSampler>::Unwrap(samplers.Get(i).As<Napi::Object>());
+        } catch (const Napi::Error &) {
+        }
+        if (sampler == nullptr) return fail(Napi::TypeError::New(env, "decodeSteps: a sampler is not an AddonSampler"));
+        if (sampler->disposed) return fail(Napi::Error::New(env, "decodeSteps: a sampler is disposed"));
+        steps->sequenceIds.push_back(id);
+        steps->positions.push_back(position);
+        steps->inputs.push_back(static_cast<llama_token>(token));
+        steps->samplers.push_back(sampler);
     }
     Return * back = returnOf(env);
     if (back == nullptr) return fail(Napi::Error::New(env, "decodeSteps: could not create its threadsafe function"));
-    auto steps = std::make_unique<Steps>(Steps{context, sampler, sequenceId, position, static_cast<llama_token>(info[2].As<Napi::Number>().Int32Value()), count});
     napi_value promise;
     napi_create_promise(env, &steps->deferred, &promise);
     // Held until settled, as the addon's own workers hold what they use.
     context->Ref();
-    sampler->Ref();
+    for (AddonSampler * sampler : steps->samplers) sampler->Ref();
     if (back->out++ == 0) napi_ref_threadsafe_function(env, back->function);
     napi_threadsafe_function function = back->function;
     // From here the call is settle()'s to delete.

@@ -16,9 +16,21 @@ const natives = await useLocalNatives();
 if (natives === undefined && Bun.env.CI === "true") throw new Error("no compiled natives: CI compiles them (bun run natives) before the tests");
 
 interface Addon {
-  decodeSteps(sequenceId: unknown, position: unknown, token: unknown, sampler: unknown, steps: unknown): Promise<Int32Array>;
+  decodeSteps(sequenceIds: unknown, positions: unknown, tokens: unknown, samplers: unknown, steps: unknown): Promise<Int32Array>;
   interruptSteps(): void;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): void;
+}
+
+/** The object's property, its methods bound to it: a proxy's caller would otherwise be their `this`. */
+function bound(target: object, key: string | symbol): unknown {
+  const value = Reflect.get(target, key) as unknown;
+  return typeof value === "function" ? value.bind(target) : value;
+}
+
+/** The context as the npm prebuilt leaves it, without decodeSteps: one step a batch. */
+function stepwiseOf(context: LlamaContext): LlamaContext {
+  const hidden = new Proxy((context as unknown as { _ctx: Addon })._ctx, { get: (target, key) => (key === "decodeSteps" ? undefined : bound(target, key)) });
+  return new Proxy(context, { get: (target, key) => (key === "_ctx" ? hidden : Reflect.get(target, key)) });
 }
 
 describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives)", () => {
@@ -39,25 +51,20 @@ describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives
     sequences = Array.from({ length: 2 }, () => context.getSequence());
     const internal = context as unknown as { _ctx: Addon };
     addon = internal._ctx;
-    const view = (hide: boolean) =>
-      new Proxy(addon, {
-        get: (target, key) => {
-          if (hide && key === "decodeSteps") return undefined;
-          if (key === "interruptSteps") return () => (interruptions++, target.interruptSteps());
-          if (key === "decodeSteps" && onStepsCall !== undefined) {
-            return (...args: Parameters<Addon["decodeSteps"]>) => {
-              const call = target.decodeSteps(...args);
-              if (onStepsCall?.()) onStepsCall = undefined;
-              return call;
-            };
-          }
-          const value = Reflect.get(target, key) as unknown;
-          return typeof value === "function" ? value.bind(target) : value;
-        },
-      });
-    internal._ctx = view(false);
-    const hidden = view(true);
-    stepwise = new Proxy(context, { get: (target, key) => (key === "_ctx" ? hidden : Reflect.get(target, key)) });
+    internal._ctx = new Proxy(addon, {
+      get: (target, key) => {
+        if (key === "interruptSteps") return () => (interruptions++, target.interruptSteps());
+        if (key === "decodeSteps" && onStepsCall !== undefined) {
+          return (...args: Parameters<Addon["decodeSteps"]>) => {
+            const call = target.decodeSteps(...args);
+            if (onStepsCall?.()) onStepsCall = undefined;
+            return call;
+          };
+        }
+        return bound(target, key);
+      },
+    });
+    stepwise = stepwiseOf(context);
   });
 
   beforeEach(async () => {
@@ -122,6 +129,36 @@ describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives
     }
   });
 
+  test("replies stepping together: each gets the tokens and leaves the sequence it would one step a batch, one ending at its end of generation, one mid-call, one running on alone", async () => {
+    const turns = [
+      // Greedy, its end of generation as its eighth token: the call ends after that step for all.
+      { text: "tell me about the hills", sampling: { temperature: 0 }, count: 100 },
+      { ...LONG, count: 10 },
+      // Its end of generation as its twentieth token, the last nine alone.
+      { ...OTHER, count: 30 },
+    ];
+    const many = await model.createContext({ contextSize: 1024, sequences: turns.length, threads: 1 });
+    try {
+      const own = Array.from({ length: turns.length }, () => many.getSequence());
+      const outcomes = [];
+      for (const ctx of [many, stepwiseOf(many)]) {
+        for (const sequence of own) await sequence.clearHistory();
+        const scheduler = new Scheduler(ctx, 16, new DispatchGate());
+        const firsts = turns.map(({ text, sampling, count }, i) => reply(scheduler, own[i]!, model.tokenize(text), count, sampling));
+        await Promise.all(firsts.map(({ done }) => done));
+        const held = own.map((sequence) => [...sequence.contextTokens]);
+        // Next turns on the same sequences read every cell they hold: stray ones would change them.
+        const seconds = own.map((sequence, i) => reply(scheduler, sequence, [firsts[i]!.tokens.at(-1)!, ...model.tokenize(LONG.text)], 12, LONG.sampling));
+        await Promise.all(seconds.map(({ done }) => done));
+        outcomes.push({ firsts: firsts.map(({ tokens }) => tokens), held, seconds: seconds.map(({ tokens }) => tokens) });
+      }
+      expect(outcomes[0]!.firsts.map((tokens) => tokens.length)).toEqual([7, 10, 19]);
+      expect(outcomes[0]).toEqual(outcomes[1]!);
+    } finally {
+      await many.dispose();
+    }
+  });
+
   test("interruptSteps ends the calls begun before it, each after its step in flight; a call begun after it runs whole", async () => {
     // No end of generation: a call ends only at its step count or an interruption.
     const vocabulary = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
@@ -134,7 +171,7 @@ describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives
         return { sequence, sampler, token: token!, position: sequence.nextTokenIndex, id: sequenceIdOf(sequence) };
       }),
     );
-    const call = ({ id, position, token, sampler }: (typeof prompted)[number], steps: number) => addon.decodeSteps(id, position, token, sampler.native, steps);
+    const call = ({ id, position, token, sampler }: (typeof prompted)[number], steps: number) => addon.decodeSteps([id], [position], [token], [sampler.native], steps);
     const [first, second] = prompted as [(typeof prompted)[number], (typeof prompted)[number]];
     const most = context.contextSize - 1 - Math.max(first.position, second.position);
     try {
@@ -191,11 +228,17 @@ describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives
     disposed.dispose();
     const id = sequenceIdOf(sequences[0]!);
     try {
-      expect(() => addon.decodeSteps(id, 0, 1, sampler.native, "4")).toThrow(TypeError);
-      expect(() => addon.decodeSteps(id, 0, 1, {}, 4)).toThrow(/not an AddonSampler/);
-      expect(() => addon.decodeSteps(id, 0, 1, disposed.native, 4)).toThrow(/the sampler is disposed/);
-      expect(() => addon.decodeSteps(id, 0, 1, sampler.native, 0)).toThrow(/outside the context/);
-      expect(() => addon.decodeSteps(id, 10_000, 1, sampler.native, 4)).toThrow(/outside the context/);
+      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], "4")).toThrow(TypeError);
+      expect(() => addon.decodeSteps(id, 0, 1, sampler.native, 4)).toThrow(TypeError);
+      expect(() => addon.decodeSteps([id], [0], ["1"], [sampler.native], 4)).toThrow(TypeError);
+      expect(() => addon.decodeSteps([], [], [], [], 4)).toThrow(/one to the context's sequence count/);
+      expect(() => addon.decodeSteps([id, id + 1], [0], [1, 1], [sampler.native, sampler.native], 4)).toThrow(/one to the context's sequence count/);
+      expect(() => addon.decodeSteps([0, 1, 2], [0, 0, 0], [1, 1, 1], [sampler.native, sampler.native, sampler.native], 4)).toThrow(/one to the context's sequence count/);
+      expect(() => addon.decodeSteps([id], [0], [1], [{}], 4)).toThrow(/not an AddonSampler/);
+      expect(() => addon.decodeSteps([id], [0], [1], [disposed.native], 4)).toThrow(/a sampler is disposed/);
+      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], 0)).toThrow(/outside the context/);
+      expect(() => addon.decodeSteps([id], [10_000], [1], [sampler.native], 4)).toThrow(/outside the context/);
+      expect(() => addon.decodeSteps([id, id], [0, 0], [1, 1], [sampler.native, sampler.native], 4)).toThrow(/repeated/);
     } finally {
       sampler.dispose();
     }
@@ -210,7 +253,7 @@ describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives
       const model = await (await getLlama({ gpu: false, build: "never" })).loadModel({ modelPath: ${JSON.stringify(await presetModel("demo"))} });
       const context = await model.createContext({ contextSize: 256, sequences: 1 });
       const sampler = new Sampler(context, model, { temperature: 0 });
-      const tokens = await decodeSteps(context, context.getSequence(), model.tokenize("hello")[0], sampler, 3, () => true);
+      const [tokens] = await decodeSteps(context, [{ sequence: context.getSequence(), token: model.tokenize("hello")[0], sampler }], 3, () => true);
       console.log("sampled", tokens.length);
     `;
     const child = Bun.spawn([process.execPath, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });
