@@ -1,7 +1,8 @@
 /**
- * A reply decoding alone runs several steps a native call (src/natives/decode-steps.cpp, added to
- * the addon by Parley's compiled natives): the same tokens as one step a batch, the same sequence
- * afterwards however the reply ends, and a turn arriving meanwhile interrupts it. Skipped without
+ * Running replies with nothing else to decode take several steps a native call
+ * (src/natives/decode-steps.cpp, added to the addon by Parley's compiled natives): the same tokens
+ * as one step a batch, the same sequences afterwards however the replies end, and a turn arriving
+ * meanwhile interrupts them. Skipped without
  * compiled natives (`bun run natives`); CI compiles them, and there a skip is a failure.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
@@ -33,7 +34,7 @@ function stepwiseOf(context: LlamaContext): LlamaContext {
   return new Proxy(context, { get: (target, key) => (key === "_ctx" ? hidden : Reflect.get(target, key)) });
 }
 
-describe.skipIf(natives === undefined)("a reply decoding alone (compiled natives)", () => {
+describe.skipIf(natives === undefined)("replies stepping (compiled natives)", () => {
   let model: LlamaModel;
   let context: LlamaContext;
   let sequences: LlamaContextSequence[];
