@@ -86,12 +86,6 @@ interface Slot {
 
 export class Engine {
   private disposed = false;
-  /**
-   * Saves under way of conversations whose sequence was handed to another turn: that
-   * conversation's own next turn, on another sequence, waits for its save before it looks for its
-   * file, or it would load the turn before (and re-evaluate the last turn's tokens).
-   */
-  private readonly leaving = new Map<string, Promise<void>>();
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -293,7 +287,6 @@ export class Engine {
    * conversation; call when none of its replies is running.
    */
   async forget(conversationKey: string): Promise<void> {
-    await this.leaving.get(conversationKey);
     for (const slot of this.slots) if (slot.transcript?.key === conversationKey) await this.empty(slot);
     await this.kv?.forget(conversationKey);
   }
@@ -348,18 +341,15 @@ export class Engine {
     // States are swapped only when the sequence holds another conversation (with saved states on).
     const kv = slot.transcript?.key === key ? undefined : this.kv;
     // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
-    if (kv && key !== undefined) await this.leaving.get(key);
     const found = kv && key !== undefined ? await kv.find(key) : undefined;
     // New batches wait for the load and the erase (and the save, if still under way), so requests
     // arriving together share their prompts' batch, and the prompt joins the batch right after
     // (dispatch-gate.ts).
     return await this.gate.hold(async () => {
-      if (kv) {
-        await left;
-        if (found) {
-          slot.transcript = await kv.load(slot.sequence, found);
-          slot.saved = slot.transcript !== undefined;
-        }
+      await left;
+      if (kv && found) {
+        slot.transcript = await kv.load(slot.sequence, found);
+        slot.saved = slot.transcript !== undefined;
       }
       return await take();
     });
@@ -367,16 +357,13 @@ export class Engine {
 
   /**
    * Starts saving the conversation the sequence holds when a turn of another takes it (with saved
-   * states on), at once: from here until the capture, that conversation's next turn waits for it.
+   * states on), at once: the store counts a save from when it is asked for, so that
+   * conversation's own next turn, on another sequence, finds its file only once written. Saved
+   * later (once this turn's prompt was fitted and its own file found), that next turn could look
+   * first, load the turn before, and re-evaluate the last turn's tokens.
    */
   private leave(slot: Slot, key: string | undefined): Promise<void> {
-    const held = slot.transcript?.key;
-    if (!this.kv || held === undefined || held === key) return Promise.resolve();
-    const saving = this.saveState(slot).finally(() => {
-      if (this.leaving.get(held) === saving) this.leaving.delete(held);
-    });
-    this.leaving.set(held, saving);
-    return saving;
+    return slot.transcript?.key === key ? Promise.resolve() : this.saveState(slot);
   }
 
   /** Once this returns the sequence may change: the state is captured, its files are finished behind. */

@@ -101,7 +101,11 @@ export class KvStore {
   private total = 0;
   /** Captures run one at a time, so that two never count the same free space. */
   private capturing: Promise<unknown> = Promise.resolve();
-  /** Saves still writing after their capture, by the pair's path: that conversation's find or forget waits for its own. */
+  /**
+   * Saves not yet written, by the pair's path, from the moment they are asked for (a capture may
+   * wait behind others): that conversation's find or forget waits for its own, or a turn arriving
+   * meanwhile would load the state before it.
+   */
   private readonly writing = new Map<string, Promise<boolean>>();
   /** What a state weighs per token, as the last save measured it (0 before any). */
   private bytesPerToken = 0;
@@ -133,9 +137,18 @@ export class KvStore {
    * `written`, which settles false (with a warning) when the state was not saved. Never rejects.
    */
   save(sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
-    const captured = this.capturing.then(() => this.capture(sequence, transcript));
+    const base = this.pathOf(transcript.key);
+    // Two saves of one conversation never write its files at once.
+    const previous = this.writing.get(base);
+    const captured = this.capturing.then(() => this.capture(base, previous, sequence, transcript));
     this.capturing = captured;
-    return captured;
+    const tracked: Promise<boolean> = captured
+      .then(({ written }) => written)
+      .finally(() => {
+        if (this.writing.get(base) === tracked) this.writing.delete(base);
+      });
+    this.writing.set(base, tracked);
+    return captured.then(() => ({ written: tracked }));
   }
 
   /** Resolves once every save so far has finished writing. */
@@ -185,29 +198,21 @@ export class KvStore {
     return undefined;
   }
 
-  private async capture(sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
-    const base = this.pathOf(transcript.key);
-    // Two saves of one conversation never write its files at once.
-    await this.writing.get(base);
+  private async capture(base: string, previous: Promise<boolean> | undefined, sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
+    await previous;
     const tmp = `${base}.${randomUUID()}.tmp`;
     const saved: SavedTranscript = { key: transcript.key, text: transcript.text.toJSON(), tokens: [...transcript.tokens] };
     const transcriptJson = JSON.stringify(saved);
     const expected = this.bytesPerToken * sequence.contextTokens.length + transcriptJson.length;
-    let written: Promise<boolean>;
     try {
       const room = await this.makeRoom(expected);
       if (room !== true) return { written: Promise.resolve(this.shortOfSpace(room)) };
       const { fileSize } = await sequence.saveStateToFile(`${tmp}.kv`);
       this.bytesPerToken = fileSize / Math.max(1, sequence.contextTokens.length);
-      written = this.finish(base, tmp, fileSize, saved, transcriptJson, expected);
+      return { written: this.finish(base, tmp, fileSize, saved, transcriptJson, expected) };
     } catch (error) {
       return { written: Promise.resolve(await this.abandon(base, tmp, expected, error)) };
     }
-    const tracked: Promise<boolean> = written.finally(() => {
-      if (this.writing.get(base) === tracked) this.writing.delete(base);
-    });
-    this.writing.set(base, tracked);
-    return { written: tracked };
   }
 
   /** Checksums the captured state, writes its sidecar and renames both into place. */

@@ -254,12 +254,12 @@ export class Scheduler {
     const taken = tokens[0]!.length;
     // None when a turn arrived before the steps began: the next batch takes it beside them.
     if (taken === 0) return;
+    for (const job of jobs) job.stepped = this.step;
     const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
     // Step by step, as the batches would have given them.
     for (let step = 0; step < taken; step++) {
       for (const [i, job] of jobs.entries()) {
         if (ended.has(job)) continue;
-        job.stepped = this.step;
         // As before a batch: an abort, or the context's disposal (taking back fails then, and the
         // turn ends with that error), ends the turn with the token given last unevaluated.
         if (step > 0 && (job.turn.signal.aborted || this.context.disposed)) {
