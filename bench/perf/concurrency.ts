@@ -10,6 +10,14 @@ import { userMessage } from "./text";
 export const STREAM_LEVELS = [1, 2, 4, 8];
 const BUSY_STREAMS = 3;
 
+/**
+ * Rounds per run of B8 and B9. A round takes 1-4 s, and one side's rate moved by 10-20% from one
+ * round to the next (B8 at one stream: 102-120 tok/s over seven rounds, llama-server 103-122):
+ * three rounds' median of that moved a target's ratio across its bound from one run to the next
+ * (four streams 0.84-1.07 over runs 25-27, B9 0.83-1.13), so each side gets three times as many.
+ */
+const ROUNDS_PER_RUN = 3;
+
 /** Completion tokens of all streams over the window from the first token to the last across them. */
 export function aggregateTps(turns: readonly TurnTiming[]): number {
   const window = Math.max(...turns.map((t) => t.lastAt)) - Math.min(...turns.map((t) => t.firstAt));
@@ -40,6 +48,7 @@ export const concurrencySweep: Scenario = {
         n,
         (side, server) => round(side, server.url, "warm-up", (i) => 100 * i),
         (side, url, r) => round(side, url, String(r), (i) => 1000 * n + 100 * r + i),
+        ctx.runs * ROUNDS_PER_RUN,
       );
       for (const [name, runs] of Object.entries(measured) as [SideName, TurnTiming[][]][]) {
         const streams = runs.flat();
@@ -108,9 +117,14 @@ export const ttftWhileBusy: Scenario = {
       BUSY_STREAMS + 1,
       (side, server) => side.ask(server.url, "warm-up", shortPrompt(0), ctx.decodeTokens),
       async (side, url, r) => ({ aloneMs: (await side.ask(url, `b9-alone-${r}`, shortPrompt(700 + r), 8)).ttftMs, ...(await whileBusy(side, url, ctx, r)) }),
+      ctx.runs * ROUNDS_PER_RUN,
     );
     const summary = (of: { aloneMs: number; short: TurnTiming; busy: Busy }[] | undefined) =>
-      of && { aloneMs: median(of.map((run) => run.aloneMs)), busyMs: median(of.map((run) => run.short.ttftMs)), busy: of.map((run) => run.busy) };
+      of && {
+        aloneMs: median(of.map((run) => run.aloneMs)),
+        busyMs: median(of.map((run) => run.short.ttftMs)),
+        rounds: of.map((run) => ({ aloneMs: run.aloneMs, busyMs: run.short.ttftMs, ...run.busy })),
+      };
     const [mine, theirs] = [summary(runs.parley), summary(runs.llamaServer)];
     const slowdown = (m: typeof mine) => m && m.busyMs / m.aloneMs;
     return [
@@ -125,7 +139,7 @@ export const ttftWhileBusy: Scenario = {
           categories: ["alone", `while ${BUSY_STREAMS} decode`],
           parley: mine && [mine.aloneMs, mine.busyMs],
           llamaServer: theirs && [theirs.aloneMs, theirs.busyMs],
-          busy: { parley: mine?.busy, llamaServer: theirs?.busy },
+          rounds: { parley: mine?.rounds, llamaServer: theirs?.rounds },
         },
       },
       { id: "B9", what: "short request TTFT ms alone", parley: mine?.aloneMs, yardstick: theirs?.aloneMs, ratio: ratio(mine?.aloneMs, theirs?.aloneMs) },

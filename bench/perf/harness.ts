@@ -112,19 +112,21 @@ export const inTurn = <S>(all: readonly S[], run: number): S[] => (run % 2 === 0
  * first seconds); for B1 only a reading of its idle memory, so its runs start cold. The runs then
  * alternate between the sides in ABBA order (`inTurn`), so a change in the machine's speed, ±15%
  * within minutes on this VM, hits both sides alike. A side waits idle while the other is measured.
- * Returns what each side's warm-up gave, and its runs in order.
+ * `rounds` (default the context's runs) is how many runs each side gets. Returns what each side's
+ * warm-up gave, and its runs in order.
  */
 export async function alternating<W, T>(
   ctx: Context,
   parallel: number,
   warmUp: (side: Side, server: Server) => Promise<W>,
   measure: (side: Side, url: string, run: number) => Promise<T>,
+  rounds = ctx.runs,
 ): Promise<{ warm: PerSide<W>; runs: PerSide<T[]> }> {
   const all = sides(ctx);
   const runs = async (servers: readonly { side: Side; url: string }[]) => {
     // Fresh for every attempt: withServer repeats the whole of it after a dropped connection.
     const measured: PerSide<T[]> = {};
-    for (let r = 0; r < ctx.runs; r++) {
+    for (let r = 0; r < rounds; r++) {
       for (const { side, url } of inTurn(servers, r)) (measured[side.name] ??= []).push(await measure(side, url, r));
     }
     return measured;
