@@ -69,6 +69,7 @@ export async function decode(
     input,
     sampling: { temperature: options.temperature, topP: options.topP, seed: options.seed },
     signal,
+    maxTokens,
     onToken(token) {
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) return false;

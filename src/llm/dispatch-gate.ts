@@ -13,6 +13,17 @@
 export class DispatchGate {
   private pending = 0;
   private waiting: (() => void)[] = [];
+  private holding: (() => void)[] = [];
+
+  /** Whether a sequence is being readied. */
+  get held(): boolean {
+    return this.pending > 0;
+  }
+
+  /** Calls `listener` as each hold begins: a batch in flight then holds the lock the hold needs. */
+  onHold(listener: () => void): void {
+    this.holding.push(listener);
+  }
 
   /** Undefined when no sequence is being readied (the batch goes at once), else when none is. */
   open(): Promise<void> | undefined {
@@ -23,6 +34,7 @@ export class DispatchGate {
   /** Runs `io` (readying a sequence) with new batches held until all such work ends. */
   async hold<T>(io: () => Promise<T>): Promise<T> {
     this.pending++;
+    for (const listener of this.holding) listener();
     try {
       return await io();
     } finally {

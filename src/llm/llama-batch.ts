@@ -23,9 +23,9 @@ interface AddonContext {
   decodeBatch(): Promise<void>;
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
-  /** Parley's compiled natives add these two (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
+  /** Parley's compiled natives add these three (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
   decodeSteps?(sequenceIds: number[], positions: number[], tokens: Token[], samplers: AddonSampler[], steps: number): Promise<Int32Array>;
-  interruptSteps?(): void;
+  abortSteps?(): void;
 }
 
 interface AddonSampler {
@@ -146,21 +146,22 @@ export interface StepsEntry {
 }
 
 /**
- * The next `steps` tokens at most of each of these replies, decoded together a batch a step and
- * sampled on the decode thread without coming back here between steps
- * (src/natives/decode-steps.cpp): each entry's tokens, as many for all. The first step decodes each
- * reply's `token`, the next ones the tokens sampled. Fewer after a step that sampled an end of
- * generation, or after `interruptSteps`; none when `proceed`, asked once the context's lock is
- * taken, says no (an interruption before the call began would not reach it). The sequences hold
- * every token decoded: `dropLast` takes back those past where a reply ended.
+ * The next tokens of each of these replies, decoded together a batch a step and sampled on the
+ * decode thread without coming back here between steps (src/natives/decode-steps.cpp): each
+ * entry's tokens, as many for all. The first step decodes each reply's `token`, the next ones the
+ * tokens sampled. As many as `steps`, asked once the context's lock is taken, says (none for 0: an
+ * abort before the call began would not reach it); fewer after a step that sampled an end of
+ * generation, or after `abortSteps`. The sequences hold every token decoded: `dropLast` takes back
+ * those past where a reply ended.
  */
-export async function decodeSteps(context: LlamaContext, entries: readonly StepsEntry[], steps: number, proceed: () => boolean): Promise<Token[][]> {
+export async function decodeSteps(context: LlamaContext, entries: readonly StepsEntry[], steps: () => number): Promise<Token[][]> {
   return await locked(context, async (ctx) => {
-    if (!proceed()) return entries.map(() => []);
+    const wanted = steps();
+    if (wanted < 1) return entries.map(() => []);
     const sequences = entries.map(({ sequence }) => internals<SequenceInternals>(sequence));
     const positions = sequences.map((seq) => seq._nextTokenIndex);
     // One position stays free at the end, as node-llama-cpp keeps it.
-    const count = Math.min(steps, ...positions.map((position) => context.contextSize - 1 - position));
+    const count = Math.min(wanted, ...positions.map((position) => context.contextSize - 1 - position));
     if (count < 1) throw new Error("the sequence's context is full");
     let sampled: Int32Array;
     try {
@@ -178,7 +179,8 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
     }
     const taken = sampled.length / entries.length;
     const tokens = entries.map((_, i) => Array.from({ length: taken }, (_, step) => sampled[step * entries.length + i]! as Token));
-    recordDecoded(entries.map(({ sequence, token }, i) => ({ sequence, tokens: [token, ...tokens[i]!.slice(0, -1)] })));
+    // Aborted in its first step, the call decoded nothing.
+    if (taken > 0) recordDecoded(entries.map(({ sequence, token }, i) => ({ sequence, tokens: [token, ...tokens[i]!.slice(0, -1)] })));
     return tokens;
   });
 }
@@ -194,9 +196,9 @@ export async function dropLast(context: LlamaContext, sequence: LlamaContextSequ
   });
 }
 
-/** Ends a `decodeSteps` in flight after its current step. */
-export function interruptSteps(context: LlamaContext): void {
-  internals<ContextInternals>(context)._ctx.interruptSteps?.();
+/** Ends a `decodeSteps` in flight within its current step, which then counts for nothing. */
+export function abortSteps(context: LlamaContext): void {
+  internals<ContextInternals>(context)._ctx.abortSteps?.();
 }
 
 async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {

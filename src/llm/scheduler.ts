@@ -17,14 +17,15 @@
  * piece only where the ids go up one by one (`split_equal`); in arrival order, four replies' batches
  * were computed in two pieces and took 3.3 times a 1-token batch instead of 2.
  *
- * Replies decoding with nothing else to do (every job replying, no turn announced) run
- * `STEPS_PER_CALL` steps a native call where the compiled natives allow it (llama-batch.ts
- * `decodeSteps`): their tokens reach their turns in bursts, and a turn that arrives interrupts the
- * call after the step in flight.
+ * Replies decoding with nothing else to do (every job replying) run `STEPS_PER_CALL` steps a
+ * native call where the compiled natives allow it (llama-batch.ts `decodeSteps`): their tokens
+ * reach their turns in bursts. A turn that needs the context aborts the call within the step in
+ * flight: as its sequence is readied (the gate held) and as it reaches `run`. Its prompt then waits
+ * for no reply's step; the replies lose the aborted part of one.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import type { DispatchGate } from "./dispatch-gate";
-import { canDecodeSteps, decodeBatch, decodeSteps, dropLast, interruptSteps, Sampler, sequenceIdOf, type BatchEntry, type SamplerOptions } from "./llama-batch";
+import { abortSteps, canDecodeSteps, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type SamplerOptions } from "./llama-batch";
 
 export interface Turn {
   sequence: LlamaContextSequence;
@@ -35,6 +36,8 @@ export interface Turn {
   signal: AbortSignal;
   /** Each sampled token, at once; false ends the turn (the token is then not evaluated). */
   onToken(token: Token): boolean;
+  /** Tokens `onToken` takes at most (it says false at the last): no call steps past it. */
+  maxTokens?: number;
 }
 
 /**
@@ -61,6 +64,8 @@ interface Job {
   sampler: Sampler;
   /** The step in which it last had a batch. */
   stepped: number;
+  /** Tokens handed to `onToken`. */
+  given: number;
   end(error?: unknown): void;
 }
 
@@ -71,7 +76,7 @@ export class Scheduler {
   /** Turns announced (`expect`) and not yet run, and the loop waiting for them. */
   private expected = 0;
   private arrivals: (() => void)[] = [];
-  /** Replies' steps are running natively: a new turn interrupts them. */
+  /** Replies' steps are running natively: a turn that needs the context aborts them. */
   private stepping = false;
 
   /**
@@ -85,6 +90,8 @@ export class Scheduler {
   ) {
     // A prompt's end must fit a batch, or no batch could ever take it.
     if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);
+    // Readying a sequence takes the context's lock, which the call holds.
+    gate.onHold(() => this.abortSteps());
   }
 
   /**
@@ -99,7 +106,6 @@ export class Scheduler {
    */
   expect(): () => void {
     this.expected++;
-    if (this.stepping) interruptSteps(this.context);
     let arrived = false;
     return () => {
       if (arrived) return;
@@ -120,6 +126,7 @@ export class Scheduler {
       replying: false,
       sampler,
       stepped: -1,
+      given: 0,
       end: (error) => {
         if (!this.jobs.delete(job)) return;
         sampler.dispose();
@@ -128,7 +135,7 @@ export class Scheduler {
       },
     };
     this.jobs.add(job);
-    if (this.stepping) interruptSteps(this.context);
+    this.abortSteps();
     if (!this.running) {
       this.running = true;
       // A turn later, so requests received in the same turn of the event loop are announced first.
@@ -215,7 +222,7 @@ export class Scheduler {
       job.pending = [token];
       let more: boolean;
       try {
-        more = job.turn.onToken(token);
+        more = this.give(job, token);
       } catch (error) {
         job.end(error);
         continue;
@@ -224,27 +231,38 @@ export class Scheduler {
     }
   }
 
-  /** The batch holds every job, each a running reply the natives can step, and no turn is announced. */
+  private give(job: Job, token: Token): boolean {
+    job.given++;
+    return job.turn.onToken(token);
+  }
+
+  /** The batch holds every job, each a running reply the natives can step. */
   private steady(batch: readonly { job: Job }[]): boolean {
-    return (
-      this.expected === 0 &&
-      batch.length === this.jobs.size &&
-      batch.every(({ job }) => job.replying && canDecodeSteps(this.context, job.turn.sequence))
-    );
+    return batch.length === this.jobs.size && batch.every(({ job }) => job.replying && canDecodeSteps(this.context, job.turn.sequence));
+  }
+
+  /** Ends the native steps in flight, if any, within their current step. */
+  private abortSteps(): void {
+    if (this.stepping) abortSteps(this.context);
   }
 
   /**
-   * Replies with nothing else to decode beside them: several steps a native call, interrupted by a
-   * turn that arrives. Where a reply ends inside them, the tokens decoded past its end are taken
-   * back out of its sequence before its turn ends, so it holds what one step a batch leaves.
+   * Replies with nothing else to decode beside them: several steps a native call, no more than the
+   * closest reply's `maxTokens` needs, aborted by a turn that needs the context. Where a reply ends
+   * inside them, the tokens decoded past its end are taken back out of its sequence before its
+   * turn ends, so it holds what one step a batch leaves.
    */
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
     let tokens: Token[][];
     this.stepping = true;
     try {
       const entries = jobs.map((job) => ({ sequence: job.turn.sequence, token: job.pending[0]!, sampler: job.sampler }));
-      // Jobs are only added while the call runs: one more means a turn arrived.
-      tokens = await decodeSteps(this.context, entries, STEPS_PER_CALL, () => this.expected === 0 && this.jobs.size === jobs.length);
+      // Asked once the lock is taken: an abort before the call began would not reach it. Jobs are
+      // only added while the call runs (one more means a turn arrived); the gate is held while a
+      // sequence is readied.
+      const steps = () =>
+        this.jobs.size !== jobs.length || this.gate.held ? 0 : Math.max(1, Math.min(STEPS_PER_CALL, ...jobs.map((job) => (job.turn.maxTokens ?? Infinity) - job.given)));
+      tokens = await decodeSteps(this.context, entries, steps);
     } catch (error) {
       for (const job of jobs) job.end(error);
       return;
@@ -252,7 +270,7 @@ export class Scheduler {
       this.stepping = false;
     }
     const taken = tokens[0]!.length;
-    // None when a turn arrived before the steps began: the next batch takes it beside them.
+    // None when a turn arrived before the steps began or aborted the first: the next batch takes it.
     if (taken === 0) return;
     for (const job of jobs) job.stepped = this.step;
     const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
@@ -270,7 +288,7 @@ export class Scheduler {
         job.pending = [token];
         // Ending the reply, this token is unevaluated; the ones after it were decoded.
         try {
-          if (!job.turn.onToken(token)) ended.set(job, { decodedPast: taken - 1 - step });
+          if (!this.give(job, token)) ended.set(job, { decodedPast: taken - 1 - step });
         } catch (failure) {
           ended.set(job, { decodedPast: taken - 1 - step, failure });
         }

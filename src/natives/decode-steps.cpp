@@ -4,9 +4,15 @@
 //   batch of each sequence's token at its position, samples each sequence's next token with its
 //   sampler, decodes those in the next batch, and so on, `steps` times at most; resolves to an
 //   Int32Array of the tokens sampled, step by step (each step's tokens in the sequences' order).
-//   It stops early after a step that sampled an end-of-generation token, or once interruptSteps()
-//   is called.
-// - interruptSteps(): a running decodeSteps ends after its current step.
+//   It stops early after a step that sampled an end-of-generation token, or once abortSteps() is
+//   called.
+// - abortSteps(): a running decodeSteps ends within its current step, through llama.cpp's abort
+//   callback (asked between two ops of the graph). llama.cpp takes the aborted batch's cells back
+//   out of the sequences, so the call leaves them as if it had ended after the step before, and
+//   resolves to the tokens of the steps before. For a turn that needs the context now: on
+//   bench-small a step of three replies takes ~19 ms, which a prompt arriving used to wait for.
+//   llama.cpp logs an aborted decode as a failure (four lines and more); the link also routes
+//   llama_log_set through here, and the log drops what an aborted step of this call logs.
 //
 // Why: a reply's token through the addon's own calls wakes the JS thread at least once, and on
 // this VM a thread's wake-up alone costs 0.07-0.10 ms of CPU under Bun (0.045 ms in C), beside the
@@ -34,15 +40,23 @@
 #include "napi.h"
 
 extern "C" int32_t __real_llama_decode(llama_context * ctx, llama_batch batch);
+extern "C" void __real_llama_log_set(ggml_log_callback callback, void * data);
 extern "C" napi_status __real_napi_define_class(napi_env env, const char * utf8name, size_t length, napi_callback constructor,
                                                 void * data, size_t property_count, const napi_property_descriptor * properties,
                                                 napi_value * result);
 
 namespace {
 
-// Counts interruptSteps() calls: a run ends when the count moves. One count for all contexts: a
-// context's run ended early by another's interruption only returns fewer tokens.
-std::atomic<uint64_t> interruptions{0};
+// Counts abortSteps() calls: a run ends when the count moves. One count for all contexts: a
+// context's run aborted by another's call only returns fewer tokens.
+std::atomic<uint64_t> aborts{0};
+
+// The addon's log callback, which llama.cpp's log reaches through `quiet`.
+ggml_log_callback addonLog = nullptr;
+
+struct Steps;
+// The call whose step this thread is decoding, if any.
+thread_local Steps * decoding = nullptr;
 
 // One decodeSteps call, from the JS thread to the decode thread and back.
 struct Steps {
@@ -53,7 +67,7 @@ struct Steps {
     // Each sequence's token the next step decodes.
     std::vector<llama_token> inputs;
     int32_t count;
-    uint64_t interruption = interruptions.load();
+    uint64_t abortion = aborts.load();
     std::vector<llama_token> tokens;
     std::string error;
     napi_deferred deferred = nullptr;
@@ -62,9 +76,11 @@ struct Steps {
     void run() {
         const int32_t n = static_cast<int32_t>(sequenceIds.size());
         llama_batch batch = llama_batch_init(n, 0, 1);
+        // Only this call's decodes may be aborted: the addon's own batches run without the callback.
+        llama_set_abort_callback(context->ctx, aborted, this);
         try {
             const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
-            for (int32_t step = 0; step < count && (step == 0 || interruptions.load() == interruption); step++) {
+            for (int32_t step = 0; step < count && !aborted(this); step++) {
                 batch.n_tokens = n;
                 for (int32_t i = 0; i < n; i++) {
                     batch.token[i] = inputs[i];
@@ -83,7 +99,12 @@ struct Steps {
         } catch (...) {
             error = "Unknown error when calling \"llama_decode\"";
         }
+        llama_set_abort_callback(context->ctx, nullptr, nullptr);
         llama_batch_free(batch);
+    }
+
+    static bool aborted(void * data) {
+        return aborts.load(std::memory_order_relaxed) != static_cast<Steps *>(data)->abortion;
     }
 
     bool decode(const llama_batch & batch) {
@@ -92,7 +113,11 @@ struct Steps {
             context->sharedSamplerData.gotLogit = false;
             context->sharedSamplerData.hasLogits = false;
         }
+        decoding = this;
         const int32_t result = __real_llama_decode(context->ctx, batch);
+        decoding = nullptr;
+        // Aborted: llama.cpp has taken the batch's cells back out, and the step counts for nothing.
+        if (result == 2) return false;
         if (result != 0) {
             error = result == 1 ? "could not find a KV slot for the batch (try reducing the size of the batch or increase the context)"
                                 : "Eval has failed";
@@ -263,9 +288,15 @@ napi_value decodeSteps(napi_env env, napi_callback_info callbackInfo) {
     }
 }
 
-napi_value interruptSteps(napi_env, napi_callback_info) {
-    interruptions.fetch_add(1);
+napi_value abortSteps(napi_env, napi_callback_info) {
+    aborts.fetch_add(1);
     return nullptr;
+}
+
+// What llama.cpp logs while it aborts a step is no failure: dropped.
+void quiet(ggml_log_level level, const char * text, void * data) {
+    if (decoding != nullptr && Steps::aborted(decoding)) return;
+    if (addonLog != nullptr) addonLog(level, text, data);
 }
 
 bool named(const char * utf8name, size_t length, const char * name) {
@@ -282,6 +313,11 @@ napi_property_descriptor method(const char * name, napi_callback callback) {
 
 }  // namespace
 
+extern "C" void __wrap_llama_log_set(ggml_log_callback callback, void * data) {
+    addonLog = callback;
+    __real_llama_log_set(callback == nullptr ? nullptr : quiet, data);
+}
+
 extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8name, size_t length, napi_callback constructor, void * data,
                                                 size_t property_count, const napi_property_descriptor * properties, napi_value * result) {
     if (!named(utf8name, length, "AddonContext")) {
@@ -289,6 +325,6 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     }
     std::vector<napi_property_descriptor> extended(properties, properties + property_count);
     extended.push_back(method("decodeSteps", decodeSteps));
-    extended.push_back(method("interruptSteps", interruptSteps));
+    extended.push_back(method("abortSteps", abortSteps));
     return __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
 }

@@ -2,7 +2,7 @@
  * Running replies with nothing else to decode take several steps a native call
  * (src/natives/decode-steps.cpp, added to the addon by Parley's compiled natives): the same tokens
  * as one step a batch, the same sequences afterwards however the replies end, and a turn arriving
- * meanwhile interrupts them. Skipped without
+ * meanwhile aborts them. Skipped without
  * compiled natives (`bun run natives`); CI compiles them, and there a skip is a failure.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
@@ -18,7 +18,10 @@ if (natives === undefined && Bun.env.CI === "true") throw new Error("no compiled
 
 interface Addon {
   decodeSteps(sequenceIds: unknown, positions: unknown, tokens: unknown, samplers: unknown, steps: unknown): Promise<Int32Array>;
-  interruptSteps(): void;
+  abortSteps(): void;
+  initBatch(size: number): void;
+  addToBatch(sequenceId: number, firstTokenSequenceIndex: number, tokens: Uint32Array, logitIndexes: Uint32Array): Uint32Array;
+  decodeBatch(): Promise<void>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): void;
 }
 
@@ -39,7 +42,9 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   let context: LlamaContext;
   let sequences: LlamaContextSequence[];
   let addon: Addon;
-  let interruptions = 0;
+  let aborts = 0;
+  /** Each decodeSteps call's step count. */
+  const stepCounts: number[] = [];
   /** Called right after each decodeSteps call has begun, until it returns true. */
   let onStepsCall: (() => boolean) | undefined;
   /** The same context seen without the steps, as with the npm prebuilt: one step a batch. */
@@ -54,10 +59,11 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     addon = internal._ctx;
     internal._ctx = new Proxy(addon, {
       get: (target, key) => {
-        if (key === "interruptSteps") return () => (interruptions++, target.interruptSteps());
-        if (key === "decodeSteps" && onStepsCall !== undefined) {
+        if (key === "abortSteps") return () => (aborts++, target.abortSteps());
+        if (key === "decodeSteps") {
           return (...args: Parameters<Addon["decodeSteps"]>) => {
             const call = target.decodeSteps(...args);
+            stepCounts.push(args[4] as number);
             if (onStepsCall?.()) onStepsCall = undefined;
             return call;
           };
@@ -81,16 +87,19 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   const LONG = { text: "the sea is", sampling: { temperature: 0.9, seed: 11 } };
   const OTHER = { text: "what is the weather like", sampling: { temperature: 0.9, seed: 11 } };
 
-  /** A turn on `sequence` that takes at most `count` tokens (its last unevaluated), or stops at the end of generation. */
-  function reply(scheduler: Scheduler, sequence: LlamaContextSequence, input: Token[], count: number, sampling: { temperature: number; seed?: number }, onFirst?: () => void) {
+  /**
+   * A turn on `sequence` that takes at most `count` tokens (its last unevaluated), or stops at the
+   * end of generation; the scheduler is told the count only with `declared`.
+   */
+  function reply(scheduler: Scheduler, sequence: LlamaContextSequence, input: Token[], count: number, sampling: { temperature: number; seed?: number }, declared = false) {
     const tokens: Token[] = [];
     const done = scheduler.run({
       sequence,
       input,
       sampling,
       signal: new AbortController().signal,
+      ...(declared ? { maxTokens: count } : {}),
       onToken: (token) => {
-        if (tokens.length === 0) onFirst?.();
         if (model.isEogToken(token)) return false;
         return tokens.push(token) < count;
       },
@@ -100,7 +109,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
 
   test("the addon has the methods", () => {
     expect(typeof addon.decodeSteps).toBe("function");
-    expect(typeof addon.interruptSteps).toBe("function");
+    expect(typeof addon.abortSteps).toBe("function");
   });
 
   test("the same tokens as one step a batch, and the same sequence after, whether the reply ends at its end of generation or mid-call", async () => {
@@ -160,36 +169,56 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     }
   });
 
-  test("interruptSteps ends the calls begun before it, each after its step in flight; a call begun after it runs whole", async () => {
-    // No end of generation: a call ends only at its step count or an interruption.
+  test("abortSteps ends the calls begun before it within their step, leaving the sequences as the steps before it left them, and quietly; a call begun after it runs whole", async () => {
+    // Greedy, no end of generation: a call ends only at its step count or an abort, and what a
+    // sequence samples next depends on its cells alone.
     const vocabulary = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
     const eog = Array.from({ length: vocabulary }, (_, token) => token).filter((token) => model.isEogToken(token as Token));
     const prompted = await Promise.all(
       sequences.map(async (sequence) => {
-        const sampler = new Sampler(context, model, LONG.sampling);
+        const sampler = new Sampler(context, model, { temperature: 0 });
         sampler.native.applyConfig({ tokenBiasKeys: Uint32Array.from(eog), tokenBiasValues: new Float32Array(eog.length).fill(-Infinity) });
         const [token] = await decodeBatch(context, [{ sequence, tokens: model.tokenize(LONG.text), sampler }]);
         return { sequence, sampler, token: token!, position: sequence.nextTokenIndex, id: sequenceIdOf(sequence) };
       }),
     );
-    const call = ({ id, position, token, sampler }: (typeof prompted)[number], steps: number) => addon.decodeSteps([id], [position], [token], [sampler.native], steps);
-    const [first, second] = prompted as [(typeof prompted)[number], (typeof prompted)[number]];
-    const most = context.contextSize - 1 - Math.max(first.position, second.position);
+    type Prompted = (typeof prompted)[number];
+    const call = ({ id, position, token, sampler }: Prompted, steps: number, after: Int32Array = new Int32Array(0)) =>
+      addon.decodeSteps([id], [position + after.length], [after.at(-1) ?? token], [sampler.native], steps);
+    const [first, second] = prompted as [Prompted, Prompted];
+    const most = context.contextSize - 1 - Math.max(first.position, second.position) - 8;
+    const { llama } = model;
+    const logger = llama.logger;
+    const logged: string[] = [];
+    llama.logger = (_level, message) => void logged.push(message);
     try {
       // The one decode thread runs calls in the order made: the second begins only once the first
-      // has ended, which uninterrupted takes `most` steps (about 100 ms here), and the interruption
-      // comes right after both calls were made. (Interrupting a lone call from a microtask raced
-      // the demo model's 0.1 ms steps on a busy machine.)
+      // has ended, which unaborted takes `most` steps (about 100 ms here), and the abort comes
+      // right after both calls were made. The second, through llama-batch.ts, decodes nothing:
+      // its sequence must hold what it held.
       const running = call(first, most);
-      const waiting = call(second, most);
-      addon.interruptSteps();
-      const [cut, one] = await Promise.all([running, waiting]);
-      expect(cut.length).toBeGreaterThanOrEqual(1);
+      const held = { next: second.sequence.nextTokenIndex, tokens: [...second.sequence.contextTokens] };
+      onStepsCall = () => (addon.abortSteps(), true);
+      const [none] = await decodeSteps(context, [second], () => most);
+      const cut = await running;
       expect(cut.length).toBeLessThan(most);
-      expect(one).toHaveLength(1);
-      for (const { id, position } of prompted) addon.removeTokenCellsFromSequence(id, position, -1);
-      expect(await call(first, 40)).toHaveLength(40);
+      expect(none).toEqual([]);
+      expect({ next: second.sequence.nextTokenIndex, tokens: second.sequence.contextTokens }).toEqual(held);
+      // The sequence holds the steps before the abort and none of the aborted one: it goes on
+      // from there (llama.cpp refuses a position it holds) as it would have unaborted.
+      const more = await call(first, 8, cut);
+      addon.removeTokenCellsFromSequence(first.id, first.position, -1);
+      expect([...cut, ...more]).toEqual([...(await call(first, cut.length + 8))]);
+      expect(await call(second, 40)).toHaveLength(40);
+      // A batch llama.cpp refuses is logged, after anything the aborts logged.
+      const ctx = (context as unknown as { _ctx: Addon })._ctx;
+      ctx.initBatch(1);
+      ctx.addToBatch(first.id, first.position + cut.length + 8, Uint32Array.of(vocabulary + 1), new Uint32Array(0));
+      await expect(ctx.decodeBatch()).rejects.toThrow();
+      await until(() => logged.some((message) => message.includes("failed to decode")), "the refused batch's log");
+      expect(logged.filter((message) => /failed to decode|removing memory module|compute/.test(message))).toEqual([expect.stringContaining("ret = -1")]);
     } finally {
+      llama.logger = logger;
       for (const { id, position, sampler } of prompted) {
         addon.removeTokenCellsFromSequence(id, position, -1);
         sampler.dispose();
@@ -197,7 +226,26 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     }
   });
 
-  test("a turn arriving while a reply decodes alone interrupts its call, and both get the tokens they get alone", async () => {
+  test("a reply's maxTokens bounds the calls: none steps past its last token, and the reply is the same", async () => {
+    const [sequence] = sequences;
+    const outcomes = [];
+    for (const declared of [false, true]) {
+      await sequence!.clearHistory();
+      stepCounts.length = 0;
+      const turn = reply(new Scheduler(context, 16, new DispatchGate()), sequence!, model.tokenize(LONG.text), 10, LONG.sampling, declared);
+      await turn.done;
+      outcomes.push({ tokens: turn.tokens, held: [...sequence!.contextTokens], stepCounts: [...stepCounts] });
+    }
+    const [undeclared, declared] = outcomes as [(typeof outcomes)[number], (typeof outcomes)[number]];
+    expect(declared.tokens).toHaveLength(10);
+    expect(declared.tokens).toEqual(undeclared.tokens);
+    expect(declared.held).toEqual(undeclared.held);
+    // The first token comes from the prompt's batch, the other nine from the calls.
+    expect(undeclared.stepCounts).toEqual([4, 4, 4]);
+    expect(declared.stepCounts).toEqual([4, 4, 1]);
+  });
+
+  test("a turn arriving while a reply decodes alone aborts its call, and both get the tokens they get alone", async () => {
     const [lone, other] = sequences;
     const alone = async (sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) => {
       await sequence.clearHistory();
@@ -208,7 +256,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const expected = [await alone(lone!, LONG, 30), await alone(other!, OTHER, 12)];
     for (const sequence of sequences) await sequence.clearHistory();
     const scheduler = new Scheduler(context, 16, new DispatchGate());
-    const before = interruptions;
+    const before = aborts;
     const arrived = Promise.withResolvers<ReturnType<typeof reply>>();
     // Once the lone reply has streamed a while, the next turn arrives during one of its calls.
     onStepsCall = () => first.tokens.length >= 8 && (arrived.resolve(reply(scheduler, other!, model.tokenize(OTHER.text), 12, OTHER.sampling)), true);
@@ -218,7 +266,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       first.done.then(() => Promise.reject(new Error("the lone reply ended before a turn could arrive"))),
     ]);
     await Promise.all([first.done, second.done]);
-    expect(interruptions).toBe(before + 1);
+    expect(aborts).toBe(before + 1);
     expect(expected.map((tokens) => tokens.length)).toEqual([30, 12]);
     expect([first.tokens, second.tokens]).toEqual(expected);
   });
@@ -254,7 +302,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       const model = await (await getLlama({ gpu: false, build: "never" })).loadModel({ modelPath: ${JSON.stringify(await presetModel("demo"))} });
       const context = await model.createContext({ contextSize: 256, sequences: 1 });
       const sampler = new Sampler(context, model, { temperature: 0 });
-      const [tokens] = await decodeSteps(context, [{ sequence: context.getSequence(), token: model.tokenize("hello")[0], sampler }], 3, () => true);
+      const [tokens] = await decodeSteps(context, [{ sequence: context.getSequence(), token: model.tokenize("hello")[0], sampler }], () => 3);
       console.log("sampled", tokens.length);
     `;
     const child = Bun.spawn([process.execPath, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });

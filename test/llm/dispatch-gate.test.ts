@@ -35,3 +35,18 @@ test("a failed save still opens the gate", async () => {
   await expect(failing).rejects.toThrow("disk full");
   expect(await settled(opened)).toBe(true);
 });
+
+test("each hold calls the listeners as it begins, before its I/O, and the gate reads held until all end", async () => {
+  const gate = new DispatchGate();
+  const seen: string[] = [];
+  gate.onHold(() => seen.push(`hold, held ${gate.held}`));
+  expect(gate.held).toBe(false);
+  const io = Promise.withResolvers<void>();
+  const holds = [gate.hold(() => (seen.push("first I/O"), io.promise)), gate.hold(async () => void seen.push("second I/O"))];
+  expect(seen).toEqual(["hold, held true", "first I/O", "hold, held true", "second I/O"]);
+  await holds[1];
+  expect(gate.held).toBe(true);
+  io.resolve();
+  await holds[0];
+  expect(gate.held).toBe(false);
+});
