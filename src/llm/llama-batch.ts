@@ -23,7 +23,7 @@ interface AddonContext {
   decodeBatch(): Promise<void>;
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
-  /** Parley's compiled natives add these three (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
+  /** Parley's compiled natives add these two (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
   decodeSteps?(sequenceIds: number[], positions: number[], tokens: Token[], samplers: AddonSampler[], steps: number): Promise<Int32Array>;
   abortSteps?(): void;
 }

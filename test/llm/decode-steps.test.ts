@@ -6,6 +6,7 @@
  * compiled natives (`bun run natives`); CI compiles them, and there a skip is a failure.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
+import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { DispatchGate } from "../../src/llm/dispatch-gate";
 import { decodeBatch, decodeSteps, Sampler, sequenceIdOf } from "../../src/llm/llama-batch";
@@ -245,14 +246,34 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     expect(declared.stepCounts).toEqual([4, 4, 1]);
   });
 
+  /** The reply's tokens one step a batch, with nothing beside it. */
+  async function alone(sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) {
+    await sequence.clearHistory();
+    const turn = reply(new Scheduler(stepwise, 16, new DispatchGate()), sequence, model.tokenize(text), count, sampling);
+    await turn.done;
+    return turn.tokens;
+  }
+
+  test("a sequence readied under the gate aborts the replies' call, and the reply gets the tokens it gets alone", async () => {
+    const [lone] = sequences;
+    const expected = await alone(lone!, LONG, 30);
+    await lone!.clearHistory();
+    const gate = new DispatchGate();
+    const scheduler = new Scheduler(context, 16, gate);
+    const before = aborts;
+    const readied = Promise.withResolvers<void>();
+    // Once the reply has streamed a while, a sequence is readied during one of its calls: the hold
+    // needs the context's lock, which the call holds.
+    onStepsCall = () => first.tokens.length >= 8 && (readied.resolve(gate.hold(() => withLock([context, "context"], async () => {}))), true);
+    const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling);
+    await Promise.race([readied.promise, first.done.then(() => Promise.reject(new Error("the reply ended before a sequence was readied")))]);
+    await first.done;
+    expect(aborts).toBe(before + 1);
+    expect(first.tokens).toEqual(expected);
+  });
+
   test("a turn arriving while a reply decodes alone aborts its call, and both get the tokens they get alone", async () => {
     const [lone, other] = sequences;
-    const alone = async (sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) => {
-      await sequence.clearHistory();
-      const turn = reply(new Scheduler(stepwise, 16, new DispatchGate()), sequence, model.tokenize(text), count, sampling);
-      await turn.done;
-      return turn.tokens;
-    };
     const expected = [await alone(lone!, LONG, 30), await alone(other!, OTHER, 12)];
     for (const sequence of sequences) await sequence.clearHistory();
     const scheduler = new Scheduler(context, 16, new DispatchGate());
