@@ -57,7 +57,7 @@ export async function withServer<T>(start: () => Promise<Server>, use: (server: 
       return await use(server);
     } catch (error) {
       if (attempt >= attempts || !isConnectionLost(error)) throw error;
-      console.error(`  the server at ${server.url} dropped the connection (${(error as { code?: string }).code}); starting it again, attempt ${attempt + 1} of ${attempts}`);
+      console.error(`  ${server.name} at ${server.url} dropped the connection (${(error as { code?: string }).code}); starting it again, attempt ${attempt + 1} of ${attempts}`);
     } finally {
       await server.stop();
     }

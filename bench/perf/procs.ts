@@ -9,6 +9,8 @@ export const ADMIN_KEY = "pk_bench_admin_key_0123456789abcdef";
 const STARTUP_MS = 120_000;
 
 export interface Server {
+  /** Which server it is, for messages. */
+  name: string;
   url: string;
   pid: number;
   /** Resolves to the exit code. */
@@ -28,8 +30,8 @@ export interface ParleyOptions {
 }
 
 /** `parley serve` (from source or the built executable), ready once `/readyz` answers 200 (the model is loaded). */
-export function startParley(options: ParleyOptions): Promise<Server> {
-  return startServer({
+export async function startParley(options: ParleyOptions): Promise<Server> {
+  const server = await startServer({
     installed: options.installed,
     dbPath: options.db,
     adminKey: ADMIN_KEY,
@@ -46,6 +48,7 @@ export function startParley(options: ParleyOptions): Promise<Server> {
     },
     timeoutMs: STARTUP_MS,
   });
+  return { ...server, name: "parley" };
 }
 
 export interface LlamaServerOptions {
@@ -79,7 +82,7 @@ export async function startLlamaServer(options: LlamaServerOptions): Promise<Ser
   const healthy = () => fetch(`${url}/health`).then((r) => r.status === 200, () => false);
   await until(async () => proc.exitCode !== null || (await healthy()), "llama-server to be healthy", STARTUP_MS, 100);
   if (proc.exitCode !== null) throw new Error(`llama-server exited with ${proc.exitCode}`);
-  return { url, pid: proc.pid, stop: () => stopChild(proc) };
+  return { name: "llama-server", url, pid: proc.pid, stop: () => stopChild(proc) };
 }
 
 /** B6's bare reference server on the same database file. */
@@ -89,5 +92,5 @@ export async function startBaseline(db: string): Promise<Server> {
   const { value } = await reader.read();
   reader.releaseLock();
   const { url } = JSON.parse(new TextDecoder().decode(value)) as { url: string };
-  return { url, pid: proc.pid, stop: () => stopChild(proc) };
+  return { name: "bare Bun.serve", url, pid: proc.pid, stop: () => stopChild(proc) };
 }
