@@ -212,10 +212,9 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       expect([...cut, ...more]).toEqual([...(await call(first, cut.length + 8))]);
       expect(await call(second, 40)).toHaveLength(40);
       // A batch llama.cpp refuses is logged, after anything the aborts logged.
-      const ctx = (context as unknown as { _ctx: Addon })._ctx;
-      ctx.initBatch(1);
-      ctx.addToBatch(first.id, first.position + cut.length + 8, Uint32Array.of(vocabulary + 1), new Uint32Array(0));
-      await expect(ctx.decodeBatch()).rejects.toThrow();
+      addon.initBatch(1);
+      addon.addToBatch(first.id, first.position + cut.length + 8, Uint32Array.of(vocabulary + 1), new Uint32Array(0));
+      await expect(addon.decodeBatch()).rejects.toThrow();
       await until(() => logged.some((message) => message.includes("failed to decode")), "the refused batch's log");
       expect(logged.filter((message) => /failed to decode|removing memory module|compute/.test(message))).toEqual([expect.stringContaining("ret = -1")]);
     } finally {
