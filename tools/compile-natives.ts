@@ -35,7 +35,7 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
     throw new Error(`the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`);
   }
   // node-llama-cpp's build runs cmake-js through npm, and its CMakeLists runs node.
-  for (const tool of ["cmake", "c++", "gcc", "node", "npm"]) {
+  for (const tool of ["cmake", "c++", "gcc", "nm", "node", "npm"]) {
     if (Bun.which(tool) === null) {
       throw new Error(
         `compiling the natives needs ${tool} on the PATH (Debian: apt-get install cmake build-essential nodejs npm); ` +
@@ -62,6 +62,10 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   if (unhooked.length > 0) {
     throw new Error(`${built}/llama-addon.node was linked without src/natives/decode-thread.cmake's sources (no ${unhooked.join(", ")}; build log: ${log})`);
   }
+  // A `__real_` symbol the link left unresolved means a wrap did not happen: the addon would load
+  // and fail at its first call.
+  const unresolved = (await Bun.$`nm -D --undefined-only ${join(built, "llama-addon.node")}`.text()).split("\n").filter((line) => line.includes("__real_"));
+  if (unresolved.length > 0) throw new Error(`${built}/llama-addon.node leaves ${unresolved.map((line) => line.trim()).join(", ")} unresolved: the link did not wrap them (build log: ${log})`);
 
   // Assembled beside the target and renamed into place, so a running server never sees half a directory.
   const staging = `${target}.tmp-${process.pid}`;

@@ -163,20 +163,15 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
     // One position stays free at the end, as node-llama-cpp keeps it.
     const count = Math.min(wanted, ...positions.map((position) => context.contextSize - 1 - position));
     if (count < 1) throw new Error("the sequence's context is full");
-    let sampled: Int32Array;
-    try {
-      sampled = await ctx.decodeSteps!(
+    const sampled = await repairing(ctx, entries, () =>
+      ctx.decodeSteps!(
         sequences.map((seq) => seq._sequenceId),
         positions,
         entries.map(({ token }) => token),
         entries.map(({ sampler }) => sampler.native),
         count,
-      );
-    } catch (error) {
-      // A failed run may have decoded some of its steps: the sequences hold none of them.
-      for (const [i, seq] of sequences.entries()) ctx.removeTokenCellsFromSequence(seq._sequenceId, positions[i]!, -1);
-      throw error;
-    }
+      ),
+    );
     const taken = sampled.length / entries.length;
     const tokens = entries.map((_, i) => Array.from({ length: taken }, (_, step) => sampled[step * entries.length + i]! as Token));
     // Aborted in its first step, the call decoded nothing.
@@ -212,7 +207,7 @@ async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: r
     const outputs = sampler ? Uint32Array.of(tokens.length - 1) : new Uint32Array(0);
     return ctx.addToBatch(seq._sequenceId, seq._nextTokenIndex, Uint32Array.from(tokens), outputs)[0];
   });
-  await ctx.decodeBatch();
+  await repairing(ctx, entries, () => ctx.decodeBatch());
   recordDecoded(entries);
   const sampled = await Promise.all(
     entries.map(({ sampler }, i) => (sampler ? ctx.sampleToken(logitIndexes[i]!, sampler.native) : undefined)),
@@ -224,6 +219,23 @@ async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: r
   }
   if (sampled.includes(-1)) throw new Error("llama.cpp failed to sample a token");
   return sampled as (Token | undefined)[];
+}
+
+/**
+ * `decode`, after which a failure leaves each sequence holding exactly what is recorded of it: a
+ * failed decode may have kept some of its cells (llama.cpp takes back only the piece of the batch
+ * it was computing), and a sequence whose cells and records disagree fails every batch after.
+ */
+async function repairing<T>(ctx: AddonContext, entries: readonly { sequence: LlamaContextSequence }[], decode: () => Promise<T>): Promise<T> {
+  try {
+    return await decode();
+  } catch (error) {
+    for (const { sequence } of entries) {
+      const seq = internals<SequenceInternals>(sequence);
+      ctx.removeTokenCellsFromSequence(seq._sequenceId, seq._nextTokenIndex, -1);
+    }
+    throw error;
+  }
 }
 
 /** What the sequences' own evaluation sets once a batch is decoded. */

@@ -5,32 +5,33 @@
 //   sampler, decodes those in the next batch, and so on, `steps` times at most; resolves to an
 //   Int32Array of the tokens sampled, step by step (each step's tokens in the sequences' order).
 //   It stops early after a step that sampled an end-of-generation token, or once abortSteps() is
-//   called.
+//   called. Whatever ends it, every sequence of the call then holds exactly the steps it returned:
+//   a failure rejects and leaves them as they were before the call.
 // - abortSteps(): a running decodeSteps ends within its current step, through llama.cpp's abort
-//   callback (asked between two ops of the graph). llama.cpp takes the aborted batch's cells back
-//   out of the sequences, so the call leaves them as if it had ended after the step before, and
-//   resolves to the tokens of the steps before. For a turn that needs the context now: on
-//   bench-small a step of three replies takes ~19 ms, which a prompt arriving used to wait for.
-//   llama.cpp logs an aborted decode as a failure (four lines and more); the link also routes
-//   llama_log_set through here, and the log drops what an aborted step of this call logs.
+//   callback (asked between two ops of the graph), and resolves to the tokens of the steps before.
+//   For a turn that needs the context now, instead of waiting for the step in flight.
 //
 // Why: a reply's token through the addon's own calls wakes the JS thread at least once, and on
-// this VM a thread's wake-up alone costs 0.07-0.10 ms of CPU under Bun (0.045 ms in C), beside the
-// JavaScript a token runs there; every wake also sits between two decodes while the cores idle. A
-// bare loop on bench-small (F16, 2 threads, one sequence, greedy) took 8.2-9.2 ms a token one step
-// a call and 7.8-8.7 ms at 4 to 256 steps a call, its JS thread's CPU 0.09 ms a token against
-// 0.03 at 4 steps; llama-server, in the same minutes, 7.6-7.9 ms.
+// this VM a thread's wake-up costs CPU beside the JavaScript a token runs there; every wake also
+// sits between two decodes while the cores idle.
 //
 // The promise settles through a threadsafe function straight on the JS thread, not through the
 // runtime's pool. The class gains the methods when the addon defines it: the link wraps
 // napi_define_class (see decode-thread.cmake) and appends them to AddonContext's properties.
+// The link also wraps llama_log_set (an aborted step's own log lines are dropped) and
+// llama_memory_seq_add/div (a position shift they leave pending is applied by the next decode,
+// which must then not be abortable).
 #include <atomic>
+#include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "AddonContext.h"
@@ -41,6 +42,8 @@
 
 extern "C" int32_t __real_llama_decode(llama_context * ctx, llama_batch batch);
 extern "C" void __real_llama_log_set(ggml_log_callback callback, void * data);
+extern "C" void __real_llama_memory_seq_add(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1, llama_pos delta);
+extern "C" void __real_llama_memory_seq_div(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1, int d);
 extern "C" napi_status __real_napi_define_class(napi_env env, const char * utf8name, size_t length, napi_callback constructor,
                                                 void * data, size_t property_count, const napi_property_descriptor * properties,
                                                 napi_value * result);
@@ -53,6 +56,46 @@ std::atomic<uint64_t> aborts{0};
 
 // The addon's log callback, which llama.cpp's log reaches through `quiet`.
 ggml_log_callback addonLog = nullptr;
+
+// Memories given a position shift (llama_memory_seq_add/div) that no step has decoded after yet.
+// llama_decode applies a pending shift before the batch, with the abort callback live: aborted,
+// the shift would be applied again by the next decode. Any successful decode applies it.
+std::mutex shiftsMutex;
+std::unordered_set<llama_memory_t> shifts;
+
+void shifted(llama_memory_t memory) {
+    std::lock_guard<std::mutex> lock(shiftsMutex);
+    shifts.insert(memory);
+}
+
+bool shiftPending(llama_memory_t memory) {
+    std::lock_guard<std::mutex> lock(shiftsMutex);
+    return shifts.count(memory) > 0;
+}
+
+void shiftApplied(llama_memory_t memory) {
+    std::lock_guard<std::mutex> lock(shiftsMutex);
+    shifts.erase(memory);
+}
+
+// Contexts with a decodeSteps call out (on the JS thread that made it): one at a time each.
+std::mutex callsMutex;
+std::unordered_set<const AddonContext *> calling;
+
+// Runs posted to the decode thread and not yet handed back: a JS environment going away waits
+// for them before it lets go of the threadsafe function they call (and of the contexts they use).
+std::mutex runningMutex;
+std::condition_variable runningDone;
+size_t running = 0;
+
+// The real constructors, for instanceof: an object of another class must never be unwrapped as
+// one. Each load of the addon's exports (node-llama-cpp loads them once per Llama) defines the
+// classes anew, and objects of every load stay valid.
+struct Classes {
+    std::vector<napi_ref> context;
+    std::vector<napi_ref> sampler;
+};
+thread_local Classes classesOfThisThread;
 
 struct Steps;
 // The call whose step this thread is decoding, if any.
@@ -68,6 +111,8 @@ struct Steps {
     std::vector<llama_token> inputs;
     int32_t count;
     uint64_t abortion = aborts.load();
+    // llama.cpp saw the abort inside the decode in flight: what it logs from then on is the abort's.
+    bool abortSeen = false;
     std::vector<llama_token> tokens;
     std::string error;
     napi_deferred deferred = nullptr;
@@ -76,8 +121,7 @@ struct Steps {
     void run() {
         const int32_t n = static_cast<int32_t>(sequenceIds.size());
         llama_batch batch = llama_batch_init(n, 0, 1);
-        // Only this call's decodes may be aborted: the addon's own batches run without the callback.
-        llama_set_abort_callback(context->ctx, aborted, this);
+        llama_memory_t memory = llama_get_memory(context->ctx);
         try {
             const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
             for (int32_t step = 0; step < count && !aborted(this); step++) {
@@ -89,7 +133,7 @@ struct Steps {
                     batch.seq_id[i][0] = sequenceIds[i];
                     batch.logits[i] = true;
                 }
-                if (!decode(batch) || !sample()) break;
+                if (!decode(batch, memory) || !sample()) break;
                 bool ended = false;
                 for (const llama_token token : inputs) ended = ended || llama_vocab_is_eog(vocab, token);
                 if (ended) break;
@@ -100,6 +144,12 @@ struct Steps {
             error = "Unknown error when calling \"llama_decode\"";
         }
         llama_set_abort_callback(context->ctx, nullptr, nullptr);
+        // What the sequences hold past the steps handed back goes: llama.cpp takes an aborted or
+        // failed batch's cells back out only from the piece (ubatch) it was computing, and splits a
+        // batch into pieces where the sequence ids are not consecutive. A failure hands back none.
+        const int32_t kept = error.empty() ? static_cast<int32_t>(tokens.size()) / n : 0;
+        if (!error.empty()) tokens.clear();
+        for (int32_t i = 0; i < n; i++) llama_memory_seq_rm(memory, sequenceIds[i], positions[i] + kept, -1);
         llama_batch_free(batch);
     }
 
@@ -107,16 +157,29 @@ struct Steps {
         return aborts.load(std::memory_order_relaxed) != static_cast<Steps *>(data)->abortion;
     }
 
-    bool decode(const llama_batch & batch) {
+    // llama.cpp's abort callback.
+    static bool abortNow(void * data) {
+        if (!aborted(data)) return false;
+        static_cast<Steps *>(data)->abortSeen = true;
+        return true;
+    }
+
+    bool decode(const llama_batch & batch, llama_memory_t memory) {
         {
             std::lock_guard<std::mutex> lock(context->sharedSamplerData.mutex);
             context->sharedSamplerData.gotLogit = false;
             context->sharedSamplerData.hasLogits = false;
         }
+        // Only this call's decodes may be aborted (the addon's own batches run without the
+        // callback), and not one that applies a pending shift first.
+        const bool shift = shiftPending(memory);
+        llama_set_abort_callback(context->ctx, shift ? nullptr : abortNow, shift ? nullptr : this);
+        abortSeen = false;
         decoding = this;
         const int32_t result = __real_llama_decode(context->ctx, batch);
         decoding = nullptr;
-        // Aborted: llama.cpp has taken the batch's cells back out, and the step counts for nothing.
+        if (result == 0 && shift) shiftApplied(memory);
+        // Aborted: the step counts for nothing (run() takes its cells back out).
         if (result == 2) return false;
         if (result != 0) {
             error = result == 1 ? "could not find a KV slot for the batch (try reducing the size of the batch or increase the context)"
@@ -164,12 +227,15 @@ struct Return {
 // Each JS environment (the main thread, a worker) has its own thread, so one Return per thread.
 thread_local Return * returnOfThisThread = nullptr;
 
-// On the JS thread: settles the call's promise and lets go of what it held. A failed run rejects,
-// whatever it decoded first: the caller then erases the sequence from the first position it gave.
+// On the JS thread: settles the call's promise and lets go of what it held. A failed run rejects.
 void settle(napi_env env, napi_value, void * returnData, void * stepsData) {
     std::unique_ptr<Steps> steps(static_cast<Steps *>(stepsData));
     // The environment is going away and the threadsafe function with it: nothing left to settle.
     if (env == nullptr) return;
+    {
+        std::lock_guard<std::mutex> lock(callsMutex);
+        calling.erase(steps->context);
+    }
     Napi::HandleScope scope(env);
     if (steps->error.empty()) {
         Napi::Int32Array tokens = Napi::Int32Array::New(env, steps->tokens.size());
@@ -182,6 +248,19 @@ void settle(napi_env env, napi_value, void * returnData, void * stepsData) {
     for (AddonSampler * sampler : steps->samplers) sampler->Unref();
     Return * back = static_cast<Return *>(returnData);
     if (--back->out == 0) napi_unref_threadsafe_function(env, back->function);
+}
+
+void runStarted() {
+    std::lock_guard<std::mutex> lock(runningMutex);
+    running++;
+}
+
+void runEnded() {
+    {
+        std::lock_guard<std::mutex> lock(runningMutex);
+        running--;
+    }
+    runningDone.notify_all();
 }
 
 Return * returnOf(napi_env env) {
@@ -197,9 +276,16 @@ Return * returnOf(napi_env env) {
     napi_unref_threadsafe_function(env, back->function);
     napi_add_env_cleanup_hook(
         env,
-        // The function's finalizer then deletes the Return.
+        // Runs still out end within their step and are waited for: they use the contexts this
+        // environment is about to free and call the function released here. Its finalizer then
+        // deletes the Return.
         [](void * data) {
             returnOfThisThread = nullptr;
+            aborts.fetch_add(1);
+            {
+                std::unique_lock<std::mutex> lock(runningMutex);
+                runningDone.wait(lock, [] { return running == 0; });
+            }
             napi_release_threadsafe_function(static_cast<Return *>(data)->function, napi_tsfn_abort);
         },
         back);
@@ -211,18 +297,36 @@ napi_value fail(const Napi::Error & error) {
     return nullptr;
 }
 
-// The i-th element of an array argument, as an integer; false where it is not a number.
-bool integerAt(const Napi::Array & array, uint32_t i, int32_t & value) {
-    const Napi::Value element = array.Get(i);
-    if (!element.IsNumber()) return false;
-    value = element.As<Napi::Number>().Int32Value();
+// A whole number from `min` to `max`: NaN, fractions and infinities are not.
+bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & out) {
+    if (!value.IsNumber()) return false;
+    const double number = value.As<Napi::Number>().DoubleValue();
+    if (!std::isfinite(number) || std::trunc(number) != number || number < static_cast<double>(min) || number > static_cast<double>(max)) return false;
+    out = static_cast<int64_t>(number);
     return true;
 }
 
+// Whether `value` is an object of a class one of these constructors makes.
+bool instanceOf(napi_env env, const Napi::Value & value, const std::vector<napi_ref> & constructors) {
+    if (!value.IsObject()) return false;
+    for (const napi_ref ref : constructors) {
+        napi_value constructor;
+        bool is = false;
+        if (napi_get_reference_value(env, ref, &constructor) == napi_ok && constructor != nullptr &&
+            napi_instanceof(env, value, constructor, &is) == napi_ok && is) {
+            return true;
+        }
+    }
+    return false;
+}
+
+constexpr int64_t INT32_LIMIT = std::numeric_limits<int32_t>::max();
+
 // Throws (the addon is built with C++ exceptions) where a napi call fails, an unwrap say.
 napi_value start(napi_env env, const Napi::CallbackInfo & info) {
+    if (!instanceOf(env, info.This(), classesOfThisThread.context)) return fail(Napi::TypeError::New(env, "decodeSteps: `this` is not an AddonContext"));
     AddonContext * context = Napi::ObjectWrap<AddonContext>::Unwrap(info.This().As<Napi::Object>());
-    if (context == nullptr || context->disposed) return fail(Napi::Error::New(env, "Context is disposed"));
+    if (context == nullptr || context->disposed || context->ctx == nullptr) return fail(Napi::Error::New(env, "Context is disposed"));
     const char * signature = "decodeSteps(sequenceIds: number[], positions: number[], tokens: number[], samplers: AddonSampler[], steps: number)";
     if (info.Length() < 5 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray() || !info[4].IsNumber()) {
         return fail(Napi::TypeError::New(env, signature));
@@ -233,58 +337,84 @@ napi_value start(napi_env env, const Napi::CallbackInfo & info) {
     const Napi::Array samplers = info[3].As<Napi::Array>();
     const uint32_t n = ids.Length();
     const uint32_t sequences = llama_n_seq_max(context->ctx);
-    if (n == 0 || n > sequences || positions.Length() != n || inputs.Length() != n || samplers.Length() != n) {
+    if (n == 0 || n > sequences || n > llama_n_batch(context->ctx) || positions.Length() != n || inputs.Length() != n || samplers.Length() != n) {
         return fail(Napi::RangeError::New(env, "decodeSteps: one to the context's sequence count of sequences, each with a position, a token and a sampler"));
     }
-    const int32_t count = info[4].As<Napi::Number>().Int32Value();
-    auto steps = std::make_unique<Steps>(Steps{context, {}, {}, {}, {}, count});
+    int64_t count = 0;
+    if (!integerOf(info[4], std::numeric_limits<int32_t>::min(), INT32_LIMIT, count)) return fail(Napi::TypeError::New(env, signature));
+    const int64_t contextSize = llama_n_ctx_seq(context->ctx);
+    const int64_t vocabulary = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(context->ctx)));
+    auto steps = std::make_unique<Steps>(Steps{context, {}, {}, {}, {}, static_cast<int32_t>(count)});
     std::vector<bool> seen(sequences, false);
     for (uint32_t i = 0; i < n; i++) {
-        int32_t id = 0, position = 0, token = 0;
-        if (!integerAt(ids, i, id) || !integerAt(positions, i, position) || !integerAt(inputs, i, token) || !samplers.Get(i).IsObject()) {
+        int64_t id = 0, position = 0, token = 0;
+        if (!integerOf(ids.Get(i), 0, INT32_LIMIT, id) || !integerOf(positions.Get(i), 0, INT32_LIMIT, position) ||
+            !integerOf(inputs.Get(i), 0, INT32_LIMIT, token)) {
             return fail(Napi::TypeError::New(env, signature));
         }
-        if (id < 0 || static_cast<uint32_t>(id) >= sequences || seen[id] || position < 0 || count < 1 ||
-            position + count >= static_cast<int32_t>(llama_n_ctx(context->ctx))) {
+        // One position stays free at the end of the sequence's context, as node-llama-cpp keeps it.
+        if (id >= sequences || seen[id] || count < 1 || position + count >= contextSize) {
             return fail(Napi::RangeError::New(env, "decodeSteps: a sequence (or a repeated one), position or step count is outside the context"));
         }
+        if (token >= vocabulary) return fail(Napi::RangeError::New(env, "decodeSteps: a token is outside the model's vocabulary"));
         seen[id] = true;
-        AddonSampler * sampler = nullptr;
-        // Unwrapping an object no native class wraps throws.
-        try {
-            sampler = Napi::ObjectWrap<AddonSampler>::Unwrap(samplers.Get(i).As<Napi::Object>());
-        } catch (const Napi::Error &) {
-        }
-        if (sampler == nullptr) return fail(Napi::TypeError::New(env, "decodeSteps: a sampler is not an AddonSampler"));
-        if (sampler->disposed) return fail(Napi::Error::New(env, "decodeSteps: a sampler is disposed"));
-        steps->sequenceIds.push_back(id);
-        steps->positions.push_back(position);
+        if (!instanceOf(env, samplers.Get(i), classesOfThisThread.sampler)) return fail(Napi::TypeError::New(env, "decodeSteps: a sampler is not an AddonSampler"));
+        AddonSampler * sampler = Napi::ObjectWrap<AddonSampler>::Unwrap(samplers.Get(i).As<Napi::Object>());
+        if (sampler == nullptr || sampler->disposed) return fail(Napi::Error::New(env, "decodeSteps: a sampler is disposed"));
+        steps->sequenceIds.push_back(static_cast<int32_t>(id));
+        steps->positions.push_back(static_cast<int32_t>(position));
         steps->inputs.push_back(static_cast<llama_token>(token));
         steps->samplers.push_back(sampler);
+    }
+    {
+        std::lock_guard<std::mutex> lock(callsMutex);
+        if (calling.count(context) > 0) return fail(Napi::Error::New(env, "decodeSteps: a call on this context is still out"));
     }
     Return * back = returnOf(env);
     if (back == nullptr) return fail(Napi::Error::New(env, "decodeSteps: could not create its threadsafe function"));
     napi_value promise;
-    napi_create_promise(env, &steps->deferred, &promise);
-    // Held until settled, as the addon's own workers hold what they use.
-    context->Ref();
-    for (AddonSampler * sampler : steps->samplers) sampler->Ref();
-    if (back->out++ == 0) napi_ref_threadsafe_function(env, back->function);
+    if (napi_create_promise(env, &steps->deferred, &promise) != napi_ok) return fail(Napi::Error::New(env, "decodeSteps: could not create its promise"));
+    // The decode thread holds the function until it has called it.
     napi_threadsafe_function function = back->function;
-    // From here the call is settle()'s to delete.
-    runOnDecodeThread([steps = steps.release(), function] {
-        steps->run();
-        napi_call_threadsafe_function(function, steps, napi_tsfn_nonblocking);
-    });
+    if (napi_acquire_threadsafe_function(function) != napi_ok) return fail(Napi::Error::New(env, "decodeSteps: the environment is closing"));
+    Steps * call = steps.get();
+    runStarted();
+    try {
+        runOnDecodeThread([call, function] {
+            call->run();
+            // Refused only once the environment is closing, which then settles nothing.
+            if (napi_call_threadsafe_function(function, call, napi_tsfn_nonblocking) != napi_ok) delete call;
+            napi_release_threadsafe_function(function, napi_tsfn_release);
+            runEnded();
+        });
+    } catch (...) {
+        runEnded();
+        napi_release_threadsafe_function(function, napi_tsfn_release);
+        throw;
+    }
+    // Posted: from here the call is settle()'s to delete, and nothing below throws. What it uses is
+    // held until settled, as the addon's own workers hold theirs; settle runs on this thread, later.
+    steps.release();
+    {
+        std::lock_guard<std::mutex> lock(callsMutex);
+        calling.insert(context);
+    }
+    context->Ref();
+    for (AddonSampler * sampler : call->samplers) sampler->Ref();
+    if (back->out++ == 0) napi_ref_threadsafe_function(env, function);
     return promise;
 }
 
 napi_value decodeSteps(napi_env env, napi_callback_info callbackInfo) {
+    // No C++ exception may leave a napi callback: the process would terminate.
     try {
         return start(env, Napi::CallbackInfo(env, callbackInfo));
     } catch (const Napi::Error & error) {
-        // A C++ exception must not leave a napi callback: the process would terminate.
         return fail(error);
+    } catch (const std::exception & error) {
+        return fail(Napi::Error::New(env, std::string("decodeSteps: ") + error.what()));
+    } catch (...) {
+        return fail(Napi::Error::New(env, "decodeSteps: unknown failure"));
     }
 }
 
@@ -293,9 +423,10 @@ napi_value abortSteps(napi_env, napi_callback_info) {
     return nullptr;
 }
 
-// What llama.cpp logs while it aborts a step is no failure: dropped.
+// What llama.cpp logs once it has seen an abort, while it unwinds the aborted step, is no
+// failure: dropped. Anything logged before, in the same decode, is kept.
 void quiet(ggml_log_level level, const char * text, void * data) {
-    if (decoding != nullptr && Steps::aborted(decoding)) return;
+    if (decoding != nullptr && decoding->abortSeen) return;
     if (addonLog != nullptr) addonLog(level, text, data);
 }
 
@@ -311,6 +442,11 @@ napi_property_descriptor method(const char * name, napi_callback callback) {
     return property;
 }
 
+void remember(napi_env env, napi_value constructor, std::vector<napi_ref> & constructors) {
+    napi_ref ref = nullptr;
+    if (napi_create_reference(env, constructor, 1, &ref) == napi_ok) constructors.push_back(ref);
+}
+
 }  // namespace
 
 extern "C" void __wrap_llama_log_set(ggml_log_callback callback, void * data) {
@@ -318,13 +454,28 @@ extern "C" void __wrap_llama_log_set(ggml_log_callback callback, void * data) {
     __real_llama_log_set(callback == nullptr ? nullptr : quiet, data);
 }
 
+extern "C" void __wrap_llama_memory_seq_add(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1, llama_pos delta) {
+    if (delta != 0) shifted(mem);
+    __real_llama_memory_seq_add(mem, seq_id, p0, p1, delta);
+}
+
+extern "C" void __wrap_llama_memory_seq_div(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1, int d) {
+    if (d != 1) shifted(mem);
+    __real_llama_memory_seq_div(mem, seq_id, p0, p1, d);
+}
+
 extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8name, size_t length, napi_callback constructor, void * data,
                                                 size_t property_count, const napi_property_descriptor * properties, napi_value * result) {
-    if (!named(utf8name, length, "AddonContext")) {
-        return __real_napi_define_class(env, utf8name, length, constructor, data, property_count, properties, result);
+    const bool context = named(utf8name, length, "AddonContext");
+    if (!context) {
+        const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, property_count, properties, result);
+        if (status == napi_ok && named(utf8name, length, "AddonSampler")) remember(env, *result, classesOfThisThread.sampler);
+        return status;
     }
     std::vector<napi_property_descriptor> extended(properties, properties + property_count);
     extended.push_back(method("decodeSteps", decodeSteps));
     extended.push_back(method("abortSteps", abortSteps));
-    return __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
+    const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
+    if (status == napi_ok) remember(env, *result, classesOfThisThread.context);
+    return status;
 }

@@ -2,20 +2,18 @@
  * Running replies with nothing else to decode take several steps a native call
  * (src/natives/decode-steps.cpp, added to the addon by Parley's compiled natives): the same tokens
  * as one step a batch, the same sequences afterwards however the replies end, and a turn arriving
- * meanwhile aborts them. Skipped without
+ * meanwhile aborts them, leaving every sequence as its recorded steps say. Skipped without
  * compiled natives (`bun run natives`); CI compiles them, and there a skip is a failure.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { DispatchGate } from "../../src/llm/dispatch-gate";
-import { decodeBatch, decodeSteps, Sampler, sequenceIdOf } from "../../src/llm/llama-batch";
-import { useLocalNatives } from "../../src/llm/natives";
+import { abortSteps, decodeBatch, decodeSteps, Sampler, sequenceIdOf, type StepsEntry } from "../../src/llm/llama-batch";
 import { Scheduler } from "../../src/llm/scheduler";
-import { presetModel, until } from "../support";
+import { compiledNatives, endlessSampler, presetModel, until, withSeed } from "../support";
 
-const natives = await useLocalNatives();
-if (natives === undefined && Bun.env.CI === "true") throw new Error("no compiled natives: CI compiles them (bun run natives) before the tests");
+const natives = await compiledNatives();
 
 interface Addon {
   decodeSteps(sequenceIds: unknown, positions: unknown, tokens: unknown, samplers: unknown, steps: unknown): Promise<Int32Array>;
@@ -24,6 +22,7 @@ interface Addon {
   addToBatch(sequenceId: number, firstTokenSequenceIndex: number, tokens: Uint32Array, logitIndexes: Uint32Array): Uint32Array;
   decodeBatch(): Promise<void>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): void;
+  getSequenceKvCacheMaxPosition(sequenceId: number): number;
 }
 
 /** The object's property, its methods bound to it: a proxy's caller would otherwise be their `this`. */
@@ -170,41 +169,44 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     }
   });
 
-  test("abortSteps ends the calls begun before it within their step, leaving the sequences as the steps before it left them, and quietly; a call begun after it runs whole", async () => {
-    // Greedy, no end of generation: a call ends only at its step count or an abort, and what a
-    // sequence samples next depends on its cells alone.
+  test("abortSteps ends the calls begun before it within their step, leaving the sequences as the steps before it left them, and quietly; a call begun after it runs whole; one call a context at a time", async () => {
     const vocabulary = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
-    const eog = Array.from({ length: vocabulary }, (_, token) => token).filter((token) => model.isEogToken(token as Token));
     const prompted = await Promise.all(
       sequences.map(async (sequence) => {
-        const sampler = new Sampler(context, model, { temperature: 0 });
-        sampler.native.applyConfig({ tokenBiasKeys: Uint32Array.from(eog), tokenBiasValues: new Float32Array(eog.length).fill(-Infinity) });
+        const sampler = endlessSampler(context, model);
         const [token] = await decodeBatch(context, [{ sequence, tokens: model.tokenize(LONG.text), sampler }]);
         return { sequence, sampler, token: token!, position: sequence.nextTokenIndex, id: sequenceIdOf(sequence) };
       }),
     );
     type Prompted = (typeof prompted)[number];
-    const call = ({ id, position, token, sampler }: Prompted, steps: number, after: Int32Array = new Int32Array(0)) =>
-      addon.decodeSteps([id], [position + after.length], [after.at(-1) ?? token], [sampler.native], steps);
+    const call = ({ id, position, token, sampler }: Prompted, steps: number, after: Int32Array = new Int32Array(0), on: Addon = addon) =>
+      on.decodeSteps([id], [position + after.length], [after.at(-1) ?? token], [sampler.native], steps);
     const [first, second] = prompted as [Prompted, Prompted];
     const most = context.contextSize - 1 - Math.max(first.position, second.position) - 8;
+    // Another context's call holds the one decode thread: a call queued behind it is aborted before it begins.
+    const other = await model.createContext({ contextSize: 1024, sequences: 1, threads: 1 });
+    const otherSequence = other.getSequence();
+    const otherSampler = endlessSampler(other, model);
     const { llama } = model;
     const logger = llama.logger;
     const logged: string[] = [];
     llama.logger = (_level, message) => void logged.push(message);
     try {
-      // The one decode thread runs calls in the order made: the second begins only once the first
-      // has ended, which unaborted takes `most` steps (about 100 ms here), and the abort comes
-      // right after both calls were made. The second, through llama-batch.ts, decodes nothing:
-      // its sequence must hold what it held.
-      const running = call(first, most);
+      const [otherToken] = await decodeBatch(other, [{ sequence: otherSequence, tokens: model.tokenize(LONG.text), sampler: otherSampler }]);
+      const blocking = (other as unknown as { _ctx: Addon })._ctx.decodeSteps([0], [otherSequence.nextTokenIndex], [otherToken!], [otherSampler.native], most);
+      // The call through llama-batch.ts begins after the abort: it decodes nothing, and its sequence holds what it held.
       const held = { next: second.sequence.nextTokenIndex, tokens: [...second.sequence.contextTokens] };
       onStepsCall = () => (addon.abortSteps(), true);
       const [none] = await decodeSteps(context, [second], () => most);
-      const cut = await running;
-      expect(cut.length).toBeLessThan(most);
+      expect((await blocking).length).toBeLessThan(most);
       expect(none).toEqual([]);
       expect({ next: second.sequence.nextTokenIndex, tokens: second.sequence.contextTokens }).toEqual(held);
+      // A second call on a context while one is out is refused, whatever its sequences.
+      const running = call(first, most);
+      expect(() => call(second, 4)).toThrow(/still out/);
+      addon.abortSteps();
+      const cut = await running;
+      expect(cut.length).toBeLessThan(most);
       // The sequence holds the steps before the abort and none of the aborted one: it goes on
       // from there (llama.cpp refuses a position it holds) as it would have unaborted.
       const more = await call(first, 8, cut);
@@ -223,8 +225,46 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
         addon.removeTokenCellsFromSequence(id, position, -1);
         sampler.dispose();
       }
+      otherSampler.dispose();
+      await other.dispose();
     }
   });
+
+  test("sequences 0 and 2 stepping on bench-small, aborted at random moments: each holds its recorded tokens and no cell past them", withSeed(async (random) => {
+    // llama.cpp computes a batch of non-consecutive sequence ids in pieces (ubatches) and, aborted,
+    // takes back only the piece it was computing; bench-small's steps are long enough for an abort
+    // to land inside either piece.
+    const small = await model.llama.loadModel({ modelPath: await presetModel("bench-small"), gpuLayers: 0 });
+    const three = await small.createContext({ contextSize: 2048, sequences: 3, threads: 2 });
+    const [first, idle, third] = Array.from({ length: 3 }, () => three.getSequence());
+    const entries: StepsEntry[] = [];
+    try {
+      for (const sequence of [first!, third!]) {
+        const sampler = endlessSampler(three, small);
+        entries.push({ sequence, token: 0 as Token, sampler });
+        const [token] = await decodeBatch(three, [{ sequence, tokens: small.tokenize("the sea is calm tonight"), sampler }]);
+        entries.at(-1)!.token = token!;
+      }
+      const positions = (three as unknown as { _ctx: Addon })._ctx;
+      const held = () => entries.map(({ sequence }) => ({ id: sequenceIdOf(sequence), next: sequence.nextTokenIndex, last: positions.getSequenceKvCacheMaxPosition(sequenceIdOf(sequence)) }));
+      expect(sequenceIdOf(idle!)).toBe(1);
+      for (let trial = 0; trial < 24; trial++) {
+        // A step of two sequences takes a few ms here: the abort lands anywhere in the first few.
+        const timer = setTimeout(() => abortSteps(three), random.int(1, 25));
+        const tokens = await decodeSteps(three, entries, () => 200);
+        clearTimeout(timer);
+        for (const [i, entry] of entries.entries()) entry.token = tokens[i]!.at(-1) ?? entry.token;
+        expect(held()).toEqual(held().map(({ id, next }) => ({ id, next, last: next - 1 })));
+      }
+      // And they go on stepping from there.
+      const more = await decodeSteps(three, entries, () => 4);
+      expect(more.map((tokens) => tokens.length)).toEqual([4, 4]);
+    } finally {
+      for (const { sampler } of entries) sampler.dispose();
+      await three.dispose();
+      await small.dispose();
+    }
+  }), 30_000);
 
   test("a reply's maxTokens bounds the calls: none steps past its last token, and the reply is the same", async () => {
     const [sequence] = sequences;
@@ -308,6 +348,20 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], 0)).toThrow(/outside the context/);
       expect(() => addon.decodeSteps([id], [10_000], [1], [sampler.native], 4)).toThrow(/outside the context/);
       expect(() => addon.decodeSteps([id, id], [0, 0], [1, 1], [sampler.native, sampler.native], 4)).toThrow(/repeated/);
+      // Numbers that are not whole must not become sequence 0, position 0 or token 0.
+      for (const bad of [NaN, 0.5, Infinity, -1, 2 ** 31]) {
+        expect(() => addon.decodeSteps([bad], [0], [1], [sampler.native], 4)).toThrow(TypeError);
+        expect(() => addon.decodeSteps([id], [bad], [1], [sampler.native], 4)).toThrow(TypeError);
+        expect(() => addon.decodeSteps([id], [0], [bad], [sampler.native], 4)).toThrow(TypeError);
+      }
+      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], NaN)).toThrow(TypeError);
+      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], 2.5)).toThrow(TypeError);
+      // Positions are checked in 64 bits: this sum overflows 32.
+      expect(() => addon.decodeSteps([id], [2 ** 31 - 2], [1], [sampler.native], 4)).toThrow(/outside the context/);
+      expect(() => addon.decodeSteps([id], [0], [model.fileInfo.metadata.tokenizer.ggml.tokens.length], [sampler.native], 4)).toThrow(/vocabulary/);
+      // Objects of another native class are refused, as `this` and as a sampler.
+      expect(() => addon.decodeSteps([id], [0], [1], [addon], 4)).toThrow(/not an AddonSampler/);
+      expect(() => addon.decodeSteps.call(sampler.native, [id], [0], [1], [sampler.native], 4)).toThrow(/not an AddonContext/);
     } finally {
       sampler.dispose();
     }

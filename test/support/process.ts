@@ -32,6 +32,8 @@ export interface ChildServer {
   child: Subprocess<"ignore", "pipe", "pipe">;
   /** The recent lines of stdout and stderr. */
   lines: string[];
+  /** Every line logged at level error or fatal. */
+  errorLines: string[];
   /** Milliseconds from spawning the process to its "listening" line (the model loads after it). */
   listeningMs: number;
   /** Milliseconds from spawning the process to the first 200 from /readyz. */
@@ -75,6 +77,7 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
     stderr: "pipe",
   });
   const lines: string[] = [];
+  const errorLines: string[] = [];
   let url: string | undefined;
   let listeningMs = Number.NaN;
   const collect = async (stream: ReadableStream<Uint8Array>) => {
@@ -85,6 +88,7 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
       partial = received.pop()!;
       for (const line of received.filter(Boolean)) {
         lines.push(line);
+        if (/"level":"(error|fatal)"/.test(line)) errorLines.push(line);
         if (url === undefined && /"msg":"listening"/.test(line)) {
           url = (JSON.parse(line) as { url: string }).url;
           listeningMs = performance.now() - started;
@@ -105,7 +109,7 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
   };
   await until(readyOrExited, "/readyz to answer 200", options.timeoutMs ?? 30_000, options.pollMs ?? 25).catch(() => undefined);
   if (readyMs !== undefined && url !== undefined) {
-    return { url, pid: child.pid, child, lines, listeningMs, readyMs, stop: () => stopChild(child) };
+    return { url, pid: child.pid, child, lines, errorLines, listeningMs, readyMs, stop: () => stopChild(child) };
   }
   child.kill("SIGKILL");
   // Its last words (a port in use, a bad setting) are what the failure is about.

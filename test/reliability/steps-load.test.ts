@@ -1,0 +1,54 @@
+/**
+ * A service raised to several sequences, under a chat service's mixed load: native streams of
+ * random lengths arriving at random moments, a quarter of them cancelled, beside OpenAI-API
+ * clients resending growing histories. Turns arrive while replies step natively, so the steps are
+ * aborted at every moment of a batch (the pieces of a batch of non-consecutive sequence ids
+ * included), and every request must still end cleanly with nothing logged at error level.
+ * Runs on bench-small with the compiled natives where they are built (always under CI).
+ */
+import { afterEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { allowSlowTests, type ChildServer, compiledNatives, runChatMix, seedKeys, startServer, tempDir, withSeed } from "../support";
+
+allowSlowTests();
+
+const natives = await compiledNatives();
+console.log(`steps-load: ${natives === undefined ? "npm prebuilt natives (no native steps)" : `compiled natives ${natives}`}`);
+
+const DURATION_MS = 20_000;
+
+let server: ChildServer | undefined;
+afterEach(async () => {
+  await server?.stop();
+  server = undefined;
+});
+
+describe("mixed load on several sequences", () => {
+  for (const parallel of [3, 4, 8]) {
+    test(`PARLEY_PARALLEL=${parallel}: every request ends cleanly, nothing logged at error level`, withSeed(async (random) => {
+      const dbPath = join(tempDir(`steps-load-${parallel}`), "parley.db");
+      const keys = await seedKeys(dbPath, 10);
+      server = await startServer({
+        dbPath,
+        adminKey: keys.admin,
+        preset: "bench-small",
+        env: { PARLEY_PARALLEL: String(parallel), PARLEY_CONTEXT_SIZE: "1024", PARLEY_THREADS: "2", PARLEY_RATE_LIMIT: "0" },
+      });
+      const result = await runChatMix({
+        url: server.url,
+        keys: keys.users,
+        nativeClients: 6,
+        openaiClients: 4,
+        durationMs: DURATION_MS,
+        deadlineMs: 30_000,
+        random,
+      });
+      console.log(`steps-load parallel ${parallel}: ${result.requests} requests ${JSON.stringify(result.ok)}, ${result.failures.length} failed; cached tokens on /v1: ${result.cachedTokens}`);
+      expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
+      // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
+      for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
+      expect(result.cachedTokens).toBeGreaterThan(0);
+      expect(await server.stop()).toBe(0);
+    }), 60_000);
+  }
+});

@@ -1,0 +1,138 @@
+/**
+ * A chat service's mixed load against a running server, as its users make it: each client sends
+ * one request at a time after a random pause, messages and reply lengths drawn at random, some
+ * streams cancelled by the client after a few deltas; native-API clients keep two conversations
+ * each, OpenAI-API clients resend a growing history (so their prompts share prefixes). Every
+ * request must end cleanly: 200 and a whole reply (`done`, or `[DONE]` with no error chunk), or
+ * a stream this client cancelled.
+ */
+import { bearer, postChat } from "./http";
+import { type Random, seededRandom } from "./random";
+import { sseEvents } from "./sse";
+
+export interface ChatMixOptions {
+  url: string;
+  /** One key a client (client i uses keys[i % keys.length]). */
+  keys: string[];
+  nativeClients: number;
+  openaiClients: number;
+  durationMs: number;
+  /** A request not ended by then counts as hung. */
+  deadlineMs: number;
+  /** Each client draws from its own generator, seeded from this one's seed: a seed replays the same requests. */
+  random: Random;
+}
+
+export interface ChatMixResult {
+  requests: number;
+  /** Requests that ended as they should, by kind. */
+  ok: Record<string, number>;
+  /** Every other ending, described. */
+  failures: string[];
+  /** Prompt tokens the OpenAI-API replies reported as reused. */
+  cachedTokens: number;
+}
+
+const WORDS = "the a sea hill river light wind stone tell me about why how when long short story calm night morning road city".split(" ");
+
+function message(random: Random): string {
+  return Array.from({ length: random.int(3, 43) }, () => WORDS[random.int(0, WORDS.length - 1)]).join(" ");
+}
+
+type Ending = { ok: string; cached?: number } | { failure: string };
+
+async function nativeTurn(options: ChatMixOptions, random: Random, key: string, conversation: string, signal: AbortSignal): Promise<Ending> {
+  const cancelAfter = random.next() < 0.25 ? random.int(1, 5) : undefined;
+  const cancel = new AbortController();
+  const body = { message: message(random), conversation_id: conversation, stream: true, temperature: 0.8, max_tokens: random.int(4, 63) };
+  const response = await postChat(options.url, key, body, AbortSignal.any([signal, cancel.signal]));
+  if (response.status !== 200) return { failure: `native ${response.status}: ${(await response.text()).slice(0, 200)}` };
+  let deltas = 0;
+  let last = "";
+  try {
+    for await (const event of sseEvents(response)) {
+      if (event.event === "comment") continue;
+      last = event.event;
+      if (last === "error") return { failure: `native stream error: ${event.data.slice(0, 200)}` };
+      if (last === "delta" && ++deltas === cancelAfter) {
+        cancel.abort();
+        return { ok: "native cancelled" };
+      }
+    }
+  } catch (error) {
+    if (cancel.signal.aborted) return { ok: "native cancelled" };
+    throw error;
+  }
+  return last === "done" ? { ok: "native stream" } : { failure: `native stream ended with ${last || "nothing"}` };
+}
+
+async function openaiTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal): Promise<Ending> {
+  const stream = random.next() < 0.5;
+  history.push({ role: "user", content: message(random) });
+  const response = await fetch(`${options.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { ...bearer(key), "content-type": "application/json" },
+    body: JSON.stringify({ model: "parley", messages: history, stream, temperature: 0.8, max_tokens: random.int(4, 63), ...(stream ? { stream_options: { include_usage: true } } : {}) }),
+    signal,
+  });
+  if (response.status !== 200) return { failure: `openai ${response.status}: ${(await response.text()).slice(0, 200)}` };
+  interface Chunk {
+    error?: unknown;
+    choices?: { delta?: { content?: string }; message?: { content?: string } }[];
+    usage?: { prompt_tokens_details?: { cached_tokens?: number } };
+  }
+  const chunks: Chunk[] = [];
+  let done = false;
+  if (stream) {
+    for await (const event of sseEvents(response)) {
+      if (event.event === "comment") continue;
+      if (event.data === "[DONE]") done = true;
+      else chunks.push(JSON.parse(event.data) as Chunk);
+    }
+  } else {
+    chunks.push((await response.json()) as Chunk);
+    done = true;
+  }
+  const failed = chunks.find((chunk) => chunk.error !== undefined);
+  if (failed || !done) return { failure: `openai ${stream ? "stream" : "reply"} ${failed ? `error: ${JSON.stringify(failed.error).slice(0, 200)}` : "without [DONE]"}` };
+  const reply = chunks.map((chunk) => chunk.choices?.[0]?.message?.content ?? chunk.choices?.[0]?.delta?.content ?? "").join("");
+  history.push({ role: "assistant", content: reply });
+  // A history that outgrows the context starts over, as a user's new chat would.
+  if (history.length > 16) history.splice(0);
+  return { ok: stream ? "openai stream" : "openai reply", cached: chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+}
+
+export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult> {
+  const result: ChatMixResult = { requests: 0, ok: {}, failures: [], cachedTokens: 0 };
+  const endAt = Date.now() + options.durationMs;
+  const clients = options.nativeClients + options.openaiClients;
+  await Promise.all(
+    Array.from({ length: clients }, async (_, client) => {
+      const key = options.keys[client % options.keys.length]!;
+      const history: { role: string; content: string }[] = [];
+      const random = seededRandom((options.random.seed + Math.imul(client + 1, 0x9e3779b9)) >>> 0);
+      for (let turn = 0; Date.now() < endAt; turn++) {
+        // The client's pause before its next request: arrivals at random moments.
+        await Bun.sleep(random.int(0, 300));
+        const signal = AbortSignal.timeout(options.deadlineMs);
+        let ending: Ending;
+        try {
+          ending =
+            client < options.nativeClients
+              ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
+              : await openaiTurn(options, random, key, history, signal);
+        } catch (error) {
+          ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
+        }
+        result.requests++;
+        if ("ok" in ending) {
+          result.ok[ending.ok] = (result.ok[ending.ok] ?? 0) + 1;
+          result.cachedTokens += ending.cached ?? 0;
+        } else {
+          result.failures.push(ending.failure);
+        }
+      }
+    }),
+  );
+  return result;
+}

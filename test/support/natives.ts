@@ -1,0 +1,24 @@
+/** What the tests of Parley's own addon methods share (src/natives/decode-steps.cpp). */
+import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
+import { Sampler } from "../../src/llm/llama-batch";
+import { useLocalNatives } from "../../src/llm/natives";
+
+/**
+ * The compiled natives' directory, now in use, or undefined where they are not built (`bun run
+ * natives`): their tests skip then, except under CI, which compiles them first.
+ */
+export async function compiledNatives(): Promise<string | undefined> {
+  const natives = await useLocalNatives();
+  if (natives === undefined && Bun.env.CI === "true") throw new Error("no compiled natives: CI compiles them (bun run natives) before the tests");
+  return natives;
+}
+
+/** A greedy sampler that never samples an end of generation: a call ends only at its step count or an abort. */
+export function endlessSampler(context: LlamaContext, model: LlamaModel): Sampler {
+  const sampler = new Sampler(context, model, { temperature: 0 });
+  const vocabulary = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  const eog = Array.from({ length: vocabulary }, (_, token) => token).filter((token) => model.isEogToken(token as Token));
+  sampler.native.applyConfig({ tokenBiasKeys: Uint32Array.from(eog), tokenBiasValues: new Float32Array(eog.length).fill(-Infinity) });
+  return sampler;
+}
+
