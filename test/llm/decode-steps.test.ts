@@ -367,27 +367,50 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     }
   });
 
-  test("an idle process exits on its own: the way back to the JS thread holds it only while a call is out", async () => {
+  /** A child process that runs `call` on a fresh demo context (`context`, `model`, `sequence`, an endless `sampler`); its exit code and output. */
+  async function child(call: string): Promise<{ code: number | null; out: string }> {
     const script = `
       import { getLlama } from "node-llama-cpp";
       import { useLocalNatives } from "${import.meta.dir}/../../src/llm/natives";
-      import { decodeSteps, Sampler } from "${import.meta.dir}/../../src/llm/llama-batch";
+      import { decodeSteps } from "${import.meta.dir}/../../src/llm/llama-batch";
+      import { endlessSampler } from "${import.meta.dir}/../support/natives";
       await useLocalNatives();
       const model = await (await getLlama({ gpu: false, build: "never" })).loadModel({ modelPath: ${JSON.stringify(await presetModel("demo"))} });
-      const context = await model.createContext({ contextSize: 256, sequences: 1 });
-      const sampler = new Sampler(context, model, { temperature: 0 });
-      const [tokens] = await decodeSteps(context, [{ sequence: context.getSequence(), token: model.tokenize("hello")[0], sampler }], () => 3);
-      console.log("sampled", tokens.length);
+      const context = await model.createContext({ contextSize: 4096, sequences: 1, threads: 1 });
+      const sampler = endlessSampler(context, model);
+      const sequence = context.getSequence();
+      ${call}
     `;
-    const child = Bun.spawn([process.execPath, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });
+    const process = Bun.spawn([Bun.which("bun")!, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });
     let exited = false;
-    void child.exited.then(() => (exited = true));
+    void process.exited.then(() => (exited = true));
     try {
       await until(() => exited, "the process to exit on its own", 30_000);
     } finally {
-      child.kill("SIGKILL");
+      process.kill("SIGKILL");
     }
-    expect(await new Response(child.stdout).text()).toMatch(/^sampled [1-3]$/m);
-    expect(child.exitCode).toBe(0);
+    return { code: process.exitCode, out: (await new Response(process.stdout).text()) + (await new Response(process.stderr).text()) };
+  }
+
+  test("an idle process exits on its own: the way back to the JS thread holds it only while a call is out", async () => {
+    const { code, out } = await child(`
+      const [tokens] = await decodeSteps(context, [{ sequence, token: model.tokenize("hello")[0], sampler }], () => 3);
+      console.log("sampled", tokens.length);
+    `);
+    expect(out).toMatch(/^sampled 3$/m);
+    expect(code).toBe(0);
+  }, 40_000);
+
+  test("a process exiting while a call runs (a second signal's exit, say) ends cleanly: the call is aborted and waited for", async () => {
+    const { code, out } = await child(`
+      const running = decodeSteps(context, [{ sequence, token: model.tokenize("hello")[0], sampler }], () => 4000);
+      console.log("running");
+      setTimeout(() => process.exit(7), 5);
+      await running;
+      console.log("the call ended before the exit");
+    `);
+    expect(out).toMatch(/^running$/m);
+    expect(out).not.toContain("the call ended");
+    expect(code).toBe(7);
   }, 40_000);
 });
