@@ -35,7 +35,7 @@ interface Measured {
 async function turn(engine: Engine, key: string, message: string): Promise<Measured> {
   const started = performance.now();
   let first = 0;
-  const generation = engine.generate({ conversationKey: key, history: [{ role: "user", content: message }], temperature: 0, maxTokens: DECODE_TOKENS });
+  const generation = engine.generate({ conversationKey: key, cacheScope: "bench", history: [{ role: "user", content: message }], temperature: 0, maxTokens: DECODE_TOKENS });
   for (;;) {
     const step = await generation.next();
     if (step.done) {

@@ -43,7 +43,9 @@ export async function startService(config: Config, log: Logger, announce: Announ
   // Reading the header first turns a wrong, truncated or corrupt file into one clear line
   // before anything listens, instead of a native loader error later.
   const described = describeModel(model.path);
-  const storage = stack.use(await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool, serving: true }));
+  const storage = stack.use(
+    await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool, timeoutMs: config.dbTimeoutMs, serving: true }, { waitS: config.dbWaitS, announce }),
+  );
   await bootstrapAdminKey(storage.keys, config.adminKey, announce).catch(refuseBusy);
   if (model.demo) {
     announce(

@@ -15,6 +15,10 @@ export interface Config {
   dbPath: string;
   /** PostgreSQL connections per process. */
   dbPool: number;
+  /** PostgreSQL: each storage call's deadline; past it, or with the database unreachable, 503. */
+  dbTimeoutMs: number;
+  /** PostgreSQL: how long start-up waits for an unreachable database, trying again every second. */
+  dbWaitS: number;
   /** PostgreSQL: how long a conversation stays held by a node that stopped renewing its lease (died). */
   leaseTtlS: number;
   /** Files that are not the database: saved KV states (`kv/`), the chat-format cache. */
@@ -95,6 +99,18 @@ export const CONFIG_SPEC = {
     help: "SQLite database file, or a PostgreSQL URL (postgres://user:password@host/db, ?host=/socket/dir for a unix socket) shared by several nodes",
   },
   dbPool: { env: "PARLEY_DB_POOL", flag: "--db-pool", default: "10", help: "PostgreSQL connections this process may open" },
+  dbTimeoutMs: {
+    env: "PARLEY_DB_TIMEOUT_MS",
+    flag: "--db-timeout-ms",
+    default: "2000",
+    help: "PostgreSQL: longest a database call may take (connecting included); past it, or with the database unreachable, requests get 503 with Retry-After",
+  },
+  dbWaitS: {
+    env: "PARLEY_DB_WAIT_S",
+    flag: "--db-wait",
+    default: "60",
+    help: "PostgreSQL: seconds start-up waits for an unreachable database, trying again every second (0 = not at all)",
+  },
   leaseTtlS: {
     env: "PARLEY_LEASE_TTL_S",
     flag: "--lease-ttl",
@@ -276,6 +292,8 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     port: int("port", 0, 65535),
     dbPath,
     dbPool: int("dbPool", 1, 1_000),
+    dbTimeoutMs: int("dbTimeoutMs", 100, 600_000),
+    dbWaitS: int("dbWaitS", 0, 86_400),
     leaseTtlS: int("leaseTtlS", 1, 3_600),
     dataDir: dataDir ?? (isPostgresUrl(dbPath) ? "./data" : dirname(dbPath)),
     adminKey,

@@ -2,6 +2,8 @@ import type { FinishReason, Turn } from "../llm/engine";
 import { type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
+  /** Whose request: only this user's earlier requests' KV state is reused. */
+  userId: number;
   /** The whole conversation, as the client keeps it. */
   messages: Turn[];
   temperature: number;
@@ -37,7 +39,7 @@ export interface ModelInfo {
 /**
  * A stateless completion: the client sends the history, nothing is stored. Admission, the
  * generation cap, cancellation and shutdown are the turn runner's, as for stored conversations;
- * the engine reuses whatever prefix of the prompt a sequence still holds.
+ * the engine reuses whatever prefix of the prompt a sequence still holds from the same user.
  */
 export class CompletionService {
   constructor(private readonly runner: TurnRunner) {}
@@ -55,6 +57,7 @@ export class CompletionService {
       const { engine } = running;
       yield { type: "start", model: engine.modelName };
       const result = yield* running.reply({
+        cacheScope: String(input.userId),
         history: input.messages,
         temperature: input.temperature,
         topP: input.topP,

@@ -1,5 +1,5 @@
 import type { ConversationStore } from "../db/storage";
-import type { MessageRecord } from "../db/types";
+import type { FoundConversation, MessageRecord } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import type { Turn } from "../llm/engine";
 import { isAbort } from "../errors";
@@ -86,7 +86,14 @@ export class ChatService {
    */
   async delete(userId: number, conversationId: string, signal?: AbortSignal): Promise<boolean> {
     const release = await this.turns.acquire(lockKey(userId, conversationId), signal);
+    let releaseLease: (() => Promise<void>) | undefined;
     try {
+      if (this.shared) {
+        // A turn of it on another node is waited out through the same lease its turns hold.
+        const found = await this.conversations.find(userId, conversationId);
+        if (!found) return false;
+        releaseLease = await holdConversation(this.shared, found.id, signal);
+      }
       const deleted = await this.conversations.delete(userId, conversationId);
       if (!deleted) return false;
       // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
@@ -94,7 +101,28 @@ export class ChatService {
       await this.runner.engines.current()?.forget(String(deleted.id));
       return true;
     } finally {
+      await releaseLease?.();
       release();
+    }
+  }
+
+  /**
+   * The user's conversation, created on first use, and with several nodes its lease held. Deleted
+   * on another node between finding it and taking its lease, it is found (created) again: its
+   * turn must not add to a deleted conversation.
+   */
+  private async holdCurrent(input: TurnInput, signal: AbortSignal): Promise<{ conversation: FoundConversation; releaseLease?: () => Promise<void> }> {
+    let conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+    if (!this.shared) return { conversation };
+    for (;;) {
+      const releaseLease = await holdConversation(this.shared, conversation.id, signal);
+      const current = await this.conversations.find(input.userId, input.conversationId).catch(async (error: unknown) => {
+        await releaseLease();
+        throw error;
+      });
+      if (current?.id === conversation.id) return { conversation, releaseLease };
+      await releaseLease();
+      conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
     }
   }
 
@@ -124,13 +152,11 @@ export class ChatService {
     }
     let releaseLease: (() => Promise<void>) | undefined;
     try {
-      const conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
-      if (this.shared) {
-        try {
-          releaseLease = await holdConversation(this.shared, conversation.id, signal);
-        } catch (error) {
-          return endedWaiting(error, running);
-        }
+      let conversation: FoundConversation;
+      try {
+        ({ conversation, releaseLease } = await this.holdCurrent(input, signal));
+      } catch (error) {
+        return endedWaiting(error, running);
       }
       const userMessage = await this.conversations.addMessage(conversation, { role: "user", content: input.message });
       yield {
@@ -143,6 +169,8 @@ export class ChatService {
 
       const result = yield* running.reply({
         conversationKey: String(conversation.id),
+        cacheScope: String(input.userId),
+        publicTurns: this.preamble.length,
         history: [...this.preamble, ...(await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }))],
         temperature: input.temperature,
         maxTokens: input.maxTokens,

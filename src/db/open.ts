@@ -16,11 +16,13 @@ export function describeLocation(location: string): string {
 export interface StorageOptions extends OpenOptions {
   /** PostgreSQL only: connections this process may hold. */
   poolSize?: number;
+  /** PostgreSQL only: each storage call's deadline (src/db/pg/outage.ts). */
+  timeoutMs?: number;
 }
 
 /** The storage a location names: a PostgreSQL URL, else a SQLite file path. */
 export async function openStorage(location: string, options: StorageOptions = {}): Promise<Storage> {
   // Several servers share one PostgreSQL database; `serving` guards only a SQLite file.
-  if (isPostgresUrl(location)) return openPgStorage(location, options.poolSize ?? 10);
+  if (isPostgresUrl(location)) return openPgStorage(location, { poolSize: options.poolSize ?? 10, timeoutMs: options.timeoutMs ?? 2_000 });
   return openSqliteStorage(location, options);
 }

@@ -40,6 +40,8 @@ export interface KeyStore {
 export interface ConversationStore {
   /** The user's conversation with this client id, created on first use. */
   findOrCreate(userId: number, externalId: string): Promise<FoundConversation>;
+  /** The user's conversation with this client id, if there is one. */
+  find(userId: number, externalId: string): Promise<ConversationRef | undefined>;
   addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
   /**
    * The conversation's newest turns, oldest first (ties in time by insertion order): read newest
@@ -84,6 +86,15 @@ export interface TokenBuckets {
   take(keyId: number, capacity: number, perMs: number): Promise<{ taken: boolean; tokens: number }>;
 }
 
+/** Per-key counts of open streams that every process sharing the database counts against. */
+export interface StreamSlots {
+  /** Takes one of the key's `max` slots for `holder`, held `ttlMs` unless renewed; false while all are held. */
+  take(keyId: number, holder: string, max: number, ttlMs: number): Promise<boolean>;
+  /** Holds these holders' slots `ttlMs` longer: the slots of a process that died run out. */
+  renew(holders: readonly string[], ttlMs: number): Promise<void>;
+  release(holder: string): Promise<void>;
+}
+
 export interface Storage extends AsyncDisposable {
   readonly keys: KeyStore;
   readonly conversations: ConversationStore;
@@ -94,6 +105,9 @@ export interface Storage extends AsyncDisposable {
    */
   readonly leases?: ConversationLeases;
   readonly buckets?: TokenBuckets;
+  readonly streams?: StreamSlots;
+  /** Resolves when the database answers now; rejects (`Overloaded`) while it cannot be reached. */
+  ping(): Promise<void>;
   /** Releases the database; calling it again does nothing. */
   close(): Promise<void>;
 }

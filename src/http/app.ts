@@ -53,6 +53,7 @@ export function createApp(deps: AppDeps) {
     limits.maxStreamsPerKey,
     (reason) => metrics.rateLimited.inc({ reason }),
     deps.storage.buckets,
+    deps.storage.streams,
   );
   const turns = new TurnDriver({ limiter, metrics, log: deps.log, heartbeatMs: limits.heartbeatMs });
   // Bun answers a declared body over its own cap (128 MB) with a bare 413 before the app runs;
@@ -77,7 +78,7 @@ export function createApp(deps: AppDeps) {
       // Elysia writes `application/json;charset=utf-8`; the contract spells it with a space.
       set.headers["content-type"] = JSON_CONTENT_TYPE;
     })
-    .use(healthRoutes(deps))
+    .use(healthRoutes({ isReady: deps.isReady, ping: () => deps.storage.ping() }))
     .use(metricsRoutes({ metrics, isPublic: limits.metricsPublic }))
     .use(docsRoutes())
     .use(webRoutes())

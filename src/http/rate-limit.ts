@@ -1,4 +1,4 @@
-import type { TokenBuckets } from "../db/storage";
+import type { StreamSlots, TokenBuckets } from "../db/storage";
 import { type Quota, RateLimited } from "../errors";
 
 interface Bucket {
@@ -24,6 +24,31 @@ export class MemoryBuckets implements TokenBuckets {
   }
 }
 
+/** Stream slots of this process alone: right for one node (SQLite); see `Storage.streams` for several. */
+export class MemoryStreamSlots implements StreamSlots {
+  private readonly keys = new Map<string, number>();
+
+  async take(keyId: number, holder: string, max: number): Promise<boolean> {
+    let open = 0;
+    for (const key of this.keys.values()) if (key === keyId) open++;
+    if (open >= max) return false;
+    this.keys.set(holder, keyId);
+    return true;
+  }
+
+  async renew(): Promise<void> {}
+
+  async release(holder: string): Promise<void> {
+    this.keys.delete(holder);
+  }
+}
+
+/** How long a stream's slot outlives its process when that process dies: renewed at a third of it. */
+const SLOT_TTL_MS = 30_000;
+
+/** Tells this process's stream slots from other nodes'. */
+const PROCESS_ID = `${process.pid}-${crypto.randomUUID().slice(0, 8)}`;
+
 /** The `X-RateLimit-*` headers: every response to a limited key carries its quota. */
 export const quotaHeaders = (quota: Quota): Record<string, string> => ({
   "x-ratelimit-limit": String(quota.limit),
@@ -33,13 +58,15 @@ export const quotaHeaders = (quota: Quota): Record<string, string> => ({
 
 /**
  * Per-key admission: a token bucket of `perMinute` requests (refilled continuously, so a key
- * may burst up to the full minute's allowance) and a cap on concurrent streams. The buckets are
- * the storage's when it is shared by several nodes (one limit across them all), else this
- * process's. Streams are counted per process: with N nodes a key may hold N times the cap.
- * Keys are issued by the operator, so the maps stay as small as the key table.
+ * may burst up to the full minute's allowance) and a cap on concurrent streams. Buckets and stream
+ * slots are the storage's when it is shared by several nodes (one limit across them all), else
+ * this process's. Keys are issued by the operator, so the maps stay as small as the key table.
  */
 export class RateLimiter {
-  private readonly streams = new Map<number, number>();
+  /** This process's open streams' slots, renewed together while any is open. */
+  private readonly held = new Set<string>();
+  private renewal: Timer | undefined;
+  private opened = 0;
 
   constructor(
     readonly perMinute: number,
@@ -47,6 +74,7 @@ export class RateLimiter {
     /** Told of every refusal, with its reason (`requests` or `streams`), e.g. to count it. */
     private readonly onReject: (reason: "requests" | "streams") => void = () => {},
     private readonly buckets: TokenBuckets = new MemoryBuckets(),
+    private readonly slots: StreamSlots = new MemoryStreamSlots(),
   ) {}
 
   /**
@@ -66,20 +94,25 @@ export class RateLimiter {
   }
 
   /** Counts a stream against the key; the returned function ends it (idempotent). */
-  openStream(keyId: number): () => void {
-    const open = this.streams.get(keyId) ?? 0;
-    if (open >= this.maxStreams) {
+  async openStream(keyId: number): Promise<() => void> {
+    const holder = `${PROCESS_ID}-${++this.opened}`;
+    if (!(await this.slots.take(keyId, holder, this.maxStreams, SLOT_TTL_MS))) {
       this.onReject("streams");
       throw new RateLimited(`this key may hold at most ${this.maxStreams} streams at once`, 1_000);
     }
-    this.streams.set(keyId, open + 1);
+    this.held.add(holder);
+    this.renewal ??= setInterval(() => void this.slots.renew([...this.held], SLOT_TTL_MS).catch(() => undefined), SLOT_TTL_MS / 3);
     let closed = false;
     return () => {
       if (closed) return;
       closed = true;
-      const left = (this.streams.get(keyId) ?? 1) - 1;
-      if (left > 0) this.streams.set(keyId, left);
-      else this.streams.delete(keyId);
+      this.held.delete(holder);
+      if (this.held.size === 0) {
+        clearInterval(this.renewal);
+        this.renewal = undefined;
+      }
+      // Not given back (the database away), the slot runs out.
+      void this.slots.release(holder).catch(() => undefined);
     };
   }
 }

@@ -49,8 +49,19 @@ export function contextOf(request: Request): RequestContext {
   return context;
 }
 
+/** RFC 3986's host (a name, an IPv4 address or a bracketed IPv6 one) and optional port. */
+const HOST = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~%!$&'()*+,;=]+)(:\d{1,5})?$/;
+
+/**
+ * The Host header's value is a host: its syntax, and what the URL parser makes of it (an IPv6
+ * address, a port in range). None at all is left to Bun, which then leaves the URL relative (a
+ * request made in-process has none and an absolute URL).
+ */
+const validHost = (host: string | null): boolean => host === null || (HOST.test(host) && URL.canParse(`http://${host}/`));
+
 export const requestContext = new Elysia({ name: "parley/request-context" }).onRequest(({ request, set }) => {
   set.headers["x-request-id"] = contextOf(request).id;
-  // HTTP/1.1 (RFC 9112, 3.2): an invalid Host is a 400. Bun says so by leaving the URL relative.
-  if (request.url.startsWith("/")) throw new BadRequest("the Host header is not a valid host");
+  // HTTP/1.1 (RFC 9112, 3.2): an invalid Host is a 400. Bun leaves the URL relative for some, and
+  // takes others (an unclosed "[::1") as they are.
+  if (request.url.startsWith("/") || !validHost(request.headers.get("host"))) throw new BadRequest("the Host header is not a valid host");
 });

@@ -77,7 +77,7 @@ export class TurnDriver {
     framing: Framing<Start, Result>,
   ): AsyncGenerator<SseChunk, void, void> {
     const { request, set, server } = exchange;
-    const closeSlot = this.deps.limiter.openStream(exchange.keyId);
+    const closeSlot = await this.deps.limiter.openStream(exchange.keyId);
     try {
       const meter = this.meter(request);
       // Bun's idle timeout must not cut a long wait: for the conversation's previous turn (here or on

@@ -23,7 +23,7 @@ import { KvStore, stateSizeBound } from "./kv-store";
 import { checkInternals } from "./llama-batch";
 import { IN_EXECUTABLE, useLocalNatives } from "./natives";
 import { type PoolStats, SequencePool } from "./pool";
-import { PromptRenderer, type FittedPrompt } from "./prompt";
+import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
 import { Scheduler } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
@@ -82,6 +82,8 @@ interface Slot {
   transcript?: Transcript;
   /** The transcript's state is on disk as it is now. */
   saved: boolean;
+  /** The `cacheScope` of the requests whose KV state the sequence holds. */
+  scope?: string;
 }
 
 export class Engine {
@@ -166,7 +168,7 @@ export class Engine {
    * 118–180 either way). llama-server warms up too.
    */
   private async warmUp(): Promise<void> {
-    const reply = this.generate({ history: [{ role: "user", content: "Hello" }], temperature: 0, maxTokens: 2 });
+    const reply = this.generate({ cacheScope: "", history: [{ role: "user", content: "Hello" }], temperature: 0, maxTokens: 2 });
     while (!(await reply.next()).done);
     for (const slot of this.slots) await this.empty(slot);
   }
@@ -207,10 +209,11 @@ export class Engine {
   async *generate(request: GenerateRequest): AsyncGenerator<ReplyPiece, GenerateResult, void> {
     if (this.disposed) throw new Error("Engine is disposed");
     const key = request.conversationKey;
+    const scope = request.cacheScope;
     const budget = this.promptBudget(request.maxTokens);
     // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
     const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget) : undefined;
-    const lease = await this.pool.acquire(key ?? ((slot) => this.sharedPrefix(slot, statelessPrompt!, budget)), request.signal);
+    const lease = await this.pool.acquire(key ?? ((slot) => this.prefixScore(slot, statelessPrompt!, budget, scope)), request.signal);
     // Until the scheduler has the turn, batches of prompts alone wait for it (Scheduler.expect).
     const arrived = this.scheduler.expect();
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
@@ -221,7 +224,8 @@ export class Engine {
       const { sequence } = slot;
       const left = this.leave(slot, key);
       const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
-      const { tokens, cachedTokens } = await this.claim(slot, key, fitted, budget, left);
+      const opening = await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0));
+      const { tokens, cachedTokens } = await this.claim(slot, { key, scope, opening }, fitted, budget, left);
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
       const said = { content: "", reasoning: "" };
 
@@ -295,6 +299,7 @@ export class Engine {
   private async empty(slot: Slot): Promise<void> {
     slot.transcript = undefined;
     slot.saved = false;
+    slot.scope = undefined;
     await slot.sequence.clearHistory();
   }
 
@@ -320,17 +325,27 @@ export class Engine {
   /**
    * Readies the sequence for the prompt: the conversation it held saved, and this one's state
    * loaded, if it held another (with saved states on); then all it holds beyond what the prompt
-   * shares with it erased. New batches wait meanwhile (dispatch-gate.ts): the erase takes the
-   * context's lock, so a batch going out first would delay it by one more step, and the prompt
-   * would miss the batch right after.
+   * may reuse erased. A prompt reuses what the sequence holds only when that was made in its own
+   * scope; otherwise no more of it than the prompt's `opening`, the part any user's prompt shares.
+   * New batches wait meanwhile (dispatch-gate.ts): the erase takes the context's lock, so a batch
+   * going out first would delay it by one more step, and the prompt would miss the batch right after.
    */
-  private async claim(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number, left: Promise<void>): Promise<{ tokens: Token[]; cachedTokens: number }> {
+  private async claim(
+    slot: Slot,
+    { key, scope, opening }: { key: string | undefined; scope: string; opening: readonly Token[] },
+    fitted: FittedPrompt,
+    budget: number,
+    left: Promise<void>,
+  ): Promise<{ tokens: Token[]; cachedTokens: number }> {
     const take = async () => {
       const { sequence } = slot;
-      const tokens = this.promptTokens(slot, key, fitted, budget);
+      const own = slot.scope === scope;
+      const tokens = own ? this.promptTokens(slot, key, fitted, budget) : fitted.tokens;
       // The last prompt token is always evaluated again: its logits give the first reply token.
-      const cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
+      let cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
+      if (!own) cachedTokens = Math.min(cachedTokens, sharedPrefix(tokens, opening));
       slot.transcript = undefined;
+      slot.scope = scope;
       // A stateless prompt's state is never saved: its client sends the prompt again.
       slot.saved = key === undefined;
       if (cachedTokens < sequence.nextTokenIndex) {
@@ -350,6 +365,8 @@ export class Engine {
       if (kv && found) {
         slot.transcript = await kv.load(slot.sequence, found);
         slot.saved = slot.transcript !== undefined;
+        // A conversation's saved state is its own user's: the one scope that made it.
+        if (slot.transcript !== undefined) slot.scope = scope;
       }
       return await take();
     });
@@ -394,9 +411,11 @@ export class Engine {
   /**
    * How much of a stateless prompt a free sequence already holds, as llama-server's `cache_prompt`
    * chooses: less than half of the prompt scores 0, so a shared template opening does not take the
-   * sequence of a long conversation from a least recently used one (see pool.ts).
+   * sequence of a long conversation from a least recently used one (see pool.ts). Another scope's
+   * sequence scores 0: which sequence a prompt gets must not tell what another user sent either.
    */
-  private sharedPrefix(slot: Slot, fitted: FittedPrompt, budget: number): number {
+  private prefixScore(slot: Slot, fitted: FittedPrompt, budget: number, scope: string): number {
+    if (slot.scope !== scope) return 0;
     const tokens = this.promptTokens(slot, undefined, fitted, budget);
     const shared = slot.sequence.compareContextTokens(tokens).firstDifferentIndex;
     return shared * 2 >= tokens.length ? shared : 0;

@@ -47,6 +47,7 @@ export class PromptRenderer {
   private readonly maxTokenBytes: number;
   /** The chat format has thoughts: stored ones go back to it, and its template decides what the model sees. */
   private readonly thoughts: boolean;
+  private readonly openings = new Map<string, readonly Token[]>();
 
   constructor(
     private readonly model: LlamaModel,
@@ -131,6 +132,25 @@ export class PromptRenderer {
       keep -= excess;
     }
     return withText("");
+  }
+
+  /**
+   * The tokens every prompt that begins with `turns` begins with, whatever its user writes next:
+   * the template's opening and those turns, up to where the first user text would start. The
+   * common part of two renderings with different user texts; remembered per `turns`.
+   */
+  async opening(turns: readonly Turn[]): Promise<readonly Token[]> {
+    const key = JSON.stringify(turns);
+    let opening = this.openings.get(key);
+    if (opening === undefined) {
+      const probe = (text: string) => this.render([...turns.map((turn) => this.historyItem(turn)), { type: "user", text }]);
+      const [a, b] = await Promise.all([probe("a"), probe("b")]);
+      opening = a.tokens.slice(0, sharedPrefix(a.tokens, b.tokens));
+      // Few distinct ones (the operator's system prompt, none): a bound only against misuse.
+      if (this.openings.size >= 16) this.openings.clear();
+      this.openings.set(key, opening);
+    }
+    return opening;
   }
 
   /** `history` followed by the assistant's `reply`, rendered as the template shows a reply in progress. */
@@ -236,4 +256,12 @@ function stripPartialChar(text: string): string {
   let start = 0;
   while (text[start] === REPLACEMENT_CHAR) start++;
   return text.slice(start);
+}
+
+/** How many tokens `a` and `b` begin with alike. */
+export function sharedPrefix(a: readonly Token[], b: readonly Token[]): number {
+  const end = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < end && a[i] === b[i]) i++;
+  return i;
 }

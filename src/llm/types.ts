@@ -37,6 +37,15 @@ export interface GenerateRequest {
    */
   conversationKey?: string;
   /**
+   * Whose request this is (the user): a request reuses KV state (a sequence's cached prefix, a
+   * saved state) made by requests of its own scope only. Of another scope's it reuses only the
+   * opening every prompt starting with the same `publicTurns` has, so that no user can learn
+   * from cached tokens or timing what another user sent.
+   */
+  cacheScope: string;
+  /** The history's first turns that are the operator's (a system prompt), the same for every scope. Default 0. */
+  publicTurns?: number;
+  /**
    * The history, the new user message last. Turns further back than `Engine.historyChars`
    * characters can never fit the prompt: leaving them out changes nothing.
    */

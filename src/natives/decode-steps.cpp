@@ -113,6 +113,8 @@ struct Steps {
     uint64_t abortion = aborts.load();
     // llama.cpp saw the abort inside the decode in flight: what it logs from then on is the abort's.
     bool abortSeen = false;
+    // The context has no abort callback of this call's (set once, before the first abortable decode).
+    bool unarmed = true;
     std::vector<llama_token> tokens;
     std::string error;
     napi_deferred deferred = nullptr;
@@ -122,6 +124,9 @@ struct Steps {
         const int32_t n = static_cast<int32_t>(sequenceIds.size());
         llama_batch batch = llama_batch_init(n, 0, 1);
         llama_memory_t memory = llama_get_memory(context->ctx);
+        // No shift can become pending during the run: the JS side holds the context's lock, which
+        // node-llama-cpp's erasures take. One pending at the start is applied by the first decode.
+        bool shift = shiftPending(memory);
         try {
             const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
             for (int32_t step = 0; step < count && !aborted(this); step++) {
@@ -133,7 +138,9 @@ struct Steps {
                     batch.seq_id[i][0] = sequenceIds[i];
                     batch.logits[i] = true;
                 }
-                if (!decode(batch, memory) || !sample()) break;
+                if (!decode(batch, shift) || !sample()) break;
+                if (shift) shiftApplied(memory);
+                shift = false;
                 bool ended = false;
                 for (const llama_token token : inputs) ended = ended || llama_vocab_is_eog(vocab, token);
                 if (ended) break;
@@ -164,21 +171,20 @@ struct Steps {
         return true;
     }
 
-    bool decode(const llama_batch & batch, llama_memory_t memory) {
+    // `shift`: a pending shift is applied first, so this decode must not be aborted.
+    bool decode(const llama_batch & batch, bool shift) {
         {
             std::lock_guard<std::mutex> lock(context->sharedSamplerData.mutex);
             context->sharedSamplerData.gotLogit = false;
             context->sharedSamplerData.hasLogits = false;
         }
-        // Only this call's decodes may be aborted (the addon's own batches run without the
-        // callback), and not one that applies a pending shift first.
-        const bool shift = shiftPending(memory);
-        llama_set_abort_callback(context->ctx, shift ? nullptr : abortNow, shift ? nullptr : this);
+        // Only this call's decodes may be aborted: the addon's own batches run without the callback.
+        if (shift != unarmed) llama_set_abort_callback(context->ctx, shift ? nullptr : abortNow, shift ? nullptr : this);
+        unarmed = shift;
         abortSeen = false;
         decoding = this;
         const int32_t result = __real_llama_decode(context->ctx, batch);
         decoding = nullptr;
-        if (result == 0 && shift) shiftApplied(memory);
         // Aborted: the step counts for nothing (run() takes its cells back out).
         if (result == 2) return false;
         if (result != 0) {

@@ -101,7 +101,7 @@ describe("shutdown", () => {
 
   test("requests the server cannot take (an invalid Host) get a 400 and leave a graceful stop at exit 0", async () => {
     const server = await start();
-    for (const host of ["a b", "", "user@host"]) {
+    for (const host of ["a b", "", "user@host", "[::1", "[::1]x", "[zz::1]", "localhost:99999", "localhost:"]) {
       const response = await rawRequest(server.url, `GET /healthz HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
       expect(response?.status).toBe(400);
       expect(JSON.parse(response!.body)).toMatchObject({ error: { code: "bad_request" } });

@@ -86,4 +86,23 @@ describe.skipIf(postgresMissing() !== undefined)("PostgreSQL shared by several p
     for (const node of [a, b, a, b]) taken.push((await node.buckets!.take(7, 3, perMs)).taken);
     expect(taken).toEqual([true, true, true, false]);
   });
+
+  test("stream slots are shared: two nodes taking a key's last slots at once get exactly the cap; a released or expired slot is free again", async () => {
+    const url = await freshPostgresDb("streams");
+    const [a, b] = [await open(url), await open(url)];
+    const takes = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? a : b).streams!.take(3, `holder-${i}`, 3, 60_000)));
+    expect(takes.filter(Boolean)).toHaveLength(3);
+    // Another key has slots of its own.
+    expect(await a.streams!.take(4, "other-key", 3, 60_000)).toBe(true);
+    const held = takes.flatMap((taken, i) => (taken ? [`holder-${i}`] : []));
+    await b.streams!.release(held[0]!);
+    expect(await b.streams!.take(3, "after-release", 3, 60_000)).toBe(true);
+    expect(await a.streams!.take(3, "still-full", 3, 60_000)).toBe(false);
+    // A holder that stops renewing (its node died) runs out; renewed ones do not.
+    expect(await a.streams!.take(5, "dying", 1, 200)).toBe(true);
+    expect(await a.streams!.take(5, "kept", 2, 200)).toBe(true);
+    await a.streams!.renew(["kept"], 60_000);
+    await until(() => b.streams!.take(5, "successor", 2, 60_000), "the dead holder's slot to run out", 5_000, 50);
+    expect(await b.streams!.take(5, "one-too-many", 2, 60_000)).toBe(false);
+  });
 });

@@ -22,6 +22,7 @@ let round = 0;
 /** A fresh conversation per request: replies alone and together start from the same cache. */
 const ask = (content: string, extra: Partial<GenerateRequest>): GenerateRequest => ({
   conversationKey: `batch-${++round}`,
+  cacheScope: "test",
   history: [{ role: "user", content }],
   maxTokens: 24,
   temperature: 0,

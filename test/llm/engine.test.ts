@@ -34,6 +34,7 @@ async function run(engine: Engine, req: GenerateRequest): Promise<{ pieces: stri
 
 const ask = (content: string, extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
   conversationKey: "c1",
+  cacheScope: "alice",
   history: [{ role: "user", content }],
   temperature: 0,
   maxTokens: 64,

@@ -72,7 +72,7 @@ describe("saved KV states on a small filesystem", () => {
       onWarning: (message) => void warnings.push(message),
     });
     const reply = async (key: string, history: Turn[]): Promise<GenerateResult> => {
-      const generation = engine.generate({ conversationKey: key, history, temperature: 0, maxTokens: 16 });
+      const generation = engine.generate({ conversationKey: key, cacheScope: "test", history, temperature: 0, maxTokens: 16 });
       for (let step = await generation.next(); ; step = await generation.next()) if (step.done) return step.value;
     };
     // About 3 MB of state: no save has measured a state yet, so this one is tried, and fails.

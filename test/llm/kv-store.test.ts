@@ -21,7 +21,7 @@ const load = (maxBytes = 64 * 2 ** 20, onWarning?: (message: string) => void) =>
   Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1, kvCache: { dir: kvDir, maxBytes }, onWarning });
 
 async function reply(engine: Engine, key: string, history: Turn[]): Promise<GenerateResult> {
-  const gen = engine.generate({ conversationKey: key, history, temperature: 0, maxTokens: 64 } satisfies GenerateRequest);
+  const gen = engine.generate({ conversationKey: key, cacheScope: "test", history, temperature: 0, maxTokens: 64 } satisfies GenerateRequest);
   for (;;) {
     const step = await gen.next();
     if (step.done) return step.value;

@@ -223,7 +223,7 @@ describe("bench-small quantized", () => {
       }
 
       engine = await testEngine({ preset: "bench-small", fileType, parallel: 1, contextSize: 256 });
-      const gen = engine.generate({ history: [{ role: "user", content: "Hello there" }], temperature: 0, maxTokens: 8 });
+      const gen = engine.generate({ cacheScope: "test", history: [{ role: "user", content: "Hello there" }], temperature: 0, maxTokens: 8 });
       let step: IteratorResult<ReplyPiece, GenerateResult>;
       do step = await gen.next();
       while (!step.done);

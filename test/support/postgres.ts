@@ -47,7 +47,11 @@ export interface PostgresServer {
   socketDir: string;
   /** A URL for `database`, as `PARLEY_DB` takes it. */
   url(database: string): string;
+  /** For good (immediate shutdown, at the end of the run at the latest). */
   stop(): void;
+  /** An outage: a fast shutdown (sessions ended, as on a restart) until `resume`. */
+  pause(): void;
+  resume(): void;
 }
 
 let shared: Promise<PostgresServer> | undefined;
@@ -61,15 +65,29 @@ export async function startPostgres(): Promise<PostgresServer> {
   runTool("initdb", ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"]);
   // Durability is not under test: fsync off keeps CREATE DATABASE and commits fast on a busy machine.
   const options = `-c listen_addresses='' -k ${dir} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300`;
-  runTool("pg_ctl", ["-D", data, "-l", join(dir, "pg.log"), "-o", options, "-w", "start"]);
+  const start = () => runTool("pg_ctl", ["-D", data, "-l", join(dir, "pg.log"), "-o", options, "-w", "start"]);
+  start();
   let stopped = false;
+  let paused = false;
   const stop = () => {
     if (stopped) return;
     stopped = true;
-    runTool("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"]);
+    if (!paused) runTool("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"]);
   };
   atEndOfRun(stop);
-  return { socketDir: dir, url: (database) => `postgres://postgres@localhost/${database}?host=${dir}`, stop };
+  return {
+    socketDir: dir,
+    url: (database) => `postgres://postgres@localhost/${database}?host=${dir}`,
+    stop,
+    pause: () => {
+      runTool("pg_ctl", ["-D", data, "-m", "fast", "-w", "stop"]);
+      paused = true;
+    },
+    resume: () => {
+      start();
+      paused = false;
+    },
+  };
 }
 
 /** This process's server, started on first use. */
@@ -77,9 +95,9 @@ export const sharedPostgres = (): Promise<PostgresServer> => (shared ??= startPo
 
 let databases = 0;
 
-/** A fresh, empty database on the shared server; resolves to its URL. */
-export async function freshPostgresDb(label = "test"): Promise<string> {
-  const server = await sharedPostgres();
+/** A fresh, empty database on `server` (default: the shared one); resolves to its URL. */
+export async function freshPostgresDb(label = "test", server?: PostgresServer): Promise<string> {
+  server ??= await sharedPostgres();
   const name = `parley_${label.replace(/\W/g, "_")}_${process.pid}_${++databases}`;
   const { default: postgres } = await import("postgres");
   const admin = postgres({ host: server.socketDir, user: "postgres", database: "postgres", max: 1, onnotice: () => {} });

@@ -24,6 +24,8 @@ export interface ServerOptions {
   timeoutMs?: number;
   /** How often /readyz is asked: often enough for `readyMs` to be a measurement. */
   pollMs?: number;
+  /** Told of each line of output as it arrives, also before the server is ready. */
+  onLine?: (line: string) => void;
 }
 
 export interface ChildServer {
@@ -88,6 +90,7 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
       partial = received.pop()!;
       for (const line of received.filter(Boolean)) {
         lines.push(line);
+        options.onLine?.(line);
         if (/"level":"(error|fatal)"/.test(line)) errorLines.push(line);
         if (url === undefined && /"msg":"listening"/.test(line)) {
           url = (JSON.parse(line) as { url: string }).url;

@@ -25,10 +25,17 @@ function socketHost(url: string): { url: string; host?: string } {
   return { url: parsed.toString(), host };
 }
 
-function connect(location: string, max: number): Sql {
+/** A pool of `max` connections, each given up after `connectTimeoutS` seconds of trying to connect. */
+function connect(location: string, max: number, connectTimeoutS: number): Sql {
   const { url, host } = socketHost(location);
-  // NOTICEs ("already exists, skipping") are the migrator's chatter, not the operator's business.
-  return postgres(url, { max, ...(host === undefined ? {} : { host }), onnotice: () => {}, connection: { application_name: "parley" } });
+  return postgres(url, {
+    max,
+    ...(host === undefined ? {} : { host }),
+    connect_timeout: connectTimeoutS,
+    // NOTICEs ("already exists, skipping") are the migrator's chatter, not the operator's business.
+    onnotice: () => {},
+    connection: { application_name: "parley" },
+  });
 }
 
 /**
@@ -37,8 +44,8 @@ function connect(location: string, max: number): Sql {
  * lock taken through a pool may be released on another connection), so the second waits and then
  * finds nothing left to do.
  */
-export async function openDatabase(url: string, poolSize: number): Promise<Db> {
-  const migrator = connect(url, 1);
+export async function openDatabase(url: string, poolSize: number, connectTimeoutS: number): Promise<Db> {
+  const migrator = connect(url, 1, connectTimeoutS);
   try {
     await migrator`SELECT pg_advisory_lock(${MIGRATION_LOCK})`;
     await migrate(drizzle({ client: migrator }), { migrationsFolder: MIGRATIONS_DIR });
@@ -46,5 +53,5 @@ export async function openDatabase(url: string, poolSize: number): Promise<Db> {
   } finally {
     await migrator.end();
   }
-  return drizzle({ client: connect(url, poolSize), schema });
+  return drizzle({ client: connect(url, poolSize, connectTimeoutS), schema });
 }

@@ -45,6 +45,14 @@ export class PgConversationStore implements ConversationStore {
     return { id: existing!.id, userId, externalId, created: false };
   }
 
+  async find(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+    const [row] = await this.db
+      .select({ id: conversations.id })
+      .from(conversations)
+      .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)));
+    return row && { id: row.id, userId, externalId };
+  }
+
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
     const [row] = await this.db
       .insert(messages)

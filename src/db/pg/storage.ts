@@ -5,22 +5,47 @@ import { PgConversationStore } from "./conversations";
 import { PgKeyStore } from "./keys";
 import { PgConversationLeases } from "./leases";
 import { PgMessageStore } from "./messages";
+import { OutageGuard } from "./outage";
+import { PgStreamSlots } from "./stream-slots";
 
-/** Storage in a PostgreSQL database that several Parley processes may share. `db` is for tests and benchmarks. */
+export interface PgOptions {
+  /** Connections this process may hold. */
+  poolSize: number;
+  /** Each storage call's deadline, a retry after a lost connection included (outage.ts). */
+  timeoutMs: number;
+}
+
+/**
+ * Storage in a PostgreSQL database that several Parley processes may share. Every call of its
+ * stores runs under the outage guard; `db` is for tests and benchmarks.
+ */
 export class PgStorage implements Storage {
   readonly keys: PgKeyStore;
   readonly conversations: PgConversationStore;
   readonly messages: PgMessageStore;
   readonly leases: PgConversationLeases;
   readonly buckets: PgTokenBuckets;
+  readonly streams: PgStreamSlots;
+  private readonly guard: OutageGuard;
   private closed = false;
 
-  constructor(readonly db: Db) {
-    this.keys = new PgKeyStore(db);
-    this.conversations = new PgConversationStore(db);
-    this.messages = new PgMessageStore(db);
-    this.leases = new PgConversationLeases(db);
-    this.buckets = new PgTokenBuckets(db);
+  constructor(
+    readonly db: Db,
+    timeoutMs: number,
+  ) {
+    const guard = (this.guard = new OutageGuard(timeoutMs));
+    // Repeatable: reads, and writes whose second run changes nothing (a conversation found or
+    // created, a key's last use stamped, a lease taken or given up by the same owner).
+    this.keys = guard.guard(new PgKeyStore(db), ["list", "verify"]);
+    this.conversations = guard.guard(new PgConversationStore(db), ["findOrCreate", "find", "recentTurns", "list"]);
+    this.messages = guard.guard(new PgMessageStore(db), ["list"]);
+    this.leases = guard.guard(new PgConversationLeases(db), ["lease", "release"]);
+    this.buckets = guard.guard(new PgTokenBuckets(db), []);
+    this.streams = guard.guard(new PgStreamSlots(db), ["renew", "release"]);
+  }
+
+  async ping(): Promise<void> {
+    await this.guard.run(() => this.db.$client`SELECT 1`, true);
   }
 
   async close(): Promise<void> {
@@ -34,4 +59,5 @@ export class PgStorage implements Storage {
   }
 }
 
-export const openPgStorage = async (url: string, poolSize: number): Promise<PgStorage> => new PgStorage(await openDatabase(url, poolSize));
+export const openPgStorage = async (url: string, options: PgOptions): Promise<PgStorage> =>
+  new PgStorage(await openDatabase(url, options.poolSize, Math.ceil(options.timeoutMs / 1000)), options.timeoutMs);

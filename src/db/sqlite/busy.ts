@@ -5,6 +5,7 @@
  * few milliseconds itself, and the storage waits out the rest between attempts, asynchronously.
  */
 import { Overloaded } from "../../errors";
+import { wrapMethods } from "../wrap-methods";
 
 /** SQLite's own wait per attempt: long enough for a typical commit of another process, short for the loop. */
 export const BUSY_TIMEOUT_MS = 5;
@@ -42,16 +43,4 @@ export async function whileBusy<T>(attempt: () => T | Promise<T>, patienceMs = P
  * method is one statement or one transaction: a failed attempt has committed nothing, so trying it
  * again repeats nothing. A method added to a store keeps that rule and gets this for free.
  */
-export function patient<T extends object>(store: T): T {
-  // Wrapped once per method, not on every call: `verify` and the listing run per request.
-  const wrapped = new Map<PropertyKey, (...args: unknown[]) => unknown>();
-  return new Proxy(store, {
-    get(target, name, receiver) {
-      const value: unknown = Reflect.get(target, name, receiver);
-      if (typeof value !== "function") return value;
-      let method = wrapped.get(name);
-      if (!method) wrapped.set(name, (method = (...args: unknown[]) => whileBusy(() => value.apply(target, args))));
-      return method;
-    },
-  });
-}
+export const patient = <T extends object>(store: T): T => wrapMethods(store, (_, call) => whileBusy(call));

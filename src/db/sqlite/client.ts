@@ -10,8 +10,11 @@ export type Db = BunSQLiteDatabase<typeof schema> & { $client: Database };
 // Also right inside the single executable: there this module's directory is /$bunfs/root, and the
 // build embeds the folder as /$bunfs/root/migrations (src/build/build.ts).
 const MIGRATIONS_DIR = join(import.meta.dir, "migrations");
-/** Opening may wait this long for another process's lock: nothing is being served yet. */
-const OPENING_BUSY_TIMEOUT_MS = 5_000;
+/**
+ * Opening may wait this long for another process's lock (several opening a new file at once, one
+ * migrating): nothing is being served yet, and on a loaded machine a few seconds were not always enough.
+ */
+const OPENING_BUSY_TIMEOUT_MS = 15_000;
 
 /**
  * Opens (creating if needed) and migrates the database file, in an existing directory. `synchronous = FULL` because a

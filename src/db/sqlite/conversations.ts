@@ -88,6 +88,15 @@ export class SqliteConversationStore implements ConversationStore {
     }, { behavior: "immediate" });
   }
 
+  async find(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+    const row = this.db
+      .select({ id: conversations.id })
+      .from(conversations)
+      .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+      .get();
+    return row && { id: row.id, userId, externalId };
+  }
+
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
     const row = this.db
       .insert(messages)

@@ -29,6 +29,9 @@ export class SqliteStorage implements Storage {
     return this.db.$client;
   }
 
+  /** A file in this process: reachable while open. */
+  async ping(): Promise<void> {}
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;

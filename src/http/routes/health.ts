@@ -3,21 +3,25 @@ import { modelLoading } from "../../chat/turn-runner";
 import type { Health, Ready } from "../contract";
 import { errorResponses, jsonResponse } from "../openapi";
 
-/** Liveness says the process serves; readiness says it can answer a chat (database and model). */
-export const healthRoutes = (deps: { isReady: () => boolean }) =>
+/**
+ * Liveness says the process serves; readiness says it can answer a chat: the model is loaded and
+ * the database answers (a load balancer then sends chats elsewhere while it cannot be reached).
+ */
+export const healthRoutes = (deps: { isReady: () => boolean; ping: () => Promise<void> }) =>
   new Elysia({ name: "parley/routes/health" })
     .get("/healthz", (): Health => ({ status: "ok" }), {
       detail: { summary: "Liveness: 200 while the process serves", responses: { "200": jsonResponse("The process serves", "Health") } },
     })
     .get(
       "/readyz",
-      (): Ready => {
+      async (): Promise<Ready> => {
         if (!deps.isReady()) throw modelLoading();
+        await deps.ping();
         return { status: "ready" };
       },
       {
         detail: {
-          summary: "Readiness: 200 once the database is open and the model loaded",
+          summary: "Readiness: 200 while the model is loaded and the database answers",
           responses: { "200": jsonResponse("Ready to answer a chat", "Ready"), ...errorResponses("overloaded") },
         },
       },

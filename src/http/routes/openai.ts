@@ -56,7 +56,7 @@ const toTurn = ({ role, content, reasoning_content }: CompletionRequest["message
   ...(role === "assistant" && reasoning_content ? { reasoning: reasoning_content } : {}),
 });
 
-function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal"> {
+function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal" | "userId"> {
   const messages = body.messages.map(toTurn);
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
   // A lone surrogate is no text the model can be given (the native API refuses it the same way).
@@ -93,7 +93,7 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
       "/v1/chat/completions",
       async function* ({ body, principal, request, server, set }) {
         const input = completionInput(body);
-        const turn = (signal: AbortSignal) => deps.completions.complete({ ...input, signal });
+        const turn = (signal: AbortSignal) => deps.completions.complete({ ...input, userId: principal.userId, signal });
         const identity = newCompletion();
         if (body.stream !== true) {
           const result = await deps.turns.complete(request, turn);
