@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Engine } from "../src/llm/engine";
-import { presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
+import { presetFileName, presetFileType, writePresetModel } from "../src/gguf/presets";
 import { median } from "../test/support/stats";
 
 const OUT = join(import.meta.dir, "..", ".bench");

@@ -1,6 +1,6 @@
 /**
  * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]
- * [--chart docs/perf.svg] [--llama-server PATH] [--binary dist/parley]`: issue 5's B1-B7 and issue 11's B8/B9, Parley
+ * [--chart docs/perf.svg] [--llama-server PATH] [--binary dist/parley]`: B1-B9, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
@@ -12,7 +12,7 @@
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
-import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/llm/gguf/presets";
+import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/gguf/presets";
 import { existsSync } from "node:fs";
 import { localNativesDir } from "../src/llm/natives";
 import { perfChart } from "./perf/chart";

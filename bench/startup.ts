@@ -3,7 +3,7 @@
  * exec to the first 200 from /readyz (first start with a fresh natives directory, so unpacking is
  * included, then later starts on the same data), and its RSS once idle, all with the demo model.
  * Builds the executable first unless `--binary` names one. Writes `.bench/startup-<time>.json`.
- * Targets (issue 4): size ≤ 120 MB, later starts ≤ 0.5 s.
+ * Targets: size ≤ 120 MB, later starts ≤ 0.5 s.
  */
 import { mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

@@ -12,7 +12,7 @@ import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { Engine } from "./llm/engine";
-import { describeGguf, InvalidModelError } from "./llm/gguf/describe";
+import { describeGguf, InvalidModelError } from "./gguf/describe";
 import { ModelNotFoundError, resolveModel } from "./llm/model";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";

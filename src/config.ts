@@ -84,124 +84,254 @@ type Env = Record<string, string | undefined>;
 interface Spec {
   env: string;
   flag: string;
+  /** One line, for `--help`. */
   help: string;
   default: string;
+  /** The whole story, for docs/configuration.md. */
+  doc: string;
+  /** The default as docs/configuration.md shows it (Markdown): what an empty `default` means. */
+  shownDefault: string;
 }
 
-/** The single source for names, flags, defaults and help text (README's table mirrors it). */
+/** The single source for names, flags, defaults and help text; docs/configuration.md is generated from it (`bun run docs`). */
 export const CONFIG_SPEC = {
-  host: { env: "PARLEY_HOST", flag: "--host", default: "127.0.0.1", help: "Address to listen on" },
-  port: { env: "PARLEY_PORT", flag: "--port", default: "8080", help: "TCP port (0 = any free port)" },
+  host: { env: "PARLEY_HOST", doc: "address to listen on", shownDefault: "`127.0.0.1`", flag: "--host", default: "127.0.0.1", help: "Address to listen on" },
+  port: {
+    env: "PARLEY_PORT",
+    doc: "TCP port (`0` = any free port)",
+    shownDefault: "`8080`",
+    flag: "--port",
+    default: "8080",
+    help: "TCP port (0 = any free port)",
+  },
   dbPath: {
     env: "PARLEY_DB",
+    doc: "SQLite database file (created, migrated automatically; one `parley serve` at a time per file, held by `<db>.lock` beside it), or a PostgreSQL URL `postgres://user:password@host/db` (`postgresql://` too; `?host=/socket/dir` for a unix socket) shared by several nodes: see [Scaling out](operations.md#scaling-out)",
+    shownDefault: "`./data/parley.db`",
     flag: "--db",
     default: "./data/parley.db",
     help: "SQLite database file, or a PostgreSQL URL (postgres://user:password@host/db, ?host=/socket/dir for a unix socket) shared by several nodes",
   },
-  dbPool: { env: "PARLEY_DB_POOL", flag: "--db-pool", default: "10", help: "PostgreSQL connections this process may open" },
+  dbPool: {
+    env: "PARLEY_DB_POOL",
+    doc: "PostgreSQL connections this process may open",
+    shownDefault: "`10`",
+    flag: "--db-pool",
+    default: "10",
+    help: "PostgreSQL connections this process may open",
+  },
   dbTimeoutMs: {
     env: "PARLEY_DB_TIMEOUT_MS",
+    doc: "PostgreSQL: longest a database call may take, connecting included; past it, or with the database unreachable, requests get `503` with `Retry-After` ([deploy/README.md](../deploy/README.md#when-the-database-is-away))",
+    shownDefault: "`2000`",
     flag: "--db-timeout-ms",
     default: "2000",
     help: "PostgreSQL: longest a database call may take (connecting included); past it, or with the database unreachable, requests get 503 with Retry-After",
   },
   dbWaitS: {
     env: "PARLEY_DB_WAIT_S",
+    doc: "PostgreSQL: seconds start-up waits for an unreachable database, trying again every second (`0` = not at all)",
+    shownDefault: "`60`",
     flag: "--db-wait",
     default: "60",
     help: "PostgreSQL: seconds start-up waits for an unreachable database, trying again every second (0 = not at all)",
   },
   leaseTtlS: {
     env: "PARLEY_LEASE_TTL_S",
+    doc: "PostgreSQL: seconds a conversation stays held by a node that stopped renewing its turn's lease (a crashed node) before another node may take it over",
+    shownDefault: "`10`",
     flag: "--lease-ttl",
     default: "10",
     help: "PostgreSQL: seconds a conversation stays held by a node that stopped renewing its turn's lease (a crashed node)",
   },
   dataDir: {
     env: "PARLEY_DATA_DIR",
+    doc: "where saved KV states (`kv/`) and the chat-format cache (`chat-wrappers.json`) live (created if missing)",
+    shownDefault: "the database file's directory (`./data` with PostgreSQL)",
     flag: "--data-dir",
     default: "",
     help: "Directory for saved KV states (kv/) and the chat-format cache (default: the database file's directory; ./data with PostgreSQL)",
   },
   adminKey: {
     env: "PARLEY_ADMIN_KEY",
+    doc: "admin key to create on the first start (24–256 token characters); else a random one is printed. Read only on the first start: a later start with a key that is not an admin key of the database logs a warning",
+    shownDefault: "—",
     flag: "--admin-key",
     default: "",
     help: "Admin key to create on first start (else a random one is printed)",
   },
-  modelPath: { env: "PARLEY_MODEL", flag: "--model", default: "", help: "GGUF model file" },
-  modelsDir: { env: "PARLEY_MODELS_DIR", flag: "--models-dir", default: "./models", help: "Where to look for GGUF files" },
-  parallel: { env: "PARLEY_PARALLEL", flag: "--parallel", default: "2", help: "Replies generated at once (context sequences)" },
+  modelPath: {
+    env: "PARLEY_MODEL",
+    doc: "GGUF model file; unset: first `.gguf` in the models directory, else the demo model",
+    shownDefault: "—",
+    flag: "--model",
+    default: "",
+    help: "GGUF model file",
+  },
+  modelsDir: {
+    env: "PARLEY_MODELS_DIR",
+    doc: "where to look for GGUF files",
+    shownDefault: "`./models`",
+    flag: "--models-dir",
+    default: "./models",
+    help: "Where to look for GGUF files",
+  },
+  parallel: {
+    env: "PARLEY_PARALLEL",
+    doc: "replies generated at once (context sequences)",
+    shownDefault: "`2`",
+    flag: "--parallel",
+    default: "2",
+    help: "Replies generated at once (context sequences)",
+  },
   contextSize: {
     env: "PARLEY_CONTEXT_SIZE",
+    doc: "tokens of context per sequence",
+    shownDefault: "model's, capped at 4096",
     flag: "--context-size",
     default: "",
     help: "Tokens per sequence (default: the model's, capped at 4096)",
   },
-  threads: { env: "PARLEY_THREADS", flag: "--threads", default: "", help: "CPU threads for inference (default: 1 for tiny models, else physical cores)" },
-  gpu: { env: "PARLEY_GPU", flag: "--gpu", default: "false", help: "Offload to a GPU if one is usable" },
-  queueMax: { env: "PARLEY_QUEUE_MAX", flag: "--queue-max", default: "64", help: "Chat requests that may wait (for a free sequence or their conversation's previous turn) before 503" },
-  bodyLimitBytes: { env: "PARLEY_BODY_LIMIT", flag: "--body-limit", default: "65536", help: "Largest request body in bytes (413 above)" },
+  threads: {
+    env: "PARLEY_THREADS",
+    doc: "CPU threads for inference; auto is 1 for tiny models (< 32 MB, e.g. the demo), else the physical cores",
+    shownDefault: "auto",
+    flag: "--threads",
+    default: "",
+    help: "CPU threads for inference (default: 1 for tiny models, else physical cores)",
+  },
+  gpu: {
+    env: "PARLEY_GPU",
+    doc: "offload to a GPU when one is usable",
+    shownDefault: "`false`",
+    flag: "--gpu",
+    default: "false",
+    help: "Offload to a GPU if one is usable",
+  },
+  queueMax: {
+    env: "PARLEY_QUEUE_MAX",
+    doc: "chat requests that may wait (for a free sequence, or for their conversation's previous turn) before `503 overloaded`",
+    shownDefault: "`64`",
+    flag: "--queue-max",
+    default: "64",
+    help: "Chat requests that may wait (for a free sequence or their conversation's previous turn) before 503",
+  },
+  bodyLimitBytes: {
+    env: "PARLEY_BODY_LIMIT",
+    doc: "largest request body in bytes (`413` above)",
+    shownDefault: "`65536`",
+    flag: "--body-limit",
+    default: "65536",
+    help: "Largest request body in bytes (413 above)",
+  },
   bodyTimeoutS: {
     env: "PARLEY_BODY_TIMEOUT_S",
+    doc: "seconds a request body may take to arrive (`408` and the connection closed after)",
+    shownDefault: "`10`",
     flag: "--body-timeout",
     default: "10",
     help: "Seconds a request body may take to arrive (408 and the connection closed after)",
   },
   heartbeatMs: {
     env: "PARLEY_HEARTBEAT_MS",
+    doc: "interval of `: ping` comments on streams (100–15000)",
+    shownDefault: "`10000`",
     flag: "--heartbeat-ms",
     default: "10000",
     help: "Interval of `: ping` comments on streams",
   },
-  logLevel: { env: "PARLEY_LOG_LEVEL", flag: "--log-level", default: "info", help: `Log level: ${LOG_LEVELS.join(", ")}` },
-  rateLimit: { env: "PARLEY_RATE_LIMIT", flag: "--rate-limit", default: "120", help: "Requests per minute per key (0 = unlimited)" },
-  maxStreamsPerKey: { env: "PARLEY_MAX_STREAMS_PER_KEY", flag: "--max-streams-per-key", default: "20", help: "Streams one key may hold open at once" },
+  logLevel: {
+    env: "PARLEY_LOG_LEVEL",
+    doc: "`fatal`, `error`, `warn`, `info`, `debug`, `trace` or `silent`",
+    shownDefault: "`info`",
+    flag: "--log-level",
+    default: "info",
+    help: `Log level: ${LOG_LEVELS.join(", ")}`,
+  },
+  rateLimit: {
+    env: "PARLEY_RATE_LIMIT",
+    doc: "requests per minute per key (token bucket; `0` = unlimited)",
+    shownDefault: "`120`",
+    flag: "--rate-limit",
+    default: "120",
+    help: "Requests per minute per key (0 = unlimited)",
+  },
+  maxStreamsPerKey: {
+    env: "PARLEY_MAX_STREAMS_PER_KEY",
+    doc: "streams one key may hold open at once (`429` beyond)",
+    shownDefault: "`20`",
+    flag: "--max-streams-per-key",
+    default: "20",
+    help: "Streams one key may hold open at once",
+  },
   generationTimeoutS: {
     env: "PARLEY_GENERATION_TIMEOUT_S",
+    doc: 'longest a reply may generate, counted from its first token; the reply is then stored with `finish_reason: "length"` (`0` = no cap)',
+    shownDefault: "`300`",
     flag: "--generation-timeout",
     default: "300",
     help: "Longest a reply may generate, from its first token; then it is stored as `length` (0 = no cap)",
   },
   shutdownGraceS: {
     env: "PARLEY_SHUTDOWN_GRACE_S",
+    doc: "on SIGTERM/SIGINT, how long running replies may finish before they are cancelled",
+    shownDefault: "`30`",
     flag: "--shutdown-grace",
     default: "30",
     help: "On SIGTERM/SIGINT, how long running replies may finish before they are cancelled",
   },
   corsOrigins: {
     env: "PARLEY_CORS_ORIGINS",
+    doc: "comma-separated origins (`https://app.example.com`) whose pages may call the API from a browser, or `*` for any",
+    shownDefault: "(none)",
     flag: "--cors-origins",
     default: "",
     help: "Comma-separated origins (https://app.example.com) whose pages may call the API from a browser, or * for any",
   },
-  metricsPublic: { env: "PARLEY_METRICS_PUBLIC", flag: "--metrics-public", default: "false", help: "Serve /metrics without an admin key" },
+  metricsPublic: {
+    env: "PARLEY_METRICS_PUBLIC",
+    doc: "serve `/metrics` without an admin key",
+    shownDefault: "`false`",
+    flag: "--metrics-public",
+    default: "false",
+    help: "Serve /metrics without an admin key",
+  },
   kvCacheMb: {
     env: "PARLEY_KV_CACHE_MB",
+    doc: "disk for saved conversation KV states in `kv/` in the data directory (least recently used dropped first; `0` = off)",
+    shownDefault: "`2048`",
     flag: "--kv-cache-mb",
     default: "2048",
     help: "MiB of disk for saved conversation KV states in the data directory, least recently used dropped first (0 = off)",
   },
   systemPrompt: {
     env: "PARLEY_SYSTEM_PROMPT",
+    doc: "a system message put before every conversation's history (an operator's persona): the text itself, or `@path/to/file` read at start (a missing or empty file stops start-up); not stored, so changing it applies to every conversation's next turn",
+    shownDefault: "—",
     flag: "--system-prompt",
     default: "",
     help: "System message before every conversation's history (a persona): the text, or @path to read it from a file at start; not stored with conversations",
   },
   batchSize: {
     env: "PARLEY_BATCH_SIZE",
+    doc: "prompt tokens evaluated per decoding step: a long prompt takes several steps, and the replies already running get a token in each (smaller: smoother streams while a long prompt arrives; larger: faster prompts)",
+    shownDefault: "`512`",
     flag: "--batch-size",
     default: "",
     help: "Prompt tokens evaluated per decoding step: a longer prompt takes several steps, interleaved with the running replies (default 512)",
   },
   flashAttention: {
     env: "PARLEY_FLASH_ATTENTION",
+    doc: "llama.cpp's flash attention: `on`, `off`, or `auto` (on: never slower in `bun run bench attention` on `bench-small`, and faster after a short prompt; llama-server's default too)",
+    shownDefault: "`auto`",
     flag: "--flash-attention",
     default: "auto",
     help: "Flash attention: auto (the measured default), on or off",
   },
   reasoning: {
     env: "PARLEY_REASONING",
+    doc: "a reasoning model's thought (`<think>…</think>` and the like): `separate` returns, streams and stores it apart from the answer (`reasoning`, `reasoning_content`); `hide` discards it (neither shown nor stored); `inline` leaves it in the answer's text as generated",
+    shownDefault: "`separate`",
     flag: "--reasoning",
     default: "separate",
     help: "A reasoning model's thought (<think>…</think>): separate (returned, streamed and stored apart from the answer), hide (discarded: neither returned nor stored), or inline (left in the answer as generated)",
@@ -248,8 +378,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     }
     return n;
   };
-  const optionalInt = (key: keyof Config, min: number, max: number): number | undefined =>
-    raw(key).value === "" ? undefined : int(key, min, max);
+  const optionalInt = (key: keyof Config, min: number, max: number): number | undefined => (raw(key).value === "" ? undefined : int(key, min, max));
   const text = (key: keyof Config): string | undefined => raw(key).value || undefined;
   const bool = (key: keyof Config): boolean => {
     const { value, name } = raw(key);
@@ -266,7 +395,10 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
 
   const origins = (key: keyof Config): string[] => {
     const { value, name } = raw(key);
-    const list = value.split(",").map((origin) => origin.trim()).filter(Boolean);
+    const list = value
+      .split(",")
+      .map((origin) => origin.trim())
+      .filter(Boolean);
     const bad = list.find((origin) => origin !== "*" && !/^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/.test(origin));
     if (bad !== undefined) throw new ConfigError(`${name} must list origins like https://app.example.com (or *), comma-separated (got "${bad}")`);
     return list;
@@ -274,9 +406,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
 
   const adminKey = text("adminKey");
   if (adminKey !== undefined && !/^[A-Za-z0-9._~+/=-]{24,256}$/.test(adminKey)) {
-    throw new ConfigError(
-      `${raw("adminKey").name} must be 24 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (a bearer token)`,
-    );
+    throw new ConfigError(`${raw("adminKey").name} must be 24 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (a bearer token)`);
   }
   const dbPath = raw("dbPath").value;
   const dataDir = text("dataDir");

@@ -2,7 +2,7 @@
  * Structured logs: one JSON object per line on stdout (pino, no transports, so it also works
  * inside the single binary). Keys, message text and Authorization headers are never passed to
  * the logger (a test reads the log lines to hold that). pino's `redact` is not used: it re-parses
- * its paths on every call, a measured 4% of a listing request's CPU, to guard fields never logged.
+ * its paths on every call, a measurable part of a listing request's CPU, to guard fields never logged.
  */
 import pino, { type DestinationStream, type Logger } from "pino";
 
@@ -15,8 +15,8 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 const FLUSH_INTERVAL_MS = 1_000;
 
 /**
- * Request lines are batched into writes of 4 KiB instead of a write per line (measured: the log
- * write was ~10% of a listing request). A timer flushes a quiet buffer within a second, the
+ * Request lines are batched into writes of 4 KiB instead of a write per line (a write per line was
+ * a sizeable part of a listing request's time). A timer flushes a quiet buffer within a second, the
  * lifecycle lines call `flush()` themselves, and the rest is written out when the process exits.
  */
 function stdoutDestination(): DestinationStream {

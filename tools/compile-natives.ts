@@ -3,7 +3,7 @@
  * into the cache directory of src/natives/compiled.ts, laid out like the prebuilt package's
  * `bins/linux-x64/`. Used by `bun run natives` and by `bun run build` when the build is missing.
  *
- * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul ~2x slower here
+ * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul far slower here
  * and spawn fresh threads every decode step; and all decodes run on one thread (decode-thread.cpp).
  * libgomp is copied next to the libraries (they load each other via $ORIGIN) so the directory runs
  * on machines without GCC's runtime installed.

@@ -1,5 +1,5 @@
 /**
- * Many users at once (issue 11): B8 sweeps the number of concurrent streams, one fresh server per
+ * Many users at once: B8 sweeps the number of concurrent streams, one fresh server per
  * level and side; B9 times a short request that arrives while three others decode.
  */
 import type { TurnTiming } from "./clients";

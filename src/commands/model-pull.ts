@@ -5,7 +5,7 @@ import { existsSync, statSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { basename, dirname } from "node:path";
 import { createModelDownloader, type ModelDownloader } from "node-llama-cpp";
-import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
+import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
 import { progressReporter } from "./progress";
 import { formatBytes } from "./units";
 

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync } from "node:fs";
 import { join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
-import { describeGguf, InvalidModelError, type ModelDescription } from "../llm/gguf/describe";
+import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
 import {
   DEMO_MODEL_NAME,
   MODEL_PRESETS,
@@ -10,8 +10,8 @@ import {
   presetFileType,
   type ModelPreset,
   writePresetModel,
-} from "../llm/gguf/presets";
-import type { GgufValue } from "../llm/gguf/values";
+} from "../gguf/presets";
+import type { GgufValue } from "../gguf/values";
 import { formatBytes, formatCount } from "./units";
 
 interface Subcommand {

@@ -3,7 +3,7 @@
  * builds its enum columns from these lists, so a schema cannot drift from the types.
  */
 
-import type { CONVERSATION_ROLES, FinishReason } from "../llm/types";
+import type { CONVERSATION_ROLES, FinishReason } from "../vocabulary";
 
 export type { FinishReason };
 

@@ -63,8 +63,7 @@ export function createApp(deps: AppDeps) {
   // Elysia turns on SO_REUSEPORT by default: a second server on the same port would then start
   // and silently take half the connections (with its own database); it must fail instead.
   // `precompile`: every route's handler is compiled before the server listens, not by its first
-  // request. A fresh server's first chat request on bench-small got its first token after
-  // 103–127 ms with it, 115–148 without (six fresh servers each, alternating; readiness alike).
+  // request, which would otherwise pay for it before its first token (docs/performance.md).
   const app = new Elysia({ name: "parley", precompile: true, serve: { maxRequestBodySize: Number.MAX_SAFE_INTEGER, reusePort: false } });
   const routes = new RouteTable(() => app.routes);
   return app

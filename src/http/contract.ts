@@ -1,5 +1,5 @@
 /**
- * The response bodies of API v1.0 (/work/shared/contract/api-v1.md), written once: JSON Schema
+ * The response bodies of API v1.0 (docs/API.md), written once: JSON Schema
  * (TypeBox) for the OpenAPI document, and TypeScript types for the presenters, the tests and
  * the browser page. Closed objects (`additionalProperties: false`) wherever the contract fixes
  * the shape, so drift shows.
@@ -9,7 +9,7 @@
  * page's typecheck, which must not see server APIs.
  */
 import { type SchemaOptions, type Static, Type as t } from "@sinclair/typebox";
-import { CONVERSATION_ROLES, FINISH_REASONS } from "../llm/types";
+import { CONVERSATION_ROLES, FINISH_REASONS } from "../vocabulary";
 
 const closed = { additionalProperties: false } as const;
 

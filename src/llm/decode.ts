@@ -9,15 +9,12 @@ import { ReplyText } from "./reply-text";
 import { TextStream } from "./text-stream";
 import type { Scheduler } from "./scheduler";
 import type { ThoughtMarkers } from "./thought-text";
-import type { ReplyPiece } from "./types";
+import type { ReplyPiece, Sampling } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
 
 export interface DecodeOptions {
-  temperature: number;
-  /** Nucleus sampling; absent: node-llama-cpp's default. */
-  topP?: number;
-  seed?: number;
+  sampling: Sampling;
   maxTokens: number;
   signal: AbortSignal;
   /** Whether a sampled token ends the reply (it is then not part of it): see chat-stops.ts. */
@@ -67,7 +64,7 @@ export async function decode(
   await options.scheduler.run({
     sequence,
     input,
-    sampling: { temperature: options.temperature, topP: options.topP, seed: options.seed },
+    sampling: options.sampling,
     signal,
     maxTokens,
     onToken(token) {

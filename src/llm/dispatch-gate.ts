@@ -5,8 +5,8 @@
  * A request that takes a sequence from another conversation first saves that conversation's state,
  * and node-llama-cpp's `saveStateToFile` takes the context's lock, which a batch in flight holds.
  * Four conversations arriving together therefore went one by one: the first one's prompt was
- * decoded as soon as its save ended, each later save waited for the batch before it (10–17 ms
- * of saving, 60–90 ms of waiting), and their first tokens came 120–250 ms apart. Held until the
+ * decoded as soon as its save ended, each later save waited for the batch before it (far longer
+ * than the save itself), and their first tokens came far apart. Held until the
  * saves in progress end, their prompts go out in one batch; replies already running lose nothing
  * they did not lose before, since the save would have taken the lock between two of their steps.
  */

@@ -27,7 +27,7 @@ import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
 import { Scheduler } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
-import type { FinishReason, FlashAttentionMode, GenerateRequest, GenerateResult, ReasoningMode, ReplyPiece } from "./types";
+import { type FinishReason, type FlashAttentionMode, type GenerateRequest, type GenerateResult, type ReasoningMode, type ReplyPiece, samplingOf } from "./types";
 
 export type * from "./types";
 
@@ -125,7 +125,7 @@ export class Engine {
         // the room a batch mixing both had, kept so llama.cpp's batch size did not change.
         batchSize: promptChunk + parallel,
         // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
-        // and faster after a short prompt (llama-server's default too); see README, Performance.
+        // and faster after a short prompt (llama-server's default too); see docs/performance.md.
         flashAttention: options.flashAttention !== "off",
       });
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
@@ -163,9 +163,8 @@ export class Engine {
   /**
    * One short stateless reply before the engine serves, then every sequence emptied. Without it,
    * a fresh server's first request paid for llama.cpp's first decodes and for the JIT compiling
-   * the prompt's path beside its prompt's decode: on bench-small its time to first token was
-   * 144–179 ms against 129–146 with it (six fresh servers each, alternating; the requests after it
-   * 118–180 either way). llama-server warms up too.
+   * the prompt's path beside its prompt's decode, in its time to first token (docs/performance.md).
+   * llama-server warms up too.
    */
   private async warmUp(): Promise<void> {
     const reply = this.generate({ cacheScope: "", history: [{ role: "user", content: "Hello" }], temperature: 0, maxTokens: 2 });
@@ -234,9 +233,7 @@ export class Engine {
           sequence,
           tokens.slice(cachedTokens),
           {
-            temperature: request.temperature,
-            topP: request.topP,
-            seed: request.seed ?? (request.temperature > 0 ? randomSeed() : undefined),
+            sampling: samplingOf(request),
             // Capped to the room left in the context: a shift mid-reply would make the token
             // counts and `prompt` stale. (At least 1, so a full context still answers.)
             maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - tokens.length - 1)),
@@ -485,13 +482,10 @@ async function stateIdentity(modelPath: string, llama: Llama, context: LlamaCont
 const TINY_MODEL_BYTES = 32 * 1024 * 1024;
 
 /**
- * llama.cpp's count of math cores (physical cores, no hyper-threads). On the 2-core machines we
- * measured, the demo model ran ~2x faster on 1 thread than on 2; real models gain from every core.
+ * llama.cpp's count of math cores (physical cores, no hyper-threads). A tiny model (the demo) runs
+ * faster on one thread than on two, its matrices too small to split; real models gain from every core.
  */
 function defaultThreads(llama: Llama, model: LlamaModel): number {
   return model.size < TINY_MODEL_BYTES ? 1 : Math.max(1, llama.cpuMathCores);
 }
 
-function randomSeed(): number {
-  return crypto.getRandomValues(new Uint32Array(1))[0]!;
-}

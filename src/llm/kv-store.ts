@@ -60,10 +60,9 @@ interface SavedTranscript {
 
 /**
  * Sidecars without this format are deleted, not trusted: written before states were checksummed
- * (1), or with SHA-256 (2), which cost 4 ms of the main thread for a 6 MB state and 85–88 for
- * 95 MB (xxHash3: 27–28, mostly reading the file), on every save and every load, against a check
- * that guards against damage, not an adversary (one who can write the state can write its sidecar
- * too).
+ * (1), or with SHA-256 (2), which held the main thread several times longer than xxHash3 on every
+ * save and every load, for a check that guards against damage, not an adversary (one who can write
+ * the state can write its sidecar too).
  */
 const FORMAT = 3;
 
@@ -330,7 +329,7 @@ export class KvStore {
    */
   private async makeRoom(bytes: number): Promise<true | string> {
     // Synchronous: a metadata call of microseconds, where the thread pool would queue it behind
-    // the file I/O of saves finishing (5 ms of a 7.5 ms capture, with new batches held).
+    // the file I/O of saves finishing, most of a capture's time, with new batches held.
     const { bavail, bsize, blocks } = statfsSync(this.modelDir);
     const free = bavail * bsize;
     const reserve = Math.max(RESERVE_MIN_BYTES, RESERVE_FRACTION * blocks * bsize);

@@ -4,9 +4,8 @@
  *
  * Why not `sequence.evaluate`: between two decodes it runs a chain of locks, promises, its batch
  * dispatcher (a `setImmediate` away) and an async generator per sequence, all on the main thread
- * while the decode's threads wait for the next token. On bench-small (F16, 2 threads) one stream
- * took 8.9–9.1 ms a token through it and 7.9–8.1 ms from a loop of these same calls (alternating
- * runs); llama-server took 8.4–8.8 ms.
+ * while the decode's threads wait for the next token: a loop of these same calls decoded one
+ * stream faster than it, and as fast as llama-server.
  *
  * node-llama-cpp's sequences stay the owners of their state: each batch takes the context's lock
  * (the very lock their own evaluations, erasures and state files take), and afterwards sets what
@@ -16,6 +15,7 @@
  */
 import { withLock } from "lifecycle-utils";
 import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type { Sampling } from "./types";
 
 interface AddonContext {
   initBatch(size: number): void;
@@ -74,20 +74,14 @@ export function checkInternals(context: LlamaContext, model: LlamaModel, sequenc
   }
 }
 
-export interface SamplerOptions {
-  temperature: number;
-  topP?: number;
-  seed?: number;
-}
-
-/** A reply's sampler, as node-llama-cpp configures one for `sequence.evaluate` (its defaults, no penalties). */
+/** A reply's sampler, configured as node-llama-cpp's `sequence.evaluate` configures one (no penalties). */
 export class Sampler {
   readonly native: AddonSampler;
 
-  constructor(context: LlamaContext, model: LlamaModel, { temperature, topP = 0.95, seed }: SamplerOptions) {
+  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed }: Sampling) {
     const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
     this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
-    this.native.applyConfig({ temperature, minP: 0, topK: 40, topP, seed: Math.max(0, Math.floor(seed ?? Date.now() / 1000)) });
+    this.native.applyConfig({ temperature, minP, topK, topP, seed });
   }
 
   dispose(): void {

@@ -4,9 +4,9 @@
  */
 import { readdir, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "./gguf/demo";
-import { DEMO_MODEL_NAME, writePresetModel } from "./gguf/presets";
-import { readGgufHeader } from "./gguf/reader";
+import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../gguf/demo";
+import { DEMO_MODEL_NAME, writePresetModel } from "../gguf/presets";
+import { readGgufHeader } from "../gguf/reader";
 
 export interface ModelSource {
   modelPath?: string;

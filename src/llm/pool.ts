@@ -8,9 +8,9 @@
  * Otherwise an item next to busy ones is taken first: items are in the order of their sequence ids,
  * and llama.cpp computes a batch in one pass only over sequences whose ids follow one another
  * (llama_batch_allocr::split_equal, with node-llama-cpp's KV stream per sequence). Three replies
- * on sequences 0, 2 and 3 cost two passes per token, 26–34 ms on bench-small against 17–20 ms for
- * 1, 2 and 3. (One unified KV cache would lift the rule, but measured 11–21% slower decoding with
- * four ~2,500-token conversations held, since every token then attends over all of them.)
+ * on sequences 0, 2 and 3 cost two passes per token, far slower than on 1, 2 and 3. (One unified KV
+ * cache would lift the rule, but decoded slower with long conversations held, since every token
+ * then attends over all of them.)
  */
 import { Overloaded } from "../errors";
 

@@ -25,13 +25,14 @@
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import type { DispatchGate } from "./dispatch-gate";
-import { abortSteps, canDecodeSteps, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type SamplerOptions } from "./llama-batch";
+import { abortSteps, canDecodeSteps, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "./llama-batch";
+import type { Sampling } from "./types";
 
 export interface Turn {
   sequence: LlamaContextSequence;
   /** Evaluated after what the sequence holds; the last token's logits give the first reply token. */
   input: readonly Token[];
-  sampling: SamplerOptions;
+  sampling: Sampling;
   /** Ends the turn before its next batch. */
   signal: AbortSignal;
   /** Each sampled token, at once; false ends the turn (the token is then not evaluated). */
@@ -43,10 +44,9 @@ export interface Turn {
 /**
  * Steps the running replies take per native call (`decodeSteps`): the JS thread wakes once per
  * this many batches instead of once (or more) per batch, and the decode thread goes from one batch
- * to the next without it. On bench-small (F16, 2 threads, greedy, a bare loop of one sequence)
- * one step a call took 8.2-9.2 ms a token and 4 steps 7.8-8.1 (the JS thread's CPU 0.09 against
- * 0.03 ms a token), 16 and 256 no less; llama-server 7.6-7.9 in the same minutes. The tokens reach
- * the replies in bursts of as many, 30 ms apart there for one reply.
+ * to the next without it. Four steps reached llama-server's rate for one stream where one step a
+ * call did not, and more steps gained nothing (docs/performance.md); the tokens reach the replies
+ * in bursts of as many.
  */
 const STEPS_PER_CALL = 4;
 
@@ -100,8 +100,8 @@ export class Scheduler {
    * While no reply is running, batches wait for the turns announced. Requests that arrive together
    * reach `run` one after another, each after its own awaits, and preparing a sequence takes the
    * context's lock, which a batch holds: the first prompt's batch went alone and the others waited
-   * for it (on bench-small, four 80-token prompts got their first tokens 280-370 ms apart, and that
-   * stream decoded alone meanwhile). While replies run, nothing waits: a prompt arriving then joins
+   * for it, their first tokens far apart while that stream decoded alone. While replies run,
+   * nothing waits: a prompt arriving then joins
    * the next step, as before.
    */
   expect(): () => void {
@@ -152,8 +152,7 @@ export class Scheduler {
           await closed;
           // Whoever held the gate readied a sequence, and reaches `run` in microtasks from here:
           // one macrotask later its prompt is in the next batch. Going at once, the batch left it
-          // out, and with replies running the prompt waited a whole step more (16 ms of a
-          // 43 ms wait for a short prompt's first token beside three replies, on bench-small).
+          // out, and with replies running the prompt waited a whole step more for its first token.
           await new Promise<void>((resolve) => setImmediate(resolve));
           continue;
         }

@@ -1,9 +1,9 @@
 /** The engine's public vocabulary: what the chat service sends in and gets back. */
+import type { ConversationRole, FinishReason } from "../vocabulary";
 
-/** Who speaks in a stored conversation; the engine adds the system prompt itself. */
-export const CONVERSATION_ROLES = ["user", "assistant"] as const;
+export type { FinishReason } from "../vocabulary";
 
-export type Role = "system" | (typeof CONVERSATION_ROLES)[number];
+export type Role = "system" | ConversationRole;
 
 export interface Turn {
   role: Role;
@@ -25,9 +25,36 @@ export type FlashAttentionMode = (typeof FLASH_ATTENTION_MODES)[number];
 
 export type ReasoningMode = (typeof REASONING_MODES)[number];
 
-export const FINISH_REASONS = ["stop", "length", "cancelled"] as const;
 
-export type FinishReason = (typeof FINISH_REASONS)[number];
+/**
+ * How a reply's tokens are drawn when its request does not say: the one statement of the sampling
+ * policy, for every protocol (a protocol with defaults of its own, as OpenAI's temperature of 1,
+ * sets them in its request). `top_k` 40 and `min_p` 0 are not settable by any API.
+ */
+export const SAMPLING_DEFAULTS = { topK: 40, topP: 0.95, minP: 0 } as const;
+
+/** What draws a reply's tokens, every choice made: see `samplingOf`. */
+export interface Sampling {
+  /** 0 = greedy. */
+  temperature: number;
+  topK: number;
+  topP: number;
+  minP: number;
+  /** Drawn at random per request when the request has none. */
+  seed: number;
+}
+
+/** The request's sampling, the defaults filling in what it leaves out. */
+export function samplingOf(request: Pick<GenerateRequest, "temperature" | "topP" | "seed">): Sampling {
+  return {
+    temperature: request.temperature,
+    topK: SAMPLING_DEFAULTS.topK,
+    topP: request.topP ?? SAMPLING_DEFAULTS.topP,
+    minP: SAMPLING_DEFAULTS.minP,
+    // node-llama-cpp's own default is the current second: two requests in one second would share it.
+    seed: request.seed ?? crypto.getRandomValues(new Uint32Array(1))[0]!,
+  };
+}
 
 export interface GenerateRequest {
   /**
@@ -52,7 +79,7 @@ export interface GenerateRequest {
   history: Turn[];
   /** 0 = greedy. */
   temperature: number;
-  /** Nucleus sampling: only the most likely tokens whose probabilities add up to this. */
+  /** Nucleus sampling: only the most likely tokens whose probabilities add up to this (default: `SAMPLING_DEFAULTS`). */
   topP?: number;
   maxTokens: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */

@@ -5,8 +5,8 @@
 // up its async work; under Bun that is two threads on a 2-core machine. ggml's OpenMP loop makes
 // each calling thread the master of its own team, so libgomp manages more threads than there are
 // CPUs and throttles its barrier spin to ~100 iterations: between every op of the graph, threads
-// go to sleep on a futex and are woken again. Measured on bench-small (2 threads): 17 ms a token
-// from the pool, 11 ms from one thread, which is what llama-server (one decode thread) gets.
+// go to sleep on a futex and are woken again. From one thread a token decodes as fast as in
+// llama-server (one decode thread); from the pool far slower.
 #include "decode-thread.h"
 
 #include <condition_variable>

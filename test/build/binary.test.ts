@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } f
 import { dirname, join } from "node:path";
 import { allowSlowTests } from "../support";
 import type { ChatReply } from "../../src/http/contract";
-import { FAMILIES, type FamilyPreset } from "../../src/llm/gguf/families";
+import { FAMILIES, type FamilyPreset } from "../../src/gguf/families";
 import { installAlone, runCli } from "../support/binary";
 import { postChat } from "../support/http";
 import { startServer } from "../support/process";

@@ -3,11 +3,11 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describeGguf, InvalidModelError } from "../../src/llm/gguf/describe";
-import { writePresetModel } from "../../src/llm/gguf/presets";
-import { fromFloats } from "../../src/llm/gguf/tensor-data";
-import { gguf, type GgufValue } from "../../src/llm/gguf/values";
-import { writeGguf } from "../../src/llm/gguf/writer";
+import { describeGguf, InvalidModelError } from "../../src/gguf/describe";
+import { writePresetModel } from "../../src/gguf/presets";
+import { fromFloats } from "../../src/gguf/tensor-data";
+import { gguf, type GgufValue } from "../../src/gguf/values";
+import { writeGguf } from "../../src/gguf/writer";
 import { allowSlowTests, until } from "../support";
 
 allowSlowTests();

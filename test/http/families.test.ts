@@ -4,7 +4,7 @@ import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, t
 import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateResult } from "../../src/llm/engine";
-import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/llm/gguf/families";
+import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/gguf/families";
 import { allowSlowTests, bearer, type Generation, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();

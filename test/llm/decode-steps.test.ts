@@ -9,6 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { DispatchGate } from "../../src/llm/dispatch-gate";
+import { samplingOf } from "../../src/llm/types";
 import { abortSteps, decodeBatch, decodeSteps, Sampler, sequenceIdOf, type StepsEntry } from "../../src/llm/llama-batch";
 import { Scheduler } from "../../src/llm/scheduler";
 import { compiledNatives, endlessSampler, presetModel, until, withSeed } from "../support";
@@ -96,7 +97,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const done = scheduler.run({
       sequence,
       input,
-      sampling,
+      sampling: samplingOf(sampling),
       signal: new AbortController().signal,
       ...(declared ? { maxTokens: count } : {}),
       onToken: (token) => {
@@ -320,8 +321,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   });
 
   test("bad arguments throw an error at the call, not in the decode", async () => {
-    const sampler = new Sampler(context, model, { temperature: 0 });
-    const disposed = new Sampler(context, model, { temperature: 0 });
+    const sampler = new Sampler(context, model, samplingOf({ temperature: 0 }));
+    const disposed = new Sampler(context, model, samplingOf({ temperature: 0 }));
     disposed.dispose();
     const id = sequenceIdOf(sequences[0]!);
     try {

@@ -7,7 +7,7 @@ import { Overloaded } from "../../src/errors";
 import { wireError } from "../../src/http/errors";
 import { bridge } from "../../src/llm/bridge";
 import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
-import { DEMO_MODEL_NAME, writePresetModel } from "../../src/llm/gguf/presets";
+import { DEMO_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
 import { resolveModel } from "../../src/llm/model";
 import { SequencePool } from "../../src/llm/pool";
 

@@ -11,18 +11,18 @@ import {
   type LlamaContext,
   type LlamaModel,
 } from "node-llama-cpp";
-import { benchGguf, BENCH_HPARAMS } from "../../src/llm/gguf/bench";
-import { DEMO_CORPUS } from "../../src/llm/gguf/corpus";
-import { demoGreedyReply, replyPieces } from "../../src/llm/gguf/demo";
-import { preTokenize, type BpePre } from "../../src/llm/gguf/bpe";
-import { FAMILIES, FAMILY_PRESETS } from "../../src/llm/gguf/families";
-import { parameterCount } from "../../src/llm/gguf/llama";
-import { DEMO_MODEL_NAME, writePresetModel } from "../../src/llm/gguf/presets";
-import { readGgufHeader } from "../../src/llm/gguf/reader";
-import { gguf, type GgufValue } from "../../src/llm/gguf/values";
-import { IM_START, TOKEN_TYPE } from "../../src/llm/gguf/vocab";
-import { encodeGgufHeader, GGUF_ALIGNMENT, writeGguf, type GgufFile, type GgufTensor } from "../../src/llm/gguf/writer";
-import { fromFloats } from "../../src/llm/gguf/tensor-data";
+import { benchGguf, BENCH_HPARAMS } from "../../src/gguf/bench";
+import { DEMO_CORPUS } from "../../src/gguf/corpus";
+import { demoGreedyReply, replyPieces } from "../../src/gguf/demo";
+import { preTokenize, type BpePre } from "../../src/gguf/bpe";
+import { FAMILIES, FAMILY_PRESETS } from "../../src/gguf/families";
+import { parameterCount } from "../../src/gguf/llama";
+import { DEMO_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
+import { readGgufHeader } from "../../src/gguf/reader";
+import { gguf, type GgufValue } from "../../src/gguf/values";
+import { IM_START, TOKEN_TYPE } from "../../src/gguf/vocab";
+import { encodeGgufHeader, GGUF_ALIGNMENT, writeGguf, type GgufFile, type GgufTensor } from "../../src/gguf/writer";
+import { fromFloats } from "../../src/gguf/tensor-data";
 import { allowSlowTests } from "../support";
 
 allowSlowTests();

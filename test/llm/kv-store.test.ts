@@ -5,7 +5,7 @@ import { getLlama, LlamaText } from "node-llama-cpp";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
-import { writePresetModel } from "../../src/llm/gguf/presets";
+import { writePresetModel } from "../../src/gguf/presets";
 import { KvStore, stateSizeBound } from "../../src/llm/kv-store";
 import { until } from "../support";
 

@@ -1,8 +1,8 @@
 import { describe, expect, test } from "bun:test";
 import { statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/llm/gguf/demo";
-import { readGgufHeader } from "../../src/llm/gguf/reader";
+import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/gguf/demo";
+import { readGgufHeader } from "../../src/gguf/reader";
 import { resolveModel } from "../../src/llm/model";
 import { tempDir } from "../support";
 

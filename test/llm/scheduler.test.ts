@@ -4,6 +4,7 @@ import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel
 import { DispatchGate } from "../../src/llm/dispatch-gate";
 import { checkInternals, sequenceIdOf } from "../../src/llm/llama-batch";
 import { Scheduler } from "../../src/llm/scheduler";
+import { samplingOf } from "../../src/llm/types";
 import { eventLoopTurns, presetModel } from "../support";
 
 // The scheduler drives node-llama-cpp's addon below its public API (llama-batch.ts). These tests
@@ -63,7 +64,7 @@ const promptOf = (length: number, seed: number): Token[] => {
 
 /** A greedy turn on `runner` (the shared scheduler unless given). */
 function greedy(sequence: LlamaContextSequence, input: Token[], onToken: (token: Token) => boolean, signal = new AbortController().signal, runner = scheduler) {
-  return runner.run({ sequence, input, sampling: { temperature: 0 }, signal, onToken });
+  return runner.run({ sequence, input, sampling: samplingOf({ temperature: 0 }), signal, onToken });
 }
 
 /** A greedy turn that stops after `count` tokens or at the end of generation; `then` runs at its first. */

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { getLlama, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
-import { FAMILY_PRESETS } from "../../src/llm/gguf/families";
-import type { ModelPreset } from "../../src/llm/gguf/presets";
+import { FAMILY_PRESETS } from "../../src/gguf/families";
+import type { ModelPreset } from "../../src/gguf/presets";
 import { TextStream } from "../../src/llm/text-stream";
 import { presetModel } from "../support";
 

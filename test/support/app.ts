@@ -9,7 +9,7 @@ import { createApp, type HttpLimits } from "../../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
 import { Engine, type GenerateRequest, type GenerateResult, type ReasoningMode } from "../../src/llm/engine";
-import type { FileType, ModelPreset } from "../../src/llm/gguf/presets";
+import type { FileType, ModelPreset } from "../../src/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
 export interface TestDb {

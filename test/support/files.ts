@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type FileType, type ModelPreset, PRESET_FILE_TYPES, writePresetModel } from "../../src/llm/gguf/presets";
+import { type FileType, type ModelPreset, PRESET_FILE_TYPES, writePresetModel } from "../../src/gguf/presets";
 import { atEndOfRun } from "./end-of-run";
 
 /**

@@ -2,6 +2,7 @@
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import { Sampler } from "../../src/llm/llama-batch";
 import { useLocalNatives } from "../../src/llm/natives";
+import { samplingOf } from "../../src/llm/types";
 
 /**
  * The compiled natives' directory, now in use, or undefined where they are not built (`bun run
@@ -15,7 +16,7 @@ export async function compiledNatives(): Promise<string | undefined> {
 
 /** A greedy sampler that never samples an end of generation: a call ends only at its step count or an abort. */
 export function endlessSampler(context: LlamaContext, model: LlamaModel): Sampler {
-  const sampler = new Sampler(context, model, { temperature: 0 });
+  const sampler = new Sampler(context, model, samplingOf({ temperature: 0 }));
   const vocabulary = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
   const eog = Array.from({ length: vocabulary }, (_, token) => token).filter((token) => model.isEogToken(token as Token));
   sampler.native.applyConfig({ tokenBiasKeys: Uint32Array.from(eog), tokenBiasValues: new Float32Array(eog.length).fill(-Infinity) });

@@ -4,7 +4,7 @@
  */
 import type { Subprocess } from "bun";
 import { join } from "node:path";
-import type { ModelPreset } from "../../src/llm/gguf/presets";
+import type { ModelPreset } from "../../src/gguf/presets";
 import type { Installed } from "./binary";
 import { presetModel } from "./files";
 import { until } from "./wait";

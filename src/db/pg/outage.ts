@@ -3,15 +3,18 @@
  * Every storage call runs under one deadline; a call that fails because the database cannot be
  * reached (refused, restarting, its connection killed) or does not answer in time becomes
  * `Overloaded` with a Retry-After, answered 503 and never 500, and never a hang. A call that is
- * safe to repeat (a read, or a write whose second run changes nothing) is tried once more first:
- * postgres.js replaces a dead connection with a new one, so a connection killed under the pool
- * costs the caller nothing.
+ * safe to repeat (a read, or a write whose second run changes nothing) is tried again within the
+ * deadline first: postgres.js replaces a dead connection with a new one, so connections killed
+ * under the pool cost the caller nothing.
  */
 import { Overloaded } from "../../errors";
 import { wrapMethods } from "../wrap-methods";
 
 /** Clients are told to come back after this: a restart takes seconds. */
 const RETRY_AFTER_MS = 2_000;
+/** Between two attempts of a repeatable call: the first at once after a lost connection, nearly. */
+const FIRST_PAUSE_MS = 5;
+const LONGEST_PAUSE_MS = 200;
 
 /** postgres.js's codes for a connection that could not be made or was lost. */
 const CONNECTION_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ENOENT", "EPIPE", "ETIMEDOUT", "CONNECT_TIMEOUT", "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED"]);
@@ -47,20 +50,20 @@ export class OutageGuard {
   constructor(private readonly timeoutMs: number) {}
 
   /**
-   * `call` under the deadline; `repeatable` calls are made once more after a lost connection,
-   * within the same deadline. Unreachable becomes `Overloaded`; any other error passes through.
+   * `call` under the deadline; a `repeatable` call that could not reach the database is made again
+   * (after a short pause, growing) until it succeeds or the deadline passes: each dead connection
+   * of the pool (after a failover, several at once) costs one attempt, and postgres.js opens a new
+   * one. Unreachable becomes `Overloaded`; any other error passes through.
    */
   async run<T>(call: () => Promise<T>, repeatable: boolean): Promise<T> {
     const deadline = Date.now() + this.timeoutMs;
-    try {
-      return await this.within(call, deadline);
-    } catch (error) {
-      if (!isDatabaseUnreachable(error)) throw error;
-      if (!repeatable || error instanceof DatabaseTimeout || Date.now() >= deadline) throw unavailable(error);
+    for (let pause = FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, LONGEST_PAUSE_MS)) {
       try {
         return await this.within(call, deadline);
-      } catch (again) {
-        throw isDatabaseUnreachable(again) ? unavailable(again) : again;
+      } catch (error) {
+        if (!isDatabaseUnreachable(error)) throw error;
+        if (!repeatable || error instanceof DatabaseTimeout || Date.now() + pause >= deadline) throw unavailable(error);
+        await Bun.sleep(pause);
       }
     }
   }

@@ -1,7 +1,7 @@
 import { sql } from "drizzle-orm";
 import { bigint, doublePrecision, index, integer, pgTable, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
-import { CONVERSATION_ROLES, FINISH_REASONS } from "../../llm/types";
+import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
 import { KEY_ROLES } from "../types";
 
 /**

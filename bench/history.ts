@@ -1,0 +1,47 @@
+/**
+ * `bun run bench history`: every recorded run's ratios to llama-server as one table, from the data
+ * under bench/results/: runs 1-32 as kept by hand then (`history-runs-1-32.json`), and each
+ * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9).
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+const RESULTS = join(import.meta.dir, "results");
+
+/** The measures a column may have, by the names both kinds of file use. */
+const MEASURES: { label: string; history: string; perf: [id: string, what: string] }[] = [
+  { label: "B1, 1 stream over HTTP", history: "B1 decode tok/s, 1 stream over HTTP", perf: ["B1", "decode tok/s, streamed over HTTP"] },
+  { label: "B8, 1 stream", history: "B8 aggregate decode tok/s, 1 stream", perf: ["B8", "aggregate decode tok/s, 1 stream"] },
+  { label: "B8, 4 streams", history: "B8 aggregate decode tok/s, 4 streams", perf: ["B8", "aggregate decode tok/s, 4 streams"] },
+  { label: "B9 (≤ 1 is met)", history: "B9 short request TTFT busy ÷ alone", perf: ["B9", "short request TTFT while 3 decode ÷ alone (parallel 4)"] },
+  { label: "B3 (≤ 1 is met)", history: "B3 sum of TTFT over 20 turns", perf: ["B3", "sum of TTFT ms over 20 turns"] },
+];
+
+interface Column {
+  name: string;
+  ratios: (number | null)[];
+}
+
+interface History {
+  runs: number[];
+  ratios: Record<string, (number | null)[]>;
+}
+
+interface PerfRun {
+  when: string;
+  build?: string;
+  rows: { id: string; what: string; ratio: number | null }[];
+}
+
+const history = JSON.parse(readFileSync(join(RESULTS, "history-runs-1-32.json"), "utf8")) as History;
+const columns: Column[] = history.runs.map((run, i) => ({ name: String(run), ratios: MEASURES.map((m) => history.ratios[m.history]?.[i] ?? null) }));
+for (const file of readdirSync(RESULTS).filter((name) => name.includes("-perf-")).sort()) {
+  const run = JSON.parse(readFileSync(join(RESULTS, file), "utf8")) as PerfRun;
+  const ratio = ([id, what]: [string, string]) => run.rows.find((row) => row.id === id && row.what === what)?.ratio ?? null;
+  columns.push({ name: file.replace(/-perf-.*?(-(before|after))?\.json$/, (_, side) => (side ? ` ${side.slice(1)}` : "")), ratios: MEASURES.map((m) => ratio(m.perf)) });
+}
+
+const cell = (value: number | null) => (value === null ? "—" : value.toFixed(2));
+console.log(`| ratio to llama-server | ${columns.map((c) => c.name).join(" | ")} |`);
+console.log(`|---|${columns.map(() => "---").join("|")}|`);
+for (const [i, measure] of MEASURES.entries()) console.log(`| ${measure.label} | ${columns.map((c) => cell(c.ratios[i]!)).join(" | ")} |`);
