@@ -14,7 +14,7 @@ import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/gguf/presets";
 import { existsSync } from "node:fs";
-import { localNativesDir } from "../src/llm/natives";
+import { localNativesDir } from "../src/natives/local";
 import { perfChart } from "./perf/chart";
 import type { Context, Row } from "./perf/harness";
 import { scenarios } from "./perf/scenarios";

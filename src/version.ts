@@ -18,7 +18,7 @@ export async function versionText(): Promise<string> {
 
 async function llamaCppRelease(): Promise<string> {
   try {
-    // In the single executable this is the build's embedded copy (src/build/natives-plugin.ts).
+    // In the single executable this is the build's embedded copy (src/natives/embed-plugin.ts).
     const { getBinsDir } = await import("@node-llama-cpp/linux-x64");
     const { binsDir } = getBinsDir();
     if (binsDir === undefined) return "unknown";

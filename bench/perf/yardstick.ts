@@ -4,7 +4,7 @@
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { ensureLlamaSource, ROOT, run } from "../../tools/llama-source";
+import { ensureLlamaSource, ROOT, run } from "../../src/natives/llama-source";
 
 const BUILD_DIR = join(ROOT, ".bench/llama.cpp-build");
 export const LLAMA_SERVER = join(BUILD_DIR, "bin/llama-server");

@@ -3,7 +3,7 @@
  * (default `dist/parley`): the CLI, the migrations and node-llama-cpp's CPU natives, compressed.
  * Which natives:
  *   - by default the fast, locally compiled ones (src/natives/compiled.ts), compiled first when this
- *     machine's cache has none (tools/compile-natives.ts: 14 minutes of CPU time, once);
+ *     machine's cache has none (src/natives/compile.ts: 14 minutes of CPU time, once);
  *   - with `--prebuilt-natives`, the npm prebuilt `node_modules/@node-llama-cpp/linux-x64/bins/`
  *     (no compiler needed, slower decode): what the test suite builds, so CI never compiles.
  * Both are laid out alike: `<binsDir>/linux-x64/` with llama-addon.node, the libraries and
@@ -12,10 +12,11 @@
 import { existsSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { ensureCompiledNatives } from "../../tools/compile-natives";
+import { ensureCompiledNatives } from "../natives/compile";
 import { PLATFORM_FOLDER } from "../natives/compiled";
-import { packNatives } from "./natives-pack";
-import { assertPinnedVersion, NODE_LLAMA_CPP_VERSION, nativesPlugin } from "./natives-plugin";
+import { packNatives } from "../natives/embed-pack";
+import { assertPinnedVersion, nativesPlugin } from "../natives/embed-plugin";
+import { NODE_LLAMA_CPP_VERSION } from "../natives/version";
 
 const ROOT = resolve(import.meta.dir, "../..");
 const PREBUILT_NATIVES = join(ROOT, "node_modules/@node-llama-cpp/linux-x64/bins");

@@ -8,6 +8,7 @@ import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import {
   getLlama,
+  getModuleVersion,
   type Llama,
   type LlamaContext,
   type LlamaContextSequence,
@@ -20,8 +21,9 @@ import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
-import { checkInternals } from "./llama-batch";
-import { IN_EXECUTABLE, useLocalNatives } from "./natives";
+import { checkInternals } from "../natives/addon";
+import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
+import { checkNodeLlamaCppVersion } from "../natives/version";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
 import { Scheduler } from "./scheduler";
@@ -110,6 +112,7 @@ export class Engine {
 
   static async load(options: EngineOptions): Promise<Engine> {
     const { modelPath, parallel = 2, gpu = false, queueMax = 64 } = options;
+    checkNodeLlamaCppVersion(await getModuleVersion(), "loading the model");
     const natives = options.localNatives === false ? undefined : await useLocalNatives();
     const llama = await getLlama({ gpu: gpu ? "auto" : false, build: gpu ? "auto" : "never" });
     try {

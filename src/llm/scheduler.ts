@@ -18,14 +18,14 @@
  * were computed in two pieces and took 3.3 times a 1-token batch instead of 2.
  *
  * Replies decoding with nothing else to do (every job replying) run `STEPS_PER_CALL` steps a
- * native call where the compiled natives allow it (llama-batch.ts `decodeSteps`): their tokens
+ * native call where the compiled natives allow it (`decodeSteps` in src/natives/addon.ts): their tokens
  * reach their turns in bursts. A turn that needs the context aborts the call within the step in
  * flight: as its sequence is readied (the gate held) and as it reaches `run`. Its prompt then waits
  * for no reply's step; the replies lose the aborted part of one.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import type { DispatchGate } from "./dispatch-gate";
-import { abortSteps, canDecodeSteps, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "./llama-batch";
+import { abortSteps, canDecodeSteps, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "../natives/addon";
 import type { Sampling } from "./types";
 
 export interface Turn {

@@ -15,6 +15,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { userCacheDir } from "./cache";
+import { NODE_LLAMA_CPP_VERSION } from "./version";
 
 export const CPU_VARIANTS = ["x64", "haswell", "skylakex", "zen4"] as const;
 
@@ -42,6 +43,8 @@ export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
   CMAKE_PROJECT_ggml_INCLUDE: CPU_VARIANTS_HOOK,
   CMAKE_PROJECT_INCLUDE: DECODE_THREAD_HOOK,
   PARLEY_CPU_VARIANTS: CPU_VARIANTS.join(","),
+  // decode-thread.cmake refuses to configure the addon of another node-llama-cpp.
+  PARLEY_NODE_LLAMA_CPP_VERSION: NODE_LLAMA_CPP_VERSION,
 };
 
 /** node-llama-cpp's name for the folder of a CPU build, inside the directory it calls `binsDir`. */

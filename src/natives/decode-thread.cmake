@@ -14,6 +14,13 @@ if (PROJECT_NAME STREQUAL "llama-addon")
         target_sources(llama-addon PRIVATE "${PARLEY_NATIVES_DIR}/decode-thread.cpp")
         target_link_options(llama-addon PRIVATE "LINKER:--wrap=llama_decode")
         if (EXISTS "${PARLEY_ADDON_SOURCES}/AddonContext.h")
+            # decode-steps.cpp includes the addon's private headers: written for one release only
+            # (src/natives/version.ts, passed in by compiled.ts's options).
+            file(READ "${PROJECT_SOURCE_DIR}/../package.json" parley_package)
+            string(JSON parley_found GET "${parley_package}" version)
+            if (NOT parley_found STREQUAL PARLEY_NODE_LLAMA_CPP_VERSION)
+                message(FATAL_ERROR "Parley: src/natives/ is written for node-llama-cpp '${PARLEY_NODE_LLAMA_CPP_VERSION}', this addon is of '${parley_found}' (src/natives/version.ts)")
+            endif()
             # decode-steps.cpp finds the classes by the names the addon defines them with: a renamed
             # class must fail the build, not leave the addon silently without the methods.
             foreach (class AddonContext AddonSampler)

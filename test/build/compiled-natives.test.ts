@@ -9,7 +9,8 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { nativesRoot } from "../../src/natives/cache";
 import { CPU_VARIANTS_HOOK, compiledNativesDir, DECODE_THREAD_HOOK } from "../../src/natives/compiled";
-import { parseStep, progressLine } from "../../tools/build-progress";
+import { parseStep, progressLine } from "../../src/natives/build-progress";
+import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
 import { tempDir } from "../support";
 
 describe("compiled natives", () => {
@@ -123,6 +124,41 @@ describe("compiled natives", () => {
         expect(ran).not.toBe(caller);
         expect(failed).toBe(-1);
       }
+    }, 60_000);
+
+    /**
+     * Configures (only) a stand-in of node-llama-cpp's addon project with the hook: the package's
+     * version in `../package.json`, and `classes` defined as the addon's sources define them.
+     */
+    const configure = (version: string, classes: { context: string; sampler: string }) => {
+      const root = tempDir("addon-checks");
+      const files: Record<string, string> = {
+        "package.json": JSON.stringify({ name: "node-llama-cpp", version }),
+        "llama/CMakeLists.txt": 'cmake_minimum_required(VERSION 3.19)\nproject("llama-addon" CXX)\nadd_library(llama-addon SHARED addon/AddonContext.cpp)\n',
+        "llama/addon/AddonContext.h": "",
+        "llama/addon/AddonContext.cpp": `void init() { DefineClass(\n  env,\n  "${classes.context}", {}); }\n`,
+        "llama/addon/AddonSampler.cpp": `void init() { DefineClass(env, "${classes.sampler}", {}); }\n`,
+      };
+      for (const [name, text] of Object.entries(files)) {
+        mkdirSync(dirname(join(root, name)), { recursive: true });
+        writeFileSync(join(root, name), text);
+      }
+      const step = [cmake!, "-S", join(root, "llama"), "-B", join(root, "build"), `-DCMAKE_PROJECT_INCLUDE=${DECODE_THREAD_HOOK}`, `-DPARLEY_NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION}`];
+      const result = Bun.spawnSync(step);
+      // CMake wraps its messages' lines.
+      return { code: result.exitCode, output: `${result.stdout}${result.stderr}`.replace(/\s+/g, " ") };
+    };
+
+    test("refuses to configure the addon of another node-llama-cpp, or one whose classes were renamed", () => {
+      if (cmake === null || compiler === null) return console.log("skipped: no cmake or c++");
+      const classes = { context: "AddonContext", sampler: "AddonSampler" };
+      expect(configure(NODE_LLAMA_CPP_VERSION, classes).code).toBe(0);
+      const otherVersion = configure("3.99.0", classes);
+      expect(otherVersion.code).not.toBe(0);
+      expect(otherVersion.output).toContain(`written for node-llama-cpp '${NODE_LLAMA_CPP_VERSION}', this addon is of '3.99.0'`);
+      const renamed = configure(NODE_LLAMA_CPP_VERSION, { ...classes, sampler: "AddonSamplerV2" });
+      expect(renamed.code).not.toBe(0);
+      expect(renamed.output).toContain('no longer defines the class "AddonSampler"');
     }, 60_000);
 
     test("without it, each call runs on its caller's thread (what the hook changes)", () => {

@@ -5,7 +5,8 @@
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { NODE_LLAMA_CPP_VERSION, nativesPlugin } from "../../src/build/natives-plugin";
+import { nativesPlugin } from "../../src/natives/embed-plugin";
+import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
 import { tempDir } from "../support";
 
 const FILES = {

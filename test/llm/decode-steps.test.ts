@@ -10,7 +10,7 @@ import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { DispatchGate } from "../../src/llm/dispatch-gate";
 import { samplingOf } from "../../src/llm/types";
-import { abortSteps, decodeBatch, decodeSteps, Sampler, sequenceIdOf, type StepsEntry } from "../../src/llm/llama-batch";
+import { abortSteps, decodeBatch, decodeSteps, Sampler, sequenceIdOf, type StepsEntry } from "../../src/natives/addon";
 import { Scheduler } from "../../src/llm/scheduler";
 import { compiledNatives, endlessSampler, presetModel, until, withSeed } from "../support";
 
@@ -190,7 +190,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     try {
       const [otherToken] = await decodeBatch(other, [{ sequence: otherSequence, tokens: model.tokenize(LONG.text), sampler: otherSampler }]);
       const blocking = (other as unknown as { _ctx: Addon })._ctx.decodeSteps([0], [otherSequence.nextTokenIndex], [otherToken!], [otherSampler.native], most);
-      // The call through llama-batch.ts begins after the abort: it decodes nothing, and its sequence holds what it held.
+      // The call through addon.ts begins after the abort: it decodes nothing, and its sequence holds what it held.
       const held = { next: second.sequence.nextTokenIndex, tokens: [...second.sequence.contextTokens] };
       onStepsCall = () => (addon.abortSteps(), true);
       const [none] = await decodeSteps(context, [second], () => most);
@@ -364,8 +364,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   async function child(call: string, preset: "demo" | "bench-small" = "demo"): Promise<{ code: number | null; out: string }> {
     const script = `
       import { getLlama } from "node-llama-cpp";
-      import { useLocalNatives } from "${import.meta.dir}/../../src/llm/natives";
-      import { abortSteps, decodeBatch, decodeSteps } from "${import.meta.dir}/../../src/llm/llama-batch";
+      import { useLocalNatives } from "${import.meta.dir}/../../src/natives/local";
+      import { abortSteps, decodeBatch, decodeSteps } from "${import.meta.dir}/../../src/natives/addon";
       import { endlessSampler } from "${import.meta.dir}/../support/natives";
       await useLocalNatives();
       const model = await (await getLlama({ gpu: false, build: "never" })).loadModel({ modelPath: ${JSON.stringify(await presetModel(preset))} });

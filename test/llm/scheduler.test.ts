@@ -2,12 +2,12 @@ import { afterAll, beforeAll, beforeEach, expect, test } from "bun:test";
 import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { DispatchGate } from "../../src/llm/dispatch-gate";
-import { checkInternals, sequenceIdOf } from "../../src/llm/llama-batch";
+import { checkInternals, sequenceIdOf } from "../../src/natives/addon";
 import { Scheduler } from "../../src/llm/scheduler";
 import { samplingOf } from "../../src/llm/types";
 import { eventLoopTurns, presetModel } from "../support";
 
-// The scheduler drives node-llama-cpp's addon below its public API (llama-batch.ts). These tests
+// The scheduler drives node-llama-cpp's addon below its public API (src/natives/addon.ts). These tests
 // watch the batches it hands the addon, and check that node-llama-cpp's sequences agree with what
 // it did: the same tokens as node-llama-cpp's own evaluation, the same lock.
 

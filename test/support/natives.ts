@@ -1,7 +1,7 @@
 /** What the tests of Parley's own addon methods share (src/natives/decode-steps.cpp). */
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
-import { Sampler } from "../../src/llm/llama-batch";
-import { useLocalNatives } from "../../src/llm/natives";
+import { Sampler } from "../../src/natives/addon";
+import { useLocalNatives } from "../../src/natives/local";
 import { samplingOf } from "../../src/llm/types";
 
 /**

@@ -10,12 +10,11 @@
  * node-llama-cpp's sequences stay the owners of their state: each batch takes the context's lock
  * (the very lock their own evaluations, erasures and state files take), and afterwards sets what
  * their evaluation would have set (next position, tokens held, checkpoints for models that need
- * them). These are internals of the pinned version (package.json, 3.22.1); `checkInternals`
- * refuses another shape at load, and test/llm/scheduler.test.ts exercises each of them.
+ * them). These are internals of NODE_LLAMA_CPP_VERSION (version.ts), checked at load; `checkInternals`
+ * also refuses another shape, and test/llm/scheduler.test.ts exercises each of them.
  */
 import { withLock } from "lifecycle-utils";
 import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
-import type { Sampling } from "./types";
 
 interface AddonContext {
   initBatch(size: number): void;
@@ -74,11 +73,20 @@ export function checkInternals(context: LlamaContext, model: LlamaModel, sequenc
   }
 }
 
+/** Every choice of a sampler: the engine's sampling policy makes them (src/llm/types.ts). */
+export interface SamplerConfig {
+  temperature: number;
+  topK: number;
+  topP: number;
+  minP: number;
+  seed: number;
+}
+
 /** A reply's sampler, configured as node-llama-cpp's `sequence.evaluate` configures one (no penalties). */
 export class Sampler {
   readonly native: AddonSampler;
 
-  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed }: Sampling) {
+  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed }: SamplerConfig) {
     const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
     this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
     this.native.applyConfig({ temperature, minP, topK, topP, seed });

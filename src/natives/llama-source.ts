@@ -6,7 +6,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 
-export const ROOT = join(import.meta.dir, "..");
+export const ROOT = join(import.meta.dir, "../..");
 export const NLC_LLAMA_DIR = join(ROOT, "node_modules/node-llama-cpp/llama");
 export const LLAMA_CPP_DIR = join(NLC_LLAMA_DIR, "llama.cpp");
 const NLC_CLI = join(ROOT, "node_modules/.bin/node-llama-cpp");

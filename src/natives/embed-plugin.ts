@@ -13,9 +13,9 @@
 import type { BunPlugin } from "bun";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { PackedNatives } from "./natives-pack";
+import type { PackedNatives } from "./embed-pack";
+import { checkNodeLlamaCppVersion, NODE_LLAMA_CPP_VERSION } from "./version";
 
-export const NODE_LLAMA_CPP_VERSION = "3.22.1";
 
 export interface NativesPluginOptions {
   natives: PackedNatives;
@@ -39,12 +39,7 @@ const CPU_PACKAGE = "@node-llama-cpp/linux-x64";
 /** Throws unless the installed node-llama-cpp is the version the patches were written for. */
 export function assertPinnedVersion(packageDir: string): void {
   const { version } = JSON.parse(readFileSync(join(packageDir, "package.json"), "utf8")) as { version: string };
-  if (version !== NODE_LLAMA_CPP_VERSION) {
-    throw new Error(
-      `natives plugin: written for node-llama-cpp ${NODE_LLAMA_CPP_VERSION}, found ${version}. Check every patch in ` +
-        "src/build/natives-plugin.ts against the new version, then update NODE_LLAMA_CPP_VERSION.",
-    );
-  }
+  checkNodeLlamaCppVersion(version, "natives plugin");
 }
 
 export function nativesPlugin({ natives, packageDir, cacheModule }: NativesPluginOptions): BunPlugin {

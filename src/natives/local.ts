@@ -12,7 +12,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { getModuleVersion } from "node-llama-cpp";
-import { compiledNativesDir, PLATFORM_FOLDER } from "../natives/compiled";
+import { compiledNativesDir, PLATFORM_FOLDER } from "./compiled";
 
 const PREBUILT_PACKAGE = "@node-llama-cpp/linux-x64";
 

@@ -11,9 +11,10 @@
 import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, HOOK_SYMBOLS, PLATFORM_FOLDER } from "../src/natives/compiled";
+import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, HOOK_SYMBOLS, PLATFORM_FOLDER } from "./compiled";
 import { parseStep, progressLine } from "./build-progress";
 import { ensureLlamaSource, NLC_CLI, NLC_LLAMA_DIR, ROOT } from "./llama-source";
+import { checkNodeLlamaCppVersion } from "./version";
 
 export interface CompiledNatives {
   /** node-llama-cpp's `binsDir`: the build is in its `linux-x64/`. */
@@ -28,6 +29,7 @@ export function nodeLlamaCppVersion(): string {
 
 /** The cached build for the current recipe, compiled first if missing (or if `force`). */
 export async function ensureCompiledNatives({ force = false } = {}): Promise<CompiledNatives> {
+  checkNodeLlamaCppVersion(nodeLlamaCppVersion(), "compiling the natives");
   const binsDir = compiledNativesDir(nodeLlamaCppVersion());
   const target = join(binsDir, PLATFORM_FOLDER);
   if (!force && existsSync(join(target, "llama-addon.node"))) return { binsDir };
