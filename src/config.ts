@@ -106,7 +106,7 @@ export const CONFIG_SPEC = {
   },
   dbPath: {
     env: "PARLEY_DB",
-    doc: "SQLite database file (created, migrated automatically; one `parley serve` at a time per file, held by `<db>.lock` beside it), or a PostgreSQL URL `postgres://user:password@host/db` (`postgresql://` too; `?host=/socket/dir` for a unix socket) shared by several nodes: see [Scaling out](operations.md#scaling-out)",
+    doc: "SQLite database file (created, migrated automatically; one `parley serve` at a time per file, held by `<db>.lock` beside it), or a PostgreSQL URL `postgres://user:password@host/db` (`postgresql://` too; a unix socket as libpq writes it, `postgresql://user:password@/db?host=/run/postgresql`) shared by several nodes: see [Scaling out](operations.md#scaling-out)",
     shownDefault: "`./data/parley.db`",
     flag: "--db",
     default: "./data/parley.db",

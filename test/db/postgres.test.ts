@@ -78,6 +78,13 @@ describe.skipIf(postgresMissing() !== undefined)("PostgreSQL shared by several p
     await until(() => a.leases!.lease(id, "node-a", 60_000), "the expired lease to be taken over", 5_000, 50);
   });
 
+  test("libpq's unix-socket URL with an empty host opens the database", async () => {
+    const url = new URL(await freshPostgresDb("empty-host"));
+    const socketDir = url.searchParams.get("host")!;
+    const storage = await open(`postgresql://postgres@${url.pathname}?host=${socketDir}`);
+    expect((await storage.keys.list()).length).toBe(0);
+  });
+
   test("rate-limit buckets are shared: two nodes draw from one bucket", async () => {
     const url = await freshPostgresDb("buckets");
     const [a, b] = [await open(url), await open(url)];

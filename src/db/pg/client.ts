@@ -15,10 +15,12 @@ const MIGRATION_LOCK = 0x70617231; // "par1"
 
 /**
  * libpq's `?host=/socket/dir` form, which postgres.js does not read from a URL (it would send
- * `host` to the server as a setting): taken out and given as the host option instead.
+ * `host` to the server as a setting): taken out and given as the host option instead. libpq's
+ * usual way to write it leaves the URL's host empty (`postgresql://user:pw@/db?host=/run/postgresql`),
+ * which the URL parser refuses: a placeholder host stands in, the socket directory replacing it.
  */
 function socketHost(url: string): { url: string; host?: string } {
-  const parsed = new URL(url);
+  const parsed = new URL(url.replace(/^(postgres(?:ql)?:\/\/(?:[^@/]*@)?)(?=[/?])/i, "$1localhost"));
   const host = parsed.searchParams.get("host");
   if (host === null) return { url };
   parsed.searchParams.delete("host");
