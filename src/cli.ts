@@ -2,8 +2,11 @@
 import { CONFIG_SPEC, type Config, loadConfig, parseArgv, Refusal } from "./config";
 import pkg from "../package.json";
 
+const NAMES = Object.values(CONFIG_SPEC).map((spec) => `${spec.flag} / ${spec.env}`);
+/** Wide enough for the longest name and two spaces, so no name runs into its help. */
+const NAME_WIDTH = Math.max(...NAMES.map((name) => name.length)) + 2;
 const OPTIONS = Object.values(CONFIG_SPEC)
-  .map((spec) => `  ${`${spec.flag} / ${spec.env}`.padEnd(44)}${spec.help}${spec.default ? ` (default ${spec.default})` : ""}`)
+  .map((spec, i) => `  ${NAMES[i]!.padEnd(NAME_WIDTH)}${spec.help}${spec.default ? ` (default ${spec.default})` : ""}`)
   .join("\n");
 
 const EXIT_CODES = "Exit codes: 0 success, 1 failure, 2 usage or configuration error.";
@@ -51,8 +54,8 @@ ${EXIT_CODES}`,
   parley model info <file>                    what a GGUF file's header says (exit 1 if unusable)
   parley model pull <url | hf-uri> [--out <dir | file>]
                                               download a model (needs a network), resumable
-  parley model demo [--preset demo|bench-small] [--type f16|q8_0|q4_0] [--out <file>]
-                                              write a model Parley generates itself
+  parley model demo [--preset <name>] [--type f16|q8_0|q4_0] [--out <file>]
+                                              write a model Parley generates itself (presets: model demo --help)
   parley model <command> --help               details of a model command`,
     run: async (config, args, flags) => (await import("./commands/model")).modelCommand(config, args, flags),
   },
