@@ -132,6 +132,25 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     expect(gaps[0]!).toBeGreaterThanOrEqual(0);
   });
 
+  test("an OpenAI client's growing history keeps its cache without naming a conversation: its key picks the node", async () => {
+    const messages: { role: string; content: string }[] = [];
+    const usages: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } }[] = [];
+    for (let turn = 1; turn <= 4; turn++) {
+      messages.push({ role: "user", content: `question ${turn} about the sea and the hills` });
+      const response = await fetch(`${balancer.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { ...bearer(key), "content-type": "application/json" },
+        body: JSON.stringify({ model: "parley", messages, max_tokens: 8, temperature: 0 }),
+      });
+      expect(response.status).toBe(200);
+      const body = (await response.json()) as { choices: { message: { content: string } }[]; usage: (typeof usages)[number] };
+      messages.push({ role: "assistant", content: body.choices[0]!.message.content });
+      usages.push(body.usage);
+    }
+    // Each follow-up found the node holding everything the request before it evaluated.
+    for (let i = 1; i < usages.length; i++) expect(usages[i]!.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(usages[i - 1]!.prompt_tokens);
+  });
+
   test("a node killed mid-traffic: its conversations go on elsewhere with their whole history, nothing acknowledged lost, nothing doubled or reordered", async () => {
     const conversations = Array.from({ length: CONVERSATIONS }, (_, i) => `conv-${i}`);
     const killAfter = random.int(5, 20);

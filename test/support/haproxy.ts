@@ -39,10 +39,12 @@ export function haproxyConfig(port: number, nodes: string[]): string {
   const shipped = readFileSync(join(ROOT, "deploy/haproxy.cfg"), "utf8");
   const servers = (tracked: boolean) =>
     nodes.map((node, i) => `    server node${i + 1} ${node}${tracked ? ` track parley_by_header/node${i + 1}` : ""}`).join("\n");
+  // Every block between a marker's lines: several backends track the nodes.
   const replace = (text: string, marker: string, lines: string) => {
-    const pattern = new RegExp(`( *# ${marker}-begin\\n)[\\s\\S]*?( *# ${marker}-end)`);
-    if (!pattern.test(text)) throw new Error(`deploy/haproxy.cfg lost its "# ${marker}-begin/end" markers`);
-    return text.replace(pattern, `$1${lines}\n$2`);
+    const pattern = new RegExp(`( *# ${marker}-begin\\n)[\\s\\S]*?( *# ${marker}-end)`, "g");
+    const replaced = text.replace(pattern, `$1${lines}\n$2`);
+    if (replaced === text) throw new Error(`deploy/haproxy.cfg lost its "# ${marker}-begin/end" markers`);
+    return replaced;
   };
   const bound = shipped.replace(/^( *)bind :8080$/m, `$1bind 127.0.0.1:${port}`);
   if (bound === shipped) throw new Error('deploy/haproxy.cfg lost its "bind :8080" line');
