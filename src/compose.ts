@@ -93,6 +93,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
 
   const app = createApp({
     storage,
+    node: config.nodeName,
     chat: new ChatService(storage.conversations, runner, {
       systemPrompt: config.systemPrompt,
       shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },

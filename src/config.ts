@@ -19,6 +19,8 @@ export interface Config {
   dbTimeoutMs: number;
   /** PostgreSQL: how long start-up waits for an unreachable database, trying again every second. */
   dbWaitS: number;
+  /** Names this node in every response (`X-Parley-Node`); unset, no such header. */
+  nodeName?: string;
   /** PostgreSQL: how long a conversation stays held by a node that stopped renewing its lease (died). */
   leaseTtlS: number;
   /** Files that are not the database: saved KV states (`kv/`), the chat-format cache. */
@@ -135,6 +137,14 @@ export const CONFIG_SPEC = {
     flag: "--db-wait",
     default: "60",
     help: "PostgreSQL: seconds start-up waits for an unreachable database, trying again every second (0 = not at all)",
+  },
+  nodeName: {
+    env: "PARLEY_NODE_NAME",
+    doc: "names this node in every response's `X-Parley-Node` header, so an operator behind a load balancer sees which node served what (the shipped systemd unit sets host and port); unset: no such header",
+    shownDefault: "—",
+    flag: "--node-name",
+    default: "",
+    help: "Names this node in every response's X-Parley-Node header (unset: no header)",
   },
   leaseTtlS: {
     env: "PARLEY_LEASE_TTL_S",
@@ -425,6 +435,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     dbTimeoutMs: int("dbTimeoutMs", 100, 600_000),
     dbWaitS: int("dbWaitS", 0, 86_400),
     leaseTtlS: int("leaseTtlS", 1, 3_600),
+    nodeName: nodeName(raw("nodeName")),
     dataDir: dataDir ?? (isPostgresUrl(dbPath) ? "./data" : dirname(dbPath)),
     adminKey,
     modelPath: text("modelPath"),
@@ -450,6 +461,13 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     batchSize: optionalInt("batchSize", 16, 8192),
     flashAttention: oneOf("flashAttention", FLASH_ATTENTION_MODES),
   };
+}
+
+/** A node's name goes into a response header: printable ASCII, no more than a line's worth. */
+function nodeName({ value, name }: { value: string; name: string }): string | undefined {
+  if (value === "") return undefined;
+  if (!/^[\x21-\x7e]{1,128}$/.test(value)) throw new ConfigError(`${name} must be 1 to 128 printable ASCII characters without spaces (got "${value}")`);
+  return value;
 }
 
 /** `@path` names a file read now, so a missing one stops start-up rather than the first turn. */

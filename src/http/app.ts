@@ -38,6 +38,8 @@ export interface AppDeps {
   chat: ChatService;
   /** The OpenAI-compatible API's stateless completions. */
   completions: CompletionService;
+  /** Names this node in every response's `X-Parley-Node` (several nodes behind a balancer). */
+  node?: string;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
   log: Logger;
@@ -68,7 +70,7 @@ export function createApp(deps: AppDeps) {
   const routes = new RouteTable(() => app.routes);
   return app
     .use(errorHandler(deps.log))
-    .use(requestContext)
+    .use(requestContext(deps.node))
     .use(observe(deps.log, metrics, routes))
     .use(cors(limits.corsOrigins, routes))
     .use(routeGuard(routes))

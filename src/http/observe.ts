@@ -65,7 +65,9 @@ export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
         const labels = { route: routeLabel, method: request.method };
         metrics.requests.inc({ ...labels, status: String(status) });
         metrics.requestDuration.observe(labels, seconds);
-        log.info(
+        // A balancer's health checks come every second: they are no operator's reading.
+        const level = routeLabel === "/healthz" || routeLabel === "/readyz" ? "debug" : "info";
+        log[level](
           {
             request_id: context.id,
             method: request.method,
@@ -73,6 +75,7 @@ export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
             status,
             duration_ms: Math.round(seconds * 1000),
             user_id: context.principal?.userId,
+            conversation_id: context.conversationId,
             tokens: context.tokens,
           },
           "request",

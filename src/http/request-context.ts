@@ -18,6 +18,8 @@ export interface RequestContext {
   status?: number;
   /** Reply tokens generated, for chat requests. */
   tokens?: number;
+  /** The conversation a chat request is a turn of, for its log line. */
+  conversationId?: string;
 }
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -59,9 +61,15 @@ const HOST = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~%!$&'()*+,;=]+)(:\d{1,5})?$/;
  */
 const validHost = (host: string | null): boolean => host === null || (HOST.test(host) && URL.canParse(`http://${host}/`));
 
-export const requestContext = new Elysia({ name: "parley/request-context" }).onRequest(({ request, set }) => {
-  set.headers["x-request-id"] = contextOf(request).id;
-  // HTTP/1.1 (RFC 9112, 3.2): an invalid Host is a 400. Bun leaves the URL relative for some, and
-  // takes others (an unclosed "[::1") as they are.
-  if (request.url.startsWith("/") || !validHost(request.headers.get("host"))) throw new BadRequest("the Host header is not a valid host");
-});
+/**
+ * Every response carries its request id and, with several nodes behind a balancer, the node that
+ * answered (`X-Parley-Node`), so an operator can tell which node served what.
+ */
+export const requestContext = (node: string | undefined) =>
+  new Elysia({ name: "parley/request-context", seed: node }).onRequest(({ request, set }) => {
+    set.headers["x-request-id"] = contextOf(request).id;
+    if (node !== undefined) set.headers["x-parley-node"] = node;
+    // HTTP/1.1 (RFC 9112, 3.2): an invalid Host is a 400. Bun leaves the URL relative for some,
+    // and takes others (an unclosed "[::1") as they are.
+    if (request.url.startsWith("/") || !validHost(request.headers.get("host"))) throw new BadRequest("the Host header is not a valid host");
+  });

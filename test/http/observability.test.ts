@@ -16,7 +16,7 @@ let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine();
-  server = serveApp({ storage: db.storage, engine, logLines, limits: { rateLimitPerMinute: 1000 } });
+  server = serveApp({ storage: db.storage, engine, logLines, limits: { rateLimitPerMinute: 1000 }, node: "node-a:8081" });
 });
 afterAll(async () => {
   await server.stop();
@@ -103,20 +103,25 @@ describe("logs", () => {
     await chat({ message: SECRET_TEXT, conversation_id: "logged", stream: true }).then((r) => r.text());
     await chat({ message: SECRET_TEXT, conversation_id: "logged", temperature: 7 });
     await fetch(`${server.url}/api/v1.0/chat/messages`, { headers: { authorization: `Bearer ${user.key}x` } });
+    // A balancer's health checks are logged at debug level only, below this logger's info.
+    for (const path of ["/healthz", "/readyz"]) expect((await fetch(`${server.url}${path}`)).headers.get("x-parley-node")).toBe("node-a:8081");
+    // Lines are written in order: once this one's is there, theirs would be too.
+    await fetch(`${server.url}/api/v1.0/chat/messages`, { headers: bearer(user.key) });
 
     // Lines of the previous test's scrapes may still arrive: they are written after the response.
     const requestLines = () =>
       logLines.map((line) => JSON.parse(line) as Record<string, unknown>).filter((entry) => entry.msg === "request" && entry.route !== "/metrics");
-    await until(() => requestLines().length >= 4, "a log line for each of the four requests");
+    await until(() => requestLines().length >= 5, "a log line for each of the five requests");
     const requests = requestLines();
-    expect(requests.map((entry) => entry.status)).toEqual([200, 200, 422, 401]);
+    expect(requests.map((entry) => entry.status)).toEqual([200, 200, 422, 401, 200]);
+    expect(requests.map((entry) => entry.route)).not.toContain("/readyz");
     for (const entry of requests) {
       expect(entry).toMatchObject({ level: "info", method: expect.any(String), route: expect.any(String) });
       expect(typeof entry.time).toBe("string");
       expect(typeof entry.request_id).toBe("string");
       expect(typeof entry.duration_ms).toBe("number");
     }
-    expect(requests[0]).toMatchObject({ route: "/api/v1.0/chat", user_id: user.userId, tokens: expect.any(Number) });
+    expect(requests[0]).toMatchObject({ route: "/api/v1.0/chat", user_id: user.userId, conversation_id: "logged", tokens: expect.any(Number) });
     expect(requests[3]).toMatchObject({ route: "/api/v1.0/chat/messages", method: "GET" });
     expect(requests[1]!.tokens).toBeGreaterThan(0);
 

@@ -44,6 +44,8 @@ export interface ServeOptions {
   runner?: TurnRunner;
   chat?: ChatService;
   completions?: CompletionService;
+  /** The node's name for `X-Parley-Node`. */
+  node?: string;
 }
 
 export const DEFAULT_LIMITS: HttpLimits = {
@@ -70,6 +72,7 @@ export function serveApp(options: ServeOptions): Served {
     chat: options.chat ?? new ChatService(storage.conversations, runner),
     completions: options.completions ?? new CompletionService(runner),
     isReady: () => engine !== undefined,
+    node: options.node,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
     metrics: options.metrics ?? new Metrics({ engine: () => engine, turns: () => runner.activeTurns }),
     limits: { ...DEFAULT_LIMITS, ...options.limits },

@@ -7,6 +7,7 @@ import { errorBody } from "../errors";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatReplyResponse, errorResponses } from "../openapi";
 import { resultJson, startJson } from "../present";
+import { contextOf } from "../request-context";
 import { event } from "../sse";
 import type { Framing, TurnDriver } from "../turn-driver";
 
@@ -64,6 +65,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
     "/api/v1.0/chat",
     async function* ({ body, principal, request, server, set }) {
       checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);
+      contextOf(request).conversationId = body.conversation_id;
       checkMessage(body.message);
       const turn = (signal: AbortSignal) =>
         deps.chat.turn({
