@@ -41,7 +41,7 @@ ${EXIT_CODES}`,
     help: `Usage:
   parley keys create --user <name> [--admin]  issue a key for the user (created if new); the key is
                                               printed once, alone on the last line of stdout
-  parley keys list                            id, user, role, prefix, created, last used, revoked
+  parley keys list                            id, user, user_id, role, prefix, created, last_used, revoked
   parley keys revoke <id>                     the key is refused from then on
 
 Keys live in the database (--db / PARLEY_DB), stored only as a hash.

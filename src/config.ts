@@ -228,7 +228,7 @@ export const CONFIG_SPEC = {
   },
   bodyLimitBytes: {
     env: "PARLEY_BODY_LIMIT",
-    doc: "largest request body in bytes (`413` above)",
+    doc: "largest request body in bytes, 1024 to 67108864 (`413` above)",
     shownDefault: "`65536`",
     flag: "--body-limit",
     default: "65536",

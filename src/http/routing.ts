@@ -41,7 +41,8 @@ export class RouteTable {
    */
   match(path: string, method: string): Access | undefined {
     const methods = this.lookup(path);
-    if (!methods.allowed.includes(method)) throw new MethodNotAllowed(methods.allowed);
+    // OPTIONS is answered on every route (cors.ts): the 405's Allow says so too, as OPTIONS's own does.
+    if (!methods.allowed.includes(method)) throw new MethodNotAllowed([...methods.allowed, "OPTIONS"]);
     return methods.access.get(method);
   }
 

@@ -46,10 +46,10 @@ describe("the contract's error table", () => {
   test("405 method_not_allowed with Allow on a known path", async () => {
     const chat = await call("/api/v1.0/chat", { method: "GET", headers: bearer(key) });
     expectError(chat, 405, "method_not_allowed");
-    expect(chat.response.headers.get("allow")).toBe("POST");
+    expect(chat.response.headers.get("allow")).toBe("POST, OPTIONS");
     const list = await call("/api/v1.0/chat/messages", { method: "DELETE", headers: bearer(key) });
     expectError(list, 405, "method_not_allowed");
-    expect(list.response.headers.get("allow")).toBe("GET, HEAD");
+    expect(list.response.headers.get("allow")).toBe("GET, HEAD, OPTIONS");
   });
 
   test("413 payload_too_large: declared and chunked bodies over the limit", async () => {
