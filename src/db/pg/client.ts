@@ -34,6 +34,10 @@ function connect(location: string, max: number, connectTimeoutS: number): Sql {
     max,
     ...(host === undefined ? {} : { host }),
     connect_timeout: connectTimeoutS,
+    // postgres.js counts errored closes across the whole pool and waits up to 20 s before a
+    // reconnect (3^n / 100 s): after a failover or a restart had closed every connection, queries
+    // waited seconds after the database was back. A second at most keeps recovery prompt.
+    backoff: (retries: number) => Math.min(0.025 * 2 ** retries, 1),
     // NOTICEs ("already exists, skipping") are the migrator's chatter, not the operator's business.
     onnotice: () => {},
     connection: { application_name: "parley" },
