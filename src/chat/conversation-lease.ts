@@ -1,5 +1,6 @@
 import type { ConversationLeases } from "../db/storage";
 import { Overloaded } from "../errors";
+import { NODE_ID } from "../node-id";
 
 /** How this process's turns hold conversations across nodes (absent on single-process storage). */
 export interface LeaseOptions {
@@ -10,8 +11,6 @@ export interface LeaseOptions {
   waitMs?: number;
 }
 
-/** Tells this process's leases from other nodes'; each turn adds a counter. */
-const NODE_ID = `${process.pid}-${crypto.randomUUID().slice(0, 8)}`;
 let turns = 0;
 
 const DEFAULT_WAIT_MS = 120_000;

@@ -1,5 +1,5 @@
 import type { ConversationStore } from "../db/storage";
-import type { FoundConversation, MessageRecord } from "../db/types";
+import type { ConversationRef, FoundConversation, MessageRecord } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import type { Turn } from "../llm/engine";
 import { isAbort } from "../errors";
@@ -116,10 +116,13 @@ export class ChatService {
     if (!this.shared) return { conversation };
     for (;;) {
       const releaseLease = await holdConversation(this.shared, conversation.id, signal);
-      const current = await this.conversations.find(input.userId, input.conversationId).catch(async (error: unknown) => {
+      let current: ConversationRef | undefined;
+      try {
+        current = await this.conversations.find(input.userId, input.conversationId);
+      } catch (error) {
         await releaseLease();
         throw error;
-      });
+      }
       if (current?.id === conversation.id) return { conversation, releaseLease };
       await releaseLease();
       conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);

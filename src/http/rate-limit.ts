@@ -1,5 +1,6 @@
 import type { StreamSlots, TokenBuckets } from "../db/storage";
 import { type Quota, RateLimited } from "../errors";
+import { NODE_ID } from "../node-id";
 
 interface Bucket {
   tokens: number;
@@ -45,9 +46,6 @@ export class MemoryStreamSlots implements StreamSlots {
 
 /** How long a stream's slot outlives its process when that process dies: renewed at a third of it. */
 const SLOT_TTL_MS = 30_000;
-
-/** Tells this process's stream slots from other nodes'. */
-const PROCESS_ID = `${process.pid}-${crypto.randomUUID().slice(0, 8)}`;
 
 /** The `X-RateLimit-*` headers: every response to a limited key carries its quota. */
 export const quotaHeaders = (quota: Quota): Record<string, string> => ({
@@ -95,7 +93,7 @@ export class RateLimiter {
 
   /** Counts a stream against the key; the returned function ends it (idempotent). */
   async openStream(keyId: number): Promise<() => void> {
-    const holder = `${PROCESS_ID}-${++this.opened}`;
+    const holder = `${NODE_ID}-${++this.opened}`;
     if (!(await this.slots.take(keyId, holder, this.maxStreams, SLOT_TTL_MS))) {
       this.onReject("streams");
       throw new RateLimited(`this key may hold at most ${this.maxStreams} streams at once`, 1_000);

@@ -25,7 +25,6 @@ export type FlashAttentionMode = (typeof FLASH_ATTENTION_MODES)[number];
 
 export type ReasoningMode = (typeof REASONING_MODES)[number];
 
-
 /**
  * How a reply's tokens are drawn when its request does not say: the one statement of the sampling
  * policy, for every protocol (a protocol with defaults of its own, as OpenAI's temperature of 1,

@@ -374,15 +374,15 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       const sequence = context.getSequence();
       ${call}
     `;
-    const process = Bun.spawn([Bun.which("bun")!, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn([Bun.which("bun")!, "-e", script], { cwd: import.meta.dir, stdout: "pipe", stderr: "pipe" });
     let exited = false;
-    void process.exited.then(() => (exited = true));
+    void proc.exited.then(() => (exited = true));
     try {
       await until(() => exited, "the process to exit on its own", 30_000);
     } finally {
-      process.kill("SIGKILL");
+      proc.kill("SIGKILL");
     }
-    return { code: process.exitCode, out: (await new Response(process.stdout).text()) + (await new Response(process.stderr).text()) };
+    return { code: proc.exitCode, out: (await new Response(proc.stdout).text()) + (await new Response(proc.stderr).text()) };
   }
 
   test("an idle process exits on its own: the way back to the JS thread holds it only while a call is out", async () => {
