@@ -1,30 +1,28 @@
 /**
- * A reply's generation: the prompt's new tokens go to the scheduler (scheduler.ts), which samples
- * the reply's tokens in batches shared with the other sequences; each is turned into text as it
- * arrives. LlamaChat re-renders and re-checks the whole response per token; this measured faster
+ * A reply's generation: the turn goes to the scheduler (scheduler.ts), which readies its slot,
+ * evaluates the prompt and samples the reply's tokens in batches shared with the other slots;
+ * each is turned into text as it arrives. LlamaChat re-renders and re-checks the whole response per token; this measured faster
  * and keeps the exact generated tokens for the next turn.
  */
-import type { LlamaContextSequence, Token } from "node-llama-cpp";
+import type { Token } from "node-llama-cpp";
 import { ReplyText } from "./reply-text";
 import { TextStream } from "./text-stream";
-import type { Scheduler } from "./scheduler";
+import type { ReadyPrompt, Scheduler, Turn } from "./scheduler";
 import type { ThoughtMarkers } from "./thought-text";
-import type { ReplyPiece, Sampling } from "./types";
+import type { ReplyPiece } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
 
+/** The turn, as the scheduler runs it, but for what decoding a reply's text adds. */
+export type ReplyTurn = Omit<Turn, "onToken" | "onPrompt">;
+
 export interface DecodeOptions {
-  sampling: Sampling;
-  maxTokens: number;
-  signal: AbortSignal;
   /** Whether a sampled token ends the reply (it is then not part of it): see chat-stops.ts. */
   endsReply(token: Token): boolean;
   /** Texts that end the reply's answer where they begin; they are not part of it (see stop-text.ts). */
   stopStrings?: readonly string[];
   /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
   thought?: ThoughtMarkers;
-  /** The context's decode loop, shared by all its sequences. */
-  scheduler: Scheduler;
 }
 
 export interface Decoded {
@@ -36,20 +34,18 @@ export interface Decoded {
    */
   spelled: { tokens: Token[]; text: string };
   stopReason: StopReason;
+  /** The prompt as the slot was readied for it; none when the turn ended before. */
+  prompt?: ReadyPrompt;
 }
 
-/** Evaluates `input` after what the sequence holds and samples the reply, calling `emit` with each text piece. */
-export async function decode(
-  sequence: LlamaContextSequence,
-  input: Token[],
-  options: DecodeOptions,
-  emit: (piece: ReplyPiece) => void,
-): Promise<Decoded> {
-  const { signal, endsReply, maxTokens } = options;
+/** Runs the turn on the scheduler, calling `emit` with each text piece of its reply. */
+export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: DecodeOptions, emit: (piece: ReplyPiece) => void): Promise<Decoded> {
+  const { signal } = turn;
+  const { endsReply } = options;
   const tokens: Token[] = [];
-  if (signal.aborted) return { tokens, spelled: { tokens, text: "" }, stopReason: "abort" };
-
-  const text = new TextStream(sequence.model);
+  let prompt: ReadyPrompt | undefined;
+  let maxTokens = Infinity;
+  const text = new TextStream(turn.slot.sequence.model);
   const replyText = new ReplyText(options.thought, options.stopStrings ?? []);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
@@ -61,12 +57,12 @@ export async function decode(
     for (const shown of replyText.push(piece)) emit(shown);
   };
   let stopReason: StopReason | undefined;
-  await options.scheduler.run({
-    sequence,
-    input,
-    sampling: options.sampling,
-    signal,
-    maxTokens,
+  await scheduler.run({
+    ...turn,
+    onPrompt(ready) {
+      prompt = ready;
+      maxTokens = ready.maxTokens;
+    },
     onToken(token) {
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) return false;
@@ -93,5 +89,5 @@ export async function decode(
   for (const rest of replyText.flush()) emit(rest);
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
-  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason };
+  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(prompt ? { prompt } : {}) };
 }

@@ -1,6 +1,8 @@
 /**
- * The inference engine: one model, one context split into `parallel` sequences. It knows nothing
- * of HTTP or storage; callers hand it a conversation and stream the reply. Each sequence keeps
+ * The inference engine: one model, one context split into `parallel` sequences, which its
+ * scheduler owns (scheduler.ts). It knows nothing of HTTP or storage; callers hand it a
+ * conversation and stream the reply. The engine chooses a sequence (pool.ts), fits the prompt
+ * (prompt.ts) and says how much of what the sequence holds the prompt reuses: each sequence keeps
  * the exact tokens of the conversation it last served (see transcript.ts), so a follow-up turn
  * evaluates only its new tokens.
  */
@@ -11,22 +13,19 @@ import {
   getModuleVersion,
   type Llama,
   type LlamaContext,
-  type LlamaContextSequence,
   type LlamaModel,
   type Token,
 } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "./chat-wrapper";
-import { DispatchGate } from "./dispatch-gate";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
-import { checkInternals } from "../natives/addon";
 import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
 import { checkNodeLlamaCppVersion } from "../natives/version";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
-import { Scheduler } from "./scheduler";
+import { Scheduler, type PromptPlan, type Slot } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
 import { type FinishReason, type FlashAttentionMode, type GenerateRequest, type GenerateResult, type ReasoningMode, type ReplyPiece, samplingOf } from "./types";
@@ -78,14 +77,10 @@ interface Thoughts {
   hidden: boolean;
 }
 
-interface Slot {
-  sequence: LlamaContextSequence;
-  /** What the sequence holds, when known token for token. */
-  transcript?: Transcript;
-  /** The transcript's state is on disk as it is now. */
-  saved: boolean;
-  /** The `cacheScope` of the requests whose KV state the sequence holds. */
-  scope?: string;
+/** A prompt fitted to the context, and the opening any user's prompt with the same operator turns shares. */
+interface Fitting {
+  fitted: FittedPrompt;
+  opening: readonly Token[];
 }
 
 export class Engine {
@@ -97,10 +92,7 @@ export class Engine {
     private readonly llama: Llama,
     private readonly model: LlamaModel,
     private readonly context: LlamaContext,
-    private readonly slots: readonly Slot[],
     private readonly pool: SequencePool<Slot>,
-    private readonly kv: KvStore | undefined,
-    private readonly gate: DispatchGate,
     private readonly scheduler: Scheduler,
     private readonly prompts: PromptRenderer,
     private readonly stops: ChatStops,
@@ -134,21 +126,17 @@ export class Engine {
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const reasoning = options.reasoning ?? "separate";
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
-      const slots = Array.from({ length: parallel }, (): Slot => ({ sequence: context.getSequence(), saved: false }));
-      checkInternals(context, model, slots[0]!.sequence);
-      const gate = new DispatchGate();
       const name = model.fileInfo.metadata.general?.name;
       const warn = options.onWarning ?? (() => {});
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
+      const sequences = Array.from({ length: parallel }, () => context.getSequence());
+      const scheduler = new Scheduler(context, sequences, { promptChunk, kv });
       const engine = new Engine(
         llama,
         model,
         context,
-        slots,
-        new SequencePool(slots, queueMax),
-        kv,
-        gate,
-        new Scheduler(context, promptChunk, gate),
+        new SequencePool(scheduler.slots, queueMax),
+        scheduler,
         new PromptRenderer(model, chatWrapper),
         chatStops(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
@@ -172,7 +160,7 @@ export class Engine {
   private async warmUp(): Promise<void> {
     const reply = this.generate({ cacheScope: "", history: [{ role: "user", content: "Hello" }], temperature: 0, maxTokens: 2 });
     while (!(await reply.next()).done);
-    for (const slot of this.slots) await this.empty(slot);
+    await this.scheduler.clear();
   }
 
   /** Tokens per sequence, as created (llama.cpp may round the request up). */
@@ -216,47 +204,46 @@ export class Engine {
     // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
     const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget) : undefined;
     const lease = await this.pool.acquire(key ?? ((slot) => this.prefixScore(slot, statelessPrompt!, budget, scope)), request.signal);
-    // Until the scheduler has the turn, batches of prompts alone wait for it (Scheduler.expect).
-    const arrived = this.scheduler.expect();
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
     let running: Promise<Decoded> | undefined;
     try {
       const slot = lease.item;
-      const { sequence } = slot;
-      const left = this.leave(slot, key);
-      const fitted = statelessPrompt ?? (await this.prompts.fit(request.history, budget));
-      const opening = await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0));
-      const { tokens, cachedTokens } = await this.claim(slot, { key, scope, opening }, fitted, budget, left);
+      // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
+      const fitting = (async (): Promise<Fitting> => ({
+        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget)),
+        opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0)),
+      }))();
+      let fit: Fitting | undefined;
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
       const said = { content: "", reasoning: "" };
 
       const decoded = yield* bridge<ReplyPiece, Decoded>((emit) => {
         running = decode(
-          sequence,
-          tokens.slice(cachedTokens),
+          this.scheduler,
           {
+            slot,
+            ...(key !== undefined ? { key } : {}),
+            scope,
+            prompt: fitting.then((fitted) => {
+              fit = fitted;
+              return (held: Slot) => this.plan(held, key, scope, fitted, budget);
+            }),
             sampling: samplingOf(request),
-            // Capped to the room left in the context: a shift mid-reply would make the token
-            // counts and `prompt` stale. (At least 1, so a full context still answers.)
-            maxTokens: Math.max(1, Math.min(request.maxTokens, this.contextSize - tokens.length - 1)),
             signal,
-            endsReply: this.stops.endsReply,
-            stopStrings: [...this.stops.texts, ...(request.stop ?? [])],
-            thought: this.thoughts?.markers,
-            scheduler: this.scheduler,
+            maxTokens: request.maxTokens,
           },
+          { endsReply: this.stops.endsReply, stopStrings: [...this.stops.texts, ...(request.stop ?? [])], thought: this.thoughts?.markers },
           (piece) => {
             if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
             said[piece.kind] += piece.text;
             emit(piece);
           },
         );
-        arrived();
         // The sequence is free once evaluation ends, even while the consumer still reads buffered pieces.
         void running.then(
           (result) => {
-            slot.transcript = this.transcriptAfter(key ?? NO_CONVERSATION, fitted, tokens, result.spelled);
+            if (result.prompt && fit) slot.transcript = this.transcriptAfter(key ?? NO_CONVERSATION, fit.fitted, result.prompt.tokens, result.spelled);
             lease.release();
           },
           lease.release,
@@ -265,12 +252,13 @@ export class Engine {
       });
 
       const model = this.model;
+      const tokens = decoded.prompt?.tokens ?? [];
       return {
         text: said.content,
         ...(said.reasoning !== "" ? { reasoning: said.reasoning } : {}),
         finishReason: finishReason(decoded.stopReason),
         promptTokens: tokens.length,
-        cachedTokens,
+        cachedTokens: decoded.prompt?.cachedTokens ?? 0,
         completionTokens: decoded.tokens.length,
         // Rendered on demand: detokenizing the whole history on every turn would be work no caller needs.
         get prompt() {
@@ -278,7 +266,6 @@ export class Engine {
         },
       };
     } finally {
-      arrived();
       stop.abort();
       await running?.catch(() => undefined);
       lease.release();
@@ -291,16 +278,7 @@ export class Engine {
    * conversation; call when none of its replies is running.
    */
   async forget(conversationKey: string): Promise<void> {
-    for (const slot of this.slots) if (slot.transcript?.key === conversationKey) await this.empty(slot);
-    await this.kv?.forget(conversationKey);
-  }
-
-  /** The sequence holds nothing, and nothing of it is kept to be saved or reused. */
-  private async empty(slot: Slot): Promise<void> {
-    slot.transcript = undefined;
-    slot.saved = false;
-    slot.scope = undefined;
-    await slot.sequence.clearHistory();
+    await this.scheduler.forget(conversationKey);
   }
 
   /**
@@ -311,8 +289,7 @@ export class Engine {
     if (this.disposed) return;
     this.disposed = true;
     this.pool.close(new Error("Engine is disposed"));
-    for (const slot of this.slots) await this.saveState(slot);
-    await this.kv?.settled();
+    await this.scheduler.saveAll();
     await this.context.dispose();
     await this.model.dispose();
     await this.llama.dispose();
@@ -323,77 +300,13 @@ export class Engine {
   }
 
   /**
-   * Readies the sequence for the prompt: the conversation it held saved, and this one's state
-   * loaded, if it held another (with saved states on); then all it holds beyond what the prompt
-   * may reuse erased. A prompt reuses what the sequence holds only when that was made in its own
-   * scope; otherwise no more of it than the prompt's `opening`, the part any user's prompt shares.
-   * New batches wait meanwhile (dispatch-gate.ts): the erase takes the context's lock, so a batch
-   * going out first would delay it by one more step, and the prompt would miss the batch right after.
+   * The prompt, given what the sequence holds once readied. A prompt reuses what the sequence
+   * holds only when that was made in its own scope; otherwise no more of it than the prompt's
+   * `opening`, the part any user's prompt shares.
    */
-  private async claim(
-    slot: Slot,
-    { key, scope, opening }: { key: string | undefined; scope: string; opening: readonly Token[] },
-    fitted: FittedPrompt,
-    budget: number,
-    left: Promise<void>,
-  ): Promise<{ tokens: Token[]; cachedTokens: number }> {
-    const take = async () => {
-      const { sequence } = slot;
-      const own = slot.scope === scope;
-      const tokens = own ? this.promptTokens(slot, key, fitted, budget) : fitted.tokens;
-      // The last prompt token is always evaluated again: its logits give the first reply token.
-      let cachedTokens = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
-      if (!own) cachedTokens = Math.min(cachedTokens, sharedPrefix(tokens, opening));
-      slot.transcript = undefined;
-      slot.scope = scope;
-      // A stateless prompt's state is never saved: its client sends the prompt again.
-      slot.saved = key === undefined;
-      if (cachedTokens < sequence.nextTokenIndex) {
-        await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
-      }
-      return { tokens, cachedTokens };
-    };
-    // States are swapped only when the sequence holds another conversation (with saved states on).
-    const kv = slot.transcript?.key === key ? undefined : this.kv;
-    // Checked first: reading and hashing the file needs no sequence, so batches go on meanwhile.
-    const found = kv && key !== undefined ? await kv.find(key) : undefined;
-    // New batches wait for the load and the erase (and the save, if still under way), so requests
-    // arriving together share their prompts' batch, and the prompt joins the batch right after
-    // (dispatch-gate.ts).
-    return await this.gate.hold(async () => {
-      await left;
-      if (kv && found) {
-        slot.transcript = await kv.load(slot.sequence, found);
-        slot.saved = slot.transcript !== undefined;
-        // A conversation's saved state is its own user's: the one scope that made it.
-        if (slot.transcript !== undefined) slot.scope = scope;
-      }
-      return await take();
-    });
-  }
-
-  /**
-   * Starts saving the conversation the sequence holds when a turn of another takes it (with saved
-   * states on), at once: the store counts a save from when it is asked for, so that
-   * conversation's own next turn, on another sequence, finds its file only once written. Saved
-   * later (once this turn's prompt was fitted and its own file found), that next turn could look
-   * first, load the turn before, and re-evaluate the last turn's tokens.
-   */
-  private leave(slot: Slot, key: string | undefined): Promise<void> {
-    return slot.transcript?.key === key ? Promise.resolve() : this.saveState(slot);
-  }
-
-  /** Once this returns the sequence may change: the state is captured, its files are finished behind. */
-  private async saveState(slot: Slot): Promise<void> {
-    const { kv } = this;
-    const { transcript } = slot;
-    if (!kv || !transcript || slot.saved) return;
-    const { written } = await this.gate.hold(() => kv.save(slot.sequence, transcript));
-    slot.saved = true;
-    // Not saved after all (a full disk): saved again if the sequence still holds it when asked.
-    void written.then((ok) => {
-      if (!ok && slot.transcript === transcript) slot.saved = false;
-    });
+  private plan(slot: Slot, key: string | undefined, scope: string, { fitted, opening }: Fitting, budget: number): PromptPlan {
+    if (slot.scope === scope) return { tokens: this.promptTokens(slot, key, fitted, budget), reusable: Infinity };
+    return { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) };
   }
 
   /**
@@ -422,7 +335,7 @@ export class Engine {
   }
 
   /** What the sequence now holds, if the reply renders back as exactly its text. */
-  private transcriptAfter(key: string, fitted: FittedPrompt, prompt: Token[], reply: Decoded["spelled"]): Transcript | undefined {
+  private transcriptAfter(key: string, fitted: FittedPrompt, prompt: readonly Token[], reply: Decoded["spelled"]): Transcript | undefined {
     const text = this.prompts.withReply(fitted.history, reply.text);
     return isReplyOf(fitted.text, text, reply.text) ? { key, text, tokens: [...prompt, ...reply.tokens] } : undefined;
   }

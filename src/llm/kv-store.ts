@@ -66,6 +66,12 @@ interface SavedTranscript {
  */
 const FORMAT = 3;
 
+/** A save announced (`KvStore.save`), to be captured from the sequence once, or cancelled. */
+export interface PendingSave {
+  capture(sequence: LlamaContextSequence): Promise<{ written: Promise<boolean> }>;
+  cancel(): void;
+}
+
 /** A saved state that passed `verify`, ready to load. */
 export interface Found {
   base: string;
@@ -101,11 +107,13 @@ export class KvStore {
   /** Captures run one at a time, so that two never count the same free space. */
   private capturing: Promise<unknown> = Promise.resolve();
   /**
-   * Saves not yet written, by the pair's path, from the moment they are asked for (a capture may
-   * wait behind others): that conversation's find or forget waits for its own, or a turn arriving
-   * meanwhile would load the state before it.
+   * Saves not yet written, by the pair's path, from the moment they are announced (`save`): that
+   * conversation's find or forget waits for them, or a turn arriving meanwhile would load the
+   * state before it.
    */
   private readonly writing = new Map<string, Promise<boolean>>();
+  /** Captured saves whose files are still being written, by the pair's path. */
+  private readonly filing = new Map<string, Promise<boolean>>();
   /** What a state weighs per token, as the last save measured it (0 before any). */
   private bytesPerToken = 0;
 
@@ -130,24 +138,40 @@ export class KvStore {
   }
 
   /**
-   * Saves the sequence's state. Resolves once llama.cpp has written it to a temporary file: the
-   * only part that reads the sequence, and the only one that takes the context's lock (the engine
-   * holds new batches for it). The rest (checksum, sidecar, renames, eviction) goes on behind
-   * `written`, which settles false (with a warning) when the state was not saved. Never rejects.
+   * Announces a save of the conversation: from now on its `find` and `forget` wait for it, so a
+   * turn of that conversation arriving before the state is captured loads this state, not an
+   * older one. `capture` writes it: it resolves once llama.cpp has written the state to a
+   * temporary file, the only part that reads the sequence (its caller has the context to itself,
+   * scheduler.ts); the rest (checksum, sidecar, renames, eviction) goes on behind `written`, which
+   * settles false (with a warning) when the state was not saved. `cancel` gives the save up.
+   * Neither ever rejects.
    */
-  save(sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
+  save(transcript: Transcript): PendingSave {
     const base = this.pathOf(transcript.key);
-    // Two saves of one conversation never write its files at once.
-    const previous = this.writing.get(base);
-    const captured = this.capturing.then(() => this.capture(base, previous, sequence, transcript));
-    this.capturing = captured;
-    const tracked: Promise<boolean> = captured
-      .then(({ written }) => written)
+    const outcome = Promise.withResolvers<boolean>();
+    const earlier = this.writing.get(base);
+    const tracked: Promise<boolean> = Promise.all([earlier, outcome.promise])
+      .then(([, ok]) => ok)
       .finally(() => {
         if (this.writing.get(base) === tracked) this.writing.delete(base);
       });
     this.writing.set(base, tracked);
-    return captured.then(() => ({ written: tracked }));
+    let settled = false;
+    return {
+      capture: (sequence) => {
+        if (settled) throw new Error("a save is captured or cancelled once");
+        settled = true;
+        const captured = this.capturing.then(() => this.capture(base, sequence, transcript));
+        this.capturing = captured;
+        void captured.then(({ written }) => written).then(outcome.resolve);
+        return captured;
+      },
+      cancel: () => {
+        if (settled) return;
+        settled = true;
+        outcome.resolve(false);
+      },
+    };
   }
 
   /** Resolves once every save so far has finished writing. */
@@ -197,8 +221,10 @@ export class KvStore {
     return undefined;
   }
 
-  private async capture(base: string, previous: Promise<boolean> | undefined, sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
-    await previous;
+  private async capture(base: string, sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
+    // Two saves of one conversation never write its files at once. Only writes already captured
+    // are waited for: an announced save is captured by a turn that may be waiting for this one.
+    await this.filing.get(base);
     const tmp = `${base}.${randomUUID()}.tmp`;
     const saved: SavedTranscript = { key: transcript.key, text: transcript.text.toJSON(), tokens: [...transcript.tokens] };
     const transcriptJson = JSON.stringify(saved);
@@ -208,7 +234,12 @@ export class KvStore {
       if (room !== true) return { written: Promise.resolve(this.shortOfSpace(room)) };
       const { fileSize } = await sequence.saveStateToFile(`${tmp}.kv`);
       this.bytesPerToken = fileSize / Math.max(1, sequence.contextTokens.length);
-      return { written: this.finish(base, tmp, fileSize, saved, transcriptJson, expected) };
+      const written = this.finish(base, tmp, fileSize, saved, transcriptJson, expected);
+      this.filing.set(base, written);
+      void written.then(() => {
+        if (this.filing.get(base) === written) this.filing.delete(base);
+      });
+      return { written };
     } catch (error) {
       return { written: Promise.resolve(await this.abandon(base, tmp, expected, error)) };
     }

@@ -1,10 +1,21 @@
 /**
- * The one loop that decodes for all sequences of a context: each step gives every running reply
- * its next token in one llama.cpp batch, and evaluates a chunk of each long prompt beside them,
- * so a long prompt never freezes the replies already streaming (llama-server's continuous
- * batching). A reply's sampled token is handed to its turn synchronously (which turns it into text
- * and checks the stops), and the next batch goes out at once: the rest of the consumers' work (the
- * HTTP stream) runs while llama.cpp decodes, not between two decodes.
+ * The owner of a context: one loop performs every operation on its sequences, in order, as
+ * llama-server's `update_slots` does with its task queue. A sequence's state saved or loaded, its
+ * unshared tokens erased, prompt chunks, decode steps, tokens taken back after a reply's end: all
+ * of it is work of this loop, so nothing else ever waits for the context's lock, and no batch goes
+ * out while a sequence is being readied.
+ *
+ * Each sequence is a `Slot` with an explicit state:
+ *   Idle → Preparing (its turn's prompt fitted off the loop) → Prompt (evaluated a chunk a step)
+ *   → Replying (a token a step) → Idle.
+ * Readying a slot (Preparing → Prompt) happens in the loop as soon as the turn's prompt is known:
+ * the conversation the slot held saved, the turn's own saved state loaded, what the prompt does not
+ * reuse erased; the prompt then joins the very next batch.
+ *
+ * Each step gives every running reply its next token in one llama.cpp batch and evaluates a chunk
+ * of each long prompt beside them, so a long prompt never freezes the replies already streaming
+ * (continuous batching). A reply's sampled token is handed to its turn synchronously (which turns
+ * it into text and checks the stops), and the next batch goes out at once.
  *
  * One kind of work per batch, in this order within a step:
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
@@ -14,39 +25,99 @@
  * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
  * counts as one piece of a token per sequence, then the rest. Within a batch the sequences go in
  * ascending id: node-llama-cpp keeps a KV cache per sequence, and llama.cpp computes a batch in one
- * piece only where the ids go up one by one (`split_equal`); in arrival order, four replies' batches
- * were computed in two pieces and took 3.3 times a 1-token batch instead of 2.
+ * piece only where the ids go up one by one (`split_equal`).
  *
- * Replies decoding with nothing else to do (every job replying) run `STEPS_PER_CALL` steps a
- * native call where the compiled natives allow it (`decodeSteps` in src/natives/addon.ts): their tokens
- * reach their turns in bursts. A turn that needs the context aborts the call within the step in
- * flight: as its sequence is readied (the gate held) and as it reaches `run`. Its prompt then waits
- * for no reply's step; the replies lose the aborted part of one.
+ * While nothing replies, prompts wait for the slots still Preparing: turns that arrive together
+ * share their prompts' batch instead of the first going alone. A reply never waits for them.
+ *
+ * Replies with nothing else to do run `STEPS_PER_CALL` steps a native call where the compiled
+ * natives allow it (`decodeSteps` in src/natives/addon.ts). Work for the loop arriving meanwhile (a
+ * prompt ready, a task) aborts the call within the step in flight.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
-import type { DispatchGate } from "./dispatch-gate";
-import { abortSteps, canDecodeSteps, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "../natives/addon";
+import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "../natives/addon";
+import type { Found, KvStore, PendingSave } from "./kv-store";
+import type { Transcript } from "./transcript";
 import type { Sampling } from "./types";
 
+export enum SlotState {
+  /** No turn: the sequence holds what its last turn left. */
+  Idle = "idle",
+  /** A turn has it; its prompt is being fitted off the loop. */
+  Preparing = "preparing",
+  /** Its prompt is being evaluated, a chunk a step. */
+  Prompt = "prompt",
+  /** Its reply is being sampled, a token a step. */
+  Replying = "replying",
+}
+
+/** A sequence of the context, and what is known of what it holds. */
+export class Slot {
+  state = SlotState.Idle;
+  /** What the sequence holds, when known token for token: set by the turn that ran on it. */
+  transcript?: Transcript;
+  /** The transcript's state is on disk as it is now, or is never to be saved (a stateless prompt's). */
+  saved = false;
+  /** The `cacheScope` of the requests whose KV state the sequence holds. */
+  scope?: string;
+  /** Its id in the context: llama.cpp batches sequences in one piece only in ascending ids. */
+  readonly id: number;
+
+  constructor(readonly sequence: LlamaContextSequence) {
+    this.id = sequenceIdOf(sequence);
+  }
+}
+
+/** What a turn's prompt is, given what its slot holds once readied. */
+export interface PromptPlan {
+  /** The whole prompt the sequence is to hold. */
+  tokens: readonly Token[];
+  /** The most of what the sequence holds that the prompt may keep. */
+  reusable: number;
+}
+
+export type Prompter = (slot: Slot) => PromptPlan;
+
+/** A readied turn's prompt. */
+export interface ReadyPrompt {
+  tokens: readonly Token[];
+  /** Of `tokens`, those the sequence already held. */
+  cachedTokens: number;
+  /** Reply tokens allowed: the turn's own cap, within the room the context has left after the prompt. */
+  maxTokens: number;
+}
+
 export interface Turn {
-  sequence: LlamaContextSequence;
-  /** Evaluated after what the sequence holds; the last token's logits give the first reply token. */
-  input: readonly Token[];
+  slot: Slot;
+  /** The conversation the turn belongs to; none for a stateless prompt, whose state is never saved. */
+  key?: string;
+  /** Whose KV state the sequence holds once the turn has run: its user. */
+  scope: string;
+  /** The prompt, worked out off the loop: the loop readies the slot once it is known. */
+  prompt: Prompter | Promise<Prompter>;
   sampling: Sampling;
   /** Ends the turn before its next batch. */
   signal: AbortSignal;
+  /** Reply tokens at most (`onToken` says false at the last): no call steps past it. */
+  maxTokens?: number;
+  /** Once the slot is readied, before the prompt's first batch. */
+  onPrompt?(prompt: ReadyPrompt): void;
   /** Each sampled token, at once; false ends the turn (the token is then not evaluated). */
   onToken(token: Token): boolean;
-  /** Tokens `onToken` takes at most (it says false at the last): no call steps past it. */
-  maxTokens?: number;
+}
+
+export interface SchedulerOptions {
+  /** Prompt tokens a step evaluates per prompt. */
+  promptChunk: number;
+  /** Where conversations' KV states are kept beyond their sequence. */
+  kv?: KvStore;
 }
 
 /**
  * Steps the running replies take per native call (`decodeSteps`): the JS thread wakes once per
- * this many batches instead of once (or more) per batch, and the decode thread goes from one batch
- * to the next without it. Four steps reached llama-server's rate for one stream where one step a
- * call did not, and more steps gained nothing (docs/performance.md); the tokens reach the replies
- * in bursts of as many.
+ * this many batches, and the decode thread goes from one batch to the next without it. The
+ * measurement that chose it is in docs/performance.md; the tokens reach the replies in bursts of
+ * as many.
  */
 const STEPS_PER_CALL = 4;
 
@@ -57,10 +128,14 @@ const PROMPT_CHUNK = 2;
 
 interface Job {
   turn: Turn;
-  id: number;
+  slot: Slot;
+  /** Known once the prompt is fitted and the conversation's saved state looked for. */
+  inputs?: { plan: Prompter; found?: Found };
+  /** The save of the conversation the slot held, announced at once, captured as the slot is readied. */
+  leaving?: PendingSave;
   /** What the next batch evaluates for it: the prompt's rest, or the reply's last token. */
   pending: readonly Token[];
-  replying: boolean;
+  maxTokens: number;
   sampler: Sampler;
   /** The step in which it last had a batch. */
   stepped: number;
@@ -69,118 +144,231 @@ interface Job {
   end(error?: unknown): void;
 }
 
+type Batch = { job: Job; tokens: readonly Token[] }[];
+
 export class Scheduler {
+  readonly slots: readonly Slot[];
   private readonly jobs = new Set<Job>();
+  /** Work on the sequences asked for outside any turn, done before the next batch, in order. */
+  private readonly tasks: (() => Promise<void>)[] = [];
   private step = 0;
   private running = false;
-  /** Turns announced (`expect`) and not yet run, and the loop waiting for them. */
-  private expected = 0;
-  private arrivals: (() => void)[] = [];
-  /** Replies' steps are running natively: a turn that needs the context aborts them. */
+  private wakeLoop: (() => void) | undefined;
+  /** Replies' steps are running natively: work for the loop aborts them. */
   private stepping = false;
+  private readonly promptChunk: number;
+  private readonly kv: KvStore | undefined;
 
-  /**
-   * @param promptChunk prompt tokens a step evaluates per prompt
-   * @param gate new batches wait while a sequence is readied for a prompt (its state saved or loaded, tokens erased)
-   */
   constructor(
     private readonly context: LlamaContext,
-    private readonly promptChunk: number,
-    private readonly gate: DispatchGate,
+    sequences: readonly LlamaContextSequence[],
+    { promptChunk, kv }: SchedulerOptions,
   ) {
     // A prompt's end must fit a batch, or no batch could ever take it.
     if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);
-    // Readying a sequence takes the context's lock, which the call holds.
-    gate.onHold(() => this.abortSteps());
+    checkInternals(context, context.model, sequences[0]!);
+    this.promptChunk = promptChunk;
+    this.kv = kv;
+    this.slots = sequences.map((sequence) => new Slot(sequence));
   }
 
   /**
-   * Announces a turn whose sequence is being prepared (its prompt fitted, a KV state saved or
-   * loaded, what it does not share erased); the function returned says it reached `run` or failed.
-   * While no reply is running, batches wait for the turns announced. Requests that arrive together
-   * reach `run` one after another, each after its own awaits, and preparing a sequence takes the
-   * context's lock, which a batch holds: the first prompt's batch went alone and the others waited
-   * for it, their first tokens far apart while that stream decoded alone. While replies run,
-   * nothing waits: a prompt arriving then joins
-   * the next step, as before.
+   * Runs the turn on its slot (Idle, leased by the caller) to its end: `onToken` said stop, or the
+   * signal aborted.
    */
-  expect(): () => void {
-    this.expected++;
-    let arrived = false;
-    return () => {
-      if (arrived) return;
-      arrived = true;
-      if (--this.expected === 0) for (const wake of this.arrivals.splice(0)) wake();
-    };
-  }
-
-  /** Runs the turn to its end: `onToken` said stop, or the signal aborted. */
   run(turn: Turn): Promise<void> {
-    if (turn.input.length === 0) return Promise.reject(new Error("a turn evaluates at least one token"));
+    const { slot } = turn;
+    if (slot.state !== SlotState.Idle) return Promise.reject(new Error(`sequence ${slot.id} is ${slot.state}`));
     const { promise, resolve, reject } = Promise.withResolvers<void>();
-    const sampler = new Sampler(this.context, turn.sequence.model, turn.sampling);
+    const onAbort = () => this.wake();
     const job: Job = {
       turn,
-      id: sequenceIdOf(turn.sequence),
-      pending: turn.input,
-      replying: false,
-      sampler,
+      slot,
+      pending: [],
+      maxTokens: 0,
+      sampler: new Sampler(this.context, slot.sequence.model, turn.sampling),
       stepped: -1,
       given: 0,
       end: (error) => {
         if (!this.jobs.delete(job)) return;
-        sampler.dispose();
+        job.sampler.dispose();
+        job.leaving?.cancel();
+        slot.state = SlotState.Idle;
+        turn.signal.removeEventListener("abort", onAbort);
+        // A slot no longer Preparing may free prompts waiting for it.
+        this.wake();
         if (error === undefined) resolve();
         else reject(error);
       },
     };
-    this.jobs.add(job);
-    this.abortSteps();
-    if (!this.running) {
-      this.running = true;
-      // A turn later, so requests received in the same turn of the event loop are announced first.
-      setImmediate(() => void this.loop());
+    slot.state = SlotState.Preparing;
+    const { kv } = this;
+    // Announced now: that conversation's next turn, arriving on another slot before this one is
+    // readied, waits for the state instead of loading an older one (kv-store.ts).
+    if (kv && slot.transcript && slot.transcript.key !== turn.key && !slot.saved) job.leaving = kv.save(slot.transcript);
+    // States are swapped only when the slot holds another conversation.
+    const found = kv && turn.key !== undefined && slot.transcript?.key !== turn.key ? kv.find(turn.key) : undefined;
+    // Known at once, the prompt is readied before the next batch.
+    if (typeof turn.prompt === "function" && !found) job.inputs = { plan: turn.prompt };
+    else {
+      Promise.all([turn.prompt, found]).then(
+        ([plan, found]) => {
+          job.inputs = { plan, ...(found ? { found } : {}) };
+          this.interrupt();
+        },
+        (error: unknown) => job.end(error),
+      );
     }
+    turn.signal.addEventListener("abort", onAbort, { once: true });
+    this.jobs.add(job);
+    if (job.inputs) this.interrupt();
+    this.start();
     return promise;
+  }
+
+  /** Empties the idle slots holding the conversation, and deletes its saved state. */
+  async forget(key: string): Promise<void> {
+    await this.perform(async () => {
+      for (const slot of this.slots) if (slot.state === SlotState.Idle && slot.transcript?.key === key) await this.empty(slot);
+    });
+    await this.kv?.forget(key);
+  }
+
+  /** Empties every idle slot: nothing they hold is reused or saved. */
+  clear(): Promise<void> {
+    return this.perform(async () => {
+      for (const slot of this.slots) if (slot.state === SlotState.Idle) await this.empty(slot);
+    });
+  }
+
+  /** Saves what the idle slots hold, so it stays warm across a restart, and waits for the files. */
+  async saveAll(): Promise<void> {
+    const { kv } = this;
+    if (!kv) return;
+    await this.perform(async () => {
+      for (const slot of this.slots) {
+        if (slot.state !== SlotState.Idle || !slot.transcript || slot.saved) continue;
+        await kv.save(slot.transcript).capture(slot.sequence);
+        slot.saved = true;
+      }
+    });
+    await kv.settled();
+  }
+
+  private async empty(slot: Slot): Promise<void> {
+    slot.transcript = undefined;
+    slot.saved = false;
+    slot.scope = undefined;
+    await slot.sequence.clearHistory();
+  }
+
+  /** Has the loop do `work` before its next batch. */
+  private perform(work: () => Promise<void>): Promise<void> {
+    const { promise, resolve, reject } = Promise.withResolvers<void>();
+    this.tasks.push(() => work().then(resolve, reject));
+    this.interrupt();
+    this.start();
+    return promise;
+  }
+
+  private start(): void {
+    this.wake();
+    if (this.running) return;
+    this.running = true;
+    void this.loop();
+  }
+
+  private wake(): void {
+    const wake = this.wakeLoop;
+    this.wakeLoop = undefined;
+    wake?.();
+  }
+
+  /** New work for the loop: replies stepping natively stop within the step in flight. */
+  private interrupt(): void {
+    if (this.stepping) abortSteps(this.context);
+    this.wake();
+  }
+
+  /** A task, or a slot to ready: the loop has work that is not a batch. */
+  private needsLoop(): boolean {
+    return this.tasks.length > 0 || [...this.jobs].some((job) => job.slot.state === SlotState.Preparing && job.inputs);
   }
 
   private async loop(): Promise<void> {
     try {
-      while (this.jobs.size > 0) {
-        const closed = this.gate.open();
-        if (closed) {
-          await closed;
-          // Whoever held the gate readied a sequence, and reaches `run` in microtasks from here:
-          // one macrotask later its prompt is in the next batch. Going at once, the batch left it
-          // out, and with replies running the prompt waited a whole step more for its first token.
-          await new Promise<void>((resolve) => setImmediate(resolve));
-          continue;
-        }
+      while (this.jobs.size > 0 || this.tasks.length > 0) {
         for (const job of this.jobs) if (job.turn.signal.aborted) job.end();
-        if (this.expected > 0 && ![...this.jobs].some((job) => job.replying)) {
-          await new Promise<void>((resolve) => this.arrivals.push(resolve));
+        const task = this.tasks.shift();
+        if (task) {
+          await task();
           continue;
         }
-        const batch = this.nextBatch();
+        const ready = [...this.jobs].filter((job) => job.slot.state === SlotState.Preparing && job.inputs);
+        for (const job of ready) await this.ready(job);
+        if (ready.length > 0) continue;
+        const active = [...this.jobs].filter(({ slot }) => slot.state === SlotState.Prompt || slot.state === SlotState.Replying);
+        const preparing = active.length < this.jobs.size;
+        if (active.length === 0 || (preparing && !active.some(({ slot }) => slot.state === SlotState.Replying))) {
+          await new Promise<void>((resolve) => (this.wakeLoop = resolve));
+          continue;
+        }
+        const batch = this.nextBatch(active);
         if (batch.length === 0) {
           this.step++;
           continue;
         }
-        await this.decode(batch);
+        await this.decode(batch, preparing);
       }
     } finally {
       this.running = false;
     }
   }
 
+  /**
+   * Readies the slot for the turn's prompt: the conversation it held saved (announced at `run`),
+   * this one's saved state loaded, then all it holds beyond what the prompt may reuse erased. The
+   * last prompt token is always evaluated again: its logits give the first reply token.
+   */
+  private async ready(job: Job): Promise<void> {
+    const { slot, turn } = job;
+    const { sequence } = slot;
+    const { plan, found } = job.inputs!;
+    try {
+      if (job.leaving) await job.leaving.capture(sequence);
+      job.leaving = undefined;
+      if (found && this.kv) {
+        slot.transcript = await this.kv.load(sequence, found);
+        slot.saved = slot.transcript !== undefined;
+        // A conversation's saved state is its own user's: the one scope that made it.
+        if (slot.transcript !== undefined) slot.scope = turn.scope;
+      }
+      const { tokens, reusable } = plan(slot);
+      if (tokens.length === 0) throw new Error("a turn evaluates at least one token");
+      const cachedTokens = Math.min(sequence.compareContextTokens([...tokens]).firstDifferentIndex, tokens.length - 1, reusable);
+      slot.transcript = undefined;
+      slot.scope = turn.scope;
+      slot.saved = turn.key === undefined;
+      if (cachedTokens < sequence.nextTokenIndex) await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
+      job.pending = tokens.slice(cachedTokens);
+      // Capped to the room left in the context (at least 1, so a full context still answers): a
+      // shift mid-reply would make the prompt's token counts stale.
+      job.maxTokens = Math.max(1, Math.min(turn.maxTokens ?? Infinity, this.context.contextSize - tokens.length - 1));
+      slot.state = SlotState.Prompt;
+      turn.onPrompt?.({ tokens, cachedTokens, maxTokens: job.maxTokens });
+    } catch (error) {
+      job.end(error);
+    }
+  }
+
   /** The lowest kind of work among the jobs this step has not served yet, as much as a batch holds. */
-  private nextBatch(): { job: Job; tokens: readonly Token[] }[] {
-    const candidates = [...this.jobs].filter((job) => job.stepped < this.step);
+  private nextBatch(active: readonly Job[]): Batch {
+    const candidates = active.filter((job) => job.stepped < this.step);
     if (candidates.length === 0) return [];
     const kinds = candidates.map((job) => this.kind(job));
     const first = Math.min(...kinds);
     let room = this.context.batchSize;
-    const batch: { job: Job; tokens: readonly Token[] }[] = [];
+    const batch: Batch = [];
     const chosen = candidates.filter((_, i) => kinds[i] === first).sort((a, b) => a.pending.length - b.pending.length);
     for (const job of chosen) {
       const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, this.promptChunk) : job.pending;
@@ -188,18 +376,19 @@ export class Scheduler {
       batch.push({ job, tokens });
       room -= tokens.length;
     }
-    return batch.sort((a, b) => a.job.id - b.job.id);
+    return batch.sort((a, b) => a.job.slot.id - b.job.slot.id);
   }
 
   private kind(job: Job): number {
-    if (job.replying) return REPLY;
+    if (job.slot.state === SlotState.Replying) return REPLY;
     return job.pending.length > this.promptChunk ? PROMPT_CHUNK : PROMPT_END;
   }
 
-  private async decode(batch: { job: Job; tokens: readonly Token[] }[]): Promise<void> {
-    if (this.steady(batch)) return await this.decodeSteps(batch.map(({ job }) => job));
+  /** @param preparing some slot is still Preparing: the batch need not hold every job to step */
+  private async decode(batch: Batch, preparing: boolean): Promise<void> {
+    if (this.steady(batch, preparing)) return await this.decodeSteps(batch.map(({ job }) => job));
     const entries: BatchEntry[] = batch.map(({ job, tokens }) => ({
-      sequence: job.turn.sequence,
+      sequence: job.slot.sequence,
       tokens,
       sampler: tokens.length === job.pending.length ? job.sampler : undefined,
     }));
@@ -217,7 +406,7 @@ export class Scheduler {
         job.pending = job.pending.slice(tokens.length);
         continue;
       }
-      job.replying = true;
+      job.slot.state = SlotState.Replying;
       job.pending = [token];
       let more: boolean;
       try {
@@ -235,32 +424,25 @@ export class Scheduler {
     return job.turn.onToken(token);
   }
 
-  /** The batch holds every job, each a running reply the natives can step. */
-  private steady(batch: readonly { job: Job }[]): boolean {
-    return batch.length === this.jobs.size && batch.every(({ job }) => job.replying && canDecodeSteps(this.context, job.turn.sequence));
-  }
-
-  /** Ends the native steps in flight, if any, within their current step. */
-  private abortSteps(): void {
-    if (this.stepping) abortSteps(this.context);
+  /** The batch holds every job not Preparing, each a running reply the natives can step. */
+  private steady(batch: Batch, preparing: boolean): boolean {
+    const others = preparing ? [...this.jobs].filter(({ slot }) => slot.state !== SlotState.Preparing).length : this.jobs.size;
+    return batch.length === others && batch.every(({ job }) => job.slot.state === SlotState.Replying && canDecodeSteps(this.context, job.slot.sequence));
   }
 
   /**
    * Replies with nothing else to decode beside them: several steps a native call, no more than the
-   * closest reply's `maxTokens` needs, aborted by a turn that needs the context. Where a reply ends
-   * inside them, the tokens decoded past its end are taken back out of its sequence before its
-   * turn ends, so it holds what one step a batch leaves.
+   * closest reply's `maxTokens` needs, aborted by new work for the loop. Where a reply ends inside
+   * them, the tokens decoded past its end are taken back out of its sequence before its turn ends,
+   * so it holds what one step a batch leaves.
    */
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
     let tokens: Token[][];
     this.stepping = true;
     try {
-      const entries = jobs.map((job) => ({ sequence: job.turn.sequence, token: job.pending[0]!, sampler: job.sampler }));
-      // Asked once the lock is taken: an abort before the call began would not reach it. Jobs are
-      // only added while the call runs (one more means a turn arrived); the gate is held while a
-      // sequence is readied.
-      const steps = () =>
-        this.jobs.size !== jobs.length || this.gate.held ? 0 : Math.max(1, Math.min(STEPS_PER_CALL, ...jobs.map((job) => (job.turn.maxTokens ?? Infinity) - job.given)));
+      const entries = jobs.map((job) => ({ sequence: job.slot.sequence, token: job.pending[0]!, sampler: job.sampler }));
+      // Asked once the lock is taken: an abort before the call began would not reach it.
+      const steps = () => (this.needsLoop() ? 0 : Math.max(1, Math.min(STEPS_PER_CALL, ...jobs.map((job) => job.maxTokens - job.given))));
       tokens = await decodeSteps(this.context, entries, steps);
     } catch (error) {
       for (const job of jobs) job.end(error);
@@ -269,7 +451,7 @@ export class Scheduler {
       this.stepping = false;
     }
     const taken = tokens[0]!.length;
-    // None when a turn arrived before the steps began or aborted the first: the next batch takes it.
+    // None when work for the loop came before the steps began or aborted the first.
     if (taken === 0) return;
     for (const job of jobs) job.stepped = this.step;
     const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
@@ -299,7 +481,7 @@ export class Scheduler {
   /** Ends a stepped reply's turn once the last `decodedPast` tokens its sequence holds are taken back out. */
   private async endStepped(job: Job, decodedPast: number, failure?: unknown): Promise<void> {
     try {
-      await dropLast(this.context, job.turn.sequence, decodedPast);
+      await dropLast(this.context, job.slot.sequence, decodedPast);
     } catch (error) {
       failure ??= error;
     }

@@ -6,13 +6,11 @@
  * compiled natives (`bun run natives`); CI compiles them, and there a skip is a failure.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
-import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
-import { DispatchGate } from "../../src/llm/dispatch-gate";
 import { samplingOf } from "../../src/llm/types";
 import { abortSteps, decodeBatch, decodeSteps, Sampler, sequenceIdOf, type StepsEntry } from "../../src/natives/addon";
 import { Scheduler } from "../../src/llm/scheduler";
-import { compiledNatives, endlessSampler, presetModel, until, withSeed } from "../support";
+import { compiledNatives, endlessSampler, presetModel, runTurn, until, withSeed } from "../support";
 
 const natives = await compiledNatives();
 
@@ -94,11 +92,9 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
    */
   function reply(scheduler: Scheduler, sequence: LlamaContextSequence, input: Token[], count: number, sampling: { temperature: number; seed?: number }, declared = false) {
     const tokens: Token[] = [];
-    const done = scheduler.run({
-      sequence,
-      input,
+    const slot = scheduler.slots.find((slot) => slot.sequence === sequence)!;
+    const done = runTurn(scheduler, slot, input, {
       sampling: samplingOf(sampling),
-      signal: new AbortController().signal,
       ...(declared ? { maxTokens: count } : {}),
       onToken: (token) => {
         if (model.isEogToken(token)) return false;
@@ -125,7 +121,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       for (const ctx of [context, stepwise]) {
         const [sequence] = sequences;
         await sequence!.clearHistory();
-        const scheduler = new Scheduler(ctx, 16, new DispatchGate());
+        const scheduler = new Scheduler(ctx, sequences, { promptChunk: 16 });
         const first = reply(scheduler, sequence!, model.tokenize(text), count, sampling);
         await first.done;
         const held = [...sequence!.contextTokens];
@@ -154,7 +150,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       const outcomes = [];
       for (const ctx of [many, stepwiseOf(many)]) {
         for (const sequence of own) await sequence.clearHistory();
-        const scheduler = new Scheduler(ctx, 16, new DispatchGate());
+        const scheduler = new Scheduler(ctx, own, { promptChunk: 16 });
         const firsts = turns.map(({ text, sampling, count }, i) => reply(scheduler, own[i]!, model.tokenize(text), count, sampling));
         await Promise.all(firsts.map(({ done }) => done));
         const held = own.map((sequence) => [...sequence.contextTokens]);
@@ -261,7 +257,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     for (const declared of [false, true]) {
       await sequence!.clearHistory();
       stepCounts.length = 0;
-      const turn = reply(new Scheduler(context, 16, new DispatchGate()), sequence!, model.tokenize(LONG.text), 10, LONG.sampling, declared);
+      const turn = reply(new Scheduler(context, sequences, { promptChunk: 16 }), sequence!, model.tokenize(LONG.text), 10, LONG.sampling, declared);
       await turn.done;
       outcomes.push({ tokens: turn.tokens, held: [...sequence!.contextTokens], stepCounts: [...stepCounts] });
     }
@@ -277,24 +273,22 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   /** The reply's tokens one step a batch, with nothing beside it. */
   async function alone(sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) {
     await sequence.clearHistory();
-    const turn = reply(new Scheduler(stepwise, 16, new DispatchGate()), sequence, model.tokenize(text), count, sampling);
+    const turn = reply(new Scheduler(stepwise, sequences, { promptChunk: 16 }), sequence, model.tokenize(text), count, sampling);
     await turn.done;
     return turn.tokens;
   }
 
-  test("a sequence readied under the gate aborts the replies' call, and the reply gets the tokens it gets alone", async () => {
+  test("work for the loop (a task) aborts the replies' call, and the reply gets the tokens it gets alone", async () => {
     const [lone] = sequences;
     const expected = await alone(lone!, LONG, 30);
     await lone!.clearHistory();
-    const gate = new DispatchGate();
-    const scheduler = new Scheduler(context, 16, gate);
+    const scheduler = new Scheduler(context, sequences, { promptChunk: 16 });
     const before = aborts;
-    const readied = Promise.withResolvers<void>();
-    // Once the reply has streamed a while, a sequence is readied during one of its calls: the hold
-    // needs the context's lock, which the call holds.
-    onStepsCall = () => first.tokens.length >= 8 && (readied.resolve(gate.hold(() => withLock([context, "context"], async () => {}))), true);
+    const asked = Promise.withResolvers<void>();
+    // Once the reply has streamed a while, the other (idle) slot is emptied during one of its calls.
+    onStepsCall = () => first.tokens.length >= 8 && (asked.resolve(scheduler.clear()), true);
     const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling);
-    await Promise.race([readied.promise, first.done.then(() => Promise.reject(new Error("the reply ended before a sequence was readied")))]);
+    await Promise.race([asked.promise, first.done.then(() => Promise.reject(new Error("the reply ended before the task was asked for")))]);
     await first.done;
     expect(aborts).toBe(before + 1);
     expect(first.tokens).toEqual(expected);
@@ -304,7 +298,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const [lone, other] = sequences;
     const expected = [await alone(lone!, LONG, 30), await alone(other!, OTHER, 12)];
     for (const sequence of sequences) await sequence.clearHistory();
-    const scheduler = new Scheduler(context, 16, new DispatchGate());
+    const scheduler = new Scheduler(context, sequences, { promptChunk: 16 });
     const before = aborts;
     const arrived = Promise.withResolvers<ReturnType<typeof reply>>();
     // Once the lone reply has streamed a while, the next turn arrives during one of its calls.

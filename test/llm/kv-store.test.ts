@@ -315,7 +315,7 @@ describe("KvStore", () => {
       const store = await KvStore.open({ root, identity: "test", maxBytes: 2 ** 30, contextSize: 256, maxStateBytes: await stateSizeBound(model, context), warn });
       const transcript = { key: "k", text, tokens: [...sequence.contextTokens] };
 
-      const { written } = await store.save(sequence, transcript);
+      const { written } = await store.save(transcript).capture(sequence);
       let done = false;
       void written.then(() => (done = true));
       // Captured: the sequence may serve another conversation at once.

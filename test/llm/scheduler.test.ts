@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, beforeEach, expect, test } from "bun:test";
 import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
-import { DispatchGate } from "../../src/llm/dispatch-gate";
 import { checkInternals, sequenceIdOf } from "../../src/natives/addon";
-import { Scheduler } from "../../src/llm/scheduler";
+import { Scheduler, SlotState, type Slot } from "../../src/llm/scheduler";
 import { samplingOf } from "../../src/llm/types";
-import { eventLoopTurns, presetModel } from "../support";
+import { eventLoopTurns, presetModel, runTurn } from "../support";
 
 // The scheduler drives node-llama-cpp's addon below its public API (src/natives/addon.ts). These tests
 // watch the batches it hands the addon, and check that node-llama-cpp's sequences agree with what
@@ -16,7 +15,7 @@ let model: LlamaModel;
 let context: LlamaContext;
 let sequences: LlamaContextSequence[];
 let scheduler: Scheduler;
-const gate = new DispatchGate();
+let slots: readonly Slot[];
 /** Each batch as the addon received it: per entry, the sequence id and its token count. */
 const batches: [number, number][][] = [];
 
@@ -44,7 +43,8 @@ beforeAll(async () => {
       return value.bind(target);
     },
   });
-  scheduler = new Scheduler(context, CHUNK, gate);
+  scheduler = new Scheduler(context, sequences, { promptChunk: CHUNK });
+  slots = scheduler.slots;
 });
 
 beforeEach(async () => {
@@ -62,15 +62,15 @@ const promptOf = (length: number, seed: number): Token[] => {
   return Array.from({ length }, (_, i) => words[(i + seed) % words.length]!);
 };
 
-/** A greedy turn on `runner` (the shared scheduler unless given). */
-function greedy(sequence: LlamaContextSequence, input: Token[], onToken: (token: Token) => boolean, signal = new AbortController().signal, runner = scheduler) {
-  return runner.run({ sequence, input, sampling: samplingOf({ temperature: 0 }), signal, onToken });
+/** A greedy turn on `runner` (the shared scheduler unless given): `input` after what the slot holds. */
+function greedy(slot: Slot, input: Token[] | Promise<Token[]>, onToken: (token: Token) => boolean, signal = new AbortController().signal, runner = scheduler) {
+  return runTurn(runner, slot, input, { sampling: samplingOf({ temperature: 0 }), signal, onToken });
 }
 
 /** A greedy turn that stops after `count` tokens or at the end of generation; `then` runs at its first. */
-function turn(sequence: LlamaContextSequence, input: Token[], count: number, then?: () => void) {
+function turn(slot: Slot, input: Token[] | Promise<Token[]>, count: number, then?: () => void) {
   const tokens: Token[] = [];
-  const done = greedy(sequence, input, (token) => {
+  const done = greedy(slot, input, (token) => {
     if (tokens.length === 0) then?.();
     if (model.isEogToken(token)) return false;
     tokens.push(token);
@@ -86,7 +86,7 @@ test("node-llama-cpp 3.22.1 has every internal the scheduler uses; an object wit
 
 test("a prompt's end goes first, then the running replies in ascending sequence id, then one chunk per long prompt", async () => {
   const ids = sequences.map(sequenceIdOf);
-  const [arriving, long, , running] = sequences as [LlamaContextSequence, LlamaContextSequence, LlamaContextSequence, LlamaContextSequence];
+  const [arriving, long, , running] = slots as [Slot, Slot, Slot, Slot];
   const joined: Promise<Token[]>[] = [];
   const first = turn(running, promptOf(5, 1), 4, () => {
     joined.push(turn(arriving, promptOf(3, 2), 3), turn(long, promptOf(2 * CHUNK + 4, 3), 2));
@@ -105,39 +105,49 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
   ]);
 });
 
-test("while nothing replies, batches wait for the turns announced, so prompts arriving together share one; a reply never waits", async () => {
+test("while nothing replies, prompts wait for the slots still Preparing, so prompts arriving together share a batch; a reply never waits", async () => {
   const ids = sequences.map(sequenceIdOf);
-  const arrived = scheduler.expect();
-  const first = turn(sequences[0]!, promptOf(3, 10), 2);
+  const fitted = Promise.withResolvers<Token[]>();
+  const first = turn(slots[0]!, fitted.promise, 2);
+  const second = turn(slots[1]!, promptOf(4, 11), 2);
   await eventLoopTurns();
   expect(batches).toEqual([]);
-  const second = turn(sequences[1]!, promptOf(4, 11), 2);
-  arrived();
+  expect(slots.map((slot) => slot.state)).toEqual([SlotState.Preparing, SlotState.Prompt, SlotState.Idle, SlotState.Idle]);
+  fitted.resolve(promptOf(3, 10));
   await Promise.all([first, second]);
   expect(batches[0]).toEqual([[ids[0]!, 3], [ids[1]!, 4]]);
+  expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
 
-  // Announced once a reply runs: the reply's batches go on, and the turn joins when it comes.
-  let late: (() => void) | undefined;
-  const running = await turn(sequences[2]!, promptOf(3, 12), 4, () => (late = scheduler.expect()));
+  // A slot Preparing once a reply runs: the reply's batches go on, and the turn joins when its prompt comes.
+  const late = Promise.withResolvers<Token[]>();
+  let joining: Promise<Token[]> | undefined;
+  const running = await turn(slots[2]!, promptOf(3, 12), 4, () => (joining = turn(slots[3]!, late.promise, 2)));
   expect(running).toHaveLength(4);
-  late!();
+  late.resolve(promptOf(3, 13));
+  expect(await joining!).toHaveLength(2);
 });
 
-test("a prompt whose sequence was readied under the gate joins the batch right after it, beside running replies", async () => {
+test("work on a sequence asked for outside any turn is done between two batches, and a prompt readied joins the batch right after it", async () => {
   const ids = sequences.map(sequenceIdOf);
-  const [arriving, , , running] = sequences as [LlamaContextSequence, LlamaContextSequence, LlamaContextSequence, LlamaContextSequence];
+  const [arriving, , spare, running] = slots as [Slot, Slot, Slot, Slot];
+  await turn(spare, promptOf(4, 3), 2);
+  batches.length = 0;
   let joined: Promise<Token[]> | undefined;
-  // As the engine readies a sequence: under the gate, taking the context's lock (an erase does).
-  const ready = () => gate.hold(() => withLock([context, "context"], async () => {}));
-  await turn(running, promptOf(5, 1), 3, () => void ready().then(() => (joined = turn(arriving, promptOf(3, 2), 2))));
-  await joined;
+  let cleared: Promise<void> | undefined;
+  await turn(running, promptOf(5, 1), 3, () => {
+    cleared = scheduler.clear();
+    joined = turn(arriving, promptOf(3, 2), 2);
+  });
+  await Promise.all([cleared, joined]);
+  // The spare slot was idle: emptied. The running one was not.
+  expect(spare.sequence.contextTokens).toEqual([]);
   expect(batches.slice(0, 3)).toEqual([[[ids[3]!, 5]], [[ids[0]!, 3]], [[ids[0]!, 1], [ids[3]!, 1]]]);
 });
 
 test("a turn's tokens are node-llama-cpp's own, and the sequence holds what was evaluated", async () => {
   const [mine, theirs] = sequences as [LlamaContextSequence, LlamaContextSequence];
   const input = promptOf(2 * CHUNK + 3, 4);
-  const tokens = await turn(mine, input, 12);
+  const tokens = await turn(slots[0]!, input, 12);
   const expected: Token[] = [];
   for await (const token of theirs.evaluate(input, { temperature: 0 })) {
     expected.push(token);
@@ -158,7 +168,7 @@ test("batches take node-llama-cpp's own context lock, so its erasures and state 
   let running: Promise<Token[]> | undefined;
   await withLock([context, "context"], async () => {
     erasing = sequence.clearHistory().then(() => (erased = true));
-    running = turn(sequences[1]!, promptOf(4, 5), 2);
+    running = turn(slots[1]!, promptOf(4, 5), 2);
     await eventLoopTurns();
     expect([erased, batches.length]).toEqual([false, 0]);
   });
@@ -171,7 +181,7 @@ test("an aborted turn ends before its next batch, and a failed batch fails only 
   const controller = new AbortController();
   const seen: Token[] = [];
   await greedy(
-    sequences[0]!,
+    slots[0]!,
     promptOf(4, 6),
     (token) => {
       seen.push(token);
@@ -181,19 +191,19 @@ test("an aborted turn ends before its next batch, and a failed batch fails only 
     controller.signal,
   );
   expect(seen).toHaveLength(2);
-  const full = greedy(sequences[1]!, promptOf(600, 7), () => true);
-  const fine = turn(sequences[2]!, promptOf(4, 8), 3);
+  const full = greedy(slots[1]!, promptOf(600, 7), () => true);
+  const fine = turn(slots[2]!, promptOf(4, 8), 3);
   await expect(full).rejects.toThrow("context is full");
   expect(await fine).toHaveLength(3);
 });
 
 test("disposing a context mid-turn waits for the batch in flight, then ends the turn with an error", async () => {
   const own = await model.createContext({ contextSize: 256, sequences: 1, threads: 1, batchSize: CHUNK + 1 });
-  const runner = new Scheduler(own, CHUNK, new DispatchGate());
+  const runner = new Scheduler(own, [own.getSequence()], { promptChunk: CHUNK });
   let disposing: Promise<void> | undefined;
   let tokens = 0;
   const running = greedy(
-    own.getSequence(),
+    runner.slots[0]!,
     promptOf(4, 9),
     () => {
       if (++tokens === 3) disposing = own.dispose();

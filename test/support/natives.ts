@@ -1,8 +1,9 @@
-/** What the tests of Parley's own addon methods share (src/natives/decode-steps.cpp). */
+/** What the tests of the scheduler and of Parley's own addon methods share (src/natives/decode-steps.cpp). */
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import { Sampler } from "../../src/natives/addon";
 import { useLocalNatives } from "../../src/natives/local";
-import { samplingOf } from "../../src/llm/types";
+import type { Prompter, Scheduler, Slot } from "../../src/llm/scheduler";
+import { samplingOf, type Sampling } from "../../src/llm/types";
 
 /**
  * The compiled natives' directory, now in use, or undefined where they are not built (`bun run
@@ -23,3 +24,19 @@ export function endlessSampler(context: LlamaContext, model: LlamaModel): Sample
   return sampler;
 }
 
+
+/** A prompt that evaluates `input` after all the slot holds. */
+export const continuing =
+  (input: readonly Token[]): Prompter =>
+  (slot) => ({ tokens: [...slot.sequence.contextTokens, ...input], reusable: Infinity });
+
+/** A turn of no conversation: `input` after what the slot holds, to its end (`onToken` said stop, or the signal aborted). */
+export function runTurn(
+  scheduler: Scheduler,
+  slot: Slot,
+  input: readonly Token[] | Promise<readonly Token[]>,
+  { sampling, onToken, signal = new AbortController().signal, maxTokens }: { sampling: Sampling; onToken(token: Token): boolean; signal?: AbortSignal; maxTokens?: number },
+): Promise<void> {
+  const prompt = input instanceof Promise ? input.then(continuing) : continuing(input);
+  return scheduler.run({ slot, scope: "", prompt, sampling, signal, onToken, ...(maxTokens !== undefined ? { maxTokens } : {}) });
+}
