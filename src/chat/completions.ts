@@ -1,4 +1,5 @@
-import type { FinishReason, Turn } from "../llm/engine";
+import { InvalidInput } from "../errors";
+import type { Engine, FinishReason, SamplingRequest, Turn } from "../llm/engine";
 import { type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
@@ -6,11 +7,9 @@ export interface CompletionInput {
   userId: number;
   /** The whole conversation, as the client keeps it. */
   messages: Turn[];
-  temperature: number;
-  topP?: number;
+  sampling: SamplingRequest;
   /** Absent: as long as the context allows. */
   maxTokens?: number;
-  seed?: number;
   stop?: readonly string[];
   signal?: AbortSignal;
 }
@@ -55,14 +54,13 @@ export class CompletionService {
     const running = this.runner.begin(input.signal);
     try {
       const { engine } = running;
+      checkLogitBias(engine, input.sampling);
       yield { type: "start", model: engine.modelName };
       const result = yield* running.reply({
         cacheScope: String(input.userId),
         history: input.messages,
-        temperature: input.temperature,
-        topP: input.topP,
+        ...input.sampling,
         maxTokens: input.maxTokens ?? engine.contextSize,
-        seed: input.seed,
         stop: input.stop,
       });
       return (
@@ -78,4 +76,10 @@ export class CompletionService {
       running.end();
     }
   }
+}
+
+/** Before the reply starts, so a token the model does not have is a plain `400`. */
+function checkLogitBias(engine: Engine, { logitBias }: SamplingRequest): void {
+  const outside = Object.keys(logitBias ?? {}).find((token) => Number(token) >= engine.vocabularySize);
+  if (outside !== undefined) throw new InvalidInput("logit_bias", `logit_bias names token ${outside}; the model's token ids go from 0 to ${engine.vocabularySize - 1}`);
 }

@@ -176,6 +176,11 @@ export class Engine {
     return this.prompts.historyChars(this.context.contextSize);
   }
 
+  /** Token ids go from 0 to one below this. */
+  get vocabularySize(): number {
+    return this.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  }
+
   /** CPU threads inference runs on. */
   get threads(): number {
     return this.llama.maxThreads;

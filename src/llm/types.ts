@@ -28,9 +28,22 @@ export type ReasoningMode = (typeof REASONING_MODES)[number];
 /**
  * How a reply's tokens are drawn when its request does not say: the one statement of the sampling
  * policy, for every protocol (a protocol with defaults of its own, as OpenAI's temperature of 1,
- * sets them in its request). `top_k` 40 and `min_p` 0 are not settable by any API.
+ * sets them in its request). The penalties are neutral unless asked for; they count the last
+ * `penaltyWindow` tokens of the reply, as llama-server's `repeat_last_n` does.
  */
-export const SAMPLING_DEFAULTS = { topK: 40, topP: 0.95, minP: 0 } as const;
+export const SAMPLING_DEFAULTS = { topK: 40, topP: 0.95, minP: 0, repeatPenalty: 1, presencePenalty: 0, frequencyPenalty: 0, penaltyWindow: 64 } as const;
+
+/** Penalties on tokens the reply has generated: llama.cpp's penalties sampler. */
+export interface Penalties {
+  /** Divides a repeated token's positive logit (multiplies a negative one); 1 = none. */
+  repeat: number;
+  /** Subtracted once from the logit of a token that appeared. */
+  presence: number;
+  /** Subtracted from a token's logit per time it appeared. */
+  frequency: number;
+  /** The last tokens counted. */
+  window: number;
+}
 
 /** What draws a reply's tokens, every choice made: see `samplingOf`. */
 export interface Sampling {
@@ -41,17 +54,34 @@ export interface Sampling {
   minP: number;
   /** Drawn at random per request when the request has none. */
   seed: number;
+  /** Absent when all are neutral. */
+  penalties?: Penalties;
+  /** Added to these tokens' logits before sampling (-100 bans a token in practice, 100 all but forces it). */
+  logitBias?: ReadonlyMap<number, number>;
 }
 
+/** What a request may say of its sampling. */
+export type SamplingRequest = Pick<GenerateRequest, "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "logitBias">;
+
 /** The request's sampling, the defaults filling in what it leaves out. */
-export function samplingOf(request: Pick<GenerateRequest, "temperature" | "topP" | "seed">): Sampling {
+export function samplingOf(request: SamplingRequest): Sampling {
+  const penalties: Penalties = {
+    repeat: request.repeatPenalty ?? SAMPLING_DEFAULTS.repeatPenalty,
+    presence: request.presencePenalty ?? SAMPLING_DEFAULTS.presencePenalty,
+    frequency: request.frequencyPenalty ?? SAMPLING_DEFAULTS.frequencyPenalty,
+    window: SAMPLING_DEFAULTS.penaltyWindow,
+  };
+  const neutral = penalties.repeat === 1 && penalties.presence === 0 && penalties.frequency === 0;
+  const bias = Object.entries(request.logitBias ?? {});
   return {
     temperature: request.temperature,
-    topK: SAMPLING_DEFAULTS.topK,
+    topK: request.topK ?? SAMPLING_DEFAULTS.topK,
     topP: request.topP ?? SAMPLING_DEFAULTS.topP,
-    minP: SAMPLING_DEFAULTS.minP,
+    minP: request.minP ?? SAMPLING_DEFAULTS.minP,
     // node-llama-cpp's own default is the current second: two requests in one second would share it.
     seed: request.seed ?? crypto.getRandomValues(new Uint32Array(1))[0]!,
+    ...(neutral ? {} : { penalties }),
+    ...(bias.length > 0 ? { logitBias: new Map(bias.map(([token, value]) => [Number(token), value])) } : {}),
   };
 }
 
@@ -80,6 +110,16 @@ export interface GenerateRequest {
   temperature: number;
   /** Nucleus sampling: only the most likely tokens whose probabilities add up to this (default: `SAMPLING_DEFAULTS`). */
   topP?: number;
+  /** Only the this many most likely tokens; 0 = all. */
+  topK?: number;
+  /** Only tokens at least this fraction as likely as the most likely one. */
+  minP?: number;
+  /** See `Penalties`. */
+  repeatPenalty?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  /** Token id → value added to its logit. A token the model does not have is `InvalidInput` (`logit_bias`). */
+  logitBias?: Readonly<Record<number, number>>;
   maxTokens: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */
   stop?: readonly string[];

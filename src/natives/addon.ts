@@ -80,16 +80,37 @@ export interface SamplerConfig {
   topP: number;
   minP: number;
   seed: number;
+  /** Over the tokens the sampler has sampled, the last `window` of them. */
+  penalties?: { repeat: number; presence: number; frequency: number; window: number };
+  logitBias?: ReadonlyMap<number, number>;
 }
 
-/** A reply's sampler, configured as node-llama-cpp's `sequence.evaluate` configures one (no penalties). */
+/**
+ * A reply's sampler, configured as node-llama-cpp's `sequence.evaluate` configures one. Each token
+ * it samples counts towards its penalties (the addon accepts it into the sampler).
+ */
 export class Sampler {
   readonly native: AddonSampler;
 
-  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed }: SamplerConfig) {
+  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed, penalties, logitBias }: SamplerConfig) {
     const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
     this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
-    this.native.applyConfig({ temperature, minP, topK, topP, seed });
+    this.native.applyConfig({
+      temperature,
+      minP,
+      topK,
+      topP,
+      seed,
+      ...(penalties && {
+        // The addon reads the other penalty fields only beside this one: no tokens yet.
+        repeatPenaltyTokens: new Uint32Array(0),
+        repeatPenalty: penalties.repeat,
+        repeatPenaltyMaxTokens: penalties.window,
+        repeatPenaltyPresencePenalty: penalties.presence,
+        repeatPenaltyFrequencyPenalty: penalties.frequency,
+      }),
+      ...(logitBias && { tokenBiasKeys: Uint32Array.from(logitBias.keys()), tokenBiasValues: Float32Array.from(logitBias.values()) }),
+    });
   }
 
   dispose(): void {

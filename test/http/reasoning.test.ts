@@ -175,7 +175,7 @@ describe("the OpenAI API", () => {
     const response = await completion("separate", { messages: hello });
     expect(response.status).toBe(200);
     const { choices } = (await response.json()) as ChatCompletion;
-    expect(choices[0]!.message).toEqual({ role: "assistant", content: reference.message.content, reasoning_content: reference.message.reasoning });
+    expect(choices[0]!.message).toEqual({ role: "assistant", content: reference.message.content, refusal: null, reasoning_content: reference.message.reasoning });
 
     const chunks = await completionChunks("separate", { messages: hello });
     const deltas = chunks.map((chunk) => chunk.choices[0]?.delta ?? {});
@@ -197,6 +197,7 @@ describe("the OpenAI API", () => {
     expect(choices[0]!.message).toEqual({
       role: "assistant",
       content: at < 0 ? reference.message.content : reference.message.content.slice(0, at),
+      refusal: null,
       reasoning_content: reference.message.reasoning,
     });
     expect(choices[0]!.finish_reason).toBe("stop");
@@ -249,7 +250,7 @@ describe("PARLEY_REASONING=hide", () => {
     for (const message of [...(await stored("hide", "hidden")), ...(await stored("hide", "hidden-stream"))]) expect(message).not.toHaveProperty("reasoning");
 
     const { choices } = (await (await completion("hide", { messages: [{ role: "user", content: "Hello there!" }] })).json()) as ChatCompletion;
-    expect(choices[0]!.message).toEqual({ role: "assistant", content: reference.message.content });
+    expect(choices[0]!.message).toEqual({ role: "assistant", content: reference.message.content, refusal: null });
   });
 });
 

@@ -51,6 +51,7 @@ export const ChatCompletion = t.Object(
             {
               role: t.Literal("assistant"),
               content: t.String(),
+              refusal: t.Null({ description: "Always null: Parley's models have no refusal channel apart from their text" }),
               reasoning_content: t.Optional(t.String({ description: "A reasoning model's thought, as llama-server and DeepSeek return it; never part of content" })),
             },
             closed,

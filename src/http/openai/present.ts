@@ -42,7 +42,7 @@ export const completionJson = ({ id, created }: CompletionIdentity, result: Comp
   choices: [
     {
       index: 0,
-      message: { role: "assistant", content: result.text, ...(result.reasoning !== undefined ? { reasoning_content: result.reasoning } : {}) },
+      message: { role: "assistant", content: result.text, refusal: null, ...(result.reasoning !== undefined ? { reasoning_content: result.reasoning } : {}) },
       logprobs: null,
       finish_reason: finishReason(result.finishReason),
     },

@@ -1,7 +1,8 @@
 /**
  * OpenAI's chat-completions protocol over the same engine, keys, limits, logs and metrics: a
  * second framing of the same turn. Stateless like OpenAI's: the client sends the history.
- * Fields OpenAI defines and Parley does not use are dropped by validation (docs/API.md lists them).
+ * Every field is honoured or refused: a field that would change the reply and that Parley cannot
+ * honour is `400` naming it, and so is a field OpenAI does not define (docs/API.md lists them).
  */
 import { Elysia, type TSchema, t } from "elysia";
 import type { CompletionInput, CompletionService } from "../../chat/completions";
@@ -17,12 +18,22 @@ import type { TurnDriver } from "../turn-driver";
 /** OpenAI lets a client send null for any optional field it does not set. */
 const optional = <T extends TSchema>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
 
-const MESSAGE_RULE = "each message needs a role (system, developer, user or assistant) and text content: a string or [{type: \"text\", text}]";
+/**
+ * A field Parley cannot honour yet: only absent or null passes, and the error says why. It would
+ * change the reply, so ignoring it would answer a question the client did not ask.
+ */
+const unsupported = (error: string) => optional(t.Never(), error);
+
+const MESSAGE_RULE =
+  "each message needs a role (system, developer, user or assistant) and text content: a string or [{type: \"text\", text}] (an assistant's also [{type: \"refusal\", refusal}])";
 
 const message = t.Object(
   {
     role: t.Union([t.Literal("system"), t.Literal("developer"), t.Literal("user"), t.Literal("assistant")], { error: MESSAGE_RULE }),
-    content: t.Union([t.String(), t.Array(t.Object({ type: t.Literal("text"), text: t.String() })), t.Null()], { error: MESSAGE_RULE }),
+    content: t.Union(
+      [t.String(), t.Array(t.Union([t.Object({ type: t.Literal("text"), text: t.String() }), t.Object({ type: t.Literal("refusal"), refusal: t.String() })])), t.Null()],
+      { error: MESSAGE_RULE },
+    ),
     // An assistant's thought as this API returned it: the chat template decides whether the model sees it.
     reasoning_content: optional(t.String(), "reasoning_content must be a string"),
   },
@@ -42,19 +53,71 @@ const completionRequest = t.Object({
     "stop must be a non-empty string or an array of up to 4",
   ),
   stream: optional(t.Boolean(), "stream must be true or false"),
-  stream_options: optional(t.Object({ include_usage: optional(t.Boolean(), "include_usage must be true or false") }), "stream_options must be an object"),
+  stream_options: optional(
+    t.Object({
+      include_usage: optional(t.Boolean(), "include_usage must be true or false"),
+      // Padding against a side channel of OpenAI's network; Parley's chunks carry none.
+      include_obfuscation: optional(t.Boolean(), "include_obfuscation must be true or false"),
+    }),
+    "stream_options must be an object",
+  ),
   n: optional(t.Literal(1), "n must be 1: Parley generates one choice"),
+  top_k: optional(t.Integer({ minimum: 0 }), "top_k must be a non-negative integer (0: every token)"),
+  min_p: optional(t.Number({ minimum: 0, maximum: 1 }), "min_p must be a number from 0 to 1"),
+  presence_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "presence_penalty must be a number from -2 to 2"),
+  frequency_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "frequency_penalty must be a number from -2 to 2"),
+  repeat_penalty: optional(t.Number({ exclusiveMinimum: 0, maximum: 10 }), "repeat_penalty must be a number above 0, at most 10 (1: none)"),
+  logit_bias: optional(t.Record(t.String(), t.Number({ minimum: -100, maximum: 100 })), "logit_bias must map token ids to numbers from -100 to 100"),
+  // Fields that change nothing in the reply Parley gives.
   user: optional(t.String(), "user must be a string"),
+  metadata: optional(t.Record(t.String(), t.String()), "metadata must map strings to strings"),
+  service_tier: optional(t.String(), "service_tier must be a string"),
+  prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
+  safety_identifier: optional(t.String(), "safety_identifier must be a string"),
+  prediction: optional(t.Object({ type: t.Literal("content") }), "prediction must be {type: \"content\", content}"),
+  parallel_tool_calls: optional(t.Boolean(), "parallel_tool_calls must be true or false"),
+  store: optional(t.Literal(false), "store must be false: Parley stores no completion (its native API stores conversations)"),
+  modalities: optional(t.Array(t.Literal("text")), "modalities must be [\"text\"]: Parley answers with text only"),
+  tool_choice: optional(t.Literal("none"), "tool_choice other than \"none\" is not supported: Parley does not call tools yet"),
+  tools: optional(t.Array(t.Unknown(), { maxItems: 0 }), "tools are not supported: Parley does not call tools yet"),
+  functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are not supported: Parley does not call functions yet"),
+  function_call: optional(t.Literal("none"), "function_call other than \"none\" is not supported: Parley does not call functions yet"),
+  response_format: optional(t.Object({ type: t.Literal("text") }), "response_format other than {type: \"text\"} is not supported yet: Parley cannot constrain a reply to JSON"),
+  logprobs: optional(t.Literal(false), "logprobs are not supported yet"),
+  top_logprobs: unsupported("top_logprobs are not supported yet"),
+  audio: unsupported("audio is not supported: Parley answers with text only"),
+  reasoning_effort: unsupported("reasoning_effort is not supported: the model's chat template decides how it reasons"),
+  verbosity: unsupported("verbosity is not supported"),
+  web_search_options: unsupported("web_search_options are not supported: Parley has no network"),
+}, {
+  // A field OpenAI does not define (nor llama-server's top_k, min_p, repeat_penalty): refused, never
+  // ignored, since it may be a sampling choice of another server that the reply would not honour.
+  additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }),
 });
 
 type CompletionRequest = typeof completionRequest.static;
 
-/** OpenAI's `developer` role is its newer name for `system`. */
-const toTurn = ({ role, content, reasoning_content }: CompletionRequest["messages"][number]): Turn => ({
-  role: role === "developer" ? "system" : role,
-  content: typeof content === "string" ? content : (content ?? []).map((part) => part.text).join(""),
-  ...(role === "assistant" && reasoning_content ? { reasoning: reasoning_content } : {}),
-});
+type Message = CompletionRequest["messages"][number];
+
+/** OpenAI's `developer` role is its newer name for `system`; an assistant's refusal is what it said. */
+function toTurn({ role, content, reasoning_content }: Message): Turn {
+  if (role !== "assistant" && Array.isArray(content) && content.some((part) => part.type === "refusal")) {
+    throw new InvalidInput("messages", "only an assistant message may have a refusal part");
+  }
+  return {
+    role: role === "developer" ? "system" : role,
+    content: typeof content === "string" ? content : (content ?? []).map((part) => (part.type === "text" ? part.text : part.refusal)).join(""),
+    ...(role === "assistant" && reasoning_content ? { reasoning: reasoning_content } : {}),
+  };
+}
+
+/** OpenAI's logit_bias names tokens by their id, as a string. */
+function logitBiasOf(bias: Record<string, number> | null | undefined): Record<number, number> | undefined {
+  if (!bias) return undefined;
+  const notAnId = Object.keys(bias).find((key) => !/^(0|[1-9][0-9]{0,9})$/.test(key));
+  if (notAnId !== undefined) throw new InvalidInput("logit_bias", `logit_bias keys must be token ids (non-negative integers), not ${JSON.stringify(notAnId)}`);
+  return Object.fromEntries(Object.entries(bias).map(([key, value]) => [Number(key), value]));
+}
 
 function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal" | "userId"> {
   const messages = body.messages.map(toTurn);
@@ -63,14 +126,23 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   if (![...messages.flatMap((turn) => [turn.content, turn.reasoning ?? ""]), ...(stop ?? [])].every((text) => text.isWellFormed())) {
     throw new InvalidInput("messages", "messages and stop must be valid Unicode text (one has a lone surrogate)");
   }
+  const logitBias = logitBiasOf(body.logit_bias);
   return {
     messages,
-    // OpenAI's default.
-    temperature: body.temperature ?? 1,
-    topP: body.top_p ?? undefined,
+    sampling: {
+      // OpenAI's default.
+      temperature: body.temperature ?? 1,
+      topP: body.top_p ?? undefined,
+      topK: body.top_k ?? undefined,
+      minP: body.min_p ?? undefined,
+      presencePenalty: body.presence_penalty ?? undefined,
+      frequencyPenalty: body.frequency_penalty ?? undefined,
+      repeatPenalty: body.repeat_penalty ?? undefined,
+      ...(logitBias ? { logitBias } : {}),
+      // The engine's seeds are 32-bit; OpenAI's are any integer.
+      seed: body.seed == null ? undefined : body.seed >>> 0,
+    },
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
-    // The engine's seeds are 32-bit; OpenAI's are any integer.
-    seed: body.seed == null ? undefined : body.seed >>> 0,
     stop,
   };
 }
