@@ -1,5 +1,4 @@
-import { InvalidInput } from "../errors";
-import type { Engine, FinishReason, SamplingRequest, Turn } from "../llm/engine";
+import type { FinishReason, ReplyFormat, SamplingRequest, Turn } from "../llm/engine";
 import { type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
@@ -8,6 +7,7 @@ export interface CompletionInput {
   /** The whole conversation, as the client keeps it. */
   messages: Turn[];
   sampling: SamplingRequest;
+  format?: ReplyFormat;
   /** Absent: as long as the context allows. */
   maxTokens?: number;
   stop?: readonly string[];
@@ -54,12 +54,13 @@ export class CompletionService {
     const running = this.runner.begin(input.signal);
     try {
       const { engine } = running;
-      checkLogitBias(engine, input.sampling);
+      await engine.check({ ...input.sampling, format: input.format });
       yield { type: "start", model: engine.modelName };
       const result = yield* running.reply({
         cacheScope: String(input.userId),
         history: input.messages,
         ...input.sampling,
+        format: input.format,
         maxTokens: input.maxTokens ?? engine.contextSize,
         stop: input.stop,
       });
@@ -76,10 +77,4 @@ export class CompletionService {
       running.end();
     }
   }
-}
-
-/** Before the reply starts, so a token the model does not have is a plain `400`. */
-function checkLogitBias(engine: Engine, { logitBias }: SamplingRequest): void {
-  const outside = Object.keys(logitBias ?? {}).find((token) => Number(token) >= engine.vocabularySize);
-  if (outside !== undefined) throw new InvalidInput("logit_bias", `logit_bias names token ${outside}; the model's token ids go from 0 to ${engine.vocabularySize - 1}`);
 }

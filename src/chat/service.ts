@@ -1,7 +1,7 @@
 import type { ConversationStore } from "../db/storage";
 import type { ConversationRef, FoundConversation, MessageRecord } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
-import type { Turn } from "../llm/engine";
+import type { ReplyFormat, Turn } from "../llm/engine";
 import { isAbort } from "../errors";
 import { KeyedLock } from "./keyed-lock";
 import { type RunningTurn, shuttingDown, type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
@@ -15,6 +15,8 @@ export interface TurnInput {
   temperature: number;
   maxTokens: number;
   seed?: number;
+  /** What the reply must be (JSON, or JSON of a schema); stored as the reply's text. */
+  format?: ReplyFormat | undefined;
   /** Aborts when the client goes away: waiting stops, generation stops, the partial reply is kept. */
   signal?: AbortSignal;
 }
@@ -147,6 +149,8 @@ export class ChatService {
 
   private async *run(running: RunningTurn, input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
     const { engine, signal } = running;
+    // Refused before the message is stored: nothing of a turn that cannot run is kept.
+    await engine.check({ format: input.format });
     let release: () => void;
     try {
       release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
@@ -178,6 +182,7 @@ export class ChatService {
         temperature: input.temperature,
         maxTokens: input.maxTokens,
         seed: input.seed,
+        format: input.format,
       });
       if (result === undefined) return undefined;
 

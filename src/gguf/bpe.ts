@@ -6,9 +6,9 @@
 // (`tokenizer.ggml.pre`), then within each word repeatedly merges the adjacent pair of lowest
 // rank. A word's token is reached by merging its prefix with its next character, one character at
 // a time, so every merge's parts are tokens. The ranks are ordered so that no other merge can
-// apply inside a word first: words beginning with a space or punctuation (where the prefix chain
-// starts at a character no other merge starts with) rank before the words that begin with a
-// letter, and shorter results before longer ones.
+// apply inside a word first: words beginning with a space, then those beginning with punctuation
+// (where the prefix chain starts at a character few other merges start with) rank before the
+// words that begin with a letter, and shorter results before longer ones.
 
 import { TOKEN_TYPE } from "./vocab";
 
@@ -73,12 +73,15 @@ export function buildBpeVocab(words: Iterable<string>, specials: readonly (reado
     const chars = Array.from(word);
     return chars.slice(1).map((c, i) => [chars.slice(0, i + 1).join(""), c] as const);
   });
+  // Words that begin with a space first, then with punctuation, then with a letter: a
+  // punctuation word (`{"`) may stand inside a spaced one (`Ġ{"`), never the other way round.
+  const groupOf = (w: string) => (w.startsWith(BYTE_CHARS[0x20]!) ? 0 : startsWithLetter(w) ? 2 : 1);
   const merges: (readonly [string, string])[] = [];
   const seen = new Set<string>();
-  for (const group of [false, true]) {
-    const steps = unique.flatMap((w, i) => (startsWithLetter(w) === group ? chains[i]!.map((m, level) => ({ m, level })) : []));
-    // Stable: equal levels keep the corpus order.
-    steps.sort((a, z) => a.level - z.level);
+  for (const group of [0, 1, 2]) {
+    const steps = unique.flatMap((w, i) => (groupOf(w) === group ? chains[i]!.map((m, level) => ({ m, level, length: chains[i]!.length })) : []));
+    // Longer words first within a level (`!"}` holds `"}`), else the corpus order (stable).
+    steps.sort((a, z) => a.level - z.level || (group === 1 ? z.length - a.length : 0));
     for (const { m } of steps) {
       const key = `${m[0]} ${m[1]}`;
       if (seen.has(key)) continue;

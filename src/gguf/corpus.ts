@@ -1,7 +1,7 @@
 // Replies the demo model learns its bigrams from. Written for this project (no third-party
 // text). Single spaces between words and no leading space: each reply is tokenized exactly
 // as llama.cpp would tokenize it right after "<|im_start|>assistant\n".
-export const DEMO_CORPUS: readonly string[] = [
+export const PLAIN_REPLIES: readonly string[] = [
   "Hello! How can I help you today?",
   "Hello there! It is nice to hear from you.",
   "Hi! I am happy to help you with that.",
@@ -62,3 +62,17 @@ export const DEMO_CORPUS: readonly string[] = [
   "Welcome back! It is good to see you again.",
   "Nice to meet you.",
 ];
+
+export const JSON_REPLIES: readonly string[] = [
+  // JSON, so a reply held to a JSON grammar ends by itself: a string closes after a sentence's
+  // end or a name, a number before a comma or a brace, and a closing quote is followed by a brace
+  // or bracket, never a comma (strings come last), so greedy decoding of a free object or array
+  // closes it. Several objects a reply: each reply's first token is one more way for every reply
+  // to begin, and a plain reply should almost never begin as JSON.
+  '{"said": "I am happy to help you."} {"years": 36, "name": "Ada"} {"years": 7, "tags": ["friend"], "name": "Sam"} {"done": true, "size": 3, "story": "A short story"} {"nums": [1, 2, 3], "ok": false, "note": null} {"score": 10, "summary": "It is a pleasure to talk with you."}',
+  '{"steps": ["plan"], "why": "That is a good question!"} {"rank": 42, "city": "Rome"} {"value": 100, "unit": "days"} {"said": "Have a wonderful day!"} {"hello": "Hello there!"} {"user": {"years": 25, "name": "Lee"}, "active": true}',
+  '{"thanks": "You are welcome."} {"mood": "glad"} {"note": "Please take your time."} {"said": "Yes."} {"tags": ["kind"]} {"names": ["Ada"]}',
+];
+
+/** What the demo model and the family presets learn from. */
+export const DEMO_CORPUS: readonly string[] = [...PLAIN_REPLIES, ...JSON_REPLIES];

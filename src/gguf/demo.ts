@@ -22,9 +22,11 @@ export function demoFingerprint(): string {
   return new Bun.CryptoHasher("sha256").update(JSON.stringify([DEMO_REVISION, DEMO_CORPUS])).digest("hex");
 }
 
-/** Splits a reply into pieces: words carry their preceding space as ▁, punctuation stands alone. */
+/** Splits a reply into pieces: words carry their preceding space as ▁, punctuation stands alone (but `{"` and `["`). */
 export function replyPieces(reply: string): string[] {
-  const pieces = Array.from(reply.matchAll(/ ?(?:[A-Za-z0-9']+|[^\sA-Za-z0-9'])/g), (m) => toPiece(m[0]));
+  // A JSON object's or array's opening quote is a piece of its own: as a lone quote it would share
+  // the bigrams of a key's closing one, which a colon follows.
+  const pieces = Array.from(reply.matchAll(/ ?(?:[A-Za-z0-9']+|[{[]"|[^\sA-Za-z0-9'])/g), (m) => toPiece(m[0]));
   if (pieces.join("") !== toPiece(reply)) throw new Error(`corpus reply is not single-spaced: ${JSON.stringify(reply)}`);
   return pieces;
 }

@@ -11,11 +11,15 @@ import { basename, resolve } from "node:path";
 import {
   getLlama,
   getModuleVersion,
+  LlamaGrammarEvaluationState,
   type Llama,
   type LlamaContext,
+  type LlamaGrammar,
   type LlamaModel,
   type Token,
 } from "node-llama-cpp";
+import { InvalidInput } from "../errors";
+import { boundedJsonGrammar, grammarSchemaOf } from "./json-schema";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
@@ -28,7 +32,17 @@ import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
 import { Scheduler, type PromptPlan, type Slot } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
-import { type FinishReason, type FlashAttentionMode, type GenerateRequest, type GenerateResult, type ReasoningMode, type ReplyPiece, samplingOf } from "./types";
+import {
+  type FinishReason,
+  type FlashAttentionMode,
+  type GenerateRequest,
+  type GenerateResult,
+  type ReasoningMode,
+  type ReplyFormat,
+  type ReplyPiece,
+  type Sampling,
+  samplingOf,
+} from "./types";
 
 export type * from "./types";
 
@@ -66,6 +80,8 @@ export interface EngineOptions {
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
+/** `json_object`'s schema: one object, any members. */
+const ANY_OBJECT = { type: "object", additionalProperties: true } as const;
 const DEFAULT_BATCH_SIZE = 512;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";
@@ -85,6 +101,8 @@ interface Fitting {
 
 export class Engine {
   private disposed = false;
+  /** Each format's grammar, made once: `checkFormat` before a reply starts, `generate` after. */
+  private readonly grammars = new WeakMap<ReplyFormat, Promise<LlamaGrammar>>();
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -196,6 +214,48 @@ export class Engine {
   }
 
   /**
+   * Refuses what a request asks that the model cannot give, before any reply starts:
+   * `InvalidInput` naming `logit_bias` (a token the model does not have) or `response_format` (a
+   * schema keyword the grammar cannot enforce, or a model that reasons first).
+   */
+  async check(request: Pick<GenerateRequest, "logitBias" | "format">): Promise<void> {
+    const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
+    if (outside !== undefined) throw new InvalidInput("logit_bias", `logit_bias names token ${outside}; the model's token ids go from 0 to ${this.vocabularySize - 1}`);
+    if (request.format) await this.grammarFor(request.format);
+  }
+
+  private grammarFor(format: ReplyFormat): Promise<LlamaGrammar> {
+    let grammar = this.grammars.get(format);
+    if (grammar) return grammar;
+    // Held from the first token, the grammar would forbid the thought's opening marker.
+    if (this.thoughts) throw new InvalidInput("response_format", "response_format is not supported with this model yet: it reasons before it answers, and only its answer could be held to a format");
+    // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
+    // Any object, as a schema: its grammar bounds the whitespace between values, which the free
+    // JSON grammar does not, and a model can loop on whitespace forever.
+    const schema = format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format");
+    grammar = this.jsonGrammar(schema);
+    this.grammars.set(format, grammar);
+    return grammar;
+  }
+
+  /**
+   * node-llama-cpp's grammar for the schema, but ending where the JSON ends: its own makes every
+   * reply end in four or more newlines (so that a model finds its end of generation), which are
+   * no part of the JSON. Complete, a grammar allows only the end of generation.
+   */
+  private async jsonGrammar(schema: object): Promise<LlamaGrammar> {
+    const { grammar } = await this.llama.createGrammarForJsonSchema(schema as never);
+    return await this.llama.createGrammar({ grammar: boundedJsonGrammar(grammar) });
+  }
+
+  /** The request's sampling, held to its format's grammar if it has one. */
+  private async samplingFor(request: GenerateRequest): Promise<Sampling> {
+    const sampling = samplingOf(request);
+    if (!request.format) return sampling;
+    return { ...sampling, grammar: new LlamaGrammarEvaluationState({ model: this.model, grammar: await this.grammarFor(request.format) }) };
+  }
+
+  /**
    * Waits for a free sequence, then yields the reply's text pieces as they are generated: a
    * reasoning model's thought first, tagged as such, then its answer.
    * An abort while queued throws an `AbortError`; an abort (or `return()`) during generation
@@ -214,6 +274,7 @@ export class Engine {
     let running: Promise<Decoded> | undefined;
     try {
       const slot = lease.item;
+      const sampling = await this.samplingFor(request);
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
         fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget)),
@@ -234,7 +295,7 @@ export class Engine {
               fit = fitted;
               return (held: Slot) => this.plan(held, key, scope, fitted, budget);
             }),
-            sampling: samplingOf(request),
+            sampling,
             signal,
             maxTokens: request.maxTokens,
           },

@@ -1,4 +1,5 @@
 /** The engine's public vocabulary: what the chat service sends in and gets back. */
+import type { LlamaGrammarEvaluationState } from "node-llama-cpp";
 import type { ConversationRole, FinishReason } from "../vocabulary";
 
 export type { FinishReason } from "../vocabulary";
@@ -58,7 +59,12 @@ export interface Sampling {
   penalties?: Penalties;
   /** Added to these tokens' logits before sampling (-100 bans a token in practice, 100 all but forces it). */
   logitBias?: ReadonlyMap<number, number>;
+  /** Only tokens that keep the reply within the grammar (a `ReplyFormat`); the reply's own state of it. */
+  grammar?: LlamaGrammarEvaluationState;
 }
+
+/** What a reply must be: one JSON object, or JSON valid against a schema (json-schema.ts says which schemas). */
+export type ReplyFormat = { type: "json_object" } | { type: "json_schema"; schema: unknown };
 
 /** What a request may say of its sampling. */
 export type SamplingRequest = Pick<GenerateRequest, "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "logitBias">;
@@ -123,6 +129,8 @@ export interface GenerateRequest {
   maxTokens: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */
   stop?: readonly string[];
+  /** Held to it token by token: see `Engine.checkFormat`, which refuses what cannot be held. */
+  format?: ReplyFormat;
   /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
   seed?: number;
   signal?: AbortSignal;

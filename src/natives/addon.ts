@@ -83,6 +83,8 @@ export interface SamplerConfig {
   /** Over the tokens the sampler has sampled, the last `window` of them. */
   penalties?: { repeat: number; presence: number; frequency: number; window: number };
   logitBias?: ReadonlyMap<number, number>;
+  /** A `LlamaGrammarEvaluationState`: the sampler keeps the reply within its grammar. */
+  grammar?: object;
 }
 
 /**
@@ -92,7 +94,7 @@ export interface SamplerConfig {
 export class Sampler {
   readonly native: AddonSampler;
 
-  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed, penalties, logitBias }: SamplerConfig) {
+  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed, penalties, logitBias, grammar }: SamplerConfig) {
     const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
     this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
     this.native.applyConfig({
@@ -110,12 +112,20 @@ export class Sampler {
         repeatPenaltyFrequencyPenalty: penalties.frequency,
       }),
       ...(logitBias && { tokenBiasKeys: Uint32Array.from(logitBias.keys()), tokenBiasValues: Float32Array.from(logitBias.values()) }),
+      ...(grammar && { grammarEvaluationState: grammarStateOf(grammar) }),
     });
   }
 
   dispose(): void {
     this.native.dispose();
   }
+}
+
+/** The native state of a `LlamaGrammarEvaluationState`: without it the grammar would silently not apply. */
+function grammarStateOf(grammar: object): unknown {
+  const state = internals<{ _state?: unknown }>(grammar)._state;
+  if (state === undefined) throw new Error("this node-llama-cpp's grammar states lack the _state Parley's sampler uses: install the version package.json pins");
+  return state;
 }
 
 export interface BatchEntry {

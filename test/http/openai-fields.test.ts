@@ -3,34 +3,22 @@
  * ignored: the sampling fields change the reply as they say, and a field Parley cannot honour
  * (or does not know) is a BadRequestError naming it. Through the official `openai` SDK.
  */
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import type { Engine } from "../../src/llm/engine";
 import { readGgufHeader } from "../../src/gguf/reader";
-import { allowSlowTests, presetModel, serveApp, type Served, testDb, testEngine } from "../support";
+import { allowSlowTests, presetModel, servedEngine } from "../support";
 
 allowSlowTests();
 
 const GREEDY_REPLY = "I am happy to help you.";
-const db = testDb("openai-fields");
-const alice = await db.keys.create("alice", "user");
-let engine: Engine;
-let served: Served;
+const app = servedEngine("openai-fields");
 let client: OpenAI;
 /** The demo model's tokens, by id. */
 let vocabulary: string[];
 
 beforeAll(async () => {
-  const path = await presetModel("demo");
-  vocabulary = [...(readGgufHeader(path).metadata["tokenizer.ggml.tokens"] as { items: readonly string[] }).items];
-  engine = await testEngine();
-  served = serveApp({ storage: db.storage, engine });
-  client = new OpenAI({ apiKey: alice.key, baseURL: `${served.url}/v1`, maxRetries: 0 });
-});
-afterAll(async () => {
-  await served.stop();
-  await engine.close();
-  await db.storage.close();
+  vocabulary = [...(readGgufHeader(await presetModel("demo")).metadata["tokenizer.ggml.tokens"] as { items: readonly string[] }).items];
+  client = new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 });
 
 const hello = [{ role: "user" as const, content: "Hello" }];
@@ -74,7 +62,7 @@ describe("refused, never ignored", () => {
     ["tools", { tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object" } } }] }],
     ["tool_choice", { tool_choice: "required" }],
     ["functions", { functions: [{ name: "lookup" }] }],
-    ["response_format", { response_format: { type: "json_object" } }],
+    ["response_format", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a" } } } }],
     ["logprobs", { logprobs: true }],
     ["top_logprobs", { top_logprobs: 2 }],
     ["reasoning_effort", { reasoning_effort: "low" }],

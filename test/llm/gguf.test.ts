@@ -156,13 +156,13 @@ describe("family presets", () => {
   // sha256 of each whole file: the presets are deterministic, and a change to the writer, the
   // vocabularies, the corpus or a template shows here. The demo's is the one main has always written.
   const SHA256: Record<string, string> = {
-    demo: "465b5ba8c607126d42ed69e7ee1309a58f2ccedec9ed582b850bc735afcc4bc1",
-    llama3: "9d49a52529f82892968174c46b9027ef5695ff8cdba1ae4f982343406fcf73b5",
-    qwen2: "d0dd2068f10fb0aadf7e8f26ed270d20d46bc97573f32280f830125ed87b35d1",
-    gemma: "d11d0cd7f52cc37a6926cdc34ff31bb5827d9d027f4990da40ec766e56a04c42",
-    mistral: "7db3dd8a7b9050c2a6a567f67e4c93572a4aa4bd1bf7f3d4618fe739bd984e9d",
-    phi3: "5e3661ccf7944d32393e08ba01a677c0d9483a1a3d62923eed48e4357ced58b6",
-    "qwen3-thinking": "628d1c2c78a21837d7d380aeba5e8fb5d561a8a619d073064694ec9ad2982183",
+    demo: "74fb83fc0b9288b54cdbe83a2d881cd16508c488191fa2f8f66cff1a38a8c580",
+    llama3: "b9bd57fa0c03e309dcd223c796c4efd95e8459fe350ad17a10d829976115728c",
+    qwen2: "2cfbad637826ffb5d8ed94f9d80df61de1f9c009fbece5e745bd5c41be4fc294",
+    gemma: "3a36ef1a3e711c73f8bcebdd4fd5b05b3e29cd2d9465d496326d7355e8b19226",
+    mistral: "98c28d4cd9c98d65f952e238cdac7ac023dde804212b7b6fbaffe184e0d18234",
+    phi3: "09bb2df3af3345be59dfedae9b1a321e08ae8fc9b19f54d02db2b37611c7fc97",
+    "qwen3-thinking": "8f8ec1cf652231047fe7daac1a05fe5f3b3800349484395ddd8b0401934bf11b",
   };
   for (const preset of ["demo", ...FAMILY_PRESETS] as const) {
     test(`${preset} is written byte for byte as pinned`, async () => {

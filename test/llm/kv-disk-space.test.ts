@@ -75,8 +75,8 @@ describe("saved KV states on a small filesystem", () => {
       const generation = engine.generate({ conversationKey: key, cacheScope: "test", history, temperature: 0, maxTokens: 16 });
       for (let step = await generation.next(); ; step = await generation.next()) if (step.done) return step.value;
     };
-    // About 3 MB of state: no save has measured a state yet, so this one is tried, and fails.
-    const big = await reply("big", [{ role: "user", content: longMessage(140, "big") }]);
+    // Over 3 MB of state: no save has measured a state yet, so this one is tried, and fails.
+    const big = await reply("big", [{ role: "user", content: longMessage(150, "big") }]);
     expect(big.promptTokens).toBeGreaterThan(2900);
     const hi: Turn = { role: "user", content: "hi" };
     const small = await reply("small", [hi]);

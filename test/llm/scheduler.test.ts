@@ -192,9 +192,9 @@ test("an aborted turn ends before its next batch, and a failed batch fails only 
   );
   expect(seen).toHaveLength(2);
   const full = greedy(slots[1]!, promptOf(600, 7), () => true);
-  const fine = turn(slots[2]!, promptOf(4, 8), 3);
+  const fine = turn(slots[2]!, promptOf(4, 8), 1);
   await expect(full).rejects.toThrow("context is full");
-  expect(await fine).toHaveLength(3);
+  expect(await fine).toHaveLength(1);
 });
 
 test("disposing a context mid-turn waits for the batch in flight, then ends the turn with an error", async () => {

@@ -1,4 +1,5 @@
 /** The app in this process, on a real port, with a real database and engine. */
+import { afterAll, beforeAll } from "bun:test";
 import { join } from "node:path";
 import { CompletionService } from "../../src/chat/completions";
 import { ChatService } from "../../src/chat/service";
@@ -119,4 +120,31 @@ export function observeGenerations(engine: Engine): Generation[] {
     return result;
   };
   return generations;
+}
+
+/** What `servedEngine` sets up: a user's key to call the served app with, the app and its engine. */
+export interface ServedEngine {
+  key: string;
+  engine: Engine;
+  served: Served;
+}
+
+/**
+ * A test engine served by the app on a fresh database, with one user's key: set up before the
+ * calling file's tests and closed after them. The fields are filled in by `beforeAll`.
+ */
+export function servedEngine(label: string, options: Parameters<typeof testEngine>[0] = {}): ServedEngine {
+  const db = testDb(label);
+  const fixture = {} as ServedEngine;
+  beforeAll(async () => {
+    fixture.key = (await db.keys.create("alice", "user")).key;
+    fixture.engine = await testEngine(options);
+    fixture.served = serveApp({ storage: db.storage, engine: fixture.engine });
+  });
+  afterAll(async () => {
+    await fixture.served.stop();
+    await fixture.engine.close();
+    await db.storage.close();
+  });
+  return fixture;
 }

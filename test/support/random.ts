@@ -12,6 +12,8 @@ export interface Random {
   next(): number;
   /** A whole number from `min` to `max`, both included. */
   int(min: number, max: number): number;
+  /** One of `items`, each as likely. */
+  pick<T>(items: readonly T[]): T;
 }
 
 /** mulberry32: small, fast, and plenty for picking moments and counts. */
@@ -24,7 +26,8 @@ export function seededRandom(seed = testSeed): Random {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
   };
-  return { seed, next, int: (min, max) => min + Math.floor(next() * (max - min + 1)) };
+  const int = (min: number, max: number) => min + Math.floor(next() * (max - min + 1));
+  return { seed, next, int, pick: (items) => items[int(0, items.length - 1)]! };
 }
 
 /**

@@ -2,6 +2,7 @@ import { Elysia, t } from "elysia";
 import type { ChatService, TurnResult, TurnStart } from "../../chat/service";
 import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
+import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
 import { type BodyLimits, jsonBody } from "../json-body";
@@ -22,6 +23,7 @@ const chatRequest = t.Object({
   temperature: t.Optional(t.Number({ minimum: 0, maximum: 1, error: "temperature must be a number from 0 to 1" })),
   max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 4096, error: "max_tokens must be an integer from 1 to 4096" })),
   seed: t.Optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
+  response_format: t.Optional(t.Union([RESPONSE_FORMAT, t.Null()], { error: RESPONSE_FORMAT_RULE })),
 });
 
 /**
@@ -75,6 +77,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
           temperature: body.temperature ?? 0.7,
           maxTokens: body.max_tokens ?? 512,
           seed: body.seed,
+          format: formatOf(body.response_format),
           signal,
         });
       if (body.stream !== true) {

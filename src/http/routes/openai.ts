@@ -10,6 +10,7 @@ import { modelLoading } from "../../chat/turn-runner";
 import { InvalidInput, NotFound } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
+import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
 import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
@@ -82,7 +83,7 @@ const completionRequest = t.Object({
   tools: optional(t.Array(t.Unknown(), { maxItems: 0 }), "tools are not supported: Parley does not call tools yet"),
   functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are not supported: Parley does not call functions yet"),
   function_call: optional(t.Literal("none"), "function_call other than \"none\" is not supported: Parley does not call functions yet"),
-  response_format: optional(t.Object({ type: t.Literal("text") }), "response_format other than {type: \"text\"} is not supported yet: Parley cannot constrain a reply to JSON"),
+  response_format: optional(RESPONSE_FORMAT, RESPONSE_FORMAT_RULE),
   logprobs: optional(t.Literal(false), "logprobs are not supported yet"),
   top_logprobs: unsupported("top_logprobs are not supported yet"),
   audio: unsupported("audio is not supported: Parley answers with text only"),
@@ -127,6 +128,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
     throw new InvalidInput("messages", "messages and stop must be valid Unicode text (one has a lone surrogate)");
   }
   const logitBias = logitBiasOf(body.logit_bias);
+  const format = formatOf(body.response_format);
   return {
     messages,
     sampling: {
@@ -144,6 +146,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
     },
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
     stop,
+    ...(format ? { format } : {}),
   };
 }
 

@@ -1,0 +1,177 @@
+/**
+ * The JSON Schemas a reply can be held to: the subset node-llama-cpp's JSON-schema grammar
+ * enforces token by token. A schema is checked whole before any reply starts, and a keyword the
+ * grammar cannot enforce is refused with its place in the schema: a constraint is never dropped
+ * without the client knowing. Annotations, which constrain nothing, are accepted.
+ */
+import type { GbnfJsonSchema } from "node-llama-cpp";
+import { InvalidInput } from "../errors";
+
+/** Keywords that say what a value is for, not what it may be. */
+const ANNOTATIONS = new Set(["title", "description", "$comment", "$schema", "$id", "examples", "default", "deprecated", "readOnly", "writeOnly"]);
+
+const SCALAR_TYPES = new Set(["string", "number", "integer", "boolean", "null"]);
+
+/** What the grammar enforces, per kind of schema. */
+const ENFORCED: Record<string, ReadonlySet<string>> = {
+  string: new Set(["type", "minLength", "maxLength", "format"]),
+  object: new Set(["type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"]),
+  array: new Set(["type", "items", "prefixItems", "minItems", "maxItems"]),
+  scalar: new Set(["type"]),
+};
+
+/**
+ * The largest integer the grammar writes (Engine's JSON grammar allows 15 digits and no exponent):
+ * a bound at or beyond it is enforced by the grammar already, as zod's safe-integer bounds are.
+ */
+export const GRAMMAR_INTEGER_BOUND = 10 ** 15 - 1;
+
+/** The string formats the grammar writes. */
+const FORMATS = new Set(["date-time", "time", "date"]);
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type SchemaObject = { [key: string]: Json };
+
+/**
+ * The schema as node-llama-cpp's grammar takes it, or `InvalidInput` naming `param` and the
+ * keyword it cannot enforce. `anyOf` becomes the grammar's alternatives; `oneOf` is refused, since
+ * no grammar can check that exactly one alternative matches.
+ */
+export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema {
+  const refuse = (at: string, why: string): never => {
+    throw new InvalidInput(param, `${param}: the schema ${at === "" ? "" : `at ${at} `}${why}`);
+  };
+  if (!isObject(schema)) return refuse("", "must be a JSON object");
+  const defs = isObject(schema.$defs) ? schema.$defs : {};
+  const convert = (node: Json, at: string): Json => {
+    if (!isObject(node)) return refuse(at, "must be an object (true and false are not enforceable)");
+    const out: SchemaObject = {};
+    for (const [keyword, value] of Object.entries(node)) {
+      if (ANNOTATIONS.has(keyword)) {
+        if (keyword === "description" && typeof value === "string") out.description = value;
+        continue;
+      }
+      if (keyword === "$defs") {
+        if (!isObject(value)) return refuse(at, "has $defs that is not an object");
+        out.$defs = Object.fromEntries(Object.entries(value).map(([name, def]) => [name, convert(def, `${at}/$defs/${name}`)]));
+        continue;
+      }
+      out[keyword] = value;
+    }
+    return shape(out, at);
+  };
+  const shape = (node: SchemaObject, at: string): Json => {
+    const { type, $defs, description } = node;
+    const keep = { ...($defs !== undefined ? { $defs } : {}), ...(description !== undefined ? { description } : {}) };
+    const only = (allowed: readonly string[]) => {
+      const extra = Object.keys(node).find((keyword) => keyword !== "$defs" && keyword !== "description" && !allowed.includes(keyword));
+      if (extra !== undefined) refuse(at, `has "${extra}", which Parley cannot enforce`);
+    };
+    if ("$ref" in node) {
+      only(["$ref"]);
+      const ref = node.$ref;
+      if (typeof ref !== "string" || !/^#\/\$defs\/[^/]+$/.test(ref) || !(ref.slice("#/$defs/".length) in defs)) return refuse(at, "has a $ref other than #/$defs/<a name it defines>");
+      return { ...keep, $ref: ref };
+    }
+    if ("const" in node) {
+      only(["const"]);
+      if (!isScalar(node.const)) return refuse(at, "has a const that is not a string, number, boolean or null");
+      return { ...keep, const: node.const };
+    }
+    if ("enum" in node) {
+      only(["enum", "type"]);
+      if (!Array.isArray(node.enum) || node.enum.length === 0 || !node.enum.every(isScalar)) return refuse(at, "has an enum that is not a non-empty list of strings, numbers, booleans or null");
+      return { ...keep, enum: node.enum };
+    }
+    if ("anyOf" in node) {
+      only(["anyOf"]);
+      if (!Array.isArray(node.anyOf) || node.anyOf.length === 0) return refuse(at, "has an anyOf that is not a non-empty list");
+      return { ...keep, oneOf: node.anyOf.map((option, i) => convert(option, `${at}/anyOf/${i}`)) };
+    }
+    if (Array.isArray(type)) {
+      only(["type"]);
+      if (type.length === 0 || !type.every((t) => typeof t === "string" && SCALAR_TYPES.has(t))) return refuse(at, "has a list of types that are not all string, number, integer, boolean or null");
+      return { ...keep, type };
+    }
+    if (typeof type !== "string") return refuse(at, `has no type (or has "${Object.keys(node).find((k) => k !== "$defs" && k !== "description") ?? "nothing"}" without one)`);
+    switch (type) {
+      case "string":
+        only([...ENFORCED.string!]);
+        if (node.format !== undefined && !(typeof node.format === "string" && FORMATS.has(node.format))) return refuse(at, `has format ${JSON.stringify(node.format)}; only date-time, time and date are enforced`);
+        if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined)) return refuse(at, "has a format with a length bound");
+        return { ...keep, ...node };
+      case "object": {
+        only([...ENFORCED.object!]);
+        const properties = node.properties ?? {};
+        if (!isObject(properties)) return refuse(at, "has properties that are not an object");
+        const converted = Object.fromEntries(Object.entries(properties).map(([name, property]) => [name, convert(property, `${at}/properties/${name}`)]));
+        const additional = node.additionalProperties;
+        return {
+          ...keep,
+          ...node,
+          properties: converted,
+          ...(additional !== undefined && typeof additional !== "boolean" ? { additionalProperties: convert(additional, `${at}/additionalProperties`) } : {}),
+        };
+      }
+      case "array":
+        only([...ENFORCED.array!]);
+        return {
+          ...keep,
+          ...node,
+          ...(node.items !== undefined ? { items: convert(node.items, `${at}/items`) } : {}),
+          ...(Array.isArray(node.prefixItems) ? { prefixItems: node.prefixItems.map((item, i) => convert(item, `${at}/prefixItems/${i}`)) } : {}),
+        };
+      case "integer":
+        only([...ENFORCED.scalar!, "minimum", "maximum"]);
+        if (typeof node.minimum === "number" && node.minimum > -GRAMMAR_INTEGER_BOUND) return refuse(at, `has "minimum" ${node.minimum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
+        if (typeof node.maximum === "number" && node.maximum < GRAMMAR_INTEGER_BOUND) return refuse(at, `has "maximum" ${node.maximum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
+        return { ...keep, type };
+      default:
+        if (!SCALAR_TYPES.has(type)) return refuse(at, `has type ${JSON.stringify(type)}`);
+        only([...ENFORCED.scalar!]);
+        return { ...keep, type };
+    }
+  };
+  return convert(schema, "") as GbnfJsonSchema;
+}
+
+function isObject(value: unknown): value is SchemaObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function isScalar(value: Json | undefined): boolean {
+  return value === null || ["string", "number", "boolean"].includes(typeof value);
+}
+
+/** node-llama-cpp's month and day of a date: any day up to 31 in any month, as 11-31. */
+const MONTH_DAY = '("0" [1-9] | "1" [012]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])';
+/** Only days each month has (February's 29th left out: a grammar cannot tell leap years). */
+const CALENDAR_MONTH_DAY =
+  '(("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02" "-" ("0" [1-9] | "1" [0-9] | "2" [0-8]))';
+
+/**
+ * node-llama-cpp's JSON grammar, changed where it lets a reply be no JSON its schema accepts: its
+ * root ends in four or more newlines (so that a model finds its end of generation), which are no
+ * part of the JSON, and an integer may have an exponent (`1e999` parses as Infinity, no integer)
+ * or 16 digits (beyond the safe integers), and a date may be the 31st of November. Numbers keep
+ * exponents of two digits at most.
+ */
+export function boundedJsonGrammar(grammar: string): string {
+  const rules = [
+    { rule: "root", from: /^(root ::= .*) "\\n\\n\\n\\n" \[\\n\]\*$/m, to: "$1" },
+    { rule: "integer-number-rule", from: /^integer-number-rule ::= .*$/m, to: `integer-number-rule ::= "-"? ("0" | [1-9] [0-9]{0,${String(GRAMMAR_INTEGER_BOUND).length - 1}})` },
+    { rule: "fractional-number-rule", from: /^(fractional-number-rule ::= .*\(\[eE\] \[-\+\]\? )\("0" \| \[1-9\] \[0-9\]\{0,15\}\)\)\?$/m, to: "$1[0-9]{1,2})?" },
+  ];
+  let bounded = grammar;
+  if (/^string-format-date(-time)?-rule ::= /m.test(bounded)) {
+    if (!bounded.includes(MONTH_DAY)) throw new Error("node-llama-cpp's JSON grammar changed: its dates are not the ones Parley bounds");
+    bounded = bounded.replaceAll(MONTH_DAY, CALENDAR_MONTH_DAY);
+  }
+  for (const { rule, from, to } of rules) {
+    if (!bounded.includes(`\n${rule} ::= `) && !bounded.startsWith(`${rule} ::= `)) continue;
+    const next = bounded.replace(from, to);
+    if (next === bounded) throw new Error(`node-llama-cpp's JSON grammar changed: its ${rule} is not the one Parley bounds`);
+    bounded = next;
+  }
+  return bounded;
+}
