@@ -45,10 +45,13 @@ function timing(started: number, firstAt: number, lastAt: number, tokens: number
 /** Called once, when a stream's first token arrives: a scenario may wait for streams to be decoding. */
 export type OnFirstToken = () => void;
 
+/** Request fields both servers take alike, beside the ones each client sets (OpenAI's `response_format`). */
+export type ExtraFields = Record<string, unknown>;
+
 /** Parley: POST /api/v1.0/chat with `stream: true`; the server holds the history. */
-export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken): Promise<TurnTiming> {
+export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken, extra: ExtraFields = {}): Promise<TurnTiming> {
   const started = performance.now();
-  const response = await postChat(url, ADMIN_KEY, { message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens });
+  const response = await postChat(url, ADMIN_KEY, { message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens, ...extra });
   let firstAt = Number.NaN;
   let lastAt = Number.NaN;
   let reply = "";
@@ -75,12 +78,12 @@ export async function parleyTurn(url: string, conversationId: string, message: s
 }
 
 /** llama-server: OpenAI-style chat completion, streamed, with its prompt cache on. */
-export async function llamaServerTurn(url: string, messages: readonly Message[], maxTokens: number, onFirstToken?: OnFirstToken): Promise<TurnTiming> {
+export async function llamaServerTurn(url: string, messages: readonly Message[], maxTokens: number, onFirstToken?: OnFirstToken, extra: ExtraFields = {}): Promise<TurnTiming> {
   const started = performance.now();
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ messages, stream: true, temperature: 0, max_tokens: maxTokens, cache_prompt: true }),
+    body: JSON.stringify({ messages, stream: true, temperature: 0, max_tokens: maxTokens, cache_prompt: true, ...extra }),
   });
   let firstAt = Number.NaN;
   let lastAt = Number.NaN;

@@ -3,7 +3,7 @@
  * own (fresh database, the parallelism it needs) and stops it before the next one.
  */
 import { join } from "node:path";
-import { llamaServerTurn, parleyTurn, type OnFirstToken, type TurnTiming } from "./clients";
+import { type ExtraFields, llamaServerTurn, parleyTurn, type OnFirstToken, type TurnTiming } from "./clients";
 import type { Installed } from "../../test/support/binary";
 import { startLlamaServer, startParley, type Server } from "./procs";
 
@@ -85,7 +85,7 @@ export interface Side {
   name: SideName;
   start(parallel: number): () => Promise<Server>;
   /** One streamed reply to `message`: in a new conversation named `tag` on Parley, a one-message chat on llama-server. */
-  ask(url: string, tag: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken): Promise<TurnTiming>;
+  ask(url: string, tag: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken, extra?: ExtraFields): Promise<TurnTiming>;
 }
 
 /** Parley, then llama-server unless this run skips the yardstick. */
@@ -95,7 +95,7 @@ export function sides(ctx: Context): Side[] {
   const theirs: Side = {
     name: "llamaServer",
     start: (n) => yardstick(ctx, n),
-    ask: (url, _tag, message, maxTokens, onFirstToken) => llamaServerTurn(url, [{ role: "user", content: message }], maxTokens, onFirstToken),
+    ask: (url, _tag, message, maxTokens, onFirstToken, extra) => llamaServerTurn(url, [{ role: "user", content: message }], maxTokens, onFirstToken, extra),
   };
   return [mine, theirs];
 }
