@@ -1,7 +1,7 @@
 /**
  * `bun run bench history`: every recorded run's ratios to llama-server as one table, from the data
  * under bench/results/: runs 1-32 as kept by hand then (`history-runs-1-32.json`), and each
- * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9).
+ * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9, B14).
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -15,6 +15,7 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B8, 4 streams", history: "B8 aggregate decode tok/s, 4 streams", perf: ["B8", "aggregate decode tok/s, 4 streams"] },
   { label: "B9 (≤ 1 is met)", history: "B9 short request TTFT busy ÷ alone", perf: ["B9", "short request TTFT while 3 decode ÷ alone (parallel 4)"] },
   { label: "B3 (≤ 1 is met)", history: "B3 sum of TTFT over 20 turns", perf: ["B3", "sum of TTFT ms over 20 turns"] },
+  { label: "B14, JSON schema", history: "B14 decode tok/s, a reply held to a JSON schema", perf: ["B14", "decode tok/s, a reply held to a JSON schema"] },
 ];
 
 interface Column {
