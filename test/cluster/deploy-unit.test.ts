@@ -8,26 +8,7 @@ import { expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgv } from "../../src/config";
-
-/** The unit's `key=value` lines by section, values of a repeated key in order (comments and blanks skipped). */
-function parseUnit(text: string): Map<string, Map<string, string[]>> {
-  const sections = new Map<string, Map<string, string[]>>();
-  let section: Map<string, string[]> | undefined;
-  for (const raw of text.split("\n")) {
-    const line = raw.trim();
-    if (line === "" || line.startsWith("#") || line.startsWith(";")) continue;
-    const header = /^\[(.+)\]$/.exec(line);
-    if (header) {
-      sections.set(header[1]!, (section = new Map()));
-      continue;
-    }
-    const eq = line.indexOf("=");
-    if (eq < 0 || section === undefined) throw new Error(`not a unit line: ${line}`);
-    const key = line.slice(0, eq).trim();
-    section.set(key, [...(section.get(key) ?? []), line.slice(eq + 1).trim()]);
-  }
-  return sections;
-}
+import { parseUnit } from "../support";
 
 const unit = parseUnit(readFileSync(join(import.meta.dir, "../../deploy/parley@.service"), "utf8"));
 const value = (section: string, key: string) => unit.get(section)?.get(key);

@@ -17,6 +17,7 @@ export * from "./process";
 export * from "./random";
 export * from "./sse";
 export * from "./stats";
+export * from "./unit-file";
 export * from "./wait";
 export * from "./write-lock";
 export * from "./xml";
