@@ -1,7 +1,7 @@
 import type { ConversationStore } from "../db/storage";
 import type { ConversationRef, FoundConversation, MessageRecord } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
-import type { ReplyFormat, Turn } from "../llm/engine";
+import type { ReplyFormat, SamplingRequest, Turn } from "../llm/engine";
 import { isAbort } from "../errors";
 import { KeyedLock } from "./keyed-lock";
 import { type RunningTurn, shuttingDown, type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
@@ -12,9 +12,8 @@ export interface TurnInput {
   userId: number;
   conversationId: string;
   message: string;
-  temperature: number;
+  sampling: SamplingRequest;
   maxTokens: number;
-  seed?: number;
   /** What the reply must be (JSON, or JSON of a schema); stored as the reply's text. */
   format?: ReplyFormat | undefined;
   /** Aborts when the client goes away: waiting stops, generation stops, the partial reply is kept. */
@@ -150,7 +149,7 @@ export class ChatService {
   private async *run(running: RunningTurn, input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
     const { engine, signal } = running;
     // Refused before the message is stored: nothing of a turn that cannot run is kept.
-    await engine.check({ format: input.format });
+    await engine.check({ ...input.sampling, format: input.format });
     let release: () => void;
     try {
       release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
@@ -179,9 +178,8 @@ export class ChatService {
         cacheScope: String(input.userId),
         publicTurns: this.preamble.length,
         history: [...this.preamble, ...(await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }))],
-        temperature: input.temperature,
+        ...input.sampling,
         maxTokens: input.maxTokens,
-        seed: input.seed,
         format: input.format,
       });
       if (result === undefined) return undefined;
@@ -194,7 +192,7 @@ export class ChatService {
         promptTokens: result.promptTokens,
         completionTokens: result.completionTokens,
         cachedTokens: result.cachedTokens,
-        temperature: input.temperature,
+        temperature: input.sampling.temperature,
         model: engine.modelName,
       });
       return {

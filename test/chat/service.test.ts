@@ -56,7 +56,7 @@ describe("ChatService admission", () => {
     userId,
     conversationId,
     message: "Hello",
-    temperature: 0,
+    sampling: { temperature: 0 },
     maxTokens: 8,
     signal,
   });

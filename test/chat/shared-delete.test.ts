@@ -39,7 +39,7 @@ describe.skipIf(backend.missing !== undefined)("deleting a conversation whose tu
       release: (...args) => storage.leases!.release(...args),
     };
     const [running, deleting] = [node(storage.leases!), node(counted)];
-    const input: TurnInput = { userId, conversationId: "shared", message: "Hello", temperature: 0, maxTokens: 8 };
+    const input: TurnInput = { userId, conversationId: "shared", message: "Hello", sampling: { temperature: 0 }, maxTokens: 8 };
     const turn = running.turn(input);
     // The turn has stored its message and holds the lease; suspended here, it stays running.
     expect((await turn.next()).value).toMatchObject({ type: "start" });

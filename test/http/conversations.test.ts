@@ -7,7 +7,7 @@ import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, presetModel, serveApp, type Served, testDb } from "../support";
+import { allowSlowTests, bearer, postChat, presetModel, serveApp, type Served, testDb, until } from "../support";
 
 allowSlowTests();
 
@@ -113,7 +113,8 @@ describe("DELETE /api/v1.0/chat/conversations/{conversation_id}", () => {
   test("removes the messages, the counts and the saved KV state; the id then starts afresh", async () => {
     await chat(alice.key, "doomed:1", "Remember the number seven");
     await chat(alice.key, "bystander", "Hello"); // takes the only sequence: doomed's state goes to disk
-    expect(kvFileOf("doomed:1", alice.userId)).toBeDefined();
+    // Captured before bystander's prompt; its checksum, sidecar and renames finish behind.
+    await until(() => kvFileOf("doomed:1", alice.userId) !== undefined, "doomed's saved state on disk");
     const kvDirFiles = () => readdirSync(kvDir, { recursive: true, encoding: "utf8" }).filter((path) => path.endsWith(".kv"));
     const before = kvDirFiles().length;
     const total = (await messages(alice.key)).pagination.total_rows;

@@ -6,7 +6,7 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { readGgufHeader } from "../../src/gguf/reader";
-import { allowSlowTests, presetModel, servedEngine } from "../support";
+import { allowSlowTests, bearer, presetModel, servedEngine } from "../support";
 
 allowSlowTests();
 
@@ -128,3 +128,25 @@ describe("sampling fields change the reply as they say", () => {
     }
   });
 });
+
+describe("the native API takes the same sampling fields", () => {
+  const chat = async (conversation: string, fields: object) => {
+    const response = await fetch(`${app.served.url}/api/v1.0/chat`, {
+      method: "POST",
+      headers: { ...bearer(app.key), "content-type": "application/json" },
+      body: JSON.stringify({ message: "Hello", conversation_id: conversation, ...fields }),
+    });
+    return { status: response.status, body: (await response.json()) as { message?: { content: string }; error?: { param: string } } };
+  };
+
+  test("logit_bias and top_k change the reply; a token the model does not have is refused before anything is stored", async () => {
+    expect((await chat("native-plain", { temperature: 0 })).body.message?.content).toBe(GREEDY_REPLY);
+    expect((await chat("native-banned", { temperature: 0, logit_bias: { [tokenId("I")]: -100 } })).body.message?.content).not.toStartWith("I");
+    expect((await chat("native-top-k", { temperature: 1, seed: 3, top_k: 1 })).body.message?.content).toBe(GREEDY_REPLY);
+    const refused = await chat("native-refused", { logit_bias: { "99999999": 1 } });
+    expect([refused.status, refused.body.error?.param]).toEqual([422, "logit_bias"]);
+    const listing = await fetch(`${app.served.url}/api/v1.0/chat/messages?conversation_id=native-refused`, { headers: bearer(app.key) });
+    expect(((await listing.json()) as { data: unknown[] }).data).toEqual([]);
+  });
+});
+

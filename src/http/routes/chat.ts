@@ -3,6 +3,7 @@ import type { ChatService, TurnResult, TurnStart } from "../../chat/service";
 import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
+import { SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
 import { type BodyLimits, jsonBody } from "../json-body";
@@ -24,6 +25,7 @@ const chatRequest = t.Object({
   max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 4096, error: "max_tokens must be an integer from 1 to 4096" })),
   seed: t.Optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
   response_format: t.Optional(t.Union([RESPONSE_FORMAT, t.Null()], { error: RESPONSE_FORMAT_RULE })),
+  ...SAMPLING_FIELDS,
 });
 
 /**
@@ -74,9 +76,8 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
           userId: principal.userId,
           conversationId: body.conversation_id,
           message: body.message,
-          temperature: body.temperature ?? 0.7,
+          sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
           maxTokens: body.max_tokens ?? 512,
-          seed: body.seed,
           format: formatOf(body.response_format),
           signal,
         });

@@ -4,20 +4,19 @@
  * Every field is honoured or refused: a field that would change the reply and that Parley cannot
  * honour is `400` naming it, and so is a field OpenAI does not define (docs/API.md lists them).
  */
-import { Elysia, type TSchema, t } from "elysia";
+import { Elysia, t } from "elysia";
 import type { CompletionInput, CompletionService } from "../../chat/completions";
 import { modelLoading } from "../../chat/turn-runner";
 import { InvalidInput, NotFound } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
+import { optional, SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
 import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
 import type { TurnDriver } from "../turn-driver";
 
-/** OpenAI lets a client send null for any optional field it does not set. */
-const optional = <T extends TSchema>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
 
 /**
  * A field Parley cannot honour yet: only absent or null passes, and the error says why. It would
@@ -45,7 +44,7 @@ const completionRequest = t.Object({
   messages: t.Array(message, { minItems: 1, error: `messages must be a non-empty array; ${MESSAGE_RULE}` }),
   model: optional(t.String(), "model must be a string"),
   temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
-  top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
+  ...SAMPLING_FIELDS,
   max_tokens: optional(t.Integer({ minimum: 1 }), "max_tokens must be a positive integer"),
   max_completion_tokens: optional(t.Integer({ minimum: 1 }), "max_completion_tokens must be a positive integer"),
   seed: optional(t.Integer(), "seed must be an integer"),
@@ -63,12 +62,6 @@ const completionRequest = t.Object({
     "stream_options must be an object",
   ),
   n: optional(t.Literal(1), "n must be 1: Parley generates one choice"),
-  top_k: optional(t.Integer({ minimum: 0 }), "top_k must be a non-negative integer (0: every token)"),
-  min_p: optional(t.Number({ minimum: 0, maximum: 1 }), "min_p must be a number from 0 to 1"),
-  presence_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "presence_penalty must be a number from -2 to 2"),
-  frequency_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "frequency_penalty must be a number from -2 to 2"),
-  repeat_penalty: optional(t.Number({ exclusiveMinimum: 0, maximum: 10 }), "repeat_penalty must be a number above 0, at most 10 (1: none)"),
-  logit_bias: optional(t.Record(t.String(), t.Number({ minimum: -100, maximum: 100 })), "logit_bias must map token ids to numbers from -100 to 100"),
   // Fields that change nothing in the reply Parley gives.
   user: optional(t.String(), "user must be a string"),
   metadata: optional(t.Record(t.String(), t.String()), "metadata must map strings to strings"),
@@ -112,14 +105,6 @@ function toTurn({ role, content, reasoning_content }: Message): Turn {
   };
 }
 
-/** OpenAI's logit_bias names tokens by their id, as a string. */
-function logitBiasOf(bias: Record<string, number> | null | undefined): Record<number, number> | undefined {
-  if (!bias) return undefined;
-  const notAnId = Object.keys(bias).find((key) => !/^(0|[1-9][0-9]{0,9})$/.test(key));
-  if (notAnId !== undefined) throw new InvalidInput("logit_bias", `logit_bias keys must be token ids (non-negative integers), not ${JSON.stringify(notAnId)}`);
-  return Object.fromEntries(Object.entries(bias).map(([key, value]) => [Number(key), value]));
-}
-
 function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal" | "userId"> {
   const messages = body.messages.map(toTurn);
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
@@ -127,20 +112,13 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   if (![...messages.flatMap((turn) => [turn.content, turn.reasoning ?? ""]), ...(stop ?? [])].every((text) => text.isWellFormed())) {
     throw new InvalidInput("messages", "messages and stop must be valid Unicode text (one has a lone surrogate)");
   }
-  const logitBias = logitBiasOf(body.logit_bias);
   const format = formatOf(body.response_format);
   return {
     messages,
     sampling: {
       // OpenAI's default.
       temperature: body.temperature ?? 1,
-      topP: body.top_p ?? undefined,
-      topK: body.top_k ?? undefined,
-      minP: body.min_p ?? undefined,
-      presencePenalty: body.presence_penalty ?? undefined,
-      frequencyPenalty: body.frequency_penalty ?? undefined,
-      repeatPenalty: body.repeat_penalty ?? undefined,
-      ...(logitBias ? { logitBias } : {}),
+      ...samplingFieldsOf(body),
       // The engine's seeds are 32-bit; OpenAI's are any integer.
       seed: body.seed == null ? undefined : body.seed >>> 0,
     },
