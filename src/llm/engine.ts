@@ -20,6 +20,7 @@ import {
 } from "node-llama-cpp";
 import { InvalidInput } from "../errors";
 import { boundedJsonGrammar, grammarSchemaOf } from "./json-schema";
+import { thoughtThen } from "./thought-grammar";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
@@ -216,7 +217,7 @@ export class Engine {
   /**
    * Refuses what a request asks that the model cannot give, before any reply starts:
    * `InvalidInput` naming `logit_bias` (a token the model does not have) or `response_format` (a
-   * schema keyword the grammar cannot enforce, or a model that reasons first).
+   * schema keyword the grammar cannot enforce).
    */
   async check(request: Pick<GenerateRequest, "logitBias" | "format">): Promise<void> {
     const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
@@ -227,9 +228,6 @@ export class Engine {
   private grammarFor(format: ReplyFormat): Promise<LlamaGrammar> {
     let grammar = this.grammars.get(format);
     if (grammar) return grammar;
-    // Held from the first token, the grammar would forbid the thought's opening marker.
-    if (this.thoughts) throw new InvalidInput("response_format", "response_format is not supported with this model yet: it reasons before it answers, and only its answer could be held to a format");
-    // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
     // Any object, as a schema: its grammar bounds the whitespace between values, which the free
     // JSON grammar does not, and a model can loop on whitespace forever.
     const schema = format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format");
@@ -238,14 +236,12 @@ export class Engine {
     return grammar;
   }
 
-  /**
-   * node-llama-cpp's grammar for the schema, but ending where the JSON ends: its own makes every
-   * reply end in four or more newlines (so that a model finds its end of generation), which are
-   * no part of the JSON. Complete, a grammar allows only the end of generation.
-   */
+  /** node-llama-cpp's grammar for the schema, bounded (json-schema.ts); after a thought for a model that reasons. */
   private async jsonGrammar(schema: object): Promise<LlamaGrammar> {
-    const { grammar } = await this.llama.createGrammarForJsonSchema(schema as never);
-    return await this.llama.createGrammar({ grammar: boundedJsonGrammar(grammar) });
+    // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
+    const answer = boundedJsonGrammar((await this.llama.createGrammarForJsonSchema(schema as never)).grammar);
+    // A model that reasons first thinks freely, then answers held to the schema.
+    return await this.llama.createGrammar({ grammar: this.thoughts ? thoughtThen(answer, this.thoughts.markers) : answer });
   }
 
   /** The request's sampling, held to its format's grammar if it has one. */

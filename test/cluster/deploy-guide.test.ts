@@ -49,15 +49,18 @@ if (skip !== undefined) console.warn(`skipping the deploy guide's commands: ${sk
 const state = tempDir("systemctl");
 const pidFile = join(state, `parley@${PORT}.pid`);
 
-afterAll(() => {
+afterAll(async () => {
   if (skip !== undefined) return;
   if (existsSync(pidFile)) {
     try {
       process.kill(-Number(readFileSync(pidFile, "utf8")), "SIGKILL");
     } catch {}
   }
-  Bun.spawnSync(["userdel", "parley"]);
+  // userdel refuses a user with a process still running: the killed node may take a moment.
+  await until(() => Bun.spawnSync(["pgrep", "-u", "parley"]).exitCode !== 0, "the parley user's processes to end");
+  const userdel = Bun.spawnSync(["userdel", "parley"], { stderr: "pipe" });
   for (const path of MADE) rmSync(path, { recursive: true, force: true });
+  if (userdel.exitCode !== 0) throw new Error(`userdel parley failed: ${userdel.stderr.toString()}`);
 });
 
 let dbUrl = "";

@@ -171,6 +171,23 @@ describe("PARLEY_REASONING=separate (the default)", () => {
 describe("the OpenAI API", () => {
   const hello = [{ role: "user", content: "Hello there!" }];
 
+  test("response_format: the model thinks freely, then its answer is JSON valid against the schema", async () => {
+    const schema = { type: "object", properties: { mood: { type: "string" }, score: { type: "integer" } }, required: ["mood", "score"], additionalProperties: false };
+    for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]]) {
+      const response = await completion("separate", { messages: hello, temperature, seed, response_format: { type: "json_schema", json_schema: { name: "mood", schema } } });
+      const { choices } = (await response.json()) as ChatCompletion;
+      const { message, finish_reason } = choices[0]!;
+      expect({ temperature, seed, finish_reason }).toEqual({ temperature, seed, finish_reason: "stop" });
+      expect(message.reasoning_content!.length).toBeGreaterThan(0);
+      // The thought as ever; the answer is the JSON alone (its free strings may hold any text).
+      expectNoMarkers(message.reasoning_content!);
+      expect(message.content).toStartWith("{");
+      const answer = JSON.parse(message.content) as { mood: unknown; score: unknown };
+      expect(Object.keys(answer)).toEqual(["mood", "score"]);
+      expect([typeof answer.mood, Number.isInteger(answer.score)]).toEqual(["string", true]);
+    }
+  });
+
   test("reasoning_content beside the answer; streamed, as deltas before the content's", async () => {
     const response = await completion("separate", { messages: hello });
     expect(response.status).toBe(200);
