@@ -81,11 +81,11 @@ export interface EngineOptions {
 }
 
 const DEFAULT_CONTEXT_CAP = 4096;
-/** `json_object`'s schema: one object, any members. */
-const ANY_OBJECT = { type: "object", additionalProperties: true } as const;
 const DEFAULT_BATCH_SIZE = 512;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";
+/** `json_object`'s schema: one object, any members. */
+const ANY_OBJECT = { type: "object", additionalProperties: true } as const;
 
 /** How replies' thoughts are told apart, for a chat format that has them and unless they stay inline. */
 interface Thoughts {
@@ -102,7 +102,7 @@ interface Fitting {
 
 export class Engine {
   private disposed = false;
-  /** Each format's grammar, made once: `checkFormat` before a reply starts, `generate` after. */
+  /** Each format's grammar, made once: by `check` before a reply starts, used by `generate` after. */
   private readonly grammars = new WeakMap<ReplyFormat, Promise<LlamaGrammar>>();
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
@@ -196,7 +196,7 @@ export class Engine {
   }
 
   /** Token ids go from 0 to one below this. */
-  get vocabularySize(): number {
+  private get vocabularySize(): number {
     return this.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
   }
 
