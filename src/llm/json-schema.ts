@@ -143,6 +143,14 @@ function isScalar(value: Json | undefined): boolean {
   return value === null || ["string", "number", "boolean"].includes(typeof value);
 }
 
+/**
+ * A string's character, unescaped: any but `"`, `\`, DEL and the control characters, as
+ * node-llama-cpp's rule says, but only a Unicode scalar value. Bytes that decode to no character
+ * (a surrogate, beyond U+10FFFF) counted as one character in the grammar, but come out as several
+ * U+FFFD in the text, past a `maxLength`.
+ */
+const TEXT_CHAR = "[\\x20\\x21\\x23-\\x5B\\x5D-\\x7E\\x80-\\uD7FF\\uE000-\\U0010FFFF]";
+
 /** node-llama-cpp's month and day of a date: any day up to 31 in any month, as 11-31. */
 const MONTH_DAY = '("0" [1-9] | "1" [012]) "-" ("0" [1-9] | [12] [0-9] | "3" [01])';
 /** Only days each month has (February's 29th left out: a grammar cannot tell leap years). */
@@ -153,13 +161,14 @@ const CALENDAR_MONTH_DAY =
  * node-llama-cpp's JSON grammar, changed where it lets a reply be no JSON its schema accepts: its
  * root ends in four or more newlines (so that a model finds its end of generation), which are no
  * part of the JSON, and an integer may have an exponent (`1e999` parses as Infinity, no integer)
- * or 16 digits (beyond the safe integers), and a date may be the 31st of November. Numbers keep
- * exponents of two digits at most.
+ * or 16 digits (beyond the safe integers), a date may be the 31st of November, and a string may
+ * hold bytes that are no character. Numbers keep exponents of two digits at most.
  */
 export function boundedJsonGrammar(grammar: string): string {
   const rules = [
     { rule: "root", from: /^(root ::= .*) "\\n\\n\\n\\n" \[\\n\]\*$/m, to: "$1" },
     { rule: "integer-number-rule", from: /^integer-number-rule ::= .*$/m, to: `integer-number-rule ::= "-"? ("0" | [1-9] [0-9]{0,${String(GRAMMAR_INTEGER_BOUND).length - 1}})` },
+    { rule: "string-char-rule", from: /^string-char-rule ::= \[\^"\\\\\\x7F\\x00-\\x1F\]/m, to: `string-char-rule ::= ${TEXT_CHAR}` },
     { rule: "fractional-number-rule", from: /^(fractional-number-rule ::= .*\(\[eE\] \[-\+\]\? )\("0" \| \[1-9\] \[0-9\]\{0,15\}\)\)\?$/m, to: "$1[0-9]{1,2})?" },
   ];
   let bounded = grammar;

@@ -39,6 +39,7 @@ describe("mixed load on several sequences", () => {
         keys: keys.users,
         nativeClients: 6,
         openaiClients: 4,
+        structuredClients: 2,
         durationMs: DURATION_MS,
         deadlineMs: 30_000,
         random,
@@ -47,6 +48,7 @@ describe("mixed load on several sequences", () => {
       expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
       // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
       for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
+      expect((result.ok["structured"] ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
       expect(result.cachedTokens).toBeGreaterThan(0);
       expect(await server.stop()).toBe(0);
     }), 60_000);

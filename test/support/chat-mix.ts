@@ -2,10 +2,12 @@
  * A chat service's mixed load against a running server, as its users make it: each client sends
  * one request at a time after a random pause, messages and reply lengths drawn at random, some
  * streams cancelled by the client after a few deltas; native-API clients keep two conversations
- * each, OpenAI-API clients resend a growing history (so their prompts share prefixes). Every
- * request must end cleanly: 200 and a whole reply (`done`, or `[DONE]` with no error chunk), or
- * a stream this client cancelled.
+ * each, OpenAI-API clients resend a growing history (so their prompts share prefixes), and
+ * structured-output clients ask for replies held to a JSON schema. Every request must end cleanly:
+ * 200 and a whole reply (`done`, or `[DONE]` with no error chunk), or a stream this client
+ * cancelled; a structured reply that ended by itself must be valid against its schema.
  */
+import Ajv2020 from "ajv/dist/2020";
 import { bearer, postChat } from "./http";
 import { type Random, seededRandom } from "./random";
 import { sseEvents } from "./sse";
@@ -16,6 +18,8 @@ export interface ChatMixOptions {
   keys: string[];
   nativeClients: number;
   openaiClients: number;
+  /** OpenAI-API clients whose replies are held to `STRUCTURED_SCHEMA`. */
+  structuredClients?: number;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -40,6 +44,21 @@ function message(random: Random): string {
 }
 
 type Ending = { ok: string; cached?: number } | { failure: string };
+
+/** Nested objects, an array and an enum: what a structured-output client asks for. */
+export const STRUCTURED_SCHEMA = {
+  type: "object",
+  properties: {
+    title: { type: "string", maxLength: 40 },
+    author: { type: "object", properties: { name: { type: "string", maxLength: 20 }, born: { type: "integer" } }, required: ["name", "born"], additionalProperties: false },
+    tags: { type: "array", items: { type: "string", maxLength: 12 }, maxItems: 3 },
+    kind: { enum: ["story", "poem", "essay"] },
+  },
+  required: ["title", "author", "tags", "kind"],
+  additionalProperties: false,
+};
+
+const validStructured = new Ajv2020({ strict: false }).compile(STRUCTURED_SCHEMA);
 
 async function nativeTurn(options: ChatMixOptions, random: Random, key: string, conversation: string, signal: AbortSignal): Promise<Ending> {
   const cancelAfter = random.next() < 0.25 ? random.int(1, 5) : undefined;
@@ -66,19 +85,35 @@ async function nativeTurn(options: ChatMixOptions, random: Random, key: string, 
   return last === "done" ? { ok: "native stream" } : { failure: `native stream ended with ${last || "nothing"}` };
 }
 
-async function openaiTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal): Promise<Ending> {
+async function openaiTurn(
+  options: ChatMixOptions,
+  random: Random,
+  key: string,
+  history: { role: string; content: string }[],
+  signal: AbortSignal,
+  structured = false,
+): Promise<Ending> {
   const stream = random.next() < 0.5;
   history.push({ role: "user", content: message(random) });
+  const format = structured ? { response_format: { type: "json_schema", json_schema: { name: "work", schema: STRUCTURED_SCHEMA } } } : {};
   const response = await fetch(`${options.url}/v1/chat/completions`, {
     method: "POST",
     headers: { ...bearer(key), "content-type": "application/json" },
-    body: JSON.stringify({ model: "parley", messages: history, stream, temperature: 0.8, max_tokens: random.int(4, 63), ...(stream ? { stream_options: { include_usage: true } } : {}) }),
+    body: JSON.stringify({
+      model: "parley",
+      messages: history,
+      stream,
+      temperature: 0.8,
+      max_tokens: structured ? random.int(20, 120) : random.int(4, 63),
+      ...format,
+      ...(stream ? { stream_options: { include_usage: true } } : {}),
+    }),
     signal,
   });
   if (response.status !== 200) return { failure: `openai ${response.status}: ${(await response.text()).slice(0, 200)}` };
   interface Chunk {
     error?: unknown;
-    choices?: { delta?: { content?: string }; message?: { content?: string } }[];
+    choices?: { delta?: { content?: string }; message?: { content?: string }; finish_reason?: string | null }[];
     usage?: { prompt_tokens_details?: { cached_tokens?: number } };
   }
   const chunks: Chunk[] = [];
@@ -96,6 +131,17 @@ async function openaiTurn(options: ChatMixOptions, random: Random, key: string, 
   const failed = chunks.find((chunk) => chunk.error !== undefined);
   if (failed || !done) return { failure: `openai ${stream ? "stream" : "reply"} ${failed ? `error: ${JSON.stringify(failed.error).slice(0, 200)}` : "without [DONE]"}` };
   const reply = chunks.map((chunk) => chunk.choices?.[0]?.message?.content ?? chunk.choices?.[0]?.delta?.content ?? "").join("");
+  if (structured) {
+    const finish = chunks.map((chunk) => chunk.choices?.[0]?.finish_reason).findLast((reason) => reason);
+    if (finish === "length") return { ok: "structured cut" };
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(reply);
+    } catch {
+      return { failure: `structured ${finish}: not JSON: ${reply.slice(0, 200)}` };
+    }
+    return validStructured(parsed) ? { ok: "structured" } : { failure: `structured: not valid against its schema: ${reply.slice(0, 200)}` };
+  }
   history.push({ role: "assistant", content: reply });
   // A history that outgrows the context starts over, as a user's new chat would.
   if (history.length > 16) history.splice(0);
@@ -105,11 +151,12 @@ async function openaiTurn(options: ChatMixOptions, random: Random, key: string, 
 export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult> {
   const result: ChatMixResult = { requests: 0, ok: {}, failures: [], cachedTokens: 0 };
   const endAt = Date.now() + options.durationMs;
-  const clients = options.nativeClients + options.openaiClients;
+  const clients = options.nativeClients + options.openaiClients + (options.structuredClients ?? 0);
   await Promise.all(
     Array.from({ length: clients }, async (_, client) => {
       const key = options.keys[client % options.keys.length]!;
       const history: { role: string; content: string }[] = [];
+      const kind = client < options.nativeClients ? "native" : client < options.nativeClients + options.openaiClients ? "openai" : "structured";
       const random = seededRandom((options.random.seed + Math.imul(client + 1, 0x9e3779b9)) >>> 0);
       for (let turn = 0; Date.now() < endAt; turn++) {
         // The client's pause before its next request: arrivals at random moments.
@@ -118,9 +165,9 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
         let ending: Ending;
         try {
           ending =
-            client < options.nativeClients
+            kind === "native"
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
-              : await openaiTurn(options, random, key, history, signal);
+              : await openaiTurn(options, random, key, kind === "openai" ? history : [], signal, kind === "structured");
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }
