@@ -66,10 +66,9 @@ interface SavedTranscript {
  */
 const FORMAT = 3;
 
-/** A save announced (`KvStore.save`), to be captured from the sequence once, or cancelled. */
+/** A save announced (`KvStore.save`), to be captured from the sequence once. */
 export interface PendingSave {
   capture(sequence: LlamaContextSequence): Promise<{ written: Promise<boolean> }>;
-  cancel(): void;
 }
 
 /** A saved state that passed `verify`, ready to load. */
@@ -143,8 +142,8 @@ export class KvStore {
    * older one. `capture` writes it: it resolves once llama.cpp has written the state to a
    * temporary file, the only part that reads the sequence (its caller has the context to itself,
    * scheduler.ts); the rest (checksum, sidecar, renames, eviction) goes on behind `written`, which
-   * settles false (with a warning) when the state was not saved. `cancel` gives the save up.
-   * Neither ever rejects.
+   * settles false (with a warning) when the state was not saved. It never rejects; until it is
+   * called, the conversation's `find`, `forget` and `settled` wait.
    */
   save(transcript: Transcript): PendingSave {
     const base = this.pathOf(transcript.key);
@@ -156,20 +155,15 @@ export class KvStore {
         if (this.writing.get(base) === tracked) this.writing.delete(base);
       });
     this.writing.set(base, tracked);
-    let settled = false;
+    let captured = false;
     return {
       capture: (sequence) => {
-        if (settled) throw new Error("a save is captured or cancelled once");
-        settled = true;
-        const captured = this.capturing.then(() => this.capture(base, sequence, transcript));
-        this.capturing = captured;
-        void captured.then(({ written }) => written).then(outcome.resolve);
-        return captured;
-      },
-      cancel: () => {
-        if (settled) return;
-        settled = true;
-        outcome.resolve(false);
+        if (captured) throw new Error("a save is captured once");
+        captured = true;
+        const capturing = this.capturing.then(() => this.capture(base, sequence, transcript));
+        this.capturing = capturing;
+        void capturing.then(({ written }) => written).then(outcome.resolve);
+        return capturing;
       },
     };
   }

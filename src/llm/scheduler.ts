@@ -36,7 +36,7 @@
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "../natives/addon";
-import type { Found, KvStore, PendingSave } from "./kv-store";
+import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import type { Sampling } from "./types";
 
@@ -131,8 +131,8 @@ interface Job {
   slot: Slot;
   /** Known once the prompt is fitted and the conversation's saved state looked for. */
   inputs?: { plan: Prompter; found?: Found };
-  /** The save of the conversation the slot held, announced at once, captured as the slot is readied. */
-  leaving?: PendingSave;
+  /** The save of the conversation the slot held: announced at once, captured by the loop's next task. */
+  leaving?: Promise<void>;
   /** What the next batch evaluates for it: the prompt's rest, or the reply's last token. */
   pending: readonly Token[];
   maxTokens: number;
@@ -192,7 +192,6 @@ export class Scheduler {
       end: (error) => {
         if (!this.jobs.delete(job)) return;
         job.sampler.dispose();
-        job.leaving?.cancel();
         slot.state = SlotState.Idle;
         turn.signal.removeEventListener("abort", onAbort);
         // A slot no longer Preparing may free prompts waiting for it.
@@ -204,8 +203,17 @@ export class Scheduler {
     slot.state = SlotState.Preparing;
     const { kv } = this;
     // Announced now: that conversation's next turn, arriving on another slot before this one is
-    // readied, waits for the state instead of loading an older one (kv-store.ts).
-    if (kv && slot.transcript && slot.transcript.key !== turn.key && !slot.saved) job.leaving = kv.save(slot.transcript);
+    // readied, waits for the state instead of loading an older one (kv-store.ts). Captured as the
+    // loop's next task, while the prompt is still being fitted: the prompt then waits only for the
+    // load and the erase.
+    const held = slot.transcript;
+    if (kv && held && held.key !== turn.key && !slot.saved) {
+      const save = kv.save(held);
+      job.leaving = this.perform(async () => {
+        await save.capture(slot.sequence);
+        if (slot.transcript === held) slot.saved = true;
+      });
+    }
     // States are swapped only when the slot holds another conversation.
     const found = kv && turn.key !== undefined && slot.transcript?.key !== turn.key ? kv.find(turn.key) : undefined;
     // Known at once, the prompt is readied before the next batch.
@@ -335,8 +343,8 @@ export class Scheduler {
     const { sequence } = slot;
     const { plan, found } = job.inputs!;
     try {
-      if (job.leaving) await job.leaving.capture(sequence);
-      job.leaving = undefined;
+      // Done already: tasks come before slots are readied.
+      await job.leaving;
       if (found && this.kv) {
         slot.transcript = await this.kv.load(sequence, found);
         slot.saved = slot.transcript !== undefined;
