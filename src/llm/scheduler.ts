@@ -146,6 +146,9 @@ interface Job {
 
 type Batch = { job: Job; tokens: readonly Token[] }[];
 
+/** A Preparing slot whose turn's prompt is known: the loop readies it before its next batch. */
+const readyToPrepare = (job: Job) => job.slot.state === SlotState.Preparing && job.inputs !== undefined;
+
 export class Scheduler {
   readonly slots: readonly Slot[];
   private readonly jobs = new Set<Job>();
@@ -300,7 +303,7 @@ export class Scheduler {
 
   /** A task, or a slot to ready: the loop has work that is not a batch. */
   private needsLoop(): boolean {
-    return this.tasks.length > 0 || [...this.jobs].some((job) => job.slot.state === SlotState.Preparing && job.inputs);
+    return this.tasks.length > 0 || [...this.jobs].some(readyToPrepare);
   }
 
   private async loop(): Promise<void> {
@@ -312,7 +315,7 @@ export class Scheduler {
           await task();
           continue;
         }
-        const ready = [...this.jobs].filter((job) => job.slot.state === SlotState.Preparing && job.inputs);
+        const ready = [...this.jobs].filter(readyToPrepare);
         for (const job of ready) await this.ready(job);
         if (ready.length > 0) continue;
         const active = [...this.jobs].filter(({ slot }) => slot.state === SlotState.Prompt || slot.state === SlotState.Replying);
@@ -326,7 +329,7 @@ export class Scheduler {
           this.step++;
           continue;
         }
-        await this.decode(batch, preparing);
+        await this.decode(batch, active);
       }
     } finally {
       this.running = false;
@@ -392,9 +395,9 @@ export class Scheduler {
     return job.pending.length > this.promptChunk ? PROMPT_CHUNK : PROMPT_END;
   }
 
-  /** @param preparing some slot is still Preparing: the batch need not hold every job to step */
-  private async decode(batch: Batch, preparing: boolean): Promise<void> {
-    if (this.steady(batch, preparing)) return await this.decodeSteps(batch.map(({ job }) => job));
+  /** @param active the jobs past Preparing: a batch of all of them, all replying, may step */
+  private async decode(batch: Batch, active: readonly Job[]): Promise<void> {
+    if (this.steady(batch, active)) return await this.decodeSteps(batch.map(({ job }) => job));
     const entries: BatchEntry[] = batch.map(({ job, tokens }) => ({
       sequence: job.slot.sequence,
       tokens,
@@ -433,10 +436,10 @@ export class Scheduler {
   }
 
   /** The batch holds every job not Preparing, each a running reply the natives can step. */
-  private steady(batch: Batch, preparing: boolean): boolean {
-    const others = preparing ? [...this.jobs].filter(({ slot }) => slot.state !== SlotState.Preparing).length : this.jobs.size;
-    return batch.length === others && batch.every(({ job }) => job.slot.state === SlotState.Replying && canDecodeSteps(this.context, job.slot.sequence));
+  private steady(batch: Batch, active: readonly Job[]): boolean {
+    return batch.length === active.length && batch.every(({ job }) => job.slot.state === SlotState.Replying && canDecodeSteps(this.context, job.slot.sequence));
   }
+
 
   /**
    * Replies with nothing else to decode beside them: several steps a native call, no more than the
