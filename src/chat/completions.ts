@@ -1,5 +1,5 @@
-import type { FinishReason, ReplyFormat, SamplingRequest, Turn } from "../llm/engine";
-import { type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import type { FinishReason, ReplyFormat, SamplingRequest, ToolCall, ToolRequest, Turn } from "../llm/engine";
+import { type TurnDelta, type TurnReasoning, type TurnRunner, type TurnToolCall, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
   /** Whose request: only this user's earlier requests' KV state is reused. */
@@ -8,6 +8,8 @@ export interface CompletionInput {
   messages: Turn[];
   sampling: SamplingRequest;
   format?: ReplyFormat;
+  /** Tools the reply may call. */
+  tools?: ToolRequest;
   /** Absent: as long as the context allows. */
   maxTokens?: number;
   stop?: readonly string[];
@@ -24,6 +26,8 @@ export interface CompletionResult {
   /** A reasoning model's thought; absent for other models. */
   reasoning?: string;
   finishReason: FinishReason;
+  /** The tools the reply called, after its text; absent when it called none. */
+  toolCalls?: ToolCall[];
   usage: Usage;
   model: string;
 }
@@ -49,18 +53,19 @@ export class CompletionService {
     return engine && { id: engine.modelName, loadedAt: engine.loadedAt };
   }
 
-  /** Yields `start` once admitted, then `reasoning` pieces and `delta`s; undefined when the client left before generation began. */
-  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnReasoning | TurnDelta, CompletionResult | undefined, void> {
+  /** Yields `start` once admitted, then `reasoning` pieces, `delta`s and tool calls; undefined when the client left before generation began. */
+  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnReasoning | TurnDelta | TurnToolCall, CompletionResult | undefined, void> {
     const running = this.runner.begin(input.signal);
     try {
       const { engine } = running;
-      await engine.check({ ...input.sampling, format: input.format });
+      await engine.check({ ...input.sampling, format: input.format, tools: input.tools });
       yield { type: "start", model: engine.modelName };
       const result = yield* running.reply({
         cacheScope: String(input.userId),
         history: input.messages,
         ...input.sampling,
         format: input.format,
+        tools: input.tools,
         maxTokens: input.maxTokens ?? engine.contextSize,
         stop: input.stop,
       });
@@ -69,6 +74,7 @@ export class CompletionService {
           text: result.text,
           ...(result.reasoning !== undefined ? { reasoning: result.reasoning } : {}),
           finishReason: result.finishReason,
+          ...(result.toolCalls ? { toolCalls: result.toolCalls } : {}),
           usage: usageOf(result),
           model: engine.modelName,
         }

@@ -1,5 +1,5 @@
 import { isAbort, Overloaded } from "../errors";
-import type { Engine, FinishReason, GenerateRequest, GenerateResult } from "../llm/engine";
+import type { Engine, FinishReason, GenerateRequest, GenerateResult, ToolCall } from "../llm/engine";
 
 /** The next piece of a reply's answer. */
 export interface TurnDelta {
@@ -11,6 +11,12 @@ export interface TurnDelta {
 export interface TurnReasoning {
   type: "reasoning";
   content: string;
+}
+
+/** A call of a tool the reply made, whole, after its answer's text. */
+export interface TurnToolCall {
+  type: "toolCall";
+  call: ToolCall;
 }
 
 /** A reply's token counts, as both APIs report them. */
@@ -89,7 +95,9 @@ export class RunningTurn {
    * `close()` cancels while it waits for a sequence still ends in a reply: empty and `cancelled`.
    * A consumer that stops early hands the sequence back.
    */
-  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void> {
+  reply(request: Omit<GenerateRequest, "signal" | "tools">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void>;
+  reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning | TurnToolCall, GenerateResult | undefined, void>;
+  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning | TurnToolCall, GenerateResult | undefined, void> {
     const generation = this.engine.generate({ ...request, signal: this.signal });
     let result: GenerateResult | undefined;
     try {
@@ -102,7 +110,8 @@ export class RunningTurn {
           return result;
         }
         this.tokenArrived();
-        yield { type: step.value.kind === "reasoning" ? "reasoning" : "delta", content: step.value.text };
+        const piece = step.value;
+        yield piece.kind === "toolCall" ? { type: "toolCall", call: piece.call } : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
       }
     } catch (error) {
       if (!isAbort(error)) throw error;

@@ -1,5 +1,7 @@
 import type { Server } from "elysia/universal";
 import type { Usage } from "../chat/service";
+import type { TurnDelta, TurnReasoning, TurnToolCall } from "../chat/turn-runner";
+import type { ToolCall } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
@@ -8,11 +10,8 @@ import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
 
-/** A piece of the reply: its answer (`delta`), or a reasoning model's thought before it (`reasoning`). */
-interface ReplyEvent {
-  type: "delta" | "reasoning";
-  content: string;
-}
+/** A piece of the reply: its answer (`delta`), a reasoning model's thought before it (`reasoning`), a call of a tool after it. */
+type ReplyEvent = TurnDelta | TurnReasoning | TurnToolCall;
 
 /** A turn as the chat layer runs it: one `start` once it is admitted, its reply's pieces, its result. */
 export type TurnEvents<Start, Result> = AsyncGenerator<Start | ReplyEvent, Result | undefined, void>;
@@ -25,6 +24,8 @@ export interface Framing<Start, Result> {
   start(start: Start): SseChunk[];
   delta(content: string): SseChunk;
   reasoning(content: string): SseChunk;
+  /** For a protocol whose replies call tools. */
+  toolCall?(call: ToolCall): SseChunk[];
   done(result: Result): SseChunk[];
   error(error: DomainError, requestId: string): SseChunk[];
 }
@@ -103,7 +104,7 @@ export class TurnDriver {
           if (step.value === PING) yield PING;
           else if (isReply(step.value)) {
             meter.token();
-            yield step.value.type === "delta" ? framing.delta(step.value.content) : framing.reasoning(step.value.content);
+            yield* frame(framing, step.value);
           }
         }
       } catch (error) {
@@ -143,5 +144,17 @@ export class TurnDriver {
 
 const isReply = (event: unknown): event is ReplyEvent => {
   const { type } = event as { type?: unknown };
-  return type === "delta" || type === "reasoning";
+  return type === "delta" || type === "reasoning" || type === "toolCall";
 };
+
+function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
+  switch (event.type) {
+    case "delta":
+      return [framing.delta(event.content)];
+    case "reasoning":
+      return [framing.reasoning(event.content)];
+    case "toolCall":
+      if (!framing.toolCall) throw new Error("a reply called a tool on a protocol without tools");
+      return framing.toolCall(event.call);
+  }
+}

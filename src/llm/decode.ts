@@ -9,6 +9,7 @@ import { ReplyText } from "./reply-text";
 import { TextStream } from "./text-stream";
 import type { ReadyPrompt, Scheduler, Turn } from "./scheduler";
 import type { ThoughtMarkers } from "./thought-text";
+import type { ToolCallText } from "./tool-call-text";
 import type { ReplyPiece } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
@@ -23,6 +24,15 @@ export interface DecodeOptions {
   stopStrings?: readonly string[];
   /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
   thought?: ThoughtMarkers;
+  /** The reply may call tools: its calls are told apart from its text (see tool-call-text.ts). */
+  calls?: ToolCallText;
+  /** Special tokens the reply's text shows as this text (a call's opener), though text leaves special tokens out. */
+  shown?: ReadonlyMap<Token, string>;
+  /**
+   * The reply's sampling's lazy grammar: armed when a token ends exactly at a call's opener, so it
+   * holds the text after it. An opener that ends inside a token leaves the call unconstrained.
+   */
+  lazyGrammar?: { armed: boolean };
 }
 
 export interface Decoded {
@@ -46,7 +56,7 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   let prompt: ReadyPrompt | undefined;
   let maxTokens = Infinity;
   const text = new TextStream(turn.slot.sequence.model);
-  const replyText = new ReplyText(options.thought, options.stopStrings ?? []);
+  const replyText = new ReplyText(options.thought, options.stopStrings ?? [], options.calls);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
   const boundaries = [{ tokens: 0, chars: 0 }];
@@ -71,11 +81,18 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
         return false;
       }
       tokens.push(token);
-      take(text.push(token));
+      const shown = options.shown?.get(token);
+      if (shown === undefined) take(text.push(token));
+      else {
+        take(text.flush());
+        take(shown);
+      }
       if (replyText.stoppedAt !== undefined) {
         stopReason = "stop";
         return false;
       }
+      const { lazyGrammar, calls } = options;
+      if (lazyGrammar && !lazyGrammar.armed && calls?.openedAt === spelled.length) lazyGrammar.armed = true;
       if (tokens.length < maxTokens) return true;
       stopReason = "maxTokens";
       return false;

@@ -33,6 +33,10 @@ import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
 import { Scheduler, type PromptPlan, type Slot } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
+import { TemplateChat } from "./template-chat";
+import { ToolCallText } from "./tool-call-text";
+import { callsGrammar } from "./tool-syntax";
+import { callableFunctions, callSchema } from "./tools";
 import {
   type FinishReason,
   type FlashAttentionMode,
@@ -43,6 +47,8 @@ import {
   type ReplyPiece,
   type Sampling,
   samplingOf,
+  type ToolCall,
+  type ToolRequest,
 } from "./types";
 
 export type * from "./types";
@@ -102,8 +108,10 @@ interface Fitting {
 
 export class Engine {
   private disposed = false;
-  /** Each format's grammar, made once: by `check` before a reply starts, used by `generate` after. */
-  private readonly grammars = new WeakMap<ReplyFormat, Promise<LlamaGrammar>>();
+  /** Each format's (or forced tool call's) grammar, made once: by `check` before a reply starts, used by `generate` after. */
+  private readonly grammars = new WeakMap<ReplyFormat | ToolRequest, Promise<LlamaGrammar>>();
+  /** The special tokens that open a call, with their text: the reply's text shows them, so that calls are found. */
+  private readonly callOpeners: ReadonlyMap<Token, string>;
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -119,7 +127,9 @@ export class Engine {
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, "embedded" in the executable, or "prebuilt". */
     readonly natives: string,
-  ) {}
+  ) {
+    this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
+  }
 
   static async load(options: EngineOptions): Promise<Engine> {
     const { modelPath, parallel = 2, gpu = false, queueMax = 64 } = options;
@@ -156,7 +166,7 @@ export class Engine {
         context,
         new SequencePool(scheduler.slots, queueMax),
         scheduler,
-        new PromptRenderer(model, chatWrapper),
+        new PromptRenderer(model, chatWrapper, TemplateChat.of(model)),
         chatStops(model, chatWrapper),
         markers && { markers, hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
@@ -219,36 +229,57 @@ export class Engine {
    * `InvalidInput` naming `logit_bias` (a token the model does not have) or `response_format` (a
    * schema keyword the grammar cannot enforce).
    */
-  async check(request: Pick<GenerateRequest, "logitBias" | "format">): Promise<void> {
+  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools">): Promise<void> {
     const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
     if (outside !== undefined) throw new InvalidInput("logit_bias", `logit_bias names token ${outside}; the model's token ids go from 0 to ${this.vocabularySize - 1}`);
-    if (request.format) await this.grammarFor(request.format);
+    if (request.format && request.tools && request.tools.choice !== "auto") {
+      throw new InvalidInput("response_format", "response_format cannot hold a reply that must call a tool: its arguments follow the tool's parameters");
+    }
+    await this.grammarOf(request);
   }
 
-  private grammarFor(format: ReplyFormat): Promise<LlamaGrammar> {
-    let grammar = this.grammars.get(format);
-    if (grammar) return grammar;
-    // Any object, as a schema: its grammar bounds the whitespace between values, which the free
-    // JSON grammar does not, and a model can loop on whitespace forever.
-    const schema = format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format");
-    grammar = this.jsonGrammar(schema);
-    this.grammars.set(format, grammar);
+  /**
+   * The grammar the reply is held to: its format's, or the calls' when it must call a tool, or when
+   * it may (`auto`) the calls' after their opener; undefined if free.
+   */
+  private grammarOf({ format, tools }: Pick<GenerateRequest, "format" | "tools">): Promise<LlamaGrammar> | undefined {
+    // Every tool's parameters are checked, also when the model may answer without a call.
+    const call = tools && callSchema(callableFunctions(tools), tools.functions, this.prompts.toolSyntax.argumentsKey);
+    const key = call ? tools : format;
+    if (!key) return undefined;
+    let grammar = this.grammars.get(key);
+    if (!grammar) {
+      const syntax = this.prompts.toolSyntax;
+      grammar =
+        key === tools
+          ? // Held from the reply's start (after a thought), or after the opener the model wrote.
+            this.jsonGrammar(call!, (one) => callsGrammar(syntax, one, tools.parallel, tools.choice === "auto"), tools.choice !== "auto")
+          : // Any object, as a schema: its grammar bounds the whitespace between values, which the
+            // free JSON grammar does not, and a model can loop on whitespace forever.
+            this.jsonGrammar(format!.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format!.schema, "response_format"));
+      this.grammars.set(key, grammar);
+    }
     return grammar;
   }
 
-  /** node-llama-cpp's grammar for the schema, bounded (json-schema.ts); after a thought for a model that reasons. */
-  private async jsonGrammar(schema: object): Promise<LlamaGrammar> {
+  /**
+   * node-llama-cpp's grammar for the schema, bounded (json-schema.ts), as the answer `shape` makes
+   * of it; after a thought for a model that reasons, unless it holds only `fromStart` false.
+   */
+  private async jsonGrammar(schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
     // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
-    const answer = boundedJsonGrammar((await this.llama.createGrammarForJsonSchema(schema as never)).grammar);
+    const answer = shape(boundedJsonGrammar((await this.llama.createGrammarForJsonSchema(schema as never)).grammar));
     // A model that reasons first thinks freely, then answers held to the schema.
-    return await this.llama.createGrammar({ grammar: this.thoughts ? thoughtThen(answer, this.thoughts.markers) : answer });
+    return await this.llama.createGrammar({ grammar: this.thoughts && fromStart ? thoughtThen(answer, this.thoughts.markers) : answer });
   }
 
-  /** The request's sampling, held to its format's grammar if it has one. */
+  /** The request's sampling, held to its grammar if it has one: from the start, or once the model opens a call. */
   private async samplingFor(request: GenerateRequest): Promise<Sampling> {
     const sampling = samplingOf(request);
-    if (!request.format) return sampling;
-    return { ...sampling, grammar: new LlamaGrammarEvaluationState({ model: this.model, grammar: await this.grammarFor(request.format) }) };
+    const grammar = this.grammarOf(request);
+    if (!grammar) return sampling;
+    const state = new LlamaGrammarEvaluationState({ model: this.model, grammar: await grammar });
+    return request.tools?.choice === "auto" ? { ...sampling, lazyGrammar: { state, armed: false } } : { ...sampling, grammar: state };
   }
 
   /**
@@ -263,7 +294,8 @@ export class Engine {
     const scope = request.cacheScope;
     const budget = this.promptBudget(request.maxTokens);
     // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
-    const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget) : undefined;
+    const tools = request.tools?.functions ?? [];
+    const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget, tools) : undefined;
     const lease = await this.pool.acquire(key ?? ((slot) => this.prefixScore(slot, statelessPrompt!, budget, scope)), request.signal);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
@@ -273,12 +305,14 @@ export class Engine {
       const sampling = await this.samplingFor(request);
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
-        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget)),
-        opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0)),
+        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, tools)),
+        opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0), tools),
       }))();
       let fit: Fitting | undefined;
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
       const said = { content: "", reasoning: "" };
+      const calls: ToolCall[] = [];
+      const callText = request.tools && new ToolCallText(this.prompts.toolSyntax, new Set(callableFunctions(request.tools).map((fn) => fn.name)));
 
       const decoded = yield* bridge<ReplyPiece, Decoded>((emit) => {
         running = decode(
@@ -295,10 +329,17 @@ export class Engine {
             signal,
             maxTokens: request.maxTokens,
           },
-          { endsReply: this.stops.endsReply, stopStrings: [...this.stops.texts, ...(request.stop ?? [])], thought: this.thoughts?.markers },
+          {
+            endsReply: this.stops.endsReply,
+            stopStrings: [...this.stops.texts, ...(request.stop ?? [])],
+            thought: this.thoughts?.markers,
+            ...(callText ? { calls: callText, shown: this.callOpeners } : {}),
+            ...(sampling.lazyGrammar ? { lazyGrammar: sampling.lazyGrammar } : {}),
+          },
           (piece) => {
-            if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
-            said[piece.kind] += piece.text;
+            if (piece.kind === "toolCall") calls.push(piece.call);
+            else if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
+            else said[piece.kind] += piece.text;
             emit(piece);
           },
         );
@@ -322,6 +363,7 @@ export class Engine {
         promptTokens: tokens.length,
         cachedTokens: decoded.prompt?.cachedTokens ?? 0,
         completionTokens: decoded.tokens.length,
+        ...(calls.length > 0 ? { toolCalls: calls } : {}),
         // Rendered on demand: detokenizing the whole history on every turn would be work no caller needs.
         get prompt() {
           return model.detokenize(tokens, true);
@@ -398,7 +440,7 @@ export class Engine {
 
   /** What the sequence now holds, if the reply renders back as exactly its text. */
   private transcriptAfter(key: string, fitted: FittedPrompt, prompt: readonly Token[], reply: Decoded["spelled"]): Transcript | undefined {
-    const text = this.prompts.withReply(fitted.history, reply.text);
+    const text = this.prompts.withReply(fitted, reply.text);
     return isReplyOf(fitted.text, text, reply.text) ? { key, text, tokens: [...prompt, ...reply.tokens] } : undefined;
   }
 
@@ -423,6 +465,16 @@ function finishReason(stop: StopReason): FinishReason {
     case "stop":
       return "stop";
   }
+}
+
+/** Those of `texts` that are one special token of the model, which detokenizes to nothing as text. */
+function specialTokensOf(model: LlamaModel, texts: readonly string[]): ReadonlyMap<Token, string> {
+  const special = new Map<Token, string>();
+  for (const text of texts) {
+    const tokens = model.tokenize(text, true);
+    if (tokens.length === 1 && model.detokenize(tokens, false) === "") special.set(tokens[0]!, text);
+  }
+  return special;
 }
 
 /** The KV cache is optional: one that cannot open (e.g. on a full disk) leaves the engine without it. */

@@ -13,14 +13,18 @@
  * renders and turns (token-cache.ts), and the event loop gets a turn between two tokenizations, so
  * one long conversation cannot stall every other request.
  */
-import type { ChatHistoryItem, ChatModelSegment, ChatWrapper, LlamaModel, LlamaText, Token, Tokenizer } from "node-llama-cpp";
+import { type ChatHistoryItem, type ChatModelSegment, type ChatWrapper, type LlamaModel, LlamaText, type Token, type Tokenizer } from "node-llama-cpp";
+import type { TemplateChat } from "./template-chat";
+import type { ToolSyntax } from "./tool-syntax";
 import { cachingTokenizer } from "./token-cache";
-import type { Turn } from "./types";
+import type { ToolFunction, Turn } from "./types";
 
 export interface FittedPrompt {
   /** The history that fits, oldest turns dropped if needed. */
-  history: ChatHistoryItem[];
-  /** `history` rendered with the chat template, ending with the open assistant turn. */
+  turns: readonly Turn[];
+  /** The tools the prompt shows the model. */
+  tools: readonly ToolFunction[];
+  /** `turns` rendered with the chat template, ending with the open assistant turn. */
   text: LlamaText;
   /** `text` tokenized. */
   tokens: Token[];
@@ -52,10 +56,17 @@ export class PromptRenderer {
   constructor(
     private readonly model: LlamaModel,
     private readonly chatWrapper: ChatWrapper,
+    /** Renders conversations with tools (the wrapper renders the others). */
+    private readonly templateChat: TemplateChat,
   ) {
     this.tokenizer = cachingTokenizer(model.tokenizer, CACHE_TOKENS);
     this.maxTokenBytes = longestTokenBytes(model);
     this.thoughts = chatWrapper.settings.segments?.thought !== undefined;
+  }
+
+  /** How the model writes tool calls. */
+  get toolSyntax(): ToolSyntax {
+    return this.templateChat.syntax;
   }
 
   /**
@@ -69,24 +80,24 @@ export class PromptRenderer {
     return (tokens + 1) * this.maxTokenBytes;
   }
 
-  /** Fits `turns` into at most `budget` prompt tokens. */
-  async fit(turns: readonly Turn[], budget: number): Promise<FittedPrompt> {
+  /** Fits `turns` (and `tools`, shown whole) into at most `budget` prompt tokens. */
+  async fit(turns: readonly Turn[], budget: number, tools: readonly ToolFunction[] = []): Promise<FittedPrompt> {
     const reachable = withinReach(turns, this.historyChars(budget));
-    const items = reachable.map((turn) => this.historyItem(turn));
-    const whole = await this.render(items);
+    const render = (kept: readonly Turn[]) => this.render(kept, tools);
+    const whole = await render(reachable);
     if (whole.tokens.length <= budget) return whole;
 
-    // Outside the contract (the new user message comes last): nothing sensible to cut.
+    // Outside the contract (the new user message, or a tool's result, comes last): nothing sensible to cut.
     const newest = reachable.at(-1);
-    if (newest?.role !== "user") return whole;
+    if (newest?.role !== "user" && newest?.role !== "tool") return whole;
 
     const pinned = leadingSystemCount(reachable);
-    const head = items.slice(0, pinned);
-    const dialogue = items.slice(pinned);
+    const head = reachable.slice(0, pinned);
+    const dialogue = reachable.slice(pinned);
     const last = dialogue.length - 1;
 
     // Start the kept window at a user turn, so the model never sees a reply without its question.
-    const starts = dialogue.flatMap((item, i) => (i > 0 && item.type === "user" ? [i] : []));
+    const starts = dialogue.flatMap((turn, i) => (i > 0 && turn.role === "user" ? [i] : []));
     if (starts.at(-1) !== last) starts.push(last);
 
     // Fewer turns never render to more tokens, so the earliest fitting start is found by bisection.
@@ -95,7 +106,7 @@ export class PromptRenderer {
     let best: FittedPrompt | undefined;
     while (lo <= hi) {
       const mid = (lo + hi) >> 1;
-      const candidate = await this.render([...head, ...dialogue.slice(starts[mid])]);
+      const candidate = await render([...head, ...dialogue.slice(starts[mid])]);
       if (candidate.tokens.length <= budget) {
         best = candidate;
         hi = mid - 1;
@@ -108,15 +119,15 @@ export class PromptRenderer {
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
     // the two cannot share the context at all.
     return (
-      (await this.truncateLast(head, newest, budget)) ??
-      (await this.truncateLast([], newest, budget)) ??
-      (await this.render([{ type: "user", text: "" }]))
+      (await this.truncateLast(head, newest, budget, tools)) ??
+      (await this.truncateLast([], newest, budget, tools)) ??
+      (await render([{ role: "user", content: "" }]))
     );
   }
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */
-  private async truncateLast(before: ChatHistoryItem[], turn: Turn, budget: number): Promise<FittedPrompt | undefined> {
-    const withText = (content: string) => this.render([...before, this.historyItem({ ...turn, content })]);
+  private async truncateLast(before: readonly Turn[], turn: Turn, budget: number, tools: readonly ToolFunction[]): Promise<FittedPrompt | undefined> {
+    const withText = (content: string) => this.render([...before, { ...turn, content }], tools);
 
     const overhead = (await withText("")).tokens.length;
     if (overhead > budget) return undefined;
@@ -139,11 +150,11 @@ export class PromptRenderer {
    * the template's opening and those turns, up to where the first user text would start. The
    * common part of two renderings with different user texts; remembered per `turns`.
    */
-  async opening(turns: readonly Turn[]): Promise<readonly Token[]> {
-    const key = JSON.stringify(turns);
+  async opening(turns: readonly Turn[], tools: readonly ToolFunction[] = []): Promise<readonly Token[]> {
+    const key = JSON.stringify([turns, tools]);
     let opening = this.openings.get(key);
     if (opening === undefined) {
-      const probe = (text: string) => this.render([...turns.map((turn) => this.historyItem(turn)), { type: "user", text }]);
+      const probe = (content: string) => this.render([...turns, { role: "user", content }], tools);
       const [a, b] = await Promise.all([probe("a"), probe("b")]);
       opening = a.tokens.slice(0, sharedPrefix(a.tokens, b.tokens));
       // Few distinct ones (the operator's system prompt, none): a bound only against misuse.
@@ -153,9 +164,19 @@ export class PromptRenderer {
     return opening;
   }
 
-  /** `history` followed by the assistant's `reply`, rendered as the template shows a reply in progress. */
-  withReply(history: readonly ChatHistoryItem[], reply: string): LlamaText {
+  /**
+   * The prompt followed by the assistant's `reply`, rendered as the template shows a reply in
+   * progress. A template renders a conversation with tools only up to where a reply begins: the
+   * reply in progress is the prompt and the reply's text.
+   */
+  withReply(fitted: Pick<FittedPrompt, "turns" | "tools" | "text">, reply: string): LlamaText {
+    if (withTools(fitted.turns, fitted.tools)) return LlamaText([...fitted.text.values, reply]);
+    return this.wrapped(fitted.turns, reply);
+  }
+
+  private wrapped(turns: readonly Turn[], reply: string): LlamaText {
     const response = reply === "" ? [] : [reply];
+    const history = turns.map((turn) => this.historyItem(turn));
     return this.chatWrapper.generateContextState({ chatHistory: [...history, { type: "model", response }] }).contextText;
   }
 
@@ -170,6 +191,8 @@ export class PromptRenderer {
       case "system":
         return { type: "system", text: turn.content };
       case "user":
+      case "tool":
+        // A tool's result reaches the wrapper only in a history with tools, which goes to the template.
         return { type: "user", text: turn.content };
       case "assistant": {
         const thought: ChatModelSegment[] =
@@ -179,10 +202,10 @@ export class PromptRenderer {
     }
   }
 
-  private async render(history: ChatHistoryItem[]): Promise<FittedPrompt> {
+  private async render(turns: readonly Turn[], tools: readonly ToolFunction[]): Promise<FittedPrompt> {
     // The empty model turn renders the assistant's opening, where generation starts.
-    const text = this.withReply(history, "");
-    return { history, text, tokens: await this.tokenize(text) };
+    const text = withTools(turns, tools) ? this.templateChat.render(turns, tools) : this.wrapped(turns, "");
+    return { turns, tools, text, tokens: await this.tokenize(text) };
   }
 
   /**
@@ -226,6 +249,11 @@ function withinReach(turns: readonly Turn[], maxChars: number): readonly Turn[] 
   let chars = 0;
   while (start > pinned && chars < maxChars) chars += turns[--start]!.content.length;
   return start === pinned ? turns : [...turns.slice(0, pinned), ...turns.slice(start)];
+}
+
+/** Whether the conversation has tools in it, which the model's template renders (template-chat.ts). */
+function withTools(turns: readonly Turn[], tools: readonly ToolFunction[]): boolean {
+  return tools.length > 0 || turns.some((turn) => turn.role === "tool" || (turn.toolCalls?.length ?? 0) > 0);
 }
 
 function leadingSystemCount(turns: readonly Turn[]): number {

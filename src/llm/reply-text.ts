@@ -1,10 +1,12 @@
 /**
  * The generated text as a client is shown it: the thought apart from the answer (thought-text.ts),
- * and the answer cut where a stop string begins (stop-text.ts). Stop strings apply to the answer
- * only: a thought may mention one without ending the reply.
+ * the answer's tool calls apart from its text (tool-call-text.ts), and the text cut where a stop
+ * string begins (stop-text.ts). Stop strings apply to the answer's text only: a thought or a
+ * call's arguments may hold one without ending the reply.
  */
 import { StopText } from "./stop-text";
 import { type PlacedPiece, type ThoughtMarkers, ThoughtText } from "./thought-text";
+import type { SplitText, ToolCallText } from "./tool-call-text";
 import type { ReplyPiece } from "./types";
 
 export class ReplyText {
@@ -16,7 +18,12 @@ export class ReplyText {
   private readonly starts: { answer: number; at: number }[] = [];
   private answerLength = 0;
 
-  constructor(markers: ThoughtMarkers | undefined, stops: readonly string[]) {
+  constructor(
+    markers: ThoughtMarkers | undefined,
+    stops: readonly string[],
+    /** Present when the reply may call tools. */
+    private readonly calls?: ToolCallText,
+  ) {
     this.thought = markers && new ThoughtText(markers);
     this.stops = new StopText(stops);
   }
@@ -28,9 +35,10 @@ export class ReplyText {
     return this.show(this.thought ? this.thought.push(text) : [{ kind: "content", text, at }]);
   }
 
-  /** At the reply's end: what was held and turned out to be neither a marker nor a stop. */
+  /** At the reply's end: what was held and turned out to be neither a marker, a call nor a stop. */
   flush(): ReplyPiece[] {
     const shown = this.show(this.thought?.flush() ?? []);
+    if (this.calls) shown.push(...this.answer(this.calls.flush()));
     const rest = this.stops.flush();
     if (rest !== "") shown.push({ kind: "content", text: rest });
     return shown;
@@ -47,17 +55,25 @@ export class ReplyText {
   private show(pieces: readonly PlacedPiece[]): ReplyPiece[] {
     const shown: ReplyPiece[] = [];
     for (const { kind, text, at } of pieces) {
-      if (kind === "reasoning") {
-        shown.push({ kind, text });
-        continue;
-      }
+      if (kind === "reasoning") shown.push({ kind, text });
+      else shown.push(...this.answer(this.calls ? this.calls.push(text, at) : { content: text, at, calls: [] }));
+    }
+    return shown;
+  }
+
+  /** The answer's text through the stop strings, then its calls. */
+  private answer({ content, at, calls }: SplitText): ReplyPiece[] {
+    const shown: ReplyPiece[] = [];
+    if (content !== "") {
       const last = this.starts.at(-1);
       // A piece that continues the previous one in the generated text needs no entry of its own.
       if (last === undefined || last.at + this.answerLength - last.answer !== at) this.starts.push({ answer: this.answerLength, at });
-      this.answerLength += text.length;
-      const visible = this.stops.push(text);
-      if (visible !== "") shown.push({ kind, text: visible });
+      this.answerLength += content.length;
+      const visible = this.stops.push(content);
+      if (visible !== "") shown.push({ kind: "content", text: visible });
     }
+    // A stop string before the calls ended the reply there.
+    if (this.stops.stoppedAt === undefined) for (const call of calls) shown.push({ kind: "toolCall", call });
     return shown;
   }
 }

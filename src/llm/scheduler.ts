@@ -398,11 +398,11 @@ export class Scheduler {
   /** @param active the jobs past Preparing: a batch of all of them, all replying, may step */
   private async decode(batch: Batch, active: readonly Job[]): Promise<void> {
     if (this.steady(batch, active)) return await this.decodeSteps(batch.map(({ job }) => job));
-    const entries: BatchEntry[] = batch.map(({ job, tokens }) => ({
-      sequence: job.slot.sequence,
-      tokens,
-      sampler: tokens.length === job.pending.length ? job.sampler : undefined,
-    }));
+    const entries: BatchEntry[] = batch.map(({ job, tokens }) => {
+      const samples = tokens.length === job.pending.length;
+      if (samples) job.sampler.prepare();
+      return { sequence: job.slot.sequence, tokens, sampler: samples ? job.sampler : undefined };
+    });
     let sampled: (Token | undefined)[];
     try {
       sampled = await decodeBatch(this.context, entries);
@@ -430,14 +430,22 @@ export class Scheduler {
     }
   }
 
+  /** Hands a sampled token to its reply, which may arm a lazy grammar for the next (see `Sampler.prepare`). */
   private give(job: Job, token: Token): boolean {
     job.given++;
+    job.sampler.sampled(token);
     return job.turn.onToken(token);
   }
 
-  /** The batch holds every job not Preparing, each a running reply the natives can step. */
+  /**
+   * The batch holds every job not Preparing, each a running reply the natives can step, none whose
+   * sampler may still change between two of its tokens (a lazy grammar not yet armed).
+   */
   private steady(batch: Batch, active: readonly Job[]): boolean {
-    return batch.length === active.length && batch.every(({ job }) => job.slot.state === SlotState.Replying && canDecodeSteps(this.context, job.slot.sequence));
+    return (
+      batch.length === active.length &&
+      batch.every(({ job }) => job.slot.state === SlotState.Replying && job.sampler.settled && canDecodeSteps(this.context, job.slot.sequence))
+    );
   }
 
 

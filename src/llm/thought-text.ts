@@ -8,7 +8,7 @@
  * (a model explaining `<think>` tags, say), as llama-server's reasoning parsers read it too.
  */
 import { type ChatWrapper, LlamaText } from "node-llama-cpp";
-import type { ReplyPiece } from "./types";
+import type { TextPiece } from "./types";
 
 export interface ThoughtMarkers {
   /** Opens the thought at the reply's start; absent when the template opens it in the prompt. */
@@ -35,7 +35,7 @@ export function thoughtMarkersOf(chatWrapper: ChatWrapper): ThoughtMarkers | und
 }
 
 /** A piece and where its text starts in the generated text (markers and trimmed whitespace are in none). */
-export interface PlacedPiece extends ReplyPiece {
+export interface PlacedPiece extends TextPiece {
   at: number;
 }
 
@@ -115,7 +115,7 @@ export class ThoughtText {
   }
 
   /** Releases the first `length` held characters as one piece. */
-  private take(length: number, kind: ReplyPiece["kind"], out: PlacedPiece[]): void {
+  private take(length: number, kind: TextPiece["kind"], out: PlacedPiece[]): void {
     if (length > 0) out.push({ kind, text: this.held.slice(0, length), at: this.offset });
     this.skip(length);
   }

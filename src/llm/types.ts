@@ -1,16 +1,24 @@
 /** The engine's public vocabulary: what the chat service sends in and gets back. */
 import type { LlamaGrammarEvaluationState } from "node-llama-cpp";
 import type { ConversationRole, FinishReason } from "../vocabulary";
+import type { ToolCall, ToolRequest } from "./tools";
 
 export type { FinishReason } from "../vocabulary";
+export type { ToolCall, ToolChoice, ToolFunction, ToolRequest } from "./tools";
 
-export type Role = "system" | ConversationRole;
+/** `tool`: a tool's result, answering an assistant turn's call. */
+export type Role = "system" | ConversationRole | "tool";
 
 export interface Turn {
   role: Role;
   content: string;
   /** An assistant turn's thought, apart from its answer: the chat template decides whether the model sees it again. */
   reasoning?: string;
+  /** An assistant turn's calls of tools, after its content. */
+  toolCalls?: readonly ToolCall[];
+  /** A tool turn: the id of the call it answers, and the function's name. */
+  toolCallId?: string;
+  name?: string;
 }
 
 /**
@@ -61,6 +69,11 @@ export interface Sampling {
   logitBias?: ReadonlyMap<number, number>;
   /** Only tokens that keep the reply within the grammar (a `ReplyFormat`); the reply's own state of it. */
   grammar?: LlamaGrammarEvaluationState;
+  /**
+   * A grammar the reply is held to once it is `armed`, from the next token on: a tool call's, armed
+   * by decoding when the model has written the call's opener (as llama-server's lazy grammars).
+   */
+  lazyGrammar?: { readonly state: LlamaGrammarEvaluationState; armed: boolean };
 }
 
 /** What a reply must be: one JSON object, or JSON valid against a schema (json-schema.ts says which schemas). */
@@ -129,8 +142,10 @@ export interface GenerateRequest {
   maxTokens: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */
   stop?: readonly string[];
-  /** Held to it token by token: see `Engine.checkFormat`, which refuses what cannot be held. */
+  /** Held to it token by token: see `Engine.check`, which refuses what cannot be held. */
   format?: ReplyFormat;
+  /** Tools the reply may call (see tools.ts); `Engine.check` refuses what cannot be held. */
+  tools?: ToolRequest;
   /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
   seed?: number;
   signal?: AbortSignal;
@@ -150,10 +165,20 @@ export interface GenerateResult {
   completionTokens: number;
   /** The prompt as evaluated (after trimming to fit the context), special tokens rendered as text. */
   prompt: string;
+  /** The tools the reply called, after its `text`; absent when it called none. */
+  toolCalls?: ToolCall[];
 }
 
 /** A piece of a reply's text: its answer, or the model's reasoning (a thought) before it. */
-export interface ReplyPiece {
+export interface TextPiece {
   kind: "content" | "reasoning";
   text: string;
 }
+
+/** A call of a tool the reply made, whole: it follows the reply's content. */
+export interface ToolCallPiece {
+  kind: "toolCall";
+  call: ToolCall;
+}
+
+export type ReplyPiece = TextPiece | ToolCallPiece;

@@ -85,6 +85,8 @@ export interface SamplerConfig {
   logitBias?: ReadonlyMap<number, number>;
   /** A `LlamaGrammarEvaluationState`: the sampler keeps the reply within its grammar. */
   grammar?: object;
+  /** A grammar state that holds once `armed` (a tool call's opener written), from the next token on. */
+  lazyGrammar?: { readonly state: object; armed: boolean };
 }
 
 /**
@@ -93,19 +95,53 @@ export interface SamplerConfig {
  */
 export class Sampler {
   readonly native: AddonSampler;
+  /** The last tokens sampled, as many as the penalties count: given again when the configuration changes. */
+  private readonly recent: Token[] = [];
+  private constrained = false;
 
-  constructor(context: LlamaContext, model: LlamaModel, { temperature, topK, topP, minP, seed, penalties, logitBias, grammar }: SamplerConfig) {
+  constructor(
+    context: LlamaContext,
+    model: LlamaModel,
+    private readonly config: SamplerConfig,
+  ) {
     const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
     this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
-    this.native.applyConfig({
+    this.native.applyConfig(this.nativeConfig(config.grammar));
+  }
+
+  /** Whether the configuration stays as it is: none waits for its lazy grammar to be armed. */
+  get settled(): boolean {
+    return this.config.lazyGrammar === undefined || this.constrained;
+  }
+
+  /** Notes a token the sampler sampled (the scheduler gives each one to its reply). */
+  sampled(token: Token): void {
+    const window = this.config.penalties?.window ?? 0;
+    if (window === 0) return;
+    this.recent.push(token);
+    if (this.recent.length > window) this.recent.shift();
+  }
+
+  /** Before the next token is sampled: a lazy grammar armed since holds from now on. */
+  prepare(): void {
+    const lazy = this.config.lazyGrammar;
+    if (!lazy?.armed || this.constrained) return;
+    this.constrained = true;
+    // Every field again: the addon drops what a configuration leaves out. The penalties' history
+    // given again is the one the addon holds, so it carries on.
+    this.native.applyConfig(this.nativeConfig(lazy.state));
+  }
+
+  private nativeConfig(grammar: object | undefined) {
+    const { temperature, topK, topP, minP, seed, penalties, logitBias } = this.config;
+    return {
       temperature,
       minP,
       topK,
       topP,
       seed,
       ...(penalties && {
-        // The addon reads the other penalty fields only beside this one: no tokens yet.
-        repeatPenaltyTokens: new Uint32Array(0),
+        repeatPenaltyTokens: Uint32Array.from(this.recent),
         repeatPenalty: penalties.repeat,
         repeatPenaltyMaxTokens: penalties.window,
         repeatPenaltyPresencePenalty: penalties.presence,
@@ -113,7 +149,7 @@ export class Sampler {
       }),
       ...(logitBias && { tokenBiasKeys: Uint32Array.from(logitBias.keys()), tokenBiasValues: Float32Array.from(logitBias.values()) }),
       ...(grammar && { grammarEvaluationState: grammarStateOf(grammar) }),
-    });
+    };
   }
 
   dispose(): void {

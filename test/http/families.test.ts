@@ -5,6 +5,8 @@ import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateResult } from "../../src/llm/engine";
 import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/gguf/families";
+import { describeTools, pythonJson } from "../../src/llm/template-chat";
+import { toolSyntaxOf } from "../../src/llm/tool-syntax";
 import { allowSlowTests, bearer, type Generation, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
 
 allowSlowTests();
@@ -108,13 +110,14 @@ for (const preset of FAMILY_PRESETS) {
           body: JSON.stringify({ model: "any", temperature: 0, messages: [{ role: "user", content: "Hello there!" }], ...body }),
         });
       const whole = ((await (await completion({})).json()) as ChatCompletion).choices[0]!.message;
-      const words = whole.content.split(" ");
+      const content = whole.content!;
+      const words = content.split(" ");
       expect(words.length).toBeGreaterThanOrEqual(4);
       expect(words[1]!.length).toBeGreaterThanOrEqual(2);
       // Each word is a token of its own, with its space in front: from inside the second word to
       // inside the fourth ("m happy t" of "I am happy to help you.") is part of three tokens.
-      const stop = whole.content.slice(words[0]!.length + 2, words.slice(0, 3).join(" ").length + 2);
-      const expected = whole.content.slice(0, whole.content.indexOf(stop));
+      const stop = content.slice(words[0]!.length + 2, words.slice(0, 3).join(" ").length + 2);
+      const expected = content.slice(0, content.indexOf(stop));
 
       const cut = ((await (await completion({ stop: [stop] })).json()) as ChatCompletion).choices[0]!;
       expect(cut.finish_reason).toBe("stop");
@@ -170,6 +173,72 @@ for (const preset of FAMILY_PRESETS) {
       expect(third.prompt.startsWith(second.prompt)).toBe(true);
       const usage = replies[1]!.usage;
       expect(replies[2]!.usage.cached_tokens).toBe(family.thinks ? usage.prompt_tokens : usage.prompt_tokens + usage.completion_tokens);
+    });
+
+    test("with tools: the prompt is the template's rendering of the calls, results and tools; a forced call comes back as tool_calls, no markup in content", async () => {
+      const parameters = { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"] };
+      const tool = { type: "function", function: { name: "get_weather", description: "The weather in a city", parameters } };
+      // Nine letters and digits: an id Mistral's template takes as it is.
+      const call = { id: "abcDEF123", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } };
+      const messages = [
+        { role: "user", content: "What is the weather in Paris?" },
+        { role: "assistant", content: "", tool_calls: [call] },
+        { role: "tool", tool_call_id: call.id, content: '{"temp": 20}' },
+        { role: "assistant", content: "It is warm." },
+        { role: "user", content: "And in Rome?" },
+      ];
+      const response = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { ...bearer(key), "content-type": "application/json" },
+        body: JSON.stringify({ model: "any", temperature: 0, messages, tools: [tool], tool_choice: { type: "function", function: { name: "get_weather" } }, parallel_tool_calls: false }),
+      });
+      const body = await response.text();
+      expect({ status: response.status, body }).toEqual({ status: 200, body });
+      const { message, finish_reason } = (JSON.parse(body) as ChatCompletion).choices[0]!;
+      expect(finish_reason).toBe("tool_calls");
+      expect(message.content).toBeNull();
+      expect(message.tool_calls).toHaveLength(1);
+      const [made] = message.tool_calls!;
+      expect(made!.function.name).toBe("get_weather");
+      expect(Object.keys(JSON.parse(made!.function.arguments) as object)).toEqual(["city"]);
+      expectClean(message.reasoning_content ?? "");
+
+      // The template given OpenAI's messages and tools, as llama-server's --jinja gives them; a
+      // template that shows no tools gets them described in the system prompt, calls and results
+      // written in Hermes' form (docs/API.md).
+      const template = model.fileInfo.metadata.tokenizer.chat_template!;
+      const native = toolSyntaxOf(template).native;
+      const args = { city: "Paris" };
+      const shown = native
+        ? [
+            messages[0],
+            { role: "assistant", content: "", tool_calls: [{ ...call, function: { name: "get_weather", arguments: args } }] },
+            { role: "tool", tool_call_id: call.id, name: "get_weather", content: '{"temp": 20}' },
+            ...messages.slice(3),
+          ]
+        : [
+            { role: "system", content: describeTools([{ name: "get_weather", description: "The weather in a city", parameters }]) },
+            messages[0],
+            { role: "assistant", content: `<tool_call>\n${pythonJson({ name: "get_weather", arguments: args })}\n</tool_call>` },
+            { role: "user", content: '<tool_response>\n{"temp": 20}\n</tool_response>' },
+            ...messages.slice(3),
+          ];
+      const bos = model.tokens.bosString ?? "";
+      const render = (list: unknown[]) =>
+        new Template(template).render({ messages: list, ...(native ? { tools: [tool] } : {}), add_generation_prompt: true, bos_token: bos, eos_token: model.tokens.eosString ?? "" });
+      let text: string;
+      try {
+        text = render(shown);
+      } catch {
+        // Gemma's template has no system role: the description opens the first user message.
+        const [system, user, ...rest] = shown as { content: string }[];
+        text = render([{ ...user, content: `${system!.content}\n\n${user!.content}` }, ...rest]);
+      }
+      if (model.tokens.shouldPrependBosToken && bos !== "" && !text.startsWith(bos)) text = bos + text;
+      const reference = model.tokenize(text, true);
+      const generated = generations.at(-1)!.result;
+      expect(generated.promptTokens).toBe(reference.length);
+      expect(generated.prompt).toBe(model.detokenize(reference, true));
     });
   });
 }

@@ -53,13 +53,13 @@ describe("conformance", () => {
     const history: OpenAI.ChatCompletionMessageParam[] = [...hello, { role: "assistant", content: [{ type: "refusal", refusal: "I cannot." }] }, { role: "user", content: "Why?" }];
     const followUp = await client.chat.completions.create({ model: "any", messages: history, temperature: 0 });
     expect(followUp.choices[0]!.message.content).toBeString();
-    expect(await refusedParam({ messages: [{ role: "user", content: [{ type: "refusal", refusal: "no" }] }] } as never)).toBe("messages");
+    expect(await refusedParam({ messages: [{ role: "user", content: [{ type: "refusal", refusal: "no" }] }] } as never)).toBe("messages[0]");
   });
 });
 
 describe("refused, never ignored", () => {
   test.each([
-    ["tools", { tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object" } } }] }],
+    ["tools[0].function.parameters", { tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { code: { type: "string", pattern: "^a" } } } } }] }],
     ["tool_choice", { tool_choice: "required" }],
     ["functions", { functions: [{ name: "lookup" }] }],
     ["response_format", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a" } } } }],

@@ -182,7 +182,7 @@ describe("the OpenAI API", () => {
       // The thought as ever; the answer is the JSON alone (its free strings may hold any text).
       expectNoMarkers(message.reasoning_content!);
       expect(message.content).toStartWith("{");
-      const answer = JSON.parse(message.content) as { mood: unknown; score: unknown };
+      const answer = JSON.parse(message.content!) as { mood: unknown; score: unknown };
       expect(Object.keys(answer)).toEqual(["mood", "score"]);
       expect([typeof answer.mood, Number.isInteger(answer.score)]).toEqual(["string", true]);
     }

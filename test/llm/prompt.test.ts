@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { getLlama, type Llama, type LlamaModel, resolveChatWrapper } from "node-llama-cpp";
 import { PromptRenderer } from "../../src/llm/prompt";
+import { TemplateChat } from "../../src/llm/template-chat";
 import { cachingTokenizer } from "../../src/llm/token-cache";
 import type { Turn } from "../../src/llm/types";
 import { presetModel, type Random, withSeed } from "../support";
@@ -12,7 +13,7 @@ let prompts: PromptRenderer;
 beforeAll(async () => {
   llama = await getLlama({ gpu: false, build: "never" });
   model = await llama.loadModel({ modelPath: await presetModel("demo"), vocabOnly: true });
-  prompts = new PromptRenderer(model, resolveChatWrapper(model));
+  prompts = new PromptRenderer(model, resolveChatWrapper(model), TemplateChat.of(model));
 });
 afterAll(() => llama.dispose());
 
@@ -81,9 +82,9 @@ describe("PromptRenderer", () => {
       expect(fitted.tokens.length).toBeLessThanOrEqual(budget);
       expect(fitted.tokens).toEqual(fitted.text.tokenize(model.tokenizer));
 
-      const kept = history.slice(-fitted.history.length);
+      const kept = history.slice(-fitted.turns.length);
       expect(kept[0]!.role).toBe("user");
-      expect(fitted.history.map((item) => (item.type === "user" ? item.text : item.type === "model" ? item.response[0] : ""))).toEqual(kept.map((turn) => turn.content));
+      expect(fitted.turns).toEqual(kept);
       expect(kept.reduce((chars, turn) => chars + turn.content.length, 0)).toBeLessThan(prompts.historyChars(budget));
     }),
   );

@@ -13,7 +13,10 @@ interface Split {
 }
 
 const joined = (pieces: readonly ReplyPiece[], into: Split = { reasoning: "", content: "" }): Split => {
-  for (const piece of pieces) into[piece.kind] += piece.text;
+  for (const piece of pieces) {
+    if (piece.kind === "toolCall") throw new Error("no reply here calls a tool");
+    into[piece.kind] += piece.text;
+  }
   return into;
 };
 

@@ -40,6 +40,7 @@ describe("mixed load on several sequences", () => {
         nativeClients: 6,
         openaiClients: 4,
         structuredClients: 2,
+        toolClients: 2,
         durationMs: DURATION_MS,
         deadlineMs: 30_000,
         random,
@@ -49,6 +50,7 @@ describe("mixed load on several sequences", () => {
       // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
       for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
       expect((result.ok["structured"] ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
+      expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
       expect(result.cachedTokens).toBeGreaterThan(0);
       expect(await server.stop()).toBe(0);
     }), 60_000);

@@ -3,9 +3,11 @@
  * one request at a time after a random pause, messages and reply lengths drawn at random, some
  * streams cancelled by the client after a few deltas; native-API clients keep two conversations
  * each, OpenAI-API clients resend a growing history (so their prompts share prefixes), and
- * structured-output clients ask for replies held to a JSON schema. Every request must end cleanly:
- * 200 and a whole reply (`done`, or `[DONE]` with no error chunk), or a stream this client
- * cancelled; a structured reply that ended by itself must be valid against its schema.
+ * structured-output clients ask for replies held to a JSON schema, and tool clients offer a tool
+ * whose call may be required, named or up to the model. Every request must end cleanly: 200 and a
+ * whole reply (`done`, or `[DONE]` with no error chunk), or a stream this client cancelled; a
+ * structured reply or a call that ended by itself must be valid against its schema, and a call
+ * that had to be made must have been.
  */
 import Ajv2020 from "ajv/dist/2020";
 import { bearer, postChat } from "./http";
@@ -20,6 +22,8 @@ export interface ChatMixOptions {
   openaiClients: number;
   /** OpenAI-API clients whose replies are held to `STRUCTURED_SCHEMA`. */
   structuredClients?: number;
+  /** OpenAI-API clients offering a tool, its call required, named or up to the model. */
+  toolClients?: number;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -58,7 +62,17 @@ export const STRUCTURED_SCHEMA = {
   additionalProperties: false,
 };
 
-const validStructured = new Ajv2020({ strict: false }).compile(STRUCTURED_SCHEMA);
+/** A tool client's tool: short calls, so that most end by themselves within their `max_tokens`. */
+const TOOL_PARAMETERS = {
+  type: "object",
+  properties: { city: { type: "string", maxLength: 12 }, days: { type: "integer" } },
+  required: ["city", "days"],
+  additionalProperties: false,
+};
+
+const ajv = new Ajv2020({ strict: false });
+const validStructured = ajv.compile(STRUCTURED_SCHEMA);
+const validToolCall = ajv.compile(TOOL_PARAMETERS);
 
 async function nativeTurn(options: ChatMixOptions, random: Random, key: string, conversation: string, signal: AbortSignal): Promise<Ending> {
   const cancelAfter = random.next() < 0.25 ? random.int(1, 5) : undefined;
@@ -85,37 +99,89 @@ async function nativeTurn(options: ChatMixOptions, random: Random, key: string, 
   return last === "done" ? { ok: "native stream" } : { failure: `native stream ended with ${last || "nothing"}` };
 }
 
-async function openaiTurn(
-  options: ChatMixOptions,
-  random: Random,
-  key: string,
-  history: { role: string; content: string }[],
-  signal: AbortSignal,
-  structured = false,
-): Promise<Ending> {
+type OpenAiKind = "openai" | "structured" | "tools";
+
+/** What a client of each kind adds to its request. */
+function requestFields(kind: OpenAiKind, random: Random): Record<string, unknown> {
+  switch (kind) {
+    case "openai":
+      return { max_tokens: random.int(4, 63) };
+    case "structured":
+      return { max_tokens: random.int(20, 120), response_format: { type: "json_schema", json_schema: { name: "work", schema: STRUCTURED_SCHEMA } } };
+    case "tools":
+      return {
+        max_tokens: random.int(30, 200),
+        tools: [{ type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: TOOL_PARAMETERS } }],
+        tool_choice: random.pick(["auto", "required", { type: "function", function: { name: "get_weather" } }]),
+        parallel_tool_calls: random.next() < 0.5,
+      };
+  }
+}
+
+interface Chunk {
+  error?: unknown;
+  choices?: { delta?: { content?: string; tool_calls?: ToolCallPiece[] }; message?: { content?: string | null; tool_calls?: ToolCallPiece[] }; finish_reason?: string | null }[];
+  usage?: { prompt_tokens_details?: { cached_tokens?: number } };
+}
+
+interface ToolCallPiece {
+  index?: number;
+  id?: string;
+  function?: { name?: string; arguments?: string };
+}
+
+/** The calls of a reply, whole or reassembled from its chunks' pieces. */
+function toolCallsOf(chunks: readonly Chunk[]): { name: string; arguments: string }[] {
+  const calls: { name: string; arguments: string }[] = [];
+  for (const chunk of chunks) {
+    const choice = chunk.choices?.[0];
+    for (const [i, piece] of (choice?.message?.tool_calls ?? choice?.delta?.tool_calls ?? []).entries()) {
+      const call = (calls[piece.index ?? i] ??= { name: "", arguments: "" });
+      call.name += piece.function?.name ?? "";
+      call.arguments += piece.function?.arguments ?? "";
+    }
+  }
+  return calls;
+}
+
+/** Whether `text` is JSON that `valid` accepts. */
+function validJson(valid: (value: unknown) => boolean, text: string): boolean {
+  try {
+    return valid(JSON.parse(text));
+  } catch {
+    return false;
+  }
+}
+
+/** How a reply held to a schema ended: it must be valid unless cut, and a call that had to be made must be there. */
+function judge(kind: OpenAiKind, chunks: readonly Chunk[], reply: string, body: Record<string, unknown>): Ending | undefined {
+  const finish = chunks.map((chunk) => chunk.choices?.[0]?.finish_reason).findLast((reason) => reason);
+  if (kind === "structured") {
+    if (finish === "length") return { ok: "structured cut" };
+    return validJson(validStructured, reply) ? { ok: "structured" } : { failure: `structured ${finish}: not valid against its schema: ${reply.slice(0, 200)}` };
+  }
+  if (kind !== "tools") return undefined;
+  if (reply.includes("<tool_call>")) return { failure: `tools: call markup in content: ${reply.slice(0, 200)}` };
+  if (finish === "length") return { ok: "tools cut" };
+  const calls = toolCallsOf(chunks);
+  if (finish === "stop" && calls.length === 0 && body.tool_choice === "auto") return { ok: "tools answered" };
+  if (finish !== "tool_calls" || calls.length === 0) return { failure: `tools ${finish}: ${calls.length} calls under tool_choice ${JSON.stringify(body.tool_choice)}` };
+  if (body.parallel_tool_calls === false && calls.length > 1) return { failure: `tools: ${calls.length} calls with parallel_tool_calls false` };
+  const bad = calls.find((call) => call.name !== "get_weather" || !validJson(validToolCall, call.arguments));
+  return bad ? { failure: `tools: a call not valid against its schema: ${JSON.stringify(bad).slice(0, 200)}` } : { ok: "tool call" };
+}
+
+async function openaiTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal, kind: OpenAiKind): Promise<Ending> {
   const stream = random.next() < 0.5;
   history.push({ role: "user", content: message(random) });
-  const format = structured ? { response_format: { type: "json_schema", json_schema: { name: "work", schema: STRUCTURED_SCHEMA } } } : {};
+  const body = { model: "parley", messages: history, stream, temperature: 0.8, ...requestFields(kind, random), ...(stream ? { stream_options: { include_usage: true } } : {}) };
   const response = await fetch(`${options.url}/v1/chat/completions`, {
     method: "POST",
     headers: { ...bearer(key), "content-type": "application/json" },
-    body: JSON.stringify({
-      model: "parley",
-      messages: history,
-      stream,
-      temperature: 0.8,
-      max_tokens: structured ? random.int(20, 120) : random.int(4, 63),
-      ...format,
-      ...(stream ? { stream_options: { include_usage: true } } : {}),
-    }),
+    body: JSON.stringify(body),
     signal,
   });
   if (response.status !== 200) return { failure: `openai ${response.status}: ${(await response.text()).slice(0, 200)}` };
-  interface Chunk {
-    error?: unknown;
-    choices?: { delta?: { content?: string }; message?: { content?: string }; finish_reason?: string | null }[];
-    usage?: { prompt_tokens_details?: { cached_tokens?: number } };
-  }
   const chunks: Chunk[] = [];
   let done = false;
   if (stream) {
@@ -131,17 +197,8 @@ async function openaiTurn(
   const failed = chunks.find((chunk) => chunk.error !== undefined);
   if (failed || !done) return { failure: `openai ${stream ? "stream" : "reply"} ${failed ? `error: ${JSON.stringify(failed.error).slice(0, 200)}` : "without [DONE]"}` };
   const reply = chunks.map((chunk) => chunk.choices?.[0]?.message?.content ?? chunk.choices?.[0]?.delta?.content ?? "").join("");
-  if (structured) {
-    const finish = chunks.map((chunk) => chunk.choices?.[0]?.finish_reason).findLast((reason) => reason);
-    if (finish === "length") return { ok: "structured cut" };
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(reply);
-    } catch {
-      return { failure: `structured ${finish}: not JSON: ${reply.slice(0, 200)}` };
-    }
-    return validStructured(parsed) ? { ok: "structured" } : { failure: `structured: not valid against its schema: ${reply.slice(0, 200)}` };
-  }
+  const judged = judge(kind, chunks, reply, body);
+  if (judged) return judged;
   history.push({ role: "assistant", content: reply });
   // A history that outgrows the context starts over, as a user's new chat would.
   if (history.length > 16) history.splice(0);
@@ -151,12 +208,16 @@ async function openaiTurn(
 export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult> {
   const result: ChatMixResult = { requests: 0, ok: {}, failures: [], cachedTokens: 0 };
   const endAt = Date.now() + options.durationMs;
-  const clients = options.nativeClients + options.openaiClients + (options.structuredClients ?? 0);
+  const kinds = [
+    ...Array<"native">(options.nativeClients).fill("native"),
+    ...Array<OpenAiKind>(options.openaiClients).fill("openai"),
+    ...Array<OpenAiKind>(options.structuredClients ?? 0).fill("structured"),
+    ...Array<OpenAiKind>(options.toolClients ?? 0).fill("tools"),
+  ];
   await Promise.all(
-    Array.from({ length: clients }, async (_, client) => {
+    kinds.map(async (kind, client) => {
       const key = options.keys[client % options.keys.length]!;
       const history: { role: string; content: string }[] = [];
-      const kind = client < options.nativeClients ? "native" : client < options.nativeClients + options.openaiClients ? "openai" : "structured";
       const random = seededRandom((options.random.seed + Math.imul(client + 1, 0x9e3779b9)) >>> 0);
       for (let turn = 0; Date.now() < endAt; turn++) {
         // The client's pause before its next request: arrivals at random moments.
@@ -167,7 +228,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
           ending =
             kind === "native"
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
-              : await openaiTurn(options, random, key, kind === "openai" ? history : [], signal, kind === "structured");
+              : await openaiTurn(options, random, key, kind === "openai" ? history : [], signal, kind);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }

@@ -7,7 +7,7 @@ import { type Static, Type as t } from "@sinclair/typebox";
 
 const closed = { additionalProperties: false } as const;
 
-export const OPENAI_FINISH_REASONS = ["stop", "length"] as const;
+export const OPENAI_FINISH_REASONS = ["stop", "length", "tool_calls"] as const;
 const FinishReason = t.Union(OPENAI_FINISH_REASONS.map((reason) => t.Literal(reason)));
 
 export const OpenAiErrorBody = t.Object(
@@ -37,6 +37,25 @@ export const CompletionUsage = t.Object(
 );
 export type CompletionUsage = Static<typeof CompletionUsage>;
 
+const ToolCall = t.Object(
+  {
+    id: t.String(),
+    type: t.Literal("function"),
+    function: t.Object({ name: t.String(), arguments: t.String({ description: "The arguments as JSON text: an object valid against the function's parameters" }) }, closed),
+  },
+  closed,
+);
+
+const ToolCallDelta = t.Object(
+  {
+    index: t.Integer({ description: "Which call of the reply this piece belongs to" }),
+    id: t.Optional(t.String()),
+    type: t.Optional(t.Literal("function")),
+    function: t.Object({ name: t.Optional(t.String()), arguments: t.Optional(t.String()) }, closed),
+  },
+  { ...closed, description: "A call's id, type and name come first (arguments empty), then its arguments" },
+);
+
 export const ChatCompletion = t.Object(
   {
     id: t.String(),
@@ -50,8 +69,9 @@ export const ChatCompletion = t.Object(
           message: t.Object(
             {
               role: t.Literal("assistant"),
-              content: t.String(),
+              content: t.Union([t.String(), t.Null()], { description: "Null when the reply only calls tools" }),
               refusal: t.Null({ description: "Always null: Parley's models have no refusal channel apart from their text" }),
+              tool_calls: t.Optional(t.Array(ToolCall, { minItems: 1, description: "The tools the reply calls, after its content" })),
               reasoning_content: t.Optional(t.String({ description: "A reasoning model's thought, as llama-server and DeepSeek return it; never part of content" })),
             },
             closed,
@@ -84,6 +104,7 @@ export const ChatCompletionChunk = t.Object(
               role: t.Optional(t.Literal("assistant")),
               content: t.Optional(t.String()),
               reasoning_content: t.Optional(t.String({ description: "The next piece of a reasoning model's thought, before any content" })),
+              tool_calls: t.Optional(t.Array(ToolCallDelta, { minItems: 1, maxItems: 1 })),
             },
             closed,
           ),

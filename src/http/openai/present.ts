@@ -1,7 +1,7 @@
 /** Completions as OpenAI's API shows them: the shapes are ./contract.ts's. */
 import type { CompletionResult, CompletionStart, ModelInfo } from "../../chat/completions";
 import type { Usage } from "../../chat/turn-runner";
-import type { FinishReason } from "../../llm/engine";
+import type { FinishReason, ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { data } from "../sse";
 import type { Framing } from "../turn-driver";
@@ -23,9 +23,12 @@ export const newCompletion = (): CompletionIdentity => ({
 
 /**
  * OpenAI has no finish reason for a reply cut by a shutdown (the generation cap already reports
- * `length`): it ended before its natural end, which is what `length` tells a client.
+ * `length`): it ended before its natural end, which is what `length` tells a client. A reply that
+ * ended by itself after calling tools ends for them.
  */
-const finishReason = (reason: FinishReason): OpenAiFinishReason => (reason === "stop" ? "stop" : "length");
+const finishReason = (reason: FinishReason, calls: boolean): OpenAiFinishReason => (reason !== "stop" ? "length" : calls ? "tool_calls" : "stop");
+
+const toolCallJson = (call: ToolCall) => ({ id: call.id, type: "function" as const, function: { name: call.name, arguments: call.arguments } });
 
 const usageJson = (usage: Usage): CompletionUsage => ({
   prompt_tokens: usage.prompt_tokens,
@@ -42,9 +45,16 @@ export const completionJson = ({ id, created }: CompletionIdentity, result: Comp
   choices: [
     {
       index: 0,
-      message: { role: "assistant", content: result.text, refusal: null, ...(result.reasoning !== undefined ? { reasoning_content: result.reasoning } : {}) },
+      message: {
+        role: "assistant",
+        // OpenAI's content is null beside calls when the model said nothing before them.
+        content: result.toolCalls && result.text === "" ? null : result.text,
+        refusal: null,
+        ...(result.reasoning !== undefined ? { reasoning_content: result.reasoning } : {}),
+        ...(result.toolCalls ? { tool_calls: result.toolCalls.map(toolCallJson) } : {}),
+      },
       logprobs: null,
-      finish_reason: finishReason(result.finishReason),
+      finish_reason: finishReason(result.finishReason, result.toolCalls !== undefined),
     },
   ],
   usage: usageJson(result.usage),
@@ -53,7 +63,9 @@ export const completionJson = ({ id, created }: CompletionIdentity, result: Comp
 /**
  * The stream as OpenAI writes it: the role, content deltas, the finish reason, the usage when
  * asked for (`usage: null` on every chunk before it), then `[DONE]`. A reasoning model's thought
- * comes first, as `reasoning_content` deltas (llama-server's and DeepSeek's field).
+ * comes first, as `reasoning_content` deltas (llama-server's and DeepSeek's field). Each tool
+ * call comes whole once the model has written it: its id, type and name in one chunk, its
+ * arguments in the next, as OpenAI's chunks carry them.
  */
 export function completionFraming(identity: CompletionIdentity, includeUsage: boolean): Framing<CompletionStart, CompletionResult> {
   let model = "";
@@ -65,8 +77,9 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
     choices,
     ...(includeUsage ? { usage: usage ?? null } : {}),
   });
-  const choice = (delta: ChatCompletionChunk["choices"][number]["delta"], reason: FinishReason | null = null): ChatCompletionChunk["choices"] => [
-    { index: 0, delta, logprobs: null, finish_reason: reason && finishReason(reason) },
+  let calls = 0;
+  const choice = (delta: ChatCompletionChunk["choices"][number]["delta"], reason: OpenAiFinishReason | null = null): ChatCompletionChunk["choices"] => [
+    { index: 0, delta, logprobs: null, finish_reason: reason },
   ];
   return {
     start: (start) => {
@@ -75,8 +88,15 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
     },
     reasoning: (text) => data(chunk(choice({ reasoning_content: text }))),
     delta: (content) => data(chunk(choice({ content }))),
+    toolCall: (call) => {
+      const index = calls++;
+      return [
+        data(chunk(choice({ tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }] }))),
+        data(chunk(choice({ tool_calls: [{ index, function: { arguments: call.arguments } }] }))),
+      ];
+    },
     done: (result) => [
-      data(chunk(choice({}, result.finishReason))),
+      data(chunk(choice({}, finishReason(result.finishReason, result.toolCalls !== undefined)))),
       ...(includeUsage ? [data(chunk([], usageJson(result.usage)))] : []),
       data("[DONE]"),
     ],

@@ -16,6 +16,7 @@ import { type BodyLimits, jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
 import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
 import type { TurnDriver } from "../turn-driver";
+import { callsOf, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS, toolRequestOf } from "../openai/tools";
 
 
 /**
@@ -25,17 +26,20 @@ import type { TurnDriver } from "../turn-driver";
 const unsupported = (error: string) => optional(t.Never(), error);
 
 const MESSAGE_RULE =
-  "each message needs a role (system, developer, user or assistant) and text content: a string or [{type: \"text\", text}] (an assistant's also [{type: \"refusal\", refusal}])";
+  "each message needs a role (system, developer, user, assistant or tool) and text content: a string or [{type: \"text\", text}] (an assistant's also [{type: \"refusal\", refusal}], or none beside tool_calls)";
 
 const message = t.Object(
   {
-    role: t.Union([t.Literal("system"), t.Literal("developer"), t.Literal("user"), t.Literal("assistant")], { error: MESSAGE_RULE }),
-    content: t.Union(
-      [t.String(), t.Array(t.Union([t.Object({ type: t.Literal("text"), text: t.String() }), t.Object({ type: t.Literal("refusal"), refusal: t.String() })])), t.Null()],
-      { error: MESSAGE_RULE },
+    role: t.Union([t.Literal("system"), t.Literal("developer"), t.Literal("user"), t.Literal("assistant"), t.Literal("tool")], { error: MESSAGE_RULE }),
+    content: optional(
+      t.Union([t.String(), t.Array(t.Union([t.Object({ type: t.Literal("text"), text: t.String() }), t.Object({ type: t.Literal("refusal"), refusal: t.String() })]))]),
+      MESSAGE_RULE,
     ),
     // An assistant's thought as this API returned it: the chat template decides whether the model sees it.
     reasoning_content: optional(t.String(), "reasoning_content must be a string"),
+    tool_calls: MESSAGE_TOOL_CALLS,
+    // A tool message: the call it answers.
+    tool_call_id: optional(t.String(), "tool_call_id must be a string"),
   },
   { error: MESSAGE_RULE },
 );
@@ -69,13 +73,13 @@ const completionRequest = t.Object({
   prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
   safety_identifier: optional(t.String(), "safety_identifier must be a string"),
   prediction: optional(t.Object({ type: t.Literal("content") }), "prediction must be {type: \"content\", content}"),
+  tools: TOOLS,
+  tool_choice: TOOL_CHOICE,
   parallel_tool_calls: optional(t.Boolean(), "parallel_tool_calls must be true or false"),
   store: optional(t.Literal(false), "store must be false: Parley stores no completion (its native API stores conversations)"),
   modalities: optional(t.Array(t.Literal("text")), "modalities must be [\"text\"]: Parley answers with text only"),
-  tool_choice: optional(t.Literal("none"), "tool_choice other than \"none\" is not supported: Parley does not call tools yet"),
-  tools: optional(t.Array(t.Unknown(), { maxItems: 0 }), "tools are not supported: Parley does not call tools yet"),
-  functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are not supported: Parley does not call functions yet"),
-  function_call: optional(t.Literal("none"), "function_call other than \"none\" is not supported: Parley does not call functions yet"),
+  functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are OpenAI's former tools: send tools instead"),
+  function_call: optional(t.Literal("none"), "function_call is OpenAI's former tool_choice: send tool_choice instead"),
   response_format: optional(RESPONSE_FORMAT, RESPONSE_FORMAT_RULE),
   logprobs: optional(t.Literal(false), "logprobs are not supported yet"),
   top_logprobs: unsupported("top_logprobs are not supported yet"),
@@ -93,26 +97,42 @@ type CompletionRequest = typeof completionRequest.static;
 
 type Message = CompletionRequest["messages"][number];
 
-/** OpenAI's `developer` role is its newer name for `system`; an assistant's refusal is what it said. */
-function toTurn({ role, content, reasoning_content }: Message): Turn {
-  if (role !== "assistant" && Array.isArray(content) && content.some((part) => part.type === "refusal")) {
-    throw new InvalidInput("messages", "only an assistant message may have a refusal part");
-  }
-  return {
-    role: role === "developer" ? "system" : role,
-    content: typeof content === "string" ? content : (content ?? []).map((part) => (part.type === "text" ? part.text : part.refusal)).join(""),
-    ...(role === "assistant" && reasoning_content ? { reasoning: reasoning_content } : {}),
-  };
+/**
+ * The history as turns. OpenAI's `developer` role is its newer name for `system`; an assistant's
+ * refusal is what it said; a tool's result must answer a call an earlier assistant message made.
+ */
+function toTurns(messages: readonly Message[]): Turn[] {
+  const calls = new Map<string, string>();
+  return messages.map(({ role, content, reasoning_content, tool_calls, tool_call_id }, i) => {
+    const at = `messages[${i}]`;
+    if (role !== "assistant" && Array.isArray(content) && content.some((part) => part.type === "refusal")) {
+      throw new InvalidInput(at, "only an assistant message may have a refusal part");
+    }
+    if (role !== "assistant" && tool_calls != null) throw new InvalidInput(`${at}.tool_calls`, "only an assistant message may call tools");
+    if (role !== "tool" && tool_call_id != null) throw new InvalidInput(`${at}.tool_call_id`, "only a tool message answers a call");
+    if (role !== "assistant" && content === undefined) throw new InvalidInput(`${at}.content`, MESSAGE_RULE);
+    const text = typeof content === "string" ? content : (content ?? []).map((part) => (part.type === "text" ? part.text : part.refusal)).join("");
+    if (role === "tool") {
+      const name = calls.get(tool_call_id ?? "");
+      if (name === undefined) throw new InvalidInput(`${at}.tool_call_id`, `a tool message must answer a call of an earlier assistant message (${JSON.stringify(tool_call_id ?? null)} answers none)`);
+      return { role, content: text, toolCallId: tool_call_id!, name };
+    }
+    if (role !== "assistant") return { role: role === "developer" ? "system" : role, content: text };
+    const toolCalls = callsOf(tool_calls ?? [], at);
+    for (const call of toolCalls) calls.set(call.id, call.name);
+    return { role, content: text, ...(reasoning_content ? { reasoning: reasoning_content } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) };
+  });
 }
 
 function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal" | "userId"> {
-  const messages = body.messages.map(toTurn);
+  const messages = toTurns(body.messages);
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
   // A lone surrogate is no text the model can be given (the native API refuses it the same way).
   if (![...messages.flatMap((turn) => [turn.content, turn.reasoning ?? ""]), ...(stop ?? [])].every((text) => text.isWellFormed())) {
     throw new InvalidInput("messages", "messages and stop must be valid Unicode text (one has a lone surrogate)");
   }
   const format = formatOf(body.response_format);
+  const tools = toolRequestOf(body);
   return {
     messages,
     sampling: {
@@ -125,6 +145,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
     maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
     stop,
     ...(format ? { format } : {}),
+    ...(tools ? { tools } : {}),
   };
 }
 
