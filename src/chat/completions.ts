@@ -1,5 +1,5 @@
-import type { FinishReason, ReplyFormat, SamplingRequest, ToolCall, ToolRequest, Turn } from "../llm/engine";
-import { type TurnDelta, type TurnReasoning, type TurnRunner, type TurnToolCall, type Usage, usageOf } from "./turn-runner";
+import type { FinishReason, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
+import { type TurnEvent, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
   /** Whose request: only this user's earlier requests' KV state is reused. */
@@ -10,6 +10,8 @@ export interface CompletionInput {
   format?: ReplyFormat;
   /** Tools the reply may call. */
   tools?: ToolRequest;
+  /** Each answer token's log-probability and this many most likely tokens' (0 to 20). */
+  logprobs?: number;
   /** Absent: as long as the context allows. */
   maxTokens?: number;
   stop?: readonly string[];
@@ -28,6 +30,8 @@ export interface CompletionResult {
   finishReason: FinishReason;
   /** The tools the reply called, after its text; absent when it called none. */
   toolCalls?: ToolCall[];
+  /** Asked for: the answer's tokens' log-probabilities. */
+  logprobs?: TokenLogprob[];
   usage: Usage;
   model: string;
 }
@@ -53,12 +57,12 @@ export class CompletionService {
     return engine && { id: engine.modelName, loadedAt: engine.loadedAt };
   }
 
-  /** Yields `start` once admitted, then `reasoning` pieces, `delta`s and tool calls; undefined when the client left before generation began. */
-  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnReasoning | TurnDelta | TurnToolCall, CompletionResult | undefined, void> {
+  /** Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities; undefined when the client left before generation began. */
+  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
     const running = this.runner.begin(input.signal);
     try {
       const { engine } = running;
-      await engine.check({ ...input.sampling, format: input.format, tools: input.tools });
+      await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs });
       yield { type: "start", model: engine.modelName };
       const result = yield* running.reply({
         cacheScope: String(input.userId),
@@ -66,6 +70,7 @@ export class CompletionService {
         ...input.sampling,
         format: input.format,
         tools: input.tools,
+        logprobs: input.logprobs,
         maxTokens: input.maxTokens ?? engine.contextSize,
         stop: input.stop,
       });
@@ -75,6 +80,7 @@ export class CompletionService {
           ...(result.reasoning !== undefined ? { reasoning: result.reasoning } : {}),
           finishReason: result.finishReason,
           ...(result.toolCalls ? { toolCalls: result.toolCalls } : {}),
+          ...(result.logprobs ? { logprobs: result.logprobs } : {}),
           usage: usageOf(result),
           model: engine.modelName,
         }

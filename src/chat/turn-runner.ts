@@ -1,5 +1,5 @@
 import { isAbort, Overloaded } from "../errors";
-import type { Engine, FinishReason, GenerateRequest, GenerateResult, ToolCall } from "../llm/engine";
+import type { Engine, FinishReason, GenerateRequest, GenerateResult, TokenLogprob, ToolCall } from "../llm/engine";
 
 /** The next piece of a reply's answer. */
 export interface TurnDelta {
@@ -17,6 +17,15 @@ export interface TurnReasoning {
 export interface TurnToolCall {
   type: "toolCall";
   call: ToolCall;
+}
+
+/** What a reply yields as it is generated. */
+export type TurnEvent = TurnDelta | TurnReasoning | TurnToolCall | TurnLogprobs;
+
+/** The log-probabilities of answer tokens whose text has been given, in order. */
+export interface TurnLogprobs {
+  type: "logprobs";
+  entries: TokenLogprob[];
 }
 
 /** A reply's token counts, as both APIs report them. */
@@ -95,9 +104,9 @@ export class RunningTurn {
    * `close()` cancels while it waits for a sequence still ends in a reply: empty and `cancelled`.
    * A consumer that stops early hands the sequence back.
    */
-  reply(request: Omit<GenerateRequest, "signal" | "tools">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void>;
-  reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning | TurnToolCall, GenerateResult | undefined, void>;
-  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnDelta | TurnReasoning | TurnToolCall, GenerateResult | undefined, void> {
+  reply(request: Omit<GenerateRequest, "signal" | "tools" | "logprobs">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void>;
+  reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnEvent, GenerateResult | undefined, void>;
+  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnEvent, GenerateResult | undefined, void> {
     const generation = this.engine.generate({ ...request, signal: this.signal });
     let result: GenerateResult | undefined;
     try {
@@ -109,8 +118,12 @@ export class RunningTurn {
           result.finishReason = this.finishReason(result.finishReason);
           return result;
         }
-        this.tokenArrived();
         const piece = step.value;
+        if (piece.kind === "logprobs") {
+          yield { type: "logprobs", entries: piece.entries };
+          continue;
+        }
+        this.tokenArrived();
         yield piece.kind === "toolCall" ? { type: "toolCall", call: piece.call } : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
       }
     } catch (error) {

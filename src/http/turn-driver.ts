@@ -1,7 +1,7 @@
 import type { Server } from "elysia/universal";
 import type { Usage } from "../chat/service";
-import type { TurnDelta, TurnReasoning, TurnToolCall } from "../chat/turn-runner";
-import type { ToolCall } from "../llm/engine";
+import type { TurnEvent } from "../chat/turn-runner";
+import type { TokenLogprob, ToolCall } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
@@ -10,8 +10,11 @@ import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
 
-/** A piece of the reply: its answer (`delta`), a reasoning model's thought before it (`reasoning`), a call of a tool after it. */
-type ReplyEvent = TurnDelta | TurnReasoning | TurnToolCall;
+/**
+ * A piece of the reply: its answer (`delta`), a reasoning model's thought before it (`reasoning`),
+ * a call of a tool after it, the log-probabilities of answer tokens given.
+ */
+type ReplyEvent = TurnEvent;
 
 /** A turn as the chat layer runs it: one `start` once it is admitted, its reply's pieces, its result. */
 export type TurnEvents<Start, Result> = AsyncGenerator<Start | ReplyEvent, Result | undefined, void>;
@@ -26,6 +29,8 @@ export interface Framing<Start, Result> {
   reasoning(content: string): SseChunk;
   /** For a protocol whose replies call tools. */
   toolCall?(call: ToolCall): SseChunk[];
+  /** For a protocol whose replies tell their tokens' log-probabilities. */
+  logprobs?(entries: TokenLogprob[]): SseChunk;
   done(result: Result): SseChunk[];
   error(error: DomainError, requestId: string): SseChunk[];
 }
@@ -64,7 +69,7 @@ export class TurnDriver {
         if (step.value) meter.done(step.value.usage);
         return step.value;
       }
-      if (isReply(step.value)) meter.token();
+      if (isReply(step.value) && step.value.type !== "logprobs") meter.token();
     }
   }
 
@@ -103,7 +108,7 @@ export class TurnDriver {
           }
           if (step.value === PING) yield PING;
           else if (isReply(step.value)) {
-            meter.token();
+            if (step.value.type !== "logprobs") meter.token();
             yield* frame(framing, step.value);
           }
         }
@@ -144,7 +149,7 @@ export class TurnDriver {
 
 const isReply = (event: unknown): event is ReplyEvent => {
   const { type } = event as { type?: unknown };
-  return type === "delta" || type === "reasoning" || type === "toolCall";
+  return type === "delta" || type === "reasoning" || type === "toolCall" || type === "logprobs";
 };
 
 function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
@@ -156,5 +161,8 @@ function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent
     case "toolCall":
       if (!framing.toolCall) throw new Error("a reply called a tool on a protocol without tools");
       return framing.toolCall(event.call);
+    case "logprobs":
+      if (!framing.logprobs) throw new Error("a reply told log-probabilities on a protocol without them");
+      return [framing.logprobs(event.entries)];
   }
 }

@@ -10,7 +10,8 @@ import { TextStream } from "./text-stream";
 import type { ReadyPrompt, Scheduler, Turn } from "./scheduler";
 import type { ThoughtMarkers } from "./thought-text";
 import type { ToolCallText } from "./tool-call-text";
-import type { ReplyPiece } from "./types";
+import type { TokenLogprobs } from "../natives/addon";
+import type { ReplyPiece, TokenLogprob } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
 
@@ -33,6 +34,8 @@ export interface DecodeOptions {
    * holds the text after it. An opener that ends inside a token leaves the call unconstrained.
    */
   lazyGrammar?: { armed: boolean };
+  /** The reply's tokens' log-probabilities as a client is shown them: asked for, the answer's go out as its text is shown. */
+  spell?: (token: Token, logprobs: TokenLogprobs) => TokenLogprob;
 }
 
 export interface Decoded {
@@ -66,6 +69,23 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
     boundaries.push({ tokens: tokens.length, chars: spelled.length });
     for (const shown of replyText.push(piece)) emit(shown);
   };
+  // Answer tokens' log-probabilities, each out once the text up to its end has been shown; the
+  // thought's, a call's and those past a stop string never are. A token's end is known once its
+  // text is out of the text stream (a split character holds it).
+  const logprobs: { end?: number; entry: TokenLogprob }[] = [];
+  const release = () => {
+    const spelledOut = tokens.length - text.held;
+    for (let i = logprobs.length - 1, token = tokens.length - 1; i >= 0 && logprobs[i]!.end === undefined; i--, token--) {
+      if (token < spelledOut) logprobs[i]!.end = spelled.length;
+    }
+    const start = replyText.answerStart;
+    if (start === undefined) return;
+    const through = replyText.shownThrough;
+    let count = 0;
+    while (count < logprobs.length && logprobs[count]!.end !== undefined && logprobs[count]!.end! <= through) count++;
+    const entries = logprobs.splice(0, count).flatMap(({ end, entry }) => (end! > start ? [entry] : []));
+    if (entries.length > 0) emit({ kind: "logprobs", entries });
+  };
   let stopReason: StopReason | undefined;
   await scheduler.run({
     ...turn,
@@ -73,7 +93,7 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
       prompt = ready;
       maxTokens = ready.maxTokens;
     },
-    onToken(token) {
+    onToken(token, probabilities) {
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) return false;
       if (endsReply(token)) {
@@ -86,6 +106,10 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
       else {
         take(text.flush());
         take(shown);
+      }
+      if (probabilities && options.spell) {
+        logprobs.push({ entry: options.spell(token, probabilities) });
+        release();
       }
       if (replyText.stoppedAt !== undefined) {
         stopReason = "stop";
@@ -104,6 +128,7 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   // The held-back end of a reply cut at maxTokens can still complete a stop string.
   if (replyText.stoppedAt !== undefined && stopReason === "maxTokens") stopReason = "stop";
   for (const rest of replyText.flush()) emit(rest);
+  release();
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(prompt ? { prompt } : {}) };

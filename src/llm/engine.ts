@@ -11,22 +11,20 @@ import { basename, resolve } from "node:path";
 import {
   getLlama,
   getModuleVersion,
-  LlamaGrammarEvaluationState,
   type Llama,
   type LlamaContext,
-  type LlamaGrammar,
   type LlamaModel,
   type Token,
 } from "node-llama-cpp";
 import { InvalidInput } from "../errors";
-import { boundedJsonGrammar, grammarSchemaOf } from "./json-schema";
-import { thoughtThen } from "./thought-grammar";
+import { ReplyGrammars } from "./reply-grammar";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { chatStops, type ChatStops } from "./chat-stops";
 import { bridge } from "./bridge";
 import { decode, type Decoded, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
 import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
+import { hasLogprobs, tokenBytes, type TokenLogprobs } from "../natives/addon";
 import { checkNodeLlamaCppVersion } from "../natives/version";
 import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
@@ -35,20 +33,18 @@ import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
 import { TemplateChat } from "./template-chat";
 import { ToolCallText } from "./tool-call-text";
-import { callsGrammar } from "./tool-syntax";
-import { callableFunctions, callSchema } from "./tools";
+import { callableFunctions } from "./tools";
 import {
   type FinishReason,
   type FlashAttentionMode,
   type GenerateRequest,
   type GenerateResult,
   type ReasoningMode,
-  type ReplyFormat,
   type ReplyPiece,
-  type Sampling,
   samplingOf,
+  type SpelledToken,
   type ToolCall,
-  type ToolRequest,
+  type TokenLogprob,
 } from "./types";
 
 export type * from "./types";
@@ -90,8 +86,6 @@ const DEFAULT_CONTEXT_CAP = 4096;
 const DEFAULT_BATCH_SIZE = 512;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";
-/** `json_object`'s schema: one object, any members. */
-const ANY_OBJECT = { type: "object", additionalProperties: true } as const;
 
 /** How replies' thoughts are told apart, for a chat format that has them and unless they stay inline. */
 interface Thoughts {
@@ -108,10 +102,11 @@ interface Fitting {
 
 export class Engine {
   private disposed = false;
-  /** Each format's (or forced tool call's) grammar, made once: by `check` before a reply starts, used by `generate` after. */
-  private readonly grammars = new WeakMap<ReplyFormat | ToolRequest, Promise<LlamaGrammar>>();
   /** The special tokens that open a call, with their text: the reply's text shows them, so that calls are found. */
   private readonly callOpeners: ReadonlyMap<Token, string>;
+  /** Each token's text and bytes, as a token's log-probability shows it: asked of the natives once per token. */
+  private readonly spellings = new Map<Token, { token: string; bytes: number[] }>();
+  private readonly grammars: ReplyGrammars;
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
 
@@ -129,6 +124,7 @@ export class Engine {
     readonly natives: string,
   ) {
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
+    this.grammars = new ReplyGrammars(llama, model, prompts.toolSyntax, thoughts?.markers);
   }
 
   static async load(options: EngineOptions): Promise<Engine> {
@@ -226,60 +222,34 @@ export class Engine {
 
   /**
    * Refuses what a request asks that the model cannot give, before any reply starts:
-   * `InvalidInput` naming `logit_bias` (a token the model does not have) or `response_format` (a
-   * schema keyword the grammar cannot enforce).
+   * `InvalidInput` naming `logprobs` (natives without them), `logit_bias` (a token the model does
+   * not have), `response_format` or a tool's parameters (a schema keyword the grammar cannot
+   * enforce), `tool_choice` (a function not offered).
    */
-  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools">): Promise<void> {
+  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs">): Promise<void> {
+    if (request.logprobs !== undefined && !hasLogprobs(this.context)) {
+      throw new InvalidInput("logprobs", "logprobs need Parley's compiled natives (bun run natives), which this build runs without");
+    }
     const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
     if (outside !== undefined) throw new InvalidInput("logit_bias", `logit_bias names token ${outside}; the model's token ids go from 0 to ${this.vocabularySize - 1}`);
-    if (request.format && request.tools && request.tools.choice !== "auto") {
-      throw new InvalidInput("response_format", "response_format cannot hold a reply that must call a tool: its arguments follow the tool's parameters");
+    await this.grammars.check(request);
+  }
+
+  /** A token's log-probabilities as a client is shown them. */
+  private readonly spell = (token: Token, { logprob, top }: TokenLogprobs): TokenLogprob => ({
+    ...this.spelling(token),
+    logprob,
+    top: top.map((other): SpelledToken => ({ ...this.spelling(other.token), logprob: other.logprob })),
+  });
+
+  private spelling(token: Token): { token: string; bytes: number[] } {
+    let spelled = this.spellings.get(token);
+    if (spelled === undefined) {
+      const bytes = tokenBytes(this.context, token);
+      spelled = { token: new TextDecoder().decode(bytes), bytes: [...bytes] };
+      this.spellings.set(token, spelled);
     }
-    await this.grammarOf(request);
-  }
-
-  /**
-   * The grammar the reply is held to: its format's, or the calls' when it must call a tool, or when
-   * it may (`auto`) the calls' after their opener; undefined if free.
-   */
-  private grammarOf({ format, tools }: Pick<GenerateRequest, "format" | "tools">): Promise<LlamaGrammar> | undefined {
-    // Every tool's parameters are checked, also when the model may answer without a call.
-    const call = tools && callSchema(callableFunctions(tools), tools.functions, this.prompts.toolSyntax.argumentsKey);
-    const key = call ? tools : format;
-    if (!key) return undefined;
-    let grammar = this.grammars.get(key);
-    if (!grammar) {
-      const syntax = this.prompts.toolSyntax;
-      grammar =
-        key === tools
-          ? // Held from the reply's start (after a thought), or after the opener the model wrote.
-            this.jsonGrammar(call!, (one) => callsGrammar(syntax, one, tools.parallel, tools.choice === "auto"), tools.choice !== "auto")
-          : // Any object, as a schema: its grammar bounds the whitespace between values, which the
-            // free JSON grammar does not, and a model can loop on whitespace forever.
-            this.jsonGrammar(format!.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format!.schema, "response_format"));
-      this.grammars.set(key, grammar);
-    }
-    return grammar;
-  }
-
-  /**
-   * node-llama-cpp's grammar for the schema, bounded (json-schema.ts), as the answer `shape` makes
-   * of it; after a thought for a model that reasons, unless it holds only `fromStart` false.
-   */
-  private async jsonGrammar(schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
-    // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
-    const answer = shape(boundedJsonGrammar((await this.llama.createGrammarForJsonSchema(schema as never)).grammar));
-    // A model that reasons first thinks freely, then answers held to the schema.
-    return await this.llama.createGrammar({ grammar: this.thoughts && fromStart ? thoughtThen(answer, this.thoughts.markers) : answer });
-  }
-
-  /** The request's sampling, held to its grammar if it has one: from the start, or once the model opens a call. */
-  private async samplingFor(request: GenerateRequest): Promise<Sampling> {
-    const sampling = samplingOf(request);
-    const grammar = this.grammarOf(request);
-    if (!grammar) return sampling;
-    const state = new LlamaGrammarEvaluationState({ model: this.model, grammar: await grammar });
-    return request.tools?.choice === "auto" ? { ...sampling, lazyGrammar: { state, armed: false } } : { ...sampling, grammar: state };
+    return spelled;
   }
 
   /**
@@ -302,7 +272,7 @@ export class Engine {
     let running: Promise<Decoded> | undefined;
     try {
       const slot = lease.item;
-      const sampling = await this.samplingFor(request);
+      const sampling = await this.grammars.hold(request, samplingOf(request));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
         fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, tools)),
@@ -312,6 +282,7 @@ export class Engine {
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
       const said = { content: "", reasoning: "" };
       const calls: ToolCall[] = [];
+      const logprobs: TokenLogprob[] = [];
       const callText = request.tools && new ToolCallText(this.prompts.toolSyntax, new Set(callableFunctions(request.tools).map((fn) => fn.name)));
 
       const decoded = yield* bridge<ReplyPiece, Decoded>((emit) => {
@@ -328,6 +299,7 @@ export class Engine {
             sampling,
             signal,
             maxTokens: request.maxTokens,
+            ...(request.logprobs !== undefined ? { logprobs: request.logprobs } : {}),
           },
           {
             endsReply: this.stops.endsReply,
@@ -335,9 +307,11 @@ export class Engine {
             thought: this.thoughts?.markers,
             ...(callText ? { calls: callText, shown: this.callOpeners } : {}),
             ...(sampling.lazyGrammar ? { lazyGrammar: sampling.lazyGrammar } : {}),
+            ...(request.logprobs !== undefined ? { spell: this.spell } : {}),
           },
           (piece) => {
             if (piece.kind === "toolCall") calls.push(piece.call);
+            else if (piece.kind === "logprobs") logprobs.push(...piece.entries);
             else if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
             else said[piece.kind] += piece.text;
             emit(piece);
@@ -364,6 +338,7 @@ export class Engine {
         cachedTokens: decoded.prompt?.cachedTokens ?? 0,
         completionTokens: decoded.tokens.length,
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
+        ...(request.logprobs !== undefined ? { logprobs } : {}),
         // Rendered on demand: detokenizing the whole history on every turn would be work no caller needs.
         get prompt() {
           return model.detokenize(tokens, true);

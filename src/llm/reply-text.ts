@@ -44,6 +44,18 @@ export class ReplyText {
     return shown;
   }
 
+  /** Where in the generated text the answer begins; undefined before it has (in a thought). */
+  get answerStart(): number | undefined {
+    return this.starts[0]?.at;
+  }
+
+  /** How far into the generated text the answer has been shown: what lies before is shown, or no part of it (a thought, markers). */
+  get shownThrough(): number {
+    const shown = this.stops.shown;
+    const start = this.starts.findLast((piece) => piece.answer <= shown);
+    return start === undefined ? 0 : start.at + shown - start.answer;
+  }
+
   /** Where in the generated text a stop string begins, once one has matched. */
   get stoppedAt(): number | undefined {
     const stop = this.stops.stoppedAt;

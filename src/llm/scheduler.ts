@@ -35,7 +35,7 @@
  * prompt ready, a task) aborts the call within the step in flight.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
-import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry } from "../natives/addon";
+import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type Sampled, type TokenLogprobs } from "../natives/addon";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import type { Sampling } from "./types";
@@ -100,10 +100,12 @@ export interface Turn {
   signal: AbortSignal;
   /** Reply tokens at most (`onToken` says false at the last): no call steps past it. */
   maxTokens?: number;
+  /** Each token's log-probability, and this many most likely tokens' (0 to 20): the reply runs one step a batch. */
+  logprobs?: number;
   /** Once the slot is readied, before the prompt's first batch. */
   onPrompt?(prompt: ReadyPrompt): void;
-  /** Each sampled token, at once; false ends the turn (the token is then not evaluated). */
-  onToken(token: Token): boolean;
+  /** Each sampled token, at once (with its log-probabilities when asked); false ends the turn (the token is then not evaluated). */
+  onToken(token: Token, logprobs?: TokenLogprobs): boolean;
 }
 
 export interface SchedulerOptions {
@@ -401,9 +403,9 @@ export class Scheduler {
     const entries: BatchEntry[] = batch.map(({ job, tokens }) => {
       const samples = tokens.length === job.pending.length;
       if (samples) job.sampler.prepare();
-      return { sequence: job.slot.sequence, tokens, sampler: samples ? job.sampler : undefined };
+      return { sequence: job.slot.sequence, tokens, ...(samples ? { sampler: job.sampler, logprobs: job.turn.logprobs } : {}) };
     });
-    let sampled: (Token | undefined)[];
+    let sampled: (Sampled | undefined)[];
     try {
       sampled = await decodeBatch(this.context, entries);
     } catch (error) {
@@ -412,16 +414,16 @@ export class Scheduler {
     }
     for (const [i, { job, tokens }] of batch.entries()) {
       job.stepped = this.step;
-      const token = sampled[i];
-      if (token === undefined) {
+      const taken = sampled[i];
+      if (taken === undefined) {
         job.pending = job.pending.slice(tokens.length);
         continue;
       }
       job.slot.state = SlotState.Replying;
-      job.pending = [token];
+      job.pending = [taken.token];
       let more: boolean;
       try {
-        more = this.give(job, token);
+        more = this.give(job, taken.token, taken.logprobs);
       } catch (error) {
         job.end(error);
         continue;
@@ -431,20 +433,24 @@ export class Scheduler {
   }
 
   /** Hands a sampled token to its reply, which may arm a lazy grammar for the next (see `Sampler.prepare`). */
-  private give(job: Job, token: Token): boolean {
+  private give(job: Job, token: Token, logprobs?: TokenLogprobs): boolean {
     job.given++;
     job.sampler.sampled(token);
-    return job.turn.onToken(token);
+    return job.turn.onToken(token, logprobs);
   }
 
   /**
    * The batch holds every job not Preparing, each a running reply the natives can step, none whose
-   * sampler may still change between two of its tokens (a lazy grammar not yet armed).
+   * sampler may still change between two of its tokens (a lazy grammar not yet armed) and none
+   * that wants its tokens' log-probabilities (the steps sample without them).
    */
   private steady(batch: Batch, active: readonly Job[]): boolean {
     return (
       batch.length === active.length &&
-      batch.every(({ job }) => job.slot.state === SlotState.Replying && job.sampler.settled && canDecodeSteps(this.context, job.slot.sequence))
+      batch.every(
+        ({ job }) =>
+          job.slot.state === SlotState.Replying && job.sampler.settled && job.turn.logprobs === undefined && canDecodeSteps(this.context, job.slot.sequence),
+      )
     );
   }
 

@@ -11,6 +11,11 @@ export class StopText {
   /** The index in the reply where a stop string begins, once one has matched. */
   stoppedAt: number | undefined;
 
+  /** Characters of the reply shown so far. */
+  get shown(): number {
+    return this.released;
+  }
+
   constructor(private readonly stops: readonly string[]) {}
 
   /** The part of `piece` (with what was held) that is safe to show; after a match, the text before it. */

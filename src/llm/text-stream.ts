@@ -32,6 +32,11 @@ export class TextStream {
     return this.take(text, whole);
   }
 
+  /** Tokens whose text is held back (a character still split). */
+  get held(): number {
+    return this.pending.length;
+  }
+
   /** What is held back, at the reply's end. */
   flush(): string {
     if (this.pending.length === 0) return "";

@@ -146,6 +146,8 @@ export interface GenerateRequest {
   format?: ReplyFormat;
   /** Tools the reply may call (see tools.ts); `Engine.check` refuses what cannot be held. */
   tools?: ToolRequest;
+  /** Each answer token's log-probability and this many (0 to 20) most likely tokens' (`logprobs` pieces). */
+  logprobs?: number;
   /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
   seed?: number;
   signal?: AbortSignal;
@@ -167,6 +169,8 @@ export interface GenerateResult {
   prompt: string;
   /** The tools the reply called, after its `text`; absent when it called none. */
   toolCalls?: ToolCall[];
+  /** Asked for: the answer's tokens' log-probabilities, those of its whole `text`. */
+  logprobs?: TokenLogprob[];
 }
 
 /** A piece of a reply's text: its answer, or the model's reasoning (a thought) before it. */
@@ -181,4 +185,22 @@ export interface ToolCallPiece {
   call: ToolCall;
 }
 
-export type ReplyPiece = TextPiece | ToolCallPiece;
+/** A token as a client sees it: its text (U+FFFD for the piece of a character it may be) and its bytes. */
+export interface SpelledToken {
+  token: string;
+  bytes: number[];
+  logprob: number;
+}
+
+/** A token of the reply's answer with its log-probability, and the most likely tokens' at its place. */
+export interface TokenLogprob extends SpelledToken {
+  top: SpelledToken[];
+}
+
+/** The log-probabilities of answer tokens whose text has been shown, in order. */
+export interface LogprobsPiece {
+  kind: "logprobs";
+  entries: TokenLogprob[];
+}
+
+export type ReplyPiece = TextPiece | ToolCallPiece | LogprobsPiece;

@@ -22,9 +22,11 @@ interface AddonContext {
   decodeBatch(): Promise<void>;
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
-  /** Parley's compiled natives add these two (src/natives/decode-steps.cpp); the npm prebuilt lacks them. */
+  /** Parley's compiled natives add these (src/natives/decode-steps.cpp, token-logprobs.cpp); the npm prebuilt lacks them. */
   decodeSteps?(sequenceIds: number[], positions: number[], tokens: Token[], samplers: AddonSampler[], steps: number): Promise<Int32Array>;
   abortSteps?(): void;
+  tokenLogprobs?(batchLogitIndex: number, token: Token, top: number): Float64Array;
+  tokenBytes?(token: Token): Uint8Array;
 }
 
 interface AddonSampler {
@@ -169,6 +171,36 @@ export interface BatchEntry {
   tokens: readonly Token[];
   /** Samples the token after the last one: a reply's next token. */
   sampler?: Sampler;
+  /** With the sampled token, its log-probability and this many most likely tokens' (see `TokenLogprobs`). */
+  logprobs?: number;
+}
+
+/**
+ * A sampled token's log-probability under the model's own distribution (the raw logits'
+ * log-softmax, before any sampler), and the most likely tokens' in order.
+ */
+export interface TokenLogprobs {
+  logprob: number;
+  top: { token: Token; logprob: number }[];
+}
+
+/** A token sampled for an entry, with its log-probabilities when the entry asked for them. */
+export interface Sampled {
+  token: Token;
+  logprobs?: TokenLogprobs;
+}
+
+/** Whether the natives can tell a sampled token's log-probabilities (Parley's compiled natives can). */
+export function hasLogprobs(context: LlamaContext): boolean {
+  const ctx = internals<ContextInternals>(context)._ctx;
+  return ctx.tokenLogprobs !== undefined && ctx.tokenBytes !== undefined;
+}
+
+/** The bytes the model spells `token` with: part of a character, for a token that is one. */
+export function tokenBytes(context: LlamaContext, token: Token): Uint8Array {
+  const ctx = internals<ContextInternals>(context)._ctx;
+  if (!ctx.tokenBytes) throw new Error("these natives cannot spell tokens' bytes: Parley's compiled natives can");
+  return ctx.tokenBytes(token);
 }
 
 /** Whether each sequence takes checkpoints (recurrent, hybrid, sliding-window models): fixed for its life, costly to ask. */
@@ -178,7 +210,7 @@ const checkpointing = new WeakMap<LlamaContextSequence, boolean>();
  * Decodes the entries in one batch, in the order given (scheduler.ts orders them), and samples
  * for those with a sampler: their tokens, in order, with undefined for the others.
  */
-export async function decodeBatch(context: LlamaContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {
+export async function decodeBatch(context: LlamaContext, entries: readonly BatchEntry[]): Promise<(Sampled | undefined)[]> {
   return await locked(context, (ctx) => decodeLocked(context, ctx, entries));
 }
 
@@ -265,7 +297,7 @@ export function abortSteps(context: LlamaContext): void {
   internals<ContextInternals>(context)._ctx.abortSteps?.();
 }
 
-async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: readonly BatchEntry[]): Promise<(Token | undefined)[]> {
+async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: readonly BatchEntry[]): Promise<(Sampled | undefined)[]> {
   // One position stays free at the end, as node-llama-cpp keeps it.
   if (entries.some(({ sequence, tokens }) => internals<SequenceInternals>(sequence)._nextTokenIndex + tokens.length >= context.contextSize)) {
     throw new Error("the sequence's context is full");
@@ -287,7 +319,21 @@ async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: r
     await seq._takeIntervalCheckpointIfNeededAfterBatch(seq._nextTokenIndex + 1);
   }
   if (sampled.includes(-1)) throw new Error("llama.cpp failed to sample a token");
-  return sampled as (Token | undefined)[];
+  // Before the next decode, which overwrites the logits.
+  return entries.map(({ logprobs }, i) => {
+    const token = sampled[i] as Token | undefined;
+    if (token === undefined) return undefined;
+    return logprobs === undefined ? { token } : { token, logprobs: logprobsOf(ctx, logitIndexes[i]!, token, logprobs) };
+  });
+}
+
+function logprobsOf(ctx: AddonContext, logitIndex: number, token: Token, top: number): TokenLogprobs {
+  if (!ctx.tokenLogprobs) throw new Error("these natives cannot tell log-probabilities: Parley's compiled natives can");
+  const values = ctx.tokenLogprobs(logitIndex, token, top);
+  return {
+    logprob: values[0]!,
+    top: Array.from({ length: (values.length - 1) / 2 }, (_, i) => ({ token: values[1 + 2 * i]! as Token, logprob: values[2 + 2 * i]! })),
+  };
 }
 
 /**

@@ -1,5 +1,5 @@
 // Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
-// do beside them:
+// do beside them (and, defined in token-logprobs.cpp, appends that file's two):
 // - decodeSteps(sequenceIds, positions, tokens, samplers, steps): on the decode thread, decodes one
 //   batch of each sequence's token at its position, samples each sequence's next token with its
 //   sampler, decodes those in the next batch, and so on, `steps` times at most; resolves to an
@@ -36,6 +36,7 @@
 
 #include "AddonContext.h"
 #include "AddonSampler.h"
+#include "addon-methods.h"
 #include "decode-thread.h"
 #include "llama.h"
 #include "napi.h"
@@ -298,20 +299,6 @@ Return * returnOf(napi_env env) {
     return returnOfThisThread = back;
 }
 
-napi_value fail(const Napi::Error & error) {
-    error.ThrowAsJavaScriptException();
-    return nullptr;
-}
-
-// A whole number from `min` to `max`: NaN, fractions and infinities are not.
-bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & out) {
-    if (!value.IsNumber()) return false;
-    const double number = value.As<Napi::Number>().DoubleValue();
-    if (!std::isfinite(number) || std::trunc(number) != number || number < static_cast<double>(min) || number > static_cast<double>(max)) return false;
-    out = static_cast<int64_t>(number);
-    return true;
-}
-
 // Whether `value` is an object of a class one of these constructors makes.
 bool instanceOf(napi_env env, const Napi::Value & value, const std::vector<napi_ref> & constructors) {
     if (!value.IsObject()) return false;
@@ -455,6 +442,24 @@ void remember(napi_env env, napi_value constructor, std::vector<napi_ref> & cons
 
 }  // namespace
 
+napi_value fail(const Napi::Error & error) {
+    error.ThrowAsJavaScriptException();
+    return nullptr;
+}
+
+bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & out) {
+    if (!value.IsNumber()) return false;
+    const double number = value.As<Napi::Number>().DoubleValue();
+    if (!std::isfinite(number) || std::trunc(number) != number || number < static_cast<double>(min) || number > static_cast<double>(max)) return false;
+    out = static_cast<int64_t>(number);
+    return true;
+}
+
+AddonContext * addonContextOf(napi_env env, const Napi::Value & value) {
+    if (!instanceOf(env, value, classesOfThisThread.context)) return nullptr;
+    return Napi::ObjectWrap<AddonContext>::Unwrap(value.As<Napi::Object>());
+}
+
 extern "C" void __wrap_llama_log_set(ggml_log_callback callback, void * data) {
     addonLog = callback;
     __real_llama_log_set(callback == nullptr ? nullptr : quiet, data);
@@ -481,6 +486,8 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     std::vector<napi_property_descriptor> extended(properties, properties + property_count);
     extended.push_back(method("decodeSteps", decodeSteps));
     extended.push_back(method("abortSteps", abortSteps));
+    extended.push_back(method("tokenLogprobs", tokenLogprobs));
+    extended.push_back(method("tokenBytes", tokenBytes));
     const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
     if (status == napi_ok) remember(env, *result, classesOfThisThread.context);
     return status;

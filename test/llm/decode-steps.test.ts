@@ -170,8 +170,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const prompted = await Promise.all(
       sequences.map(async (sequence) => {
         const sampler = endlessSampler(context, model);
-        const [token] = await decodeBatch(context, [{ sequence, tokens: model.tokenize(LONG.text), sampler }]);
-        return { sequence, sampler, token: token!, position: sequence.nextTokenIndex, id: sequenceIdOf(sequence) };
+        const [sampled] = await decodeBatch(context, [{ sequence, tokens: model.tokenize(LONG.text), sampler }]);
+        return { sequence, sampler, token: sampled!.token, position: sequence.nextTokenIndex, id: sequenceIdOf(sequence) };
       }),
     );
     type Prompted = (typeof prompted)[number];
@@ -184,8 +184,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const otherSequence = other.getSequence();
     const otherSampler = endlessSampler(other, model);
     try {
-      const [otherToken] = await decodeBatch(other, [{ sequence: otherSequence, tokens: model.tokenize(LONG.text), sampler: otherSampler }]);
-      const blocking = (other as unknown as { _ctx: Addon })._ctx.decodeSteps([0], [otherSequence.nextTokenIndex], [otherToken!], [otherSampler.native], most);
+      const [otherSampled] = await decodeBatch(other, [{ sequence: otherSequence, tokens: model.tokenize(LONG.text), sampler: otherSampler }]);
+      const blocking = (other as unknown as { _ctx: Addon })._ctx.decodeSteps([0], [otherSequence.nextTokenIndex], [otherSampled!.token], [otherSampler.native], most);
       // The call through addon.ts begins after the abort: it decodes nothing, and its sequence holds what it held.
       const held = { next: second.sequence.nextTokenIndex, tokens: [...second.sequence.contextTokens] };
       onStepsCall = () => (addon.abortSteps(), true);
@@ -227,8 +227,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       for (const sequence of [first!, third!]) {
         const sampler = endlessSampler(three, small);
         entries.push({ sequence, token: 0 as Token, sampler });
-        const [token] = await decodeBatch(three, [{ sequence, tokens: small.tokenize("the sea is calm tonight"), sampler }]);
-        entries.at(-1)!.token = token!;
+        const [sampled] = await decodeBatch(three, [{ sequence, tokens: small.tokenize("the sea is calm tonight"), sampler }]);
+        entries.at(-1)!.token = sampled!.token;
       }
       const positions = (three as unknown as { _ctx: Addon })._ctx;
       const held = () => entries.map(({ sequence }) => ({ id: sequenceIdOf(sequence), next: sequence.nextTokenIndex, last: positions.getSequenceKvCacheMaxPosition(sequenceIdOf(sequence)) }));
@@ -405,7 +405,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     // bench-small's steps are long: aborts 15 ms into a call land inside a decode.
     const { code, out } = await child(`
       const [first] = await decodeBatch(context, [{ sequence, tokens: model.tokenize("the sea is calm"), sampler }]);
-      let token = first;
+      let token = first.token;
       let cut = 0;
       for (let call = 0; call < 5; call++) {
         const running = decodeSteps(context, [{ sequence, token, sampler }], () => 1000);

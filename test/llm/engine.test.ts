@@ -22,8 +22,8 @@ beforeAll(async () => {
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Drains a generation, keeping the pieces as they arrived. */
-/** A piece's text (these replies call no tools). */
-const textOf = (piece: ReplyPiece): string => (piece.kind === "toolCall" ? "" : piece.text);
+/** A piece's text (these replies call no tools and ask no log-probabilities). */
+const textOf = (piece: ReplyPiece): string => (piece.kind === "content" || piece.kind === "reasoning" ? piece.text : "");
 
 async function run(engine: Engine, req: GenerateRequest): Promise<{ pieces: string[]; result: GenerateResult }> {
   const pieces: string[] = [];

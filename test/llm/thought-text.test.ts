@@ -14,7 +14,7 @@ interface Split {
 
 const joined = (pieces: readonly ReplyPiece[], into: Split = { reasoning: "", content: "" }): Split => {
   for (const piece of pieces) {
-    if (piece.kind === "toolCall") throw new Error("no reply here calls a tool");
+    if (piece.kind !== "content" && piece.kind !== "reasoning") throw new Error("no reply here calls a tool or asks log-probabilities");
     into[piece.kind] += piece.text;
   }
   return into;

@@ -39,6 +39,7 @@ describe("mixed load on several sequences", () => {
         keys: keys.users,
         nativeClients: 6,
         openaiClients: 4,
+        logprobsClients: 1,
         structuredClients: 2,
         toolClients: 2,
         durationMs: DURATION_MS,
@@ -48,7 +49,7 @@ describe("mixed load on several sequences", () => {
       console.log(`steps-load parallel ${parallel}: ${result.requests} requests ${JSON.stringify(result.ok)}, ${result.failures.length} failed; cached tokens on /v1: ${result.cachedTokens}`);
       expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
       // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
-      for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
+      for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
       expect((result.ok["structured"] ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
       expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
       expect(result.cachedTokens).toBeGreaterThan(0);

@@ -2,9 +2,9 @@
  * A chat service's mixed load against a running server, as its users make it: each client sends
  * one request at a time after a random pause, messages and reply lengths drawn at random, some
  * streams cancelled by the client after a few deltas; native-API clients keep two conversations
- * each, OpenAI-API clients resend a growing history (so their prompts share prefixes), and
- * structured-output clients ask for replies held to a JSON schema, and tool clients offer a tool
- * whose call may be required, named or up to the model. Every request must end cleanly: 200 and a
+ * each, OpenAI-API clients resend a growing history (so their prompts share prefixes), some asking
+ * for log-probabilities, structured-output clients ask for replies held to a JSON schema, and
+ * tool clients offer a tool whose call may be required, named or up to the model. Every request must end cleanly: 200 and a
  * whole reply (`done`, or `[DONE]` with no error chunk), or a stream this client cancelled; a
  * structured reply or a call that ended by itself must be valid against its schema, and a call
  * that had to be made must have been.
@@ -20,6 +20,8 @@ export interface ChatMixOptions {
   keys: string[];
   nativeClients: number;
   openaiClients: number;
+  /** OpenAI-API clients, as `openaiClients`, asking for their tokens' log-probabilities. */
+  logprobsClients?: number;
   /** OpenAI-API clients whose replies are held to `STRUCTURED_SCHEMA`. */
   structuredClients?: number;
   /** OpenAI-API clients offering a tool, its call required, named or up to the model. */
@@ -99,28 +101,39 @@ async function nativeTurn(options: ChatMixOptions, random: Random, key: string, 
   return last === "done" ? { ok: "native stream" } : { failure: `native stream ended with ${last || "nothing"}` };
 }
 
-type OpenAiKind = "openai" | "structured" | "tools";
+type OpenAiKind = "openai" | "logprobs" | "structured" | "tools";
 
 /** What a client of each kind adds to its request. */
 function requestFields(kind: OpenAiKind, random: Random): Record<string, unknown> {
   switch (kind) {
     case "openai":
       return { max_tokens: random.int(4, 63) };
+    case "logprobs":
+      // Replies that decode a batch per token beside those that step.
+      return { max_tokens: random.int(4, 63), logprobs: true, top_logprobs: random.int(0, 5) };
     case "structured":
       return { max_tokens: random.int(20, 120), response_format: { type: "json_schema", json_schema: { name: "work", schema: STRUCTURED_SCHEMA } } };
-    case "tools":
+    case "tools": {
+      const choice = random.pick(["auto", "required", { type: "function", function: { name: "get_weather" } }]);
       return {
-        max_tokens: random.int(30, 200),
+        // A call takes ~90 tokens of bench-small, which under "auto" writes words instead, at length.
+        max_tokens: choice === "auto" ? random.int(4, 63) : random.int(100, 260),
         tools: [{ type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: TOOL_PARAMETERS } }],
-        tool_choice: random.pick(["auto", "required", { type: "function", function: { name: "get_weather" } }]),
+        tool_choice: choice,
         parallel_tool_calls: random.next() < 0.5,
       };
+    }
   }
 }
 
 interface Chunk {
   error?: unknown;
-  choices?: { delta?: { content?: string; tool_calls?: ToolCallPiece[] }; message?: { content?: string | null; tool_calls?: ToolCallPiece[] }; finish_reason?: string | null }[];
+  choices?: {
+    delta?: { content?: string; tool_calls?: ToolCallPiece[] };
+    message?: { content?: string | null; tool_calls?: ToolCallPiece[] };
+    logprobs?: { content: { token: string }[] | null } | null;
+    finish_reason?: string | null;
+  }[];
   usage?: { prompt_tokens_details?: { cached_tokens?: number } };
 }
 
@@ -199,10 +212,17 @@ async function openaiTurn(options: ChatMixOptions, random: Random, key: string, 
   const reply = chunks.map((chunk) => chunk.choices?.[0]?.message?.content ?? chunk.choices?.[0]?.delta?.content ?? "").join("");
   const judged = judge(kind, chunks, reply, body);
   if (judged) return judged;
+  if (kind === "logprobs") {
+    // The entries spell the reply (leading spaces aside: a first SentencePiece token's), or as much of it as they reached.
+    const spelled = chunks.flatMap((chunk) => chunk.choices?.[0]?.logprobs?.content ?? []).map((entry) => entry.token).join("").trimStart();
+    const text = reply.trimStart();
+    if ((text !== "" && spelled === "") || !text.startsWith(spelled)) return { failure: `openai logprobs spell ${JSON.stringify(spelled.slice(0, 80))}, the reply is ${JSON.stringify(reply.slice(0, 80))}` };
+  }
   history.push({ role: "assistant", content: reply });
   // A history that outgrows the context starts over, as a user's new chat would.
   if (history.length > 16) history.splice(0);
-  return { ok: stream ? "openai stream" : "openai reply", cached: chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+  const ok = kind === "logprobs" ? "openai logprobs" : stream ? "openai stream" : "openai reply";
+  return { ok, cached: chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
 export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult> {
@@ -211,6 +231,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
   const kinds = [
     ...Array<"native">(options.nativeClients).fill("native"),
     ...Array<OpenAiKind>(options.openaiClients).fill("openai"),
+    ...Array<OpenAiKind>(options.logprobsClients ?? 0).fill("logprobs"),
     ...Array<OpenAiKind>(options.structuredClients ?? 0).fill("structured"),
     ...Array<OpenAiKind>(options.toolClients ?? 0).fill("tools"),
   ];
@@ -228,7 +249,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
           ending =
             kind === "native"
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
-              : await openaiTurn(options, random, key, kind === "openai" ? history : [], signal, kind);
+              : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }

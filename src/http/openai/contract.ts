@@ -56,6 +56,29 @@ const ToolCallDelta = t.Object(
   { ...closed, description: "A call's id, type and name come first (arguments empty), then its arguments" },
 );
 
+const SpelledToken = {
+  token: t.String({ description: "The token's text (U+FFFD for a piece of a character)" }),
+  logprob: t.Number({ description: "Its log-probability under the model's own distribution, before any sampler" }),
+  bytes: t.Array(t.Integer({ minimum: 0, maximum: 255 }), { description: "The token's bytes" }),
+};
+
+const Logprobs = t.Union(
+  [
+    t.Null(),
+    t.Object(
+      {
+        content: t.Union([
+          t.Array(t.Object({ ...SpelledToken, top_logprobs: t.Array(t.Object(SpelledToken, closed), { maxItems: 20 }) }, closed)),
+          t.Null(),
+        ]),
+        refusal: t.Null(),
+      },
+      closed,
+    ),
+  ],
+  { description: "With logprobs: true, the answer's tokens and the top_logprobs most likely at each place; null otherwise" },
+);
+
 export const ChatCompletion = t.Object(
   {
     id: t.String(),
@@ -76,7 +99,7 @@ export const ChatCompletion = t.Object(
             },
             closed,
           ),
-          logprobs: t.Null(),
+          logprobs: Logprobs,
           finish_reason: FinishReason,
         },
         closed,
@@ -108,7 +131,7 @@ export const ChatCompletionChunk = t.Object(
             },
             closed,
           ),
-          logprobs: t.Null(),
+          logprobs: Logprobs,
           finish_reason: t.Union([FinishReason, t.Null()]),
         },
         closed,

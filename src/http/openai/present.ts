@@ -1,7 +1,7 @@
 /** Completions as OpenAI's API shows them: the shapes are ./contract.ts's. */
 import type { CompletionResult, CompletionStart, ModelInfo } from "../../chat/completions";
 import type { Usage } from "../../chat/turn-runner";
-import type { FinishReason, ToolCall } from "../../llm/engine";
+import type { FinishReason, TokenLogprob, ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { data } from "../sse";
 import type { Framing } from "../turn-driver";
@@ -28,6 +28,11 @@ export const newCompletion = (): CompletionIdentity => ({
  */
 const finishReason = (reason: FinishReason, calls: boolean): OpenAiFinishReason => (reason !== "stop" ? "length" : calls ? "tool_calls" : "stop");
 
+const logprobsJson = (entries: readonly TokenLogprob[]) => ({
+  content: entries.map(({ token, logprob, bytes, top }) => ({ token, logprob, bytes, top_logprobs: top.map((other) => ({ token: other.token, logprob: other.logprob, bytes: other.bytes })) })),
+  refusal: null,
+});
+
 const toolCallJson = (call: ToolCall) => ({ id: call.id, type: "function" as const, function: { name: call.name, arguments: call.arguments } });
 
 const usageJson = (usage: Usage): CompletionUsage => ({
@@ -53,7 +58,7 @@ export const completionJson = ({ id, created }: CompletionIdentity, result: Comp
         ...(result.reasoning !== undefined ? { reasoning_content: result.reasoning } : {}),
         ...(result.toolCalls ? { tool_calls: result.toolCalls.map(toolCallJson) } : {}),
       },
-      logprobs: null,
+      logprobs: result.logprobs ? logprobsJson(result.logprobs) : null,
       finish_reason: finishReason(result.finishReason, result.toolCalls !== undefined),
     },
   ],
@@ -88,6 +93,8 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
     },
     reasoning: (text) => data(chunk(choice({ reasoning_content: text }))),
     delta: (content) => data(chunk(choice({ content }))),
+    // In chunks of their own, after the content they belong to, as its text is given.
+    logprobs: (entries) => data(chunk([{ index: 0, delta: {}, logprobs: logprobsJson(entries), finish_reason: null }])),
     toolCall: (call) => {
       const index = calls++;
       return [

@@ -81,8 +81,8 @@ const completionRequest = t.Object({
   functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are OpenAI's former tools: send tools instead"),
   function_call: optional(t.Literal("none"), "function_call is OpenAI's former tool_choice: send tool_choice instead"),
   response_format: optional(RESPONSE_FORMAT, RESPONSE_FORMAT_RULE),
-  logprobs: optional(t.Literal(false), "logprobs are not supported yet"),
-  top_logprobs: unsupported("top_logprobs are not supported yet"),
+  logprobs: optional(t.Boolean(), "logprobs must be true or false"),
+  top_logprobs: optional(t.Integer({ minimum: 0, maximum: 20 }), "top_logprobs must be an integer from 0 to 20"),
   audio: unsupported("audio is not supported: Parley answers with text only"),
   reasoning_effort: unsupported("reasoning_effort is not supported: the model's chat template decides how it reasons"),
   verbosity: unsupported("verbosity is not supported"),
@@ -133,6 +133,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   }
   const format = formatOf(body.response_format);
   const tools = toolRequestOf(body);
+  if (body.top_logprobs != null && body.logprobs !== true) throw new InvalidInput("top_logprobs", "top_logprobs needs logprobs: true");
   return {
     messages,
     sampling: {
@@ -146,6 +147,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
     stop,
     ...(format ? { format } : {}),
     ...(tools ? { tools } : {}),
+    ...(body.logprobs === true ? { logprobs: body.top_logprobs ?? 0 } : {}),
   };
 }
 

@@ -1,0 +1,77 @@
+/**
+ * The grammars a reply is held to, made once per request's format or tools: `response_format`'s
+ * (json-schema.ts checks the schema, refusing what the grammar cannot enforce, and bounds
+ * node-llama-cpp's JSON grammar), or its tool calls' (tools.ts, tool-syntax.ts), from the reply's
+ * start when a call must be made, after the call's opener when the model may make one. A model
+ * that reasons first thinks freely before a grammar that holds from the start (thought-grammar.ts).
+ */
+import { type Llama, type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel } from "node-llama-cpp";
+import { InvalidInput } from "../errors";
+import { boundedJsonGrammar, grammarSchemaOf } from "./json-schema";
+import { thoughtThen } from "./thought-grammar";
+import type { ThoughtMarkers } from "./thought-text";
+import { callsGrammar, type ToolSyntax } from "./tool-syntax";
+import { callableFunctions, callSchema } from "./tools";
+import type { GenerateRequest, ReplyFormat, Sampling, ToolRequest } from "./types";
+
+/** `json_object`'s schema: one object, any members. */
+const ANY_OBJECT = { type: "object", additionalProperties: true } as const;
+
+type Held = Pick<GenerateRequest, "format" | "tools">;
+
+export class ReplyGrammars {
+  /** Made once per request: by `check` before a reply starts, used by `hold` after. */
+  private readonly grammars = new WeakMap<ReplyFormat | ToolRequest, Promise<LlamaGrammar>>();
+
+  constructor(
+    private readonly llama: Llama,
+    private readonly model: LlamaModel,
+    private readonly syntax: ToolSyntax,
+    /** The markers of the model's thought, when it reasons first. */
+    private readonly thought: ThoughtMarkers | undefined,
+  ) {}
+
+  /** Refuses what cannot be held (`InvalidInput` naming the field), before a reply starts. */
+  async check(request: Held): Promise<void> {
+    if (request.format && request.tools && request.tools.choice !== "auto") {
+      throw new InvalidInput("response_format", "response_format cannot hold a reply that must call a tool: its arguments follow the tool's parameters");
+    }
+    await this.grammarOf(request);
+  }
+
+  /** `sampling` held to the request's grammar: from the start, or once the model opens a call. */
+  async hold(request: Held, sampling: Sampling): Promise<Sampling> {
+    const grammar = this.grammarOf(request);
+    if (!grammar) return sampling;
+    const state = new LlamaGrammarEvaluationState({ model: this.model, grammar: await grammar });
+    return request.tools?.choice === "auto" ? { ...sampling, lazyGrammar: { state, armed: false } } : { ...sampling, grammar: state };
+  }
+
+  private grammarOf({ format, tools }: Held): Promise<LlamaGrammar> | undefined {
+    // Every tool's parameters are checked, also when the model may answer without a call.
+    const call = tools && callSchema(callableFunctions(tools), tools.functions, this.syntax.argumentsKey);
+    const key = call ? tools : format;
+    if (!key) return undefined;
+    let grammar = this.grammars.get(key);
+    if (!grammar) {
+      grammar =
+        call && tools
+          ? this.jsonGrammar(call, (one) => callsGrammar(this.syntax, one, tools.parallel, tools.choice === "auto"), tools.choice !== "auto")
+          : // Any object, as a schema: its grammar bounds the whitespace between values, which the
+            // free JSON grammar does not, and a model can loop on whitespace forever.
+            this.jsonGrammar(format!.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format!.schema, "response_format"));
+      this.grammars.set(key, grammar);
+    }
+    return grammar;
+  }
+
+  /**
+   * node-llama-cpp's grammar for the schema, bounded, as the answer `shape` makes of it; after a
+   * thought for a model that reasons, if it holds `fromStart`.
+   */
+  private async jsonGrammar(schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
+    // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
+    const answer = shape(boundedJsonGrammar((await this.llama.createGrammarForJsonSchema(schema as never)).grammar));
+    return await this.llama.createGrammar({ grammar: this.thought && fromStart ? thoughtThen(answer, this.thought) : answer });
+  }
+}
