@@ -13,7 +13,18 @@
  * renders and turns (token-cache.ts), and the event loop gets a turn between two tokenizations, so
  * one long conversation cannot stall every other request.
  */
-import { type ChatHistoryItem, type ChatModelSegment, type ChatWrapper, type LlamaModel, LlamaText, type Token, type Tokenizer } from "node-llama-cpp";
+import {
+  type ChatHistoryItem,
+  type ChatModelSegment,
+  type ChatWrapper,
+  type LlamaModel,
+  LlamaText,
+  SpecialTokensText,
+  type Token,
+  type Tokenizer,
+} from "node-llama-cpp";
+import { InvalidInput } from "../errors";
+import { TOKEN_TYPE } from "../gguf/vocab";
 import type { TemplateChat } from "./template-chat";
 import type { ToolSyntax } from "./tool-syntax";
 import { cachingTokenizer } from "./token-cache";
@@ -52,6 +63,8 @@ export class PromptRenderer {
   /** The chat format has thoughts: stored ones go back to it, and its template decides what the model sees. */
   private readonly thoughts: boolean;
   private readonly openings = new Map<string, readonly Token[]>();
+  /** The model's control tokens' texts, longest first: where a template's rendering is cut into runs. */
+  private readonly controls: RegExp | undefined;
 
   constructor(
     private readonly model: LlamaModel,
@@ -62,6 +75,7 @@ export class PromptRenderer {
     this.tokenizer = cachingTokenizer(model.tokenizer, CACHE_TOKENS);
     this.maxTokenBytes = longestTokenBytes(model);
     this.thoughts = chatWrapper.settings.segments?.thought !== undefined;
+    this.controls = controlTokensPattern(model);
   }
 
   /** How the model writes tool calls. */
@@ -118,11 +132,14 @@ export class PromptRenderer {
 
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
     // the two cannot share the context at all.
-    return (
-      (await this.truncateLast(head, newest, budget, tools)) ??
-      (await this.truncateLast([], newest, budget, tools)) ??
-      (await render([{ role: "user", content: "" }]))
-    );
+    const cut = (await this.truncateLast(head, newest, budget, tools)) ?? (await this.truncateLast([], newest, budget, tools));
+    if (cut) return cut;
+    const empty = await render([{ role: "user", content: "" }]);
+    // Tools are shown whole: a prompt of them alone that outgrows the room is no prompt to answer.
+    if (tools.length > 0 && empty.tokens.length > budget) {
+      throw new InvalidInput("tools", `the tools take ${empty.tokens.length} prompt tokens, more than the ${budget} the context leaves for a prompt`);
+    }
+    return empty;
   }
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */
@@ -203,9 +220,32 @@ export class PromptRenderer {
   }
 
   private async render(turns: readonly Turn[], tools: readonly ToolFunction[]): Promise<FittedPrompt> {
+    if (withTools(turns, tools)) {
+      const rendered = this.templateChat.render(turns, tools);
+      return { turns, tools, text: LlamaText(new SpecialTokensText(rendered)), tokens: await this.tokenizeRendered(rendered) };
+    }
     // The empty model turn renders the assistant's opening, where generation starts.
-    const text = withTools(turns, tools) ? this.templateChat.render(turns, tools) : this.wrapped(turns, "");
+    const text = this.wrapped(turns, "");
     return { turns, tools, text, tokens: await this.tokenize(text) };
+  }
+
+  /**
+   * A template's rendering tokenized as llama-server tokenizes it (special tokens' texts are those
+   * tokens), run by run as `tokenize` does: llama.cpp tokenizes the text between two special tokens
+   * on its own, so each run with the control token before it (after which SentencePiece adds its
+   * space) tokenizes as the whole would, is remembered, and lets the event loop in between.
+   */
+  private async tokenizeRendered(rendered: string): Promise<Token[]> {
+    const tokens: Token[] = [];
+    let sliceStart = performance.now();
+    for (const run of runsOf(rendered, this.controls)) {
+      if (performance.now() - sliceStart > SLICE_MS) {
+        await nextMacrotask();
+        sliceStart = performance.now();
+      }
+      tokens.push(...this.tokenizer(run, true));
+    }
+    return tokens;
   }
 
   /**
@@ -249,6 +289,22 @@ function withinReach(turns: readonly Turn[], maxChars: number): readonly Turn[] 
   let chars = 0;
   while (start > pinned && chars < maxChars) chars += turns[--start]!.content.length;
   return start === pinned ? turns : [...turns.slice(0, pinned), ...turns.slice(start)];
+}
+
+/** The texts of the model's control tokens, as one pattern, longest first; undefined if it has none. */
+function controlTokensPattern(model: LlamaModel): RegExp | undefined {
+  const { tokens, token_type: types } = model.fileInfo.metadata.tokenizer.ggml;
+  const controls = tokens.filter((text, i) => (types?.[i] as number | undefined) === TOKEN_TYPE.CONTROL && text !== "");
+  if (controls.length === 0) return undefined;
+  const escaped = controls.sort((a, b) => b.length - a.length).map((text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  return new RegExp(escaped.join("|"), "g");
+}
+
+/** `text` cut before each control token's text: the first run, then each control token with the text up to the next. */
+function runsOf(text: string, controls: RegExp | undefined): string[] {
+  if (controls === undefined) return [text];
+  const starts = [0, ...Array.from(text.matchAll(controls), (match) => match.index)];
+  return starts.map((start, i) => text.slice(start, starts[i + 1])).filter((run) => run !== "");
 }
 
 /** Whether the conversation has tools in it, which the model's template renders (template-chat.ts). */

@@ -9,7 +9,7 @@
  * form asked for, and calls and results in the history written in that form (tool-syntax.ts).
  */
 import { Template } from "@huggingface/jinja";
-import { LlamaText, type LlamaModel, SpecialTokensText } from "node-llama-cpp";
+import type { LlamaModel } from "node-llama-cpp";
 import { InvalidInput } from "../errors";
 import type { ToolFunction } from "./tools";
 import { CHATML_TEMPLATE } from "../gguf/chatml";
@@ -42,13 +42,13 @@ export class TemplateChat {
     this.prependBos = model.tokens.shouldPrependBosToken && this.bos !== "";
   }
 
-  /** `turns` and the tools, ending where the assistant's reply begins; special tokens as the model's. */
-  render(turns: readonly Turn[], tools: readonly ToolFunction[]): LlamaText {
-    const messages = this.messages(turns, tools);
-    const rendered = this.renderMessages(messages, tools);
-    // As llama-server tokenizes a rendered template: BOS added unless the template wrote it.
-    const text = this.prependBos && !rendered.startsWith(this.bos) ? this.bos + rendered : rendered;
-    return LlamaText(new SpecialTokensText(text));
+  /**
+   * `turns` and the tools, ending where the assistant's reply begins, as text whose special tokens'
+   * texts are those tokens (llama-server tokenizes it so); a BOS added unless the template wrote it.
+   */
+  render(turns: readonly Turn[], tools: readonly ToolFunction[]): string {
+    const rendered = this.renderMessages(this.messages(turns, tools), tools);
+    return this.prependBos && !rendered.startsWith(this.bos) ? this.bos + rendered : rendered;
   }
 
   private renderMessages(messages: Message[], tools: readonly ToolFunction[]): string {

@@ -9,7 +9,7 @@
 import type { Token, Tokenizer } from "node-llama-cpp";
 
 /**
- * A tokenizer like `tokenizer`, remembering plain-text results up to `capacityTokens` tokens in all.
+ * A tokenizer like `tokenizer`, remembering its results up to `capacityTokens` tokens in all.
  * A remembered result is handed out again as the same array: callers must not change it.
  */
 export function cachingTokenizer(tokenizer: Tokenizer, capacityTokens: number): Tokenizer {
@@ -18,16 +18,17 @@ export function cachingTokenizer(tokenizer: Tokenizer, capacityTokens: number): 
   let held = 0;
 
   const tokenize = (text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace"): Token[] => {
-    // Special-token texts are the template's own few, short and cheap: only plain text is kept.
-    if (specialTokens !== false && specialTokens !== undefined) return tokenizer(text as never, specialTokens as never, options as never);
-    const key = (options === "trimLeadingSpace" ? "t" : "-") + text;
+    // Built-in special tokens are a template's own few, short and cheap; plain text, and text
+    // whose special tokens are parsed (a template's rendering, run by run), is kept.
+    if (specialTokens === "builtin") return tokenizer(text as never, specialTokens as never, options as never);
+    const key = (specialTokens === true ? "s" : "-") + (options === "trimLeadingSpace" ? "t" : "-") + text;
     const known = cache.get(key);
     if (known) {
       cache.delete(key);
       cache.set(key, known);
       return known;
     }
-    const tokens = tokenizer(text, false, options);
+    const tokens = tokenizer(text, specialTokens === true, options);
     cache.set(key, tokens);
     held += tokens.length;
     for (const [oldest, value] of cache) {

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { getLlama, type Llama, type LlamaModel, resolveChatWrapper } from "node-llama-cpp";
+import { InvalidInput } from "../../src/errors";
 import { PromptRenderer } from "../../src/llm/prompt";
 import { TemplateChat } from "../../src/llm/template-chat";
 import { cachingTokenizer } from "../../src/llm/token-cache";
@@ -86,6 +87,34 @@ describe("PromptRenderer", () => {
       expect(kept[0]!.role).toBe("user");
       expect(fitted.turns).toEqual(kept);
       expect(kept.reduce((chars, turn) => chars + turn.content.length, 0)).toBeLessThan(prompts.historyChars(budget));
+    }),
+  );
+
+  test(
+    "with tools: the template's rendering, tokenized run by run as the model tokenizes it whole (special tokens' texts parsed), within the budget",
+    withSeed(async (random) => {
+      const tools = [{ name: "lookup", description: "Looks a word up", parameters: { type: "object", properties: { word: { type: "string" } } } }];
+      for (const budget of [500, 800, 2000]) {
+        const history: Turn[] = [];
+        for (let i = 0; i < 30; i++) {
+          history.push({ role: "user", content: mixedText(random, random.int(1, 100)) });
+          const call = { id: `call_${i}`, name: "lookup", arguments: JSON.stringify({ word: mixedText(random, random.int(1, 10)) }) };
+          if (random.next() < 0.3) history.push({ role: "assistant", content: "", toolCalls: [call] }, { role: "tool", content: mixedText(random, 20), toolCallId: call.id });
+          history.push({ role: "assistant", content: mixedText(random, random.int(1, 100)) });
+        }
+        history.push({ role: "user", content: mixedText(random, random.int(1, 100)) });
+        const fitted = await prompts.fit(history, budget, tools);
+        expect(fitted.tokens.length).toBeLessThanOrEqual(budget);
+        expect(fitted.tokens).toEqual(fitted.text.tokenize(model.tokenizer));
+        expect(fitted.turns.at(-1)!.role).toBe("user");
+      }
+      // Tools are shown whole: where they alone outgrow the budget, no prompt is made.
+      const refused = await prompts.fit([{ role: "user", content: "Hi" }], 100, tools).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(refused).toBeInstanceOf(InvalidInput);
+      expect((refused as InvalidInput).param).toBe("tools");
     }),
   );
 });
