@@ -17,6 +17,7 @@ import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { openAiRoutes } from "./routes/openai";
+import { responsesRoutes } from "./routes/responses";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
 import { cors } from "./cors";
@@ -86,7 +87,8 @@ export function createApp(deps: AppDeps) {
     .use(messagesRoutes({ messages: deps.storage.messages }))
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
-    .use(openAiRoutes({ completions: deps.completions, turns, body: limits }));
+    .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
+    .use(responsesRoutes({ completions: deps.completions, turns, body: limits }));
 }
 
 export type App = ReturnType<typeof createApp>;

@@ -10,6 +10,7 @@ import type { ErrorKind } from "../errors";
 import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
+import { ResponseEvent, ResponseObject } from "./openai/responses-contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
 export const SCHEMAS = {
@@ -27,6 +28,8 @@ export const SCHEMAS = {
   ChatCompletionChunk,
   OpenAiModel,
   OpenAiModelList,
+  ResponseObject,
+  ResponseEvent,
 };
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });

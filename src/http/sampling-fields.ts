@@ -9,6 +9,12 @@ import type { SamplingRequest } from "../llm/engine";
 /** OpenAI lets a client send null for any optional field it does not set; so may the native API's. */
 export const optional = <T extends TSchema>(schema: T, error: string) => t.Optional(t.Union([schema, t.Null()], { error }));
 
+/**
+ * A field Parley cannot honour (yet): only absent or null passes, and the error says why. It would
+ * change the reply, so ignoring it would answer a question the client did not ask.
+ */
+export const unsupported = (error: string) => optional(t.Never(), error);
+
 export const SAMPLING_FIELDS = {
   top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
   top_k: optional(t.Integer({ minimum: 0 }), "top_k must be a non-negative integer (0: every token)"),

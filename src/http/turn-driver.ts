@@ -25,12 +25,12 @@ export type StartTurn<Start, Result> = (signal: AbortSignal) => TurnEvents<Start
 /** How one protocol writes a turn's events on a stream. */
 export interface Framing<Start, Result> {
   start(start: Start): SseChunk[];
-  delta(content: string): SseChunk;
-  reasoning(content: string): SseChunk;
+  delta(content: string): SseChunk[];
+  reasoning(content: string): SseChunk[];
   /** For a protocol whose replies call tools. */
   toolCall?(call: ToolCall): SseChunk[];
   /** For a protocol whose replies tell their tokens' log-probabilities. */
-  logprobs?(entries: TokenLogprob[]): SseChunk;
+  logprobs?(entries: TokenLogprob[]): SseChunk[];
   done(result: Result): SseChunk[];
   error(error: DomainError, requestId: string): SseChunk[];
 }
@@ -155,14 +155,14 @@ const isReply = (event: unknown): event is ReplyEvent => {
 function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
   switch (event.type) {
     case "delta":
-      return [framing.delta(event.content)];
+      return framing.delta(event.content);
     case "reasoning":
-      return [framing.reasoning(event.content)];
+      return framing.reasoning(event.content);
     case "toolCall":
       if (!framing.toolCall) throw new Error("a reply called a tool on a protocol without tools");
       return framing.toolCall(event.call);
     case "logprobs":
       if (!framing.logprobs) throw new Error("a reply told log-probabilities on a protocol without them");
-      return [framing.logprobs(event.entries)];
+      return framing.logprobs(event.entries);
   }
 }

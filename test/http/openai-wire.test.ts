@@ -98,6 +98,31 @@ describe("responses match the served OpenAPI document", () => {
     });
   }
 
+  test("a response, whole and as its typed events, and a refusal", async () => {
+    const respond = (body: Record<string, unknown>) =>
+      fetch(`${ready.url}/v1/responses`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify({ model: "any", input: "Hello", store: false, temperature: 0, max_output_tokens: 4, ...body }) });
+    const whole = await respond({});
+    expect(whole.status).toBe(200);
+    await expectDocumented("/v1/responses", "post", whole);
+    const streamed = await respond({ stream: true });
+    const event = schemaAt("components", "schemas", "ResponseEvent");
+    const response = schemaAt("components", "schemas", "ResponseObject");
+    const names: string[] = [];
+    for await (const { event: name, data } of sseEvents(streamed)) {
+      if (name === "comment") continue;
+      const payload = JSON.parse(data) as { type: string; response?: unknown };
+      // Each named event carries its name as its type, as OpenAI writes them.
+      expect(payload.type).toBe(name);
+      names.push(name);
+      expectValid(event, payload, `event ${name}`);
+      if (payload.response !== undefined) expectValid(response, payload.response, `the response of ${name}`);
+    }
+    expect(names.at(-1)).toBe("response.incomplete");
+    const refused = await respond({ store: true });
+    expect(refused.status).toBe(400);
+    await expectDocumented("/v1/responses", "post", refused);
+  });
+
   test("error: an unknown model (404)", async () => {
     const response = await fetch(`${ready.url}/v1/models/gpt-4o`, { headers: bearer(alice.key) });
     expect(response.status).toBe(404);

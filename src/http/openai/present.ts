@@ -91,10 +91,10 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
       model = start.model;
       return [data(chunk(choice({ role: "assistant", content: "" })))];
     },
-    reasoning: (text) => data(chunk(choice({ reasoning_content: text }))),
-    delta: (content) => data(chunk(choice({ content }))),
+    reasoning: (text) => [data(chunk(choice({ reasoning_content: text })))],
+    delta: (content) => [data(chunk(choice({ content })))],
     // In chunks of their own, after the content they belong to, as its text is given.
-    logprobs: (entries) => data(chunk([{ index: 0, delta: {}, logprobs: logprobsJson(entries), finish_reason: null }])),
+    logprobs: (entries) => [data(chunk([{ index: 0, delta: {}, logprobs: logprobsJson(entries), finish_reason: null }]))],
     toolCall: (call) => {
       const index = calls++;
       return [

@@ -48,31 +48,47 @@ export const MESSAGE_TOOL_CALLS = optional(
   'tool_calls must be an array of {id, type: "function", function: {name, arguments}}',
 );
 
-interface ToolFields {
+/** Tools as a request offers them, whatever the protocol's shape. */
+export interface OfferedTools {
+  functions: readonly { name: string; description?: string | null; parameters?: Record<string, unknown> | null }[];
+  choice: "none" | "auto" | "required" | { name: string } | undefined;
+  parallel: boolean | null | undefined;
+  /** The param naming the i-th function's name, as the protocol spells it. */
+  nameParam(i: number): string;
+}
+
+/** Chat completions' tool fields as offered tools. */
+export function chatTools(body: {
   tools?: { function: { name: string; description?: string | null; parameters?: Record<string, unknown> | null } }[] | null;
   tool_choice?: "none" | "auto" | "required" | { function: { name: string } } | null;
   parallel_tool_calls?: boolean | null;
+}): OfferedTools {
+  const choice = body.tool_choice ?? undefined;
+  return {
+    functions: (body.tools ?? []).map((tool) => tool.function),
+    choice: typeof choice === "object" ? { name: choice.function.name } : choice,
+    parallel: body.parallel_tool_calls,
+    nameParam: (i) => `tools[${i}].function.name`,
+  };
 }
 
-/** The tools the reply may call; none when none are offered or `tool_choice` is `"none"`. */
-export function toolRequestOf(body: ToolFields): ToolRequest | undefined {
-  const tools = body.tools ?? [];
-  const choice = body.tool_choice ?? "auto";
-  if (tools.length === 0 && choice !== "none" && choice !== "auto") throw new InvalidInput("tool_choice", "tool_choice asks for a call, but no tools are offered");
+/** The tools the reply may call; none when none are offered or the choice is `"none"`. */
+export function toolRequestOf({ functions, choice = "auto", parallel, nameParam }: OfferedTools): ToolRequest | undefined {
+  if (functions.length === 0 && choice !== "none" && choice !== "auto") throw new InvalidInput("tool_choice", "tool_choice asks for a call, but no tools are offered");
   const seen = new Set<string>();
-  for (const [i, tool] of tools.entries()) {
-    if (seen.has(tool.function.name)) throw new InvalidInput(`tools[${i}].function.name`, `two tools are named ${JSON.stringify(tool.function.name)}`);
-    seen.add(tool.function.name);
+  for (const [i, fn] of functions.entries()) {
+    if (seen.has(fn.name)) throw new InvalidInput(nameParam(i), `two tools are named ${JSON.stringify(fn.name)}`);
+    seen.add(fn.name);
   }
-  if (tools.length === 0 || choice === "none") return undefined;
+  if (functions.length === 0 || choice === "none") return undefined;
   return {
-    functions: tools.map(({ function: fn }) => ({
+    functions: functions.map((fn) => ({
       name: fn.name,
       ...(fn.description != null ? { description: fn.description } : {}),
       parameters: fn.parameters ?? NO_PARAMETERS,
     })),
-    choice: typeof choice === "object" ? { name: choice.function.name } : choice,
-    parallel: body.parallel_tool_calls ?? true,
+    choice,
+    parallel: parallel ?? true,
   };
 }
 

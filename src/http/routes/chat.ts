@@ -52,8 +52,8 @@ function checkMessage(message: string): void {
 /** The native API's stream: `start`, a reasoning model's `reasoning`, `delta`s, then `done` or `error`. */
 const nativeFraming: Framing<TurnStart, TurnResult> = {
   start: (start) => [event("start", startJson(start))],
-  reasoning: (content) => event("reasoning", { content }),
-  delta: (content) => event("delta", { content }),
+  reasoning: (content) => [event("reasoning", { content })],
+  delta: (content) => [event("delta", { content })],
   done: (result) => [event("done", resultJson(result))],
   error: (error, requestId) => [event("error", errorBody(error, requestId))],
 };

@@ -10,20 +10,13 @@ import { modelLoading } from "../../chat/turn-runner";
 import { InvalidInput, NotFound } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
-import { optional, SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
+import { optional, SAMPLING_FIELDS, samplingFieldsOf, unsupported } from "../sampling-fields";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
 import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
 import type { TurnDriver } from "../turn-driver";
-import { callsOf, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS, toolRequestOf } from "../openai/tools";
-
-
-/**
- * A field Parley cannot honour yet: only absent or null passes, and the error says why. It would
- * change the reply, so ignoring it would answer a question the client did not ask.
- */
-const unsupported = (error: string) => optional(t.Never(), error);
+import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS, toolRequestOf } from "../openai/tools";
 
 const MESSAGE_RULE =
   "each message needs a role (system, developer, user, assistant or tool) and text content: a string or [{type: \"text\", text}] (an assistant's also [{type: \"refusal\", refusal}], or none beside tool_calls)";
@@ -132,7 +125,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
     throw new InvalidInput("messages", "messages and stop must be valid Unicode text (one has a lone surrogate)");
   }
   const format = formatOf(body.response_format);
-  const tools = toolRequestOf(body);
+  const tools = toolRequestOf(chatTools(body));
   if (body.top_logprobs != null && body.logprobs !== true) throw new InvalidInput("top_logprobs", "top_logprobs needs logprobs: true");
   return {
     messages,

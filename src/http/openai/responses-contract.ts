@@ -1,0 +1,100 @@
+/**
+ * OpenAI's Responses API bodies as Parley writes them (docs/API.md, "Responses"): the `response`
+ * object and its output items, the subset Parley produces, closed so drift shows. The `openai`
+ * SDK's types are the reference.
+ */
+import { type Static, Type as t } from "@sinclair/typebox";
+
+const closed = { additionalProperties: false } as const;
+
+const ItemStatus = t.Union([t.Literal("in_progress"), t.Literal("completed"), t.Literal("incomplete")]);
+
+export const OutputText = t.Object(
+  { type: t.Literal("output_text"), text: t.String(), annotations: t.Array(t.Never(), { maxItems: 0 }), logprobs: t.Array(t.Never(), { maxItems: 0 }) },
+  closed,
+);
+
+export const MessageItem = t.Object(
+  { type: t.Literal("message"), id: t.String(), status: ItemStatus, role: t.Literal("assistant"), content: t.Array(OutputText) },
+  closed,
+);
+
+export const FunctionCallItem = t.Object(
+  {
+    type: t.Literal("function_call"),
+    id: t.String(),
+    call_id: t.String({ description: "What a function_call_output item answers" }),
+    name: t.String(),
+    arguments: t.String({ description: "JSON text of an object valid against the function's parameters" }),
+    status: ItemStatus,
+  },
+  closed,
+);
+
+export const ReasoningItem = t.Object(
+  {
+    type: t.Literal("reasoning"),
+    id: t.String(),
+    summary: t.Array(t.Never(), { maxItems: 0 }),
+    content: t.Array(t.Object({ type: t.Literal("reasoning_text"), text: t.String() }, closed), { description: "A reasoning model's thought, whole" }),
+    status: ItemStatus,
+  },
+  closed,
+);
+
+export const OutputItem = t.Union([ReasoningItem, MessageItem, FunctionCallItem]);
+export type OutputItem = Static<typeof OutputItem>;
+
+const TextFormat = t.Union([
+  t.Object({ type: t.Literal("text") }, closed),
+  t.Object({ type: t.Literal("json_object") }, closed),
+  t.Object(
+    { type: t.Literal("json_schema"), name: t.String(), schema: t.Record(t.String(), t.Unknown()), strict: t.Optional(t.Union([t.Boolean(), t.Null()])), description: t.Optional(t.String()) },
+    closed,
+  ),
+]);
+
+export const ResponseUsage = t.Object(
+  {
+    input_tokens: t.Integer(),
+    input_tokens_details: t.Object({ cached_tokens: t.Integer() }, closed),
+    output_tokens: t.Integer(),
+    output_tokens_details: t.Object({ reasoning_tokens: t.Integer({ description: "Not counted apart: 0" }) }, closed),
+    total_tokens: t.Integer(),
+  },
+  closed,
+);
+
+export const ResponseObject = t.Object(
+  {
+    id: t.String({ description: "resp_…" }),
+    object: t.Literal("response"),
+    created_at: t.Integer({ description: "Unix seconds" }),
+    status: t.Union([t.Literal("in_progress"), t.Literal("completed"), t.Literal("incomplete")]),
+    error: t.Null(),
+    incomplete_details: t.Union([t.Null(), t.Object({ reason: t.Literal("max_output_tokens") }, closed)]),
+    instructions: t.Union([t.String(), t.Null()]),
+    max_output_tokens: t.Union([t.Integer(), t.Null()]),
+    model: t.String({ description: "The loaded model, whatever the request named" }),
+    output: t.Array(OutputItem),
+    parallel_tool_calls: t.Boolean(),
+    previous_response_id: t.Null(),
+    store: t.Literal(false),
+    background: t.Literal(false),
+    temperature: t.Number(),
+    top_p: t.Union([t.Number(), t.Null()], { description: "As the request gave it; null: Parley's default (docs/API.md, Sampling)" }),
+    text: t.Object({ format: TextFormat }, closed),
+    tool_choice: t.Union([t.Literal("none"), t.Literal("auto"), t.Literal("required"), t.Object({ type: t.Literal("function"), name: t.String() }, closed)]),
+    tools: t.Array(t.Record(t.String(), t.Unknown())),
+    truncation: t.Literal("auto"),
+    metadata: t.Record(t.String(), t.String()),
+    usage: t.Union([ResponseUsage, t.Null()], { description: "null until the response has ended" }),
+  },
+  closed,
+);
+export type ResponseObject = Static<typeof ResponseObject>;
+
+export const ResponseEvent = t.Object(
+  { type: t.String({ description: "response.created, response.output_text.delta, …" }), sequence_number: t.Integer({ minimum: 0 }) },
+  { additionalProperties: true, description: "One of OpenAI's typed stream events: docs/API.md lists those Parley sends" },
+);

@@ -1,0 +1,142 @@
+/**
+ * OpenAI's Responses API, not kept yet (`store: false`), through the official `openai` SDK:
+ * text, streamed typed events, instructions, a function call round trip with input items,
+ * `text.format`, a reasoning model's output items, and refusals of what needs kept responses.
+ */
+import { beforeAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import { zodTextFormat } from "openai/helpers/zod";
+import { z } from "zod";
+import { allowSlowTests, servedEngine } from "../support";
+
+allowSlowTests();
+
+const GREEDY_REPLY = "I am happy to help you.";
+const app = servedEngine("responses", { parallel: 2 });
+let client: OpenAI;
+
+beforeAll(() => {
+  client = new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
+});
+
+const weather = { type: "function" as const, name: "get_weather", description: "The weather in a city", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false } };
+
+describe("the openai SDK's responses", () => {
+  test("create: the model's text as a message item, output_text, usage, status completed", async () => {
+    const response = await client.responses.create({ model: "any", input: "Hello", store: false, temperature: 0 });
+    expect(response).toMatchObject({ object: "response", status: "completed", store: false, error: null, incomplete_details: null, previous_response_id: null });
+    expect(response.id).toMatch(/^resp_/);
+    expect(response.output_text).toBe(GREEDY_REPLY);
+    expect(response.output).toHaveLength(1);
+    expect(response.output[0]).toMatchObject({ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: GREEDY_REPLY }] });
+    expect(response.usage!.input_tokens).toBeGreaterThan(0);
+    expect(response.usage!.output_tokens).toBeGreaterThan(0);
+    expect(response.usage!.total_tokens).toBe(response.usage!.input_tokens + response.usage!.output_tokens);
+  });
+
+  test("instructions and message items are the history: the same prompt as the same turns on chat completions", async () => {
+    const messages = [
+      { role: "user" as const, content: "Hi" },
+      { role: "assistant" as const, content: "Hello." },
+      { role: "user" as const, content: "Tell me more" },
+    ];
+    const viaResponses = await client.responses.create({ model: "any", instructions: "Be brief.", input: messages, store: false, temperature: 0 });
+    const viaChat = await client.chat.completions.create({ model: "any", messages: [{ role: "system", content: "Be brief." }, ...messages], temperature: 0 });
+    expect(viaResponses.output_text).toBe(viaChat.choices[0]!.message.content!);
+    expect(viaResponses.usage!.input_tokens).toBe(viaChat.usage!.prompt_tokens);
+  });
+
+  test("stream: typed events in order, numbered from 0; the deltas make the final text", async () => {
+    const stream = await client.responses.create({ model: "any", input: "Hello", store: false, temperature: 1, stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect(events.map((event) => event.sequence_number)).toEqual(events.map((_, i) => i));
+    const types = events.map((event) => event.type);
+    expect(types.slice(0, 4)).toEqual(["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]);
+    expect(types.slice(-4)).toEqual(["response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"]);
+    const deltas = events.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta] : []));
+    expect(deltas.length).toBeGreaterThan(1);
+    const completed = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
+    expect(deltas.join("")).toBe(completed.response.output_text ?? (completed.response.output[0] as OpenAI.Responses.ResponseOutputMessage).content.map((part) => (part.type === "output_text" ? part.text : "")).join(""));
+    // The SDK's own helper assembles the same.
+    const final = await client.responses.stream({ model: "any", input: "Hello", store: false, temperature: 0 }).finalResponse();
+    expect(final.output_text).toBe(GREEDY_REPLY);
+  });
+
+  test("a function call round trip: a forced call, its output as an input item, then the answer in words", async () => {
+    const first = await client.responses.create({ model: "any", input: "What is the weather in Paris?", tools: [weather], tool_choice: "required", store: false, temperature: 0 });
+    const call = first.output.find((item) => item.type === "function_call");
+    if (call?.type !== "function_call") throw new Error("a function call was expected");
+    expect(call.name).toBe("get_weather");
+    expect(Object.keys(JSON.parse(call.arguments) as object)).toEqual(["city"]);
+    expect(first.output.some((item) => item.type === "message")).toBe(false);
+    const second = await client.responses.create({
+      model: "any",
+      input: [{ role: "user", content: "What is the weather in Paris?" }, call, { type: "function_call_output", call_id: call.call_id, output: '{"temperature": 21}' }],
+      tools: [weather],
+      store: false,
+      temperature: 0,
+    });
+    expect(second.status).toBe("completed");
+    expect(second.output_text).toMatch(/^[A-Z][\w', :!?.]*[.!?]$/);
+  });
+
+  test("streamed call: added, its arguments, done; the final response has the call", async () => {
+    const stream = client.responses.stream({ model: "any", input: "Weather in Rome?", tools: [weather], tool_choice: { type: "function", name: "get_weather" }, store: false, temperature: 0 });
+    const types: string[] = [];
+    for await (const event of stream) types.push(event.type);
+    expect(types).toContain("response.function_call_arguments.delta");
+    expect(types).toContain("response.function_call_arguments.done");
+    const final = await stream.finalResponse();
+    const call = final.output.find((item) => item.type === "function_call");
+    expect(call?.type === "function_call" && JSON.parse(call.arguments)).toHaveProperty("city");
+  });
+
+  test("text.format json_schema: responses.parse returns a parsed object that validates", async () => {
+    const Person = z.object({ name: z.string(), age: z.number().int() });
+    const response = await client.responses.parse({ model: "any", input: "Describe a person", store: false, temperature: 0, text: { format: zodTextFormat(Person, "person") } });
+    expect(Person.parse(response.output_parsed)).toEqual(response.output_parsed!);
+  });
+
+  test("max_output_tokens reached: status incomplete, incomplete_details max_output_tokens", async () => {
+    const response = await client.responses.create({ model: "any", input: "Hello", store: false, temperature: 0, max_output_tokens: 2 });
+    expect(response.status).toBe("incomplete");
+    expect(response.incomplete_details).toEqual({ reason: "max_output_tokens" });
+  });
+
+  test.each([
+    ["store", { store: undefined }],
+    ["store", { store: true }],
+    ["previous_response_id", { previous_response_id: "resp_x" }],
+    ["conversation", { conversation: "conv_x" }],
+    ["background", { background: true }],
+    ["reasoning", { reasoning: { effort: "low" } }],
+    ["top_logprobs", { top_logprobs: 2 }],
+    ["seed", { seed: 3 }],
+    ["tool_choice", { tool_choice: "required" }],
+    ["input[0].call_id", { input: [{ type: "function_call_output", call_id: "call_x", output: "{}" }] }],
+  ] as [string, Record<string, unknown>][])("%s: %j is a BadRequestError naming it", async (param, params) => {
+    const error = await client.responses.create({ model: "any", input: "Hello", store: false, ...params } as never).then(
+      () => undefined,
+      (failure: unknown) => failure,
+    );
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param);
+  });
+});
+
+describe("a reasoning model's response", () => {
+  const qwen = servedEngine("responses-qwen3", { preset: "qwen3-thinking", parallel: 1 });
+
+  test("the thought is a reasoning item before the message, whole or streamed", async () => {
+    const qwenClient = new OpenAI({ apiKey: qwen.key, baseURL: `${qwen.served.url}/v1`, maxRetries: 0 });
+    const response = await qwenClient.responses.create({ model: "any", input: "Hello", store: false, temperature: 0 });
+    expect(response.output.map((item) => item.type)).toEqual(["reasoning", "message"]);
+    const reasoning = response.output[0] as OpenAI.Responses.ResponseReasoningItem;
+    expect(reasoning.content![0]!.text.length).toBeGreaterThan(0);
+    expect(response.output_text).not.toContain("<think>");
+    const streamed = await qwenClient.responses.stream({ model: "any", input: "Hello", store: false, temperature: 0 }).finalResponse();
+    expect(streamed.output.map((item) => item.type)).toEqual(["reasoning", "message"]);
+    expect(streamed.output_text).toBe(response.output_text);
+  });
+});
