@@ -1,9 +1,12 @@
 /**
  * OpenAI's Responses API, not kept yet (`store: false`), through the official `openai` SDK:
  * text, streamed typed events, instructions, a function call round trip with input items,
- * `text.format`, a reasoning model's output items, and refusals of what needs kept responses.
+ * `text.format`, a reasoning model's output items, and refusals of what needs kept responses;
+ * and through the AI SDK's Responses provider.
  */
 import { beforeAll, describe, expect, test } from "bun:test";
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText, streamText } from "ai";
 import OpenAI from "openai";
 import { zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
@@ -123,6 +126,18 @@ describe("the openai SDK's responses", () => {
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param);
   });
+});
+
+test("the AI SDK's Responses provider: generateText and streamText, with store: false", async () => {
+  const parley = createOpenAI({ baseURL: `${app.served.url}/v1`, apiKey: app.key });
+  const providerOptions = { openai: { store: false } };
+  const { text, finishReason } = await generateText({ model: parley.responses("any"), prompt: "Hello", temperature: 0, providerOptions });
+  expect({ text, finishReason }).toEqual({ text: GREEDY_REPLY, finishReason: "stop" });
+  const streamed = streamText({ model: parley.responses("any"), system: "Be brief.", prompt: "Hello", temperature: 0, providerOptions });
+  let joined = "";
+  for await (const delta of streamed.textStream) joined += delta;
+  expect(joined).toBe(await streamed.text);
+  expect(joined.length).toBeGreaterThan(0);
 });
 
 describe("a reasoning model's response", () => {
