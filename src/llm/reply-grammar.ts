@@ -33,8 +33,9 @@ export class ReplyGrammars {
 
   /** Refuses what cannot be held (`InvalidInput` naming the field), before a reply starts. */
   async check(request: Held): Promise<void> {
-    if (request.format && request.tools && request.tools.choice !== "auto") {
-      throw new InvalidInput("response_format", "response_format cannot hold a reply that must call a tool: its arguments follow the tool's parameters");
+    // One grammar holds a reply: a format's from its start, or its calls'.
+    if (request.format && request.tools) {
+      throw new InvalidInput("response_format", "response_format cannot be held beside tools: send one or the other (tool_choice \"none\" drops the tools)");
     }
     await this.grammarOf(request);
   }

@@ -197,6 +197,7 @@ describe("refused, with the field named", () => {
     ["a call's arguments that are no JSON object", { messages: [...ask, { role: "assistant", tool_calls: [{ ...call, function: { name: "lookup", arguments: "[1]" } }] }] }, "messages[1].tool_calls[0].function.arguments"],
     ["tool_calls on a user message", { messages: [{ role: "user", content: "hi", tool_calls: [call] }] }, "messages[0].tool_calls"],
     ["response_format beside a forced call", { tools: [lookup({ type: "object" })], tool_choice: "required", response_format: { type: "json_object" } }, "response_format"],
+    ["response_format beside tools the model may call", { tools: [lookup({ type: "object" })], response_format: { type: "json_object" } }, "response_format"],
   ])("%s", async (_, params, param) => {
     expect(await refusedParam(params)).toBe(param);
   });
