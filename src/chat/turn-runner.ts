@@ -1,5 +1,5 @@
 import { isAbort, Overloaded } from "../errors";
-import type { Engine, FinishReason, GenerateRequest, GenerateResult, TokenLogprob, ToolCall } from "../llm/engine";
+import type { Engine, FinishReason, GenerateRequest, GenerateResult, TokenLogprob, ToolCallPart } from "../llm/engine";
 
 /** The next piece of a reply's answer. */
 export interface TurnDelta {
@@ -13,10 +13,10 @@ export interface TurnReasoning {
   content: string;
 }
 
-/** A call of a tool the reply made, whole, after its answer's text. */
+/** A part of a call of a tool the reply makes, after its answer's text: see `ToolCallPart`. */
 export interface TurnToolCall {
   type: "toolCall";
-  call: ToolCall;
+  part: ToolCallPart;
 }
 
 /** What a reply yields as it is generated. */
@@ -124,7 +124,7 @@ export class RunningTurn {
           continue;
         }
         this.tokenArrived();
-        yield piece.kind === "toolCall" ? { type: "toolCall", call: piece.call } : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
+        yield piece.kind === "toolCall" ? { type: "toolCall", part: piece.part } : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
       }
     } catch (error) {
       if (!isAbort(error)) throw error;

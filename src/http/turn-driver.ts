@@ -1,7 +1,7 @@
 import type { Server } from "elysia/universal";
 import type { Usage } from "../chat/service";
 import type { TurnEvent } from "../chat/turn-runner";
-import type { TokenLogprob, ToolCall } from "../llm/engine";
+import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
@@ -27,8 +27,8 @@ export interface Framing<Start, Result> {
   start(start: Start): SseChunk[];
   delta(content: string): SseChunk[];
   reasoning(content: string): SseChunk[];
-  /** For a protocol whose replies call tools. */
-  toolCall?(call: ToolCall): SseChunk[];
+  /** For a protocol whose replies call tools: each part of a call as it comes. */
+  toolCall?(part: ToolCallPart): SseChunk[];
   /** For a protocol whose replies tell their tokens' log-probabilities. */
   logprobs?(entries: TokenLogprob[]): SseChunk[];
   done(result: Result): SseChunk[];
@@ -160,7 +160,7 @@ function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent
       return framing.reasoning(event.content);
     case "toolCall":
       if (!framing.toolCall) throw new Error("a reply called a tool on a protocol without tools");
-      return framing.toolCall(event.call);
+      return framing.toolCall(event.part);
     case "logprobs":
       if (!framing.logprobs) throw new Error("a reply told log-probabilities on a protocol without them");
       return framing.logprobs(event.entries);

@@ -42,8 +42,10 @@ import {
   type ReasoningMode,
   type ReplyPiece,
   samplingOf,
+  type Sampling,
   type SpelledToken,
   type ToolCall,
+  type ToolRequest,
   type TokenLogprob,
 } from "./types";
 
@@ -235,6 +237,13 @@ export class Engine {
     await this.grammars.check(request);
   }
 
+  /** What splits the reply's calls from its text; a call streams while a grammar holds the reply (a forced call, or an armed lazy one). */
+  private callText(tools: ToolRequest, sampling: Sampling): ToolCallText {
+    const names = new Set(callableFunctions(tools).map((fn) => fn.name));
+    const { grammar, lazyGrammar } = sampling;
+    return new ToolCallText(this.prompts.toolSyntax, names, () => grammar !== undefined || lazyGrammar?.armed === true);
+  }
+
   /** A token's log-probabilities as a client is shown them. */
   private readonly spell = (token: Token, { logprob, top }: TokenLogprobs): TokenLogprob => ({
     ...this.spelling(token),
@@ -283,7 +292,7 @@ export class Engine {
       const said = { content: "", reasoning: "" };
       const calls: ToolCall[] = [];
       const logprobs: TokenLogprob[] = [];
-      const callText = request.tools && new ToolCallText(this.prompts.toolSyntax, new Set(callableFunctions(request.tools).map((fn) => fn.name)));
+      const callText = request.tools && this.callText(request.tools, sampling);
 
       const decoded = yield* bridge<ReplyPiece, Decoded>((emit) => {
         running = decode(
@@ -310,7 +319,9 @@ export class Engine {
             ...(request.logprobs !== undefined ? { spell: this.spell } : {}),
           },
           (piece) => {
-            if (piece.kind === "toolCall") calls.push(piece.call);
+            if (piece.kind === "toolCall") {
+              if (piece.part.part === "close") calls.push(piece.part.call);
+            }
             else if (piece.kind === "logprobs") logprobs.push(...piece.entries);
             else if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
             else said[piece.kind] += piece.text;

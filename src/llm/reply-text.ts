@@ -85,7 +85,7 @@ export class ReplyText {
       if (visible !== "") shown.push({ kind: "content", text: visible });
     }
     // A stop string before the calls ended the reply there.
-    if (this.stops.stoppedAt === undefined) for (const call of calls) shown.push({ kind: "toolCall", call });
+    if (this.stops.stoppedAt === undefined) for (const part of calls) shown.push({ kind: "toolCall", part });
     return shown;
   }
 }

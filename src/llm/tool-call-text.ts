@@ -1,17 +1,32 @@
 /**
  * A reply's answer split into the text before its tool calls and the calls, as it streams. Text
  * that could still become a call's opener is held back, never shown and then taken back; from the
- * opener on, everything is the calls' section: each call's JSON object in it is parsed as it
- * closes. No markup of a call ever reaches the content.
+ * opener on, everything is the calls' section, made of the calls' JSON objects. A call held by a
+ * grammar streams as it is written: opened once its name is known, its arguments' text as it
+ * comes, closed with its object. Any other is given whole once its object closes and parses as a
+ * call of an offered function. No markup of a call ever reaches the content.
  */
 import type { ToolCall } from "./tools";
 import type { ToolSyntax } from "./tool-syntax";
+import type { ToolCallPart } from "./types";
 
 export interface SplitText {
   content: string;
   /** Where `content` starts in the generated text. */
   at: number;
-  calls: ToolCall[];
+  calls: ToolCallPart[];
+}
+
+/** A call object's start, up to where its arguments begin: its name first, as grammars write it. */
+const CALL_HEAD = /^\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*$/;
+
+/** A call being streamed: opened, its arguments' text so far, whether they are still being written. */
+interface Streaming {
+  index: number;
+  id: string;
+  name: string;
+  arguments: string;
+  writing: boolean;
 }
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -35,10 +50,15 @@ export class ToolCallText {
   /** Where in the generated text the text after a call's opener begins, once the model wrote one. */
   openedAt: number | undefined;
 
+  /** The call being streamed, if any. */
+  private streaming: Streaming | undefined;
+
   constructor(
     private readonly syntax: ToolSyntax,
     /** The names calls may have. */
     private readonly names: ReadonlySet<string>,
+    /** Whether the reply is now held by a grammar: its calls can stream, they will be well formed. */
+    private readonly constrained: () => boolean = () => false,
   ) {}
 
   /** `text`, generated at `at` (right after what came before), split into what is safe to show and the calls that completed. */
@@ -93,21 +113,59 @@ export class ToolCallText {
   private scan(text: string, at: number): SplitText {
     if (this.section === "") this.sectionAt = at;
     this.section += text;
-    const calls: ToolCall[] = [];
-    for (const object of this.scanner.push(text)) {
-      const call = this.callOf(object);
+    const parts: ToolCallPart[] = [];
+    for (const char of text) {
+      const streaming = this.streaming;
+      const closed = this.scanner.push(char);
+      if (streaming?.writing) {
+        // The arguments begin at their value's first character, so their text is exactly the value.
+        if (streaming.arguments === "" && /\s/.test(char)) continue;
+        streaming.arguments += char;
+        // The arguments' value closed: the scanner is back at the call object's depth.
+        if (this.scanner.depth === this.scanner.objectDepth) streaming.writing = false;
+        appendArguments(parts, streaming.index, char);
+      } else if (!streaming && this.scanner.current !== undefined && this.constrained()) {
+        this.open(this.scanner.current, parts);
+      }
+      if (closed === undefined) continue;
+      if (this.streaming) {
+        const { index, id, name } = this.streaming;
+        parts.push({ part: "close", index, call: { id, name, arguments: this.streaming.arguments } });
+        this.streaming = undefined;
+        continue;
+      }
+      const call = this.callOf(closed);
       if (call === undefined && this.syntax.bareJson && this.count === 0) {
         // Not a call: a reply that happens to be JSON.
         this.plain = true;
         this.opened = false;
-        return { content: this.say(this.section), at: this.sectionAt, calls };
+        return { content: this.say(this.section), at: this.sectionAt, calls: parts };
       }
-      if (call) calls.push(call);
+      if (call) {
+        const index = this.count - 1;
+        parts.push({ part: "open", index, id: call.id, name: call.name }, { part: "arguments", index, text: call.arguments }, { part: "close", index, call });
+      }
     }
-    return { content: "", at, calls };
+    return { content: "", at, calls: parts };
   }
 
-  /** The call a JSON object of the section is; undefined if it is none. */
+  /** Opens the call whose object begins `head`, once its name is known and its arguments begin. */
+  private open(head: string, parts: ToolCallPart[]): void {
+    const match = CALL_HEAD.exec(head);
+    if (!match) return;
+    let name: unknown;
+    try {
+      name = JSON.parse(match[1]!);
+    } catch {
+      return;
+    }
+    if (typeof name !== "string" || !this.names.has(name)) return;
+    const index = this.count++;
+    this.streaming = { index, id: this.syntax.newId(), name, arguments: "", writing: true };
+    parts.push({ part: "open", index, id: this.streaming.id, name });
+  }
+
+  /** The call a whole JSON object of the section is; undefined if it is none. */
   private callOf(text: string): ToolCall | undefined {
     let item: Json;
     try {
@@ -147,42 +205,58 @@ export class ToolCallText {
   }
 }
 
+/** Adds `text` to the last part if it is the same call's arguments, else a part of its own. */
+function appendArguments(parts: ToolCallPart[], index: number, text: string): void {
+  const last = parts.at(-1);
+  if (last?.part === "arguments" && last.index === index) last.text += text;
+  else parts.push({ part: "arguments", index, text });
+}
+
 /**
- * The JSON objects in a stream of text, each as soon as it closes: those outside any value, and
+ * The JSON objects in a stream of text, read a character at a time: those outside any value, and
  * those right inside a list (Mistral's calls are one list: each call counts once it closes, also
  * when the list is cut short). Text between them is skipped.
  */
 class JsonObjects {
   /** The open objects' and lists' brackets, outermost first. */
   private readonly open: string[] = [];
-  /** The text of the object being read, from its `{`. */
-  private object = "";
+  /** The text of the object being read, from its `{`; undefined between objects. */
+  current: string | undefined;
+  /** How deep the object being read begins: its brace's depth. */
+  objectDepth = 0;
   private inString = false;
   private escaped = false;
 
-  push(text: string): string[] {
-    const objects: string[] = [];
-    for (const char of text) {
-      const depth = this.open.length;
-      if (depth === 0 && char !== "{" && char !== "[") continue;
-      // An object is read from its brace at the top, or right inside a top-level list.
-      if (depth === 1 && this.open[0] === "[" && char === "{") this.object = "";
-      if (depth === 0 && char === "{") this.object = "";
-      this.object += char;
-      if (this.inString) {
-        if (this.escaped) this.escaped = false;
-        else if (char === "\\") this.escaped = true;
-        else if (char === '"') this.inString = false;
-        continue;
-      }
-      if (char === '"') this.inString = true;
-      else if (char === "{" || char === "[") this.open.push(char);
-      else if (char === "}" || char === "]") {
-        const closed = this.open.pop();
-        const top = this.open.length === 0 || (this.open.length === 1 && this.open[0] === "[");
-        if (closed === "{" && char === "}" && top) objects.push(this.object);
+  get depth(): number {
+    return this.open.length;
+  }
+
+  /** Reads `char`: the object it closes, if it closes one. */
+  push(char: string): string | undefined {
+    const depth = this.open.length;
+    if (depth === 0 && char !== "{" && char !== "[") return undefined;
+    // An object is read from its brace at the top, or right inside a top-level list.
+    if (char === "{" && !this.inString && (depth === 0 || (depth === 1 && this.open[0] === "["))) {
+      this.current = "";
+      this.objectDepth = depth + 1;
+    }
+    if (this.current !== undefined) this.current += char;
+    if (this.inString) {
+      if (this.escaped) this.escaped = false;
+      else if (char === "\\") this.escaped = true;
+      else if (char === '"') this.inString = false;
+      return undefined;
+    }
+    if (char === '"') this.inString = true;
+    else if (char === "{" || char === "[") this.open.push(char);
+    else if (char === "}" || char === "]") {
+      const closed = this.open.pop();
+      if (closed === "{" && char === "}" && this.open.length === this.objectDepth - 1 && this.current !== undefined) {
+        const object = this.current;
+        this.current = undefined;
+        return object;
       }
     }
-    return objects;
+    return undefined;
   }
 }

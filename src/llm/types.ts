@@ -179,10 +179,18 @@ export interface TextPiece {
   text: string;
 }
 
-/** A call of a tool the reply made, whole: it follows the reply's content. */
+/**
+ * A part of a call of a tool the reply makes, after its content: opened (its id and name), its
+ * arguments' text in pieces (together, the call's `arguments`), closed (the whole call).
+ */
+export type ToolCallPart =
+  | { part: "open"; index: number; id: string; name: string }
+  | { part: "arguments"; index: number; text: string }
+  | { part: "close"; index: number; call: ToolCall };
+
 export interface ToolCallPiece {
   kind: "toolCall";
-  call: ToolCall;
+  part: ToolCallPart;
 }
 
 /** A token as a client sees it: its text (U+FFFD for the piece of a character it may be) and its bytes. */

@@ -84,11 +84,11 @@ describe("the openai SDK's responses", () => {
     expect(second.output_text).toMatch(/^[A-Z][\w', :!?.]*[.!?]$/);
   });
 
-  test("streamed call: added, its arguments, done; the final response has the call", async () => {
+  test("streamed call: added, its arguments as they are written, done; the final response has the call", async () => {
     const stream = client.responses.stream({ model: "any", input: "Weather in Rome?", tools: [weather], tool_choice: { type: "function", name: "get_weather" }, store: false, temperature: 0 });
     const types: string[] = [];
     for await (const event of stream) types.push(event.type);
-    expect(types).toContain("response.function_call_arguments.delta");
+    expect(types.filter((type) => type === "response.function_call_arguments.delta").length).toBeGreaterThan(1);
     expect(types).toContain("response.function_call_arguments.done");
     const final = await stream.finalResponse();
     const call = final.output.find((item) => item.type === "function_call");

@@ -70,7 +70,7 @@ describe("the openai SDK", () => {
     expect(answer.message.content).toMatch(/^[A-Z][\w', :!?.]*[.!?]$/);
   });
 
-  test("streamed: the call's id and name come first, then its arguments; reassembled, the same call as unstreamed", async () => {
+  test("streamed: the call's id and name come first, then its arguments in fragments as they are written; reassembled, the same call as unstreamed", async () => {
     const params = { model: "any", messages: ask, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, parallel_tool_calls: false, temperature: 1, seed: 9 } as const;
     const whole = (await client.chat.completions.create(params)).choices[0]!.message.tool_calls![0]!;
     const stream = await client.chat.completions.create({ ...params, stream: true });
@@ -87,6 +87,8 @@ describe("the openai SDK", () => {
     expect(head).toMatchObject({ index: 0, type: "function", function: { name: "get_weather", arguments: "" } });
     expect(head!.id).toMatch(/^call_/);
     expect(rest.every((delta) => delta.index === 0 && delta.id === undefined && delta.function?.name === undefined)).toBe(true);
+    // A forced call is held by its grammar: it streams as the model writes it.
+    expect(rest.length).toBeGreaterThan(1);
     const streamed = rest.map((delta) => delta.function!.arguments).join("");
     expect(whole.type === "function" && JSON.parse(whole.function.arguments)).toEqual(JSON.parse(streamed));
     // The SDK's own reassembly of the same stream.

@@ -1,7 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { ToolCallText } from "../../src/llm/tool-call-text";
+import { type SplitText, ToolCallText } from "../../src/llm/tool-call-text";
 import { toolSyntaxOf, type ToolSyntax } from "../../src/llm/tool-syntax";
-import type { ToolCall } from "../../src/llm/tools";
 import { type Random, withSeed } from "../support";
 
 const HERMES = toolSyntaxOf("{{ '<tool_call>' }}");
@@ -11,18 +10,28 @@ const NAMES = new Set(["get_weather", "get_time"]);
 
 interface Seen {
   content: string;
-  calls: Omit<ToolCall, "id">[];
+  /** The closed calls, their arguments parsed. */
+  calls: { name: string; arguments: unknown }[];
   /** The content shown after each piece: never taken back, so each is a prefix of the last. */
   shown: string[];
 }
 
-/** Feeds `text` in the pieces `cuts` makes of it. */
-function split(syntax: ToolSyntax, text: string, cuts: readonly number[] = []): Seen {
-  const splitter = new ToolCallText(syntax, NAMES);
+/** Feeds `text` in the pieces `cuts` makes of it, its calls streamed when `constrained`. */
+function split(syntax: ToolSyntax, text: string, cuts: readonly number[] = [], constrained = false): Seen {
+  const splitter = new ToolCallText(syntax, NAMES, () => constrained);
   const seen: Seen = { content: "", calls: [], shown: [] };
-  const take = ({ content, calls }: { content: string; calls: ToolCall[] }) => {
+  const streamed = new Map<number, { id: string; name: string; arguments: string }>();
+  const take = ({ content, calls }: SplitText) => {
     seen.content += content;
-    seen.calls.push(...calls.map(({ name, arguments: args }) => ({ name, arguments: args })));
+    for (const part of calls) {
+      if (part.part === "open") streamed.set(part.index, { id: part.id, name: part.name, arguments: "" });
+      else if (part.part === "arguments") streamed.get(part.index)!.arguments += part.text;
+      else {
+        // The parts, put together, are the closed call.
+        expect(streamed.get(part.index)).toEqual(part.call);
+        seen.calls.push({ name: part.call.name, arguments: JSON.parse(part.call.arguments) });
+      }
+    }
     seen.shown.push(seen.content);
   };
   let at = 0;
@@ -36,7 +45,7 @@ function split(syntax: ToolSyntax, text: string, cuts: readonly number[] = []): 
 
 const randomCuts = (random: Random, text: string) => Array.from({ length: random.int(0, 8) }, () => random.int(0, text.length)).sort((a, b) => a - b);
 
-const CASES: [string, ToolSyntax, string, Omit<Seen, "shown">][] = [
+const CASES: [string, ToolSyntax, string, { content: string; calls: { name: string; arguments: string }[] }][] = [
   [
     "Hermes: text, then two calls",
     HERMES,
@@ -60,9 +69,14 @@ const CASES: [string, ToolSyntax, string, Omit<Seen, "shown">][] = [
 ];
 
 describe("ToolCallText", () => {
+  /** The expectation with its calls' arguments parsed, as `Seen` has them. */
+  const parsed = ({ content, calls }: (typeof CASES)[number][3]) => ({ content, calls: calls.map((call) => ({ ...call, arguments: JSON.parse(call.arguments) as unknown })) });
+
   test.each(CASES)("%s", (_, syntax, text, expected) => {
-    const { content, calls } = split(syntax, text);
-    expect({ content, calls }).toEqual(expected);
+    for (const constrained of [false, true]) {
+      const { content, calls } = split(syntax, text, [], constrained);
+      expect({ content, calls }).toEqual(parsed(expected));
+    }
   });
 
   test(
@@ -70,8 +84,8 @@ describe("ToolCallText", () => {
     withSeed(async (random) => {
       for (let round = 0; round < 200; round++) {
         const [, syntax, text, expected] = random.pick(CASES);
-        const seen = split(syntax, text, randomCuts(random, text));
-        expect({ content: seen.content, calls: seen.calls }).toEqual(expected);
+        const seen = split(syntax, text, randomCuts(random, text), random.next() < 0.5);
+        expect({ content: seen.content, calls: seen.calls }).toEqual(parsed(expected));
         for (const [i, shown] of seen.shown.entries()) {
           expect(seen.content.startsWith(shown)).toBe(true);
           if (i > 0) expect(shown.startsWith(seen.shown[i - 1]!)).toBe(true);
@@ -82,10 +96,19 @@ describe("ToolCallText", () => {
   );
 
   test("ids are OpenAI's form, or nine letters and digits for Mistral, whose template requires them", () => {
-    const hermes = new ToolCallText(HERMES, NAMES).push('<tool_call>{"name": "get_time", "arguments": {}}</tool_call>', 0).calls[0]!;
-    expect(hermes.id).toMatch(/^call_[A-Za-z0-9]{24}$/);
-    const mistral = new ToolCallText(MISTRAL, NAMES).push('[TOOL_CALLS] [{"name": "get_time", "arguments": {}}]', 0).calls[0]!;
-    expect(mistral.id).toMatch(/^[A-Za-z0-9]{9}$/);
+    const idOf = (syntax: ToolSyntax, text: string) => {
+      const [open] = new ToolCallText(syntax, NAMES).push(text, 0).calls;
+      return open?.part === "open" ? open.id : undefined;
+    };
+    expect(idOf(HERMES, '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')).toMatch(/^call_[A-Za-z0-9]{24}$/);
+    expect(idOf(MISTRAL, '[TOOL_CALLS] [{"name": "get_time", "arguments": {}}]')).toMatch(/^[A-Za-z0-9]{9}$/);
+  });
+
+  test("a call held by a grammar streams: opened at its name, its arguments as they come, closed with its object", () => {
+    const splitter = new ToolCallText(HERMES, NAMES, () => true);
+    const pieces = ['<tool_call>\n{"name": "get_w', 'eather", "arguments": {"ci', 'ty": "Pa', 'ris"}}\n</tool', "_call>"];
+    const parts = pieces.map((piece, i) => splitter.push(piece, pieces.slice(0, i).join("").length).calls.map((part) => part.part));
+    expect(parts).toEqual([[], ["open", "arguments"], ["arguments"], ["arguments", "close"], []]);
   });
 
   test("where the text after an opener begins is told, for a grammar that holds from there", () => {

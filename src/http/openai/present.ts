@@ -69,8 +69,8 @@ export const completionJson = ({ id, created }: CompletionIdentity, result: Comp
  * The stream as OpenAI writes it: the role, content deltas, the finish reason, the usage when
  * asked for (`usage: null` on every chunk before it), then `[DONE]`. A reasoning model's thought
  * comes first, as `reasoning_content` deltas (llama-server's and DeepSeek's field). Each tool
- * call comes whole once the model has written it: its id, type and name in one chunk, its
- * arguments in the next, as OpenAI's chunks carry them.
+ * call's id, type and name come in one chunk, then its arguments in fragments, as OpenAI's chunks
+ * carry them.
  */
 export function completionFraming(identity: CompletionIdentity, includeUsage: boolean): Framing<CompletionStart, CompletionResult> {
   let model = "";
@@ -82,7 +82,6 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
     choices,
     ...(includeUsage ? { usage: usage ?? null } : {}),
   });
-  let calls = 0;
   const choice = (delta: ChatCompletionChunk["choices"][number]["delta"], reason: OpenAiFinishReason | null = null): ChatCompletionChunk["choices"] => [
     { index: 0, delta, logprobs: null, finish_reason: reason },
   ];
@@ -95,12 +94,16 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
     delta: (content) => [data(chunk(choice({ content })))],
     // In chunks of their own, after the content they belong to, as its text is given.
     logprobs: (entries) => [data(chunk([{ index: 0, delta: {}, logprobs: logprobsJson(entries), finish_reason: null }]))],
-    toolCall: (call) => {
-      const index = calls++;
-      return [
-        data(chunk(choice({ tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }] }))),
-        data(chunk(choice({ tool_calls: [{ index, function: { arguments: call.arguments } }] }))),
-      ];
+    toolCall: (part) => {
+      const { index } = part;
+      switch (part.part) {
+        case "open":
+          return [data(chunk(choice({ tool_calls: [{ index, id: part.id, type: "function", function: { name: part.name, arguments: "" } }] })))];
+        case "arguments":
+          return [data(chunk(choice({ tool_calls: [{ index, function: { arguments: part.text } }] })))];
+        case "close":
+          return [];
+      }
     },
     done: (result) => [
       data(chunk(choice({}, finishReason(result.finishReason, result.toolCalls !== undefined)))),

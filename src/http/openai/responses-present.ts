@@ -89,7 +89,7 @@ export function responseJson(identity: ResponseIdentity, echo: ResponseEcho, res
 /**
  * The stream: `response.created` and `response.in_progress`, then each item as it comes (added,
  * its deltas, done), then `response.completed` (or `response.incomplete`) with the whole response.
- * An item's text comes as deltas of its part; a call comes whole: its arguments in one delta.
+ * An item's text comes as deltas of its part, a call's arguments as deltas of the call.
  */
 export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho): Framing<CompletionStart, CompletionResult> {
   let sequence = 0;
@@ -141,17 +141,26 @@ export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho)
     },
     reasoning: (text) => write("reasoning", text),
     delta: (text) => write("message", text),
-    toolCall: (call) => {
-      const item = callItem(call);
-      const events = [...close()];
-      output.push(item);
-      events.push(
-        send("response.output_item.added", { output_index: output.length - 1, item: { ...item, arguments: "", status: "in_progress" } }),
-        send("response.function_call_arguments.delta", { ...where(), delta: call.arguments }),
-        send("response.function_call_arguments.done", { ...where(), name: call.name, arguments: call.arguments }),
-        send("response.output_item.done", { output_index: output.length - 1, item }),
-      );
-      return events;
+    toolCall: (part) => {
+      switch (part.part) {
+        case "open": {
+          const item = callItem({ id: part.id, name: part.name, arguments: "" });
+          const events = close();
+          output.push(item);
+          events.push(send("response.output_item.added", { output_index: output.length - 1, item: { ...item, status: "in_progress" } }));
+          return events;
+        }
+        case "arguments":
+          return [send("response.function_call_arguments.delta", { ...where(), delta: part.text })];
+        case "close": {
+          const item = { ...callItem(part.call), id: output.at(-1)!.id };
+          output[output.length - 1] = item;
+          return [
+            send("response.function_call_arguments.done", { ...where(), name: part.call.name, arguments: part.call.arguments }),
+            send("response.output_item.done", { output_index: output.length - 1, item }),
+          ];
+        }
+      }
     },
     done: (result) => {
       const status = result.finishReason === "stop" ? "completed" : "incomplete";
