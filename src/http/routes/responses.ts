@@ -195,6 +195,32 @@ function responseInput(body: ResponseRequest): { input: Omit<CompletionInput, "s
   };
 }
 
+/**
+ * The engine names fields as chat completions spell them; a refusal of a Responses request names
+ * them as Responses does (`text.format`, `tools[i].parameters`).
+ */
+const RENAMED: readonly [RegExp, string][] = [
+  [/^response_format\b/, "text.format"],
+  [/^tools\[(\d+)\]\.function\./, "tools[$1]."],
+];
+
+function renamed(error: unknown): unknown {
+  if (!(error instanceof InvalidInput)) return error;
+  const param = RENAMED.reduce((name, [from, to]) => name.replace(from, to), error.param);
+  if (param === error.param) return error;
+  const message = RENAMED.reduce((text, [from, to]) => text.replace(new RegExp(from.source.slice(1)), to), error.message);
+  return new InvalidInput(param, message);
+}
+
+/** The turn's events, a refusal naming the fields as Responses does. */
+async function* namedAsResponses<T, R>(events: AsyncGenerator<T, R, void>): AsyncGenerator<T, R, void> {
+  try {
+    return yield* events;
+  } catch (error) {
+    throw renamed(error);
+  }
+}
+
 export interface ResponsesRouteDeps {
   completions: CompletionService;
   turns: TurnDriver;
@@ -206,7 +232,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
     "/v1/responses",
     async function* ({ body, principal, request, server, set }) {
       const { input, echo } = responseInput(body);
-      const turn = (signal: AbortSignal) => deps.completions.complete({ ...input, userId: principal.userId, signal });
+      const turn = (signal: AbortSignal) => namedAsResponses(deps.completions.complete({ ...input, userId: principal.userId, signal }));
       const identity = newResponse();
       if (body.stream !== true) {
         const result = await deps.turns.complete(request, turn);
