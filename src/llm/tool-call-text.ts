@@ -20,6 +20,9 @@ export interface SplitText {
 /** A call object's start, up to where its arguments begin: its name first, as grammars write it. */
 const CALL_HEAD = /^\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*$/;
 
+/** A call's head is its name (at most 64 characters, maybe escaped) and a little JSON: past this, no head is coming. */
+const MAX_HEAD = 512;
+
 /** A call being streamed: opened, its arguments' text so far, whether they are still being written. */
 interface Streaming {
   index: number;
@@ -124,7 +127,7 @@ export class ToolCallText {
         // The arguments' value closed: the scanner is back at the call object's depth.
         if (this.scanner.depth === this.scanner.objectDepth) streaming.writing = false;
         appendArguments(parts, streaming.index, char);
-      } else if (!streaming && this.scanner.current !== undefined && this.constrained()) {
+      } else if (!streaming && this.scanner.current !== undefined && this.scanner.current.length <= MAX_HEAD && this.constrained()) {
         this.open(this.scanner.current, parts);
       }
       if (closed === undefined) continue;
