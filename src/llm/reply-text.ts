@@ -68,13 +68,13 @@ export class ReplyText {
     const shown: ReplyPiece[] = [];
     for (const { kind, text, at } of pieces) {
       if (kind === "reasoning") shown.push({ kind, text });
-      else shown.push(...this.answer(this.calls ? this.calls.push(text, at) : { content: text, at, calls: [] }));
+      else shown.push(...this.answer(this.calls ? this.calls.push(text, at) : { content: text, at, parts: [] }));
     }
     return shown;
   }
 
   /** The answer's text through the stop strings, then its calls. */
-  private answer({ content, at, calls }: SplitText): ReplyPiece[] {
+  private answer({ content, at, parts }: SplitText): ReplyPiece[] {
     const shown: ReplyPiece[] = [];
     if (content !== "") {
       const last = this.starts.at(-1);
@@ -85,7 +85,7 @@ export class ReplyText {
       if (visible !== "") shown.push({ kind: "content", text: visible });
     }
     // A stop string before the calls ended the reply there.
-    if (this.stops.stoppedAt === undefined) for (const part of calls) shown.push({ kind: "toolCall", part });
+    if (this.stops.stoppedAt === undefined) for (const part of parts) shown.push({ kind: "toolCall", part });
     return shown;
   }
 }

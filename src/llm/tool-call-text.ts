@@ -14,7 +14,8 @@ export interface SplitText {
   content: string;
   /** Where `content` starts in the generated text. */
   at: number;
-  calls: ToolCallPart[];
+  /** The parts of calls written in the text: see `ToolCallPart`. */
+  parts: ToolCallPart[];
 }
 
 /** A call object's start, up to where its arguments begin: its name first, as grammars write it. */
@@ -64,9 +65,9 @@ export class ToolCallText {
     private readonly constrained: () => boolean = () => false,
   ) {}
 
-  /** `text`, generated at `at` (right after what came before), split into what is safe to show and the calls that completed. */
+  /** `text`, generated at `at` (right after what came before), split into what is safe to show and the parts of calls it holds. */
   push(text: string, at: number): SplitText {
-    if (this.plain) return { content: this.say(text), at, calls: [] };
+    if (this.plain) return { content: this.say(text), at, parts: [] };
     if (this.opened) return this.scan(text, at);
     const start = this.held === "" ? at : this.heldAt;
     const all = this.held + text;
@@ -84,8 +85,8 @@ export class ToolCallText {
       this.opened = true;
       const after = opener.at + opener.text.length;
       this.openedAt = start + after;
-      const { calls } = this.scan(all.slice(after), start + after);
-      return { content: this.say(all.slice(0, opener.at).trimEnd()), at: start, calls };
+      const { parts } = this.scan(all.slice(after), start + after);
+      return { content: this.say(all.slice(0, opener.at).trimEnd()), at: start, parts };
     }
     // Held: what could still begin an opener, and the whitespace before it, which a call would make needless.
     const shown = all.slice(0, all.length - this.partialOpener(all)).trimEnd().length;
@@ -96,16 +97,16 @@ export class ToolCallText {
   flush(): SplitText {
     const rest = this.held;
     this.held = "";
-    if (!this.opened) return { content: rest, at: this.heldAt, calls: [] };
+    if (!this.opened) return { content: rest, at: this.heldAt, parts: [] };
     // A bare value left open that named no call yet is as likely text as a call cut short.
-    return { content: this.syntax.bareJson && this.count === 0 ? this.section : "", at: this.sectionAt, calls: [] };
+    return { content: this.syntax.bareJson && this.count === 0 ? this.section : "", at: this.sectionAt, parts: [] };
   }
 
   /** Shows `all` up to `shown`, holding the rest. */
   private hold(all: string, start: number, shown: number): SplitText {
     this.held = all.slice(shown);
     this.heldAt = start + shown;
-    return { content: this.say(all.slice(0, shown)), at: start, calls: [] };
+    return { content: this.say(all.slice(0, shown)), at: start, parts: [] };
   }
 
   private say(text: string): string {
@@ -142,14 +143,14 @@ export class ToolCallText {
         // Not a call: a reply that happens to be JSON.
         this.plain = true;
         this.opened = false;
-        return { content: this.say(this.section), at: this.sectionAt, calls: parts };
+        return { content: this.say(this.section), at: this.sectionAt, parts };
       }
       if (call) {
         const index = this.count - 1;
         parts.push({ part: "open", index, id: call.id, name: call.name }, { part: "arguments", index, text: call.arguments }, { part: "close", index, call });
       }
     }
-    return { content: "", at, calls: parts };
+    return { content: "", at, parts };
   }
 
   /** Opens the call whose object begins `head`, once its name is known and its arguments begin. */

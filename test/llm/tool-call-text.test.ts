@@ -21,9 +21,9 @@ function split(syntax: ToolSyntax, text: string, cuts: readonly number[] = [], c
   const splitter = new ToolCallText(syntax, NAMES, () => constrained);
   const seen: Seen = { content: "", calls: [], shown: [] };
   const streamed = new Map<number, { id: string; name: string; arguments: string }>();
-  const take = ({ content, calls }: SplitText) => {
+  const take = ({ content, parts }: SplitText) => {
     seen.content += content;
-    for (const part of calls) {
+    for (const part of parts) {
       if (part.part === "open") streamed.set(part.index, { id: part.id, name: part.name, arguments: "" });
       else if (part.part === "arguments") streamed.get(part.index)!.arguments += part.text;
       else {
@@ -97,7 +97,7 @@ describe("ToolCallText", () => {
 
   test("ids are OpenAI's form, or nine letters and digits for Mistral, whose template requires them", () => {
     const idOf = (syntax: ToolSyntax, text: string) => {
-      const [open] = new ToolCallText(syntax, NAMES).push(text, 0).calls;
+      const [open] = new ToolCallText(syntax, NAMES).push(text, 0).parts;
       return open?.part === "open" ? open.id : undefined;
     };
     expect(idOf(HERMES, '<tool_call>{"name": "get_time", "arguments": {}}</tool_call>')).toMatch(/^call_[A-Za-z0-9]{24}$/);
@@ -107,7 +107,7 @@ describe("ToolCallText", () => {
   test("a call held by a grammar streams: opened at its name, its arguments as they come, closed with its object", () => {
     const splitter = new ToolCallText(HERMES, NAMES, () => true);
     const pieces = ['<tool_call>\n{"name": "get_w', 'eather", "arguments": {"ci', 'ty": "Pa', 'ris"}}\n</tool', "_call>"];
-    const parts = pieces.map((piece, i) => splitter.push(piece, pieces.slice(0, i).join("").length).calls.map((part) => part.part));
+    const parts = pieces.map((piece, i) => splitter.push(piece, pieces.slice(0, i).join("").length).parts.map((part) => part.part));
     expect(parts).toEqual([[], ["open", "arguments"], ["arguments"], ["arguments", "close"], []]);
   });
 
