@@ -285,7 +285,8 @@ export class Engine {
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
         fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, tools)),
-        opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0), tools),
+        // Without the tools: a client chooses them, so another user's prompt must not find them cached.
+        opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0)),
       }))();
       let fit: Fitting | undefined;
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;

@@ -1,8 +1,9 @@
 /**
  * One user's prompt cache never serves another: a user sending exactly what another sent gets no
  * more cached tokens than a wrong guess of the same length (only the opening every prompt shares:
- * the template's, and the operator's system prompt on the native API), on both APIs; the same
- * user's follow-ups still reuse their prefix.
+ * the template's, and the operator's system prompt on the native API), on both APIs, and a
+ * client's tools are a client's text like any other; the same user's follow-ups still reuse their
+ * prefix.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
@@ -72,5 +73,35 @@ describe("the prompt cache is per user", () => {
     // At most the opening (the template's and the system prompt) is shared, nothing past it.
     expect(copy).toBeLessThan(40);
     expect(await native(alice.key, "private", "and one more thing")).toBeGreaterThan(60);
+  });
+
+  test("OpenAI API with tools: another user sending the same tools reuses no more than one sending others", async () => {
+    // One sequence: every request lands where the one before left its tokens.
+    const single = await testEngine({ parallel: 1 });
+    const server = serveApp({ storage: db.storage, engine: single });
+    try {
+      const tools = (description: string) => [{ type: "function", function: { name: "lookup_patient", description, parameters: { type: "object", properties: { id: { type: "string" } } } } }];
+      const ask = async (key: string, description: string) => {
+        const response = await fetch(`${server.url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { ...bearer(key), "content-type": "application/json" },
+          body: JSON.stringify({ model: "parley", messages: [{ role: "user", content: "Hello" }], tools: tools(description), temperature: 0, max_tokens: 2 }),
+        });
+        expect(response.status).toBe(200);
+        return ((await response.json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details.cached_tokens;
+      };
+      await ask(alice.key, SECRET);
+      const copy = await ask(bob.key, SECRET);
+      await ask(alice.key, SECRET);
+      const guess = await ask(bob.key, GUESS);
+      expect(copy).toBe(guess);
+      expect(copy).toBeLessThan(8);
+      // The sender's own next request reuses its tools.
+      await ask(alice.key, SECRET);
+      expect(await ask(alice.key, SECRET)).toBeGreaterThan(60);
+    } finally {
+      await server.stop();
+      await single.close();
+    }
   });
 });
