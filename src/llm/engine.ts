@@ -274,7 +274,7 @@ export class Engine {
     const budget = this.promptBudget(request.maxTokens);
     // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
     const tools = request.tools?.functions ?? [];
-    const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget, tools) : undefined;
+    const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget, scope, tools) : undefined;
     const lease = await this.pool.acquire(key ?? ((slot) => this.prefixScore(slot, statelessPrompt!, budget, scope)), request.signal);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
@@ -284,7 +284,7 @@ export class Engine {
       const sampling = await this.grammars.hold(request, samplingOf(request));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
-        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, tools)),
+        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, scope, tools)),
         // Without the tools: a client chooses them, so another user's prompt must not find them cached.
         opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0)),
       }))();
@@ -396,7 +396,7 @@ export class Engine {
    * `opening`, the part any user's prompt shares.
    */
   private plan(slot: Slot, key: string | undefined, scope: string, { fitted, opening }: Fitting, budget: number): PromptPlan {
-    if (slot.scope === scope) return { tokens: this.promptTokens(slot, key, fitted, budget), reusable: Infinity };
+    if (slot.scope === scope) return { tokens: this.promptTokens(slot, key, fitted, budget, scope), reusable: Infinity };
     return { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) };
   }
 
@@ -404,10 +404,10 @@ export class Engine {
    * The fitted prompt's tokens, reusing the sequence's exact tokens when the prompt continues them:
    * a conversation's own turns, or for a stateless prompt whatever the sequence holds.
    */
-  private promptTokens(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number): Token[] {
+  private promptTokens(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number, scope: string): Token[] {
     const { transcript } = slot;
     if (!transcript || (key !== undefined && transcript.key !== key)) return fitted.tokens;
-    const continued = continueTranscript(transcript, fitted.text, this.prompts.tokenizer);
+    const continued = continueTranscript(transcript, fitted.text, this.prompts.tokenizerFor(scope));
     // Generated tokens can spell a reply in more tokens than its text needs: the budget still rules.
     return continued && continued.length <= budget ? continued : fitted.tokens;
   }
@@ -420,7 +420,7 @@ export class Engine {
    */
   private prefixScore(slot: Slot, fitted: FittedPrompt, budget: number, scope: string): number {
     if (slot.scope !== scope) return 0;
-    const tokens = this.promptTokens(slot, undefined, fitted, budget);
+    const tokens = this.promptTokens(slot, undefined, fitted, budget, scope);
     const shared = slot.sequence.compareContextTokens(tokens).firstDifferentIndex;
     return shared * 2 >= tokens.length ? shared : 0;
   }

@@ -27,7 +27,7 @@ import { InvalidInput } from "../errors";
 import { TOKEN_TYPE } from "../gguf/vocab";
 import type { TemplateChat } from "./template-chat";
 import type { ToolSyntax } from "./tool-syntax";
-import { cachingTokenizer } from "./token-cache";
+import { cachingTokenizers } from "./token-cache";
 import type { ToolFunction, Turn } from "./types";
 
 export interface FittedPrompt {
@@ -49,6 +49,9 @@ const REPLACEMENT_CHAR = "\uFFFD";
  */
 const CACHE_TOKENS = 1 << 20;
 
+/** Whose cache the openings are tokenized in: operator turns and the template, which are no user's. */
+const OPENING_SCOPE = "";
+
 /** Tokenizing longer than this at a stretch lets the event loop in before the next run. */
 const SLICE_MS = 10;
 
@@ -56,8 +59,8 @@ const SLICE_MS = 10;
 const UNKNOWN_TOKEN_BYTES = 256;
 
 export class PromptRenderer {
-  /** The model's tokenizer, remembering what it tokenized: use it for text rendered here. */
-  readonly tokenizer: Tokenizer;
+  /** The model's tokenizer for each scope (a user), remembering what it tokenized in that scope. */
+  private readonly tokenizers: (scope: string) => Tokenizer;
   /** The most UTF-8 bytes one token of the vocabulary spells. */
   private readonly maxTokenBytes: number;
   /** The chat format has thoughts: stored ones go back to it, and its template decides what the model sees. */
@@ -72,10 +75,15 @@ export class PromptRenderer {
     /** Renders conversations with tools (the wrapper renders the others). */
     private readonly templateChat: TemplateChat,
   ) {
-    this.tokenizer = cachingTokenizer(model.tokenizer, CACHE_TOKENS);
+    this.tokenizers = cachingTokenizers(model.tokenizer, CACHE_TOKENS);
     this.maxTokenBytes = longestTokenBytes(model);
     this.thoughts = chatWrapper.settings.segments?.thought !== undefined;
     this.controls = controlTokensPattern(model);
+  }
+
+  /** The tokenizer of `scope` (a user): what another scope tokenized is not found in its cache. */
+  tokenizerFor(scope: string): Tokenizer {
+    return this.tokenizers(scope);
   }
 
   /** How the model writes tool calls. */
@@ -95,9 +103,10 @@ export class PromptRenderer {
   }
 
   /** Fits `turns` (and `tools`, shown whole) into at most `budget` prompt tokens. */
-  async fit(turns: readonly Turn[], budget: number, tools: readonly ToolFunction[] = []): Promise<FittedPrompt> {
+  async fit(turns: readonly Turn[], budget: number, scope: string, tools: readonly ToolFunction[] = []): Promise<FittedPrompt> {
     const reachable = withinReach(turns, this.historyChars(budget));
-    const render = (kept: readonly Turn[]) => this.render(kept, tools);
+    const tokenizer = this.tokenizers(scope);
+    const render = (kept: readonly Turn[]) => this.render(kept, tools, tokenizer);
     const whole = await render(reachable);
     if (whole.tokens.length <= budget) return whole;
 
@@ -132,7 +141,7 @@ export class PromptRenderer {
 
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
     // the two cannot share the context at all.
-    const cut = (await this.truncateLast(head, newest, budget, tools)) ?? (await this.truncateLast([], newest, budget, tools));
+    const cut = (await this.truncateLast(head, newest, budget, render)) ?? (await this.truncateLast([], newest, budget, render));
     if (cut) return cut;
     const empty = await render([{ role: "user", content: "" }]);
     // Tools are shown whole: a prompt of them alone that outgrows the room is no prompt to answer.
@@ -143,8 +152,8 @@ export class PromptRenderer {
   }
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */
-  private async truncateLast(before: readonly Turn[], turn: Turn, budget: number, tools: readonly ToolFunction[]): Promise<FittedPrompt | undefined> {
-    const withText = (content: string) => this.render([...before, { ...turn, content }], tools);
+  private async truncateLast(before: readonly Turn[], turn: Turn, budget: number, render: (turns: readonly Turn[]) => Promise<FittedPrompt>): Promise<FittedPrompt | undefined> {
+    const withText = (content: string) => render([...before, { ...turn, content }]);
 
     const overhead = (await withText("")).tokens.length;
     if (overhead > budget) return undefined;
@@ -167,11 +176,11 @@ export class PromptRenderer {
    * the template's opening and those turns, up to where the first user text would start. The
    * common part of two renderings with different user texts; remembered per `turns`.
    */
-  async opening(turns: readonly Turn[], tools: readonly ToolFunction[] = []): Promise<readonly Token[]> {
-    const key = JSON.stringify([turns, tools]);
+  async opening(turns: readonly Turn[]): Promise<readonly Token[]> {
+    const key = JSON.stringify(turns);
     let opening = this.openings.get(key);
     if (opening === undefined) {
-      const probe = (content: string) => this.render([...turns, { role: "user", content }], tools);
+      const probe = (content: string) => this.render([...turns, { role: "user", content }], [], this.tokenizers(OPENING_SCOPE));
       const [a, b] = await Promise.all([probe("a"), probe("b")]);
       opening = a.tokens.slice(0, sharedPrefix(a.tokens, b.tokens));
       // Few distinct ones (the operator's system prompt, none): a bound only against misuse.
@@ -219,63 +228,63 @@ export class PromptRenderer {
     }
   }
 
-  private async render(turns: readonly Turn[], tools: readonly ToolFunction[]): Promise<FittedPrompt> {
+  private async render(turns: readonly Turn[], tools: readonly ToolFunction[], tokenizer: Tokenizer): Promise<FittedPrompt> {
     if (withTools(turns, tools)) {
       const rendered = this.templateChat.render(turns, tools);
-      return { turns, tools, text: LlamaText(new SpecialTokensText(rendered)), tokens: await this.tokenizeRendered(rendered) };
+      return { turns, tools, text: LlamaText(new SpecialTokensText(rendered)), tokens: await tokenizeRendered(rendered, this.controls, tokenizer) };
     }
     // The empty model turn renders the assistant's opening, where generation starts.
     const text = this.wrapped(turns, "");
-    return { turns, tools, text, tokens: await this.tokenize(text) };
+    return { turns, tools, text, tokens: await tokenize(text, tokenizer) };
   }
+}
 
-  /**
-   * A template's rendering tokenized as llama-server tokenizes it (special tokens' texts are those
-   * tokens), run by run as `tokenize` does: llama.cpp tokenizes the text between two special tokens
-   * on its own, so each run with the control token before it (after which SentencePiece adds its
-   * space) tokenizes as the whole would, is remembered, and lets the event loop in between.
-   */
-  private async tokenizeRendered(rendered: string): Promise<Token[]> {
-    const tokens: Token[] = [];
-    let sliceStart = performance.now();
-    for (const run of runsOf(rendered, this.controls)) {
+/**
+ * A template's rendering tokenized as llama-server tokenizes it (special tokens' texts are those
+ * tokens), run by run as `tokenize` does: llama.cpp tokenizes the text between two special tokens
+ * on its own, so each run with the control token before it (after which SentencePiece adds its
+ * space) tokenizes as the whole would, is remembered, and lets the event loop in between.
+ */
+async function tokenizeRendered(rendered: string, controls: RegExp | undefined, tokenizer: Tokenizer): Promise<Token[]> {
+  const tokens: Token[] = [];
+  let sliceStart = performance.now();
+  for (const run of runsOf(rendered, controls)) {
+    if (performance.now() - sliceStart > SLICE_MS) {
+      await nextMacrotask();
+      sliceStart = performance.now();
+    }
+    tokens.push(...tokenizer(run, true));
+  }
+  return tokens;
+}
+
+/**
+ * `text` tokenized without holding the event loop for long: its runs (the texts between special
+ * tokens, each tokenized on its own) go through the remembering tokenizer one by one, with the
+ * loop let in whenever a slice of time is used up; `text.tokenize` then assembles the remembered
+ * runs the library's way. A new 16,000-character message alone takes tens of ms to tokenize.
+ */
+async function tokenize(text: LlamaText, tokenizer: Tokenizer): Promise<Token[]> {
+  let sliceStart = performance.now();
+  let run = "";
+  let first = true;
+  for (const value of [...text.values, undefined]) {
+    if (typeof value === "string") {
+      run += value;
+      continue;
+    }
+    if (run !== "") {
       if (performance.now() - sliceStart > SLICE_MS) {
         await nextMacrotask();
         sliceStart = performance.now();
       }
-      tokens.push(...this.tokenizer(run, true));
+      // As LlamaText.tokenize asks for it, so that it finds the run remembered.
+      tokenizer(run, false, first ? undefined : "trimLeadingSpace");
     }
-    return tokens;
+    run = "";
+    first = false;
   }
-
-  /**
-   * `text` tokenized without holding the event loop for long: its runs (the texts between special
-   * tokens, each tokenized on its own) go through the remembering tokenizer one by one, with the
-   * loop let in whenever a slice of time is used up; `text.tokenize` then assembles the remembered
-   * runs the library's way. A new 16,000-character message alone takes tens of ms to tokenize.
-   */
-  private async tokenize(text: LlamaText): Promise<Token[]> {
-    let sliceStart = performance.now();
-    let run = "";
-    let first = true;
-    for (const value of [...text.values, undefined]) {
-      if (typeof value === "string") {
-        run += value;
-        continue;
-      }
-      if (run !== "") {
-        if (performance.now() - sliceStart > SLICE_MS) {
-          await nextMacrotask();
-          sliceStart = performance.now();
-        }
-        // As LlamaText.tokenize asks for it, so that it finds the run remembered.
-        this.tokenizer(run, false, first ? undefined : "trimLeadingSpace");
-      }
-      run = "";
-      first = false;
-    }
-    return text.tokenize(this.tokenizer);
-  }
+  return text.tokenize(tokenizer);
 }
 
 /**

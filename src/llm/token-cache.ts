@@ -1,5 +1,5 @@
 /**
- * A tokenizer that remembers its plain-text results. A rendered conversation tokenizes run by run
+ * Tokenizers that remember their results, per user. A rendered conversation tokenizes run by run
  * (`LlamaText.tokenize` calls the tokenizer once per text between special tokens), and from one
  * render to the next, and one turn to the next, almost every run is one seen before: a turn's
  * message with its template text. Remembering them turns the re-tokenizing of a history, which
@@ -9,19 +9,22 @@
 import type { Token, Tokenizer } from "node-llama-cpp";
 
 /**
- * A tokenizer like `tokenizer`, remembering its results up to `capacityTokens` tokens in all.
- * A remembered result is handed out again as the same array: callers must not change it.
+ * Tokenizers like `tokenizer`, one per scope (a user), remembering their results up to
+ * `capacityTokens` tokens in all. A scope finds only what it tokenized itself: a remembered text
+ * tokenizes in no time, so a text another user had sent would reach the first token sooner, a
+ * timing side channel. A remembered result is handed out again as the same array: callers must not
+ * change it.
  */
-export function cachingTokenizer(tokenizer: Tokenizer, capacityTokens: number): Tokenizer {
+export function cachingTokenizers(tokenizer: Tokenizer, capacityTokens: number): (scope: string) => Tokenizer {
   // Insertion order is recency order: a hit is moved to the end, eviction takes from the front.
   const cache = new Map<string, Token[]>();
   let held = 0;
 
-  const tokenize = (text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace"): Token[] => {
+  const tokenize = (scope: string, text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace"): Token[] => {
     // Built-in special tokens are a template's own few, short and cheap; plain text, and text
     // whose special tokens are parsed (a template's rendering, run by run), is kept.
     if (specialTokens === "builtin") return tokenizer(text as never, specialTokens as never, options as never);
-    const key = (specialTokens === true ? "s" : "-") + (options === "trimLeadingSpace" ? "t" : "-") + text;
+    const key = `${scope}\u0000${specialTokens === true ? "s" : "-"}${options === "trimLeadingSpace" ? "t" : "-"}${text}`;
     const known = cache.get(key);
     if (known) {
       cache.delete(key);
@@ -38,9 +41,10 @@ export function cachingTokenizer(tokenizer: Tokenizer, capacityTokens: number): 
     }
     return tokens;
   };
-  return Object.assign(tokenize as Tokenizer, {
-    detokenize: tokenizer.detokenize,
-    isSpecialToken: tokenizer.isSpecialToken,
-    isEogToken: tokenizer.isEogToken,
-  });
+  return (scope) =>
+    Object.assign(((text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace") => tokenize(scope, text, specialTokens, options)) as Tokenizer, {
+      detokenize: tokenizer.detokenize,
+      isSpecialToken: tokenizer.isSpecialToken,
+      isEogToken: tokenizer.isEogToken,
+    });
 }

@@ -3,7 +3,7 @@ import { getLlama, type Llama, type LlamaModel, resolveChatWrapper } from "node-
 import { InvalidInput } from "../../src/errors";
 import { PromptRenderer } from "../../src/llm/prompt";
 import { TemplateChat } from "../../src/llm/template-chat";
-import { cachingTokenizer } from "../../src/llm/token-cache";
+import { cachingTokenizers } from "../../src/llm/token-cache";
 import type { Turn } from "../../src/llm/types";
 import { presetModel, type Random, withSeed } from "../support";
 
@@ -41,7 +41,7 @@ describe("cachingTokenizer", () => {
     withSeed(async (random) => {
       const wrapper = resolveChatWrapper(model);
       for (const capacity of [0, 50, 1 << 20]) {
-        const tokenizer = cachingTokenizer(model.tokenizer, capacity);
+        const tokenizer = cachingTokenizers(model.tokenizer, capacity)("a user");
         for (let round = 0; round < 3; round++) {
           const history = Array.from({ length: random.int(1, 6) }, (_, i) =>
             i % 2 === 0 ? { type: "user" as const, text: mixedText(random, random.int(0, 300)) } : { type: "model" as const, response: [mixedText(random, random.int(0, 300))] },
@@ -55,6 +55,18 @@ describe("cachingTokenizer", () => {
       }
     }),
   );
+});
+
+test("a scope finds only what it tokenized itself: another user's text is tokenized anew", () => {
+  let calls = 0;
+  const counting = Object.assign(((...args: Parameters<typeof model.tokenizer>) => (calls++, model.tokenizer(...args))) as typeof model.tokenizer, model.tokenizer);
+  const tokenizers = cachingTokenizers(counting, 1 << 20);
+  const text = "a message only its sender has sent";
+  const alice = tokenizers("alice")(text);
+  expect(tokenizers("alice")(text)).toBe(alice);
+  expect(calls).toBe(1);
+  expect(tokenizers("bob")(text)).toEqual(alice);
+  expect(calls).toBe(2);
 });
 
 describe("PromptRenderer", () => {
@@ -79,7 +91,7 @@ describe("PromptRenderer", () => {
       const budget = 400;
       const history: Turn[] = [];
       for (let i = 0; i < 61; i++) history.push({ role: i % 2 === 0 ? "user" : "assistant", content: mixedText(random, random.int(1, 100)) });
-      const fitted = await prompts.fit(history, budget);
+      const fitted = await prompts.fit(history, budget, "a user");
       expect(fitted.tokens.length).toBeLessThanOrEqual(budget);
       expect(fitted.tokens).toEqual(fitted.text.tokenize(model.tokenizer));
 
@@ -103,13 +115,13 @@ describe("PromptRenderer", () => {
           history.push({ role: "assistant", content: mixedText(random, random.int(1, 100)) });
         }
         history.push({ role: "user", content: mixedText(random, random.int(1, 100)) });
-        const fitted = await prompts.fit(history, budget, tools);
+        const fitted = await prompts.fit(history, budget, "a user", tools);
         expect(fitted.tokens.length).toBeLessThanOrEqual(budget);
         expect(fitted.tokens).toEqual(fitted.text.tokenize(model.tokenizer));
         expect(fitted.turns.at(-1)!.role).toBe("user");
       }
       // Tools are shown whole: where they alone outgrow the budget, no prompt is made.
-      const refused = await prompts.fit([{ role: "user", content: "Hi" }], 100, tools).then(
+      const refused = await prompts.fit([{ role: "user", content: "Hi" }], 100, "a user", tools).then(
         () => undefined,
         (error: unknown) => error,
       );
