@@ -48,22 +48,31 @@ export class ReplyGrammars {
     return request.tools?.choice === "auto" ? { ...sampling, lazyGrammar: { state, armed: false } } : { ...sampling, grammar: state };
   }
 
+  /** Made once per request: `check` makes it (checking every tool's parameters, also when a call is up to the model), `hold` finds it. */
   private grammarOf({ format, tools }: Held): Promise<LlamaGrammar> | undefined {
-    // Every tool's parameters are checked, also when the model may answer without a call.
-    const call = tools && callSchema(callableFunctions(tools), tools.functions, this.syntax.argumentsKey);
-    const key = call ? tools : format;
+    const key = tools ?? format;
     if (!key) return undefined;
     let grammar = this.grammars.get(key);
     if (!grammar) {
-      grammar =
-        call && tools
-          ? this.jsonGrammar(call, (one) => callsGrammar(this.syntax, one, tools.parallel, tools.choice === "auto"), tools.choice !== "auto")
-          : // Any object, as a schema: its grammar bounds the whitespace between values, which the
-            // free JSON grammar does not, and a model can loop on whitespace forever.
-            this.jsonGrammar(format!.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format!.schema, "response_format"));
+      grammar = tools ? this.callsGrammar(tools) : this.formatGrammar(format!);
       this.grammars.set(key, grammar);
     }
     return grammar;
+  }
+
+  /** Calls of the functions the choice allows: from the reply's start (after a thought), or after the opener the model wrote. */
+  private callsGrammar(tools: ToolRequest): Promise<LlamaGrammar> {
+    const call = callSchema(callableFunctions(tools), tools.functions, this.syntax.argumentsKey);
+    const lazy = tools.choice === "auto";
+    return this.jsonGrammar(call, (one) => callsGrammar(this.syntax, one, tools.parallel, lazy), !lazy);
+  }
+
+  /**
+   * The format's schema; `json_object`'s is any object, as a schema: its grammar bounds the
+   * whitespace between values, which the free JSON grammar does not, and a model can loop on it.
+   */
+  private formatGrammar(format: ReplyFormat): Promise<LlamaGrammar> {
+    return this.jsonGrammar(format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format"));
   }
 
   /**
