@@ -158,10 +158,13 @@ function toolCallsOf(chunks: readonly Chunk[]): { name: string; arguments: strin
   return calls;
 }
 
-/** Whether `text` is JSON that `valid` accepts. */
+/**
+ * Whether `text` is JSON that `valid` accepts, as the grammar counted it: an overlong UTF-8
+ * sequence counts as one character there and shows as several U+FFFD (docs/API.md, Structured output).
+ */
 function validJson(valid: (value: unknown) => boolean, text: string): boolean {
   try {
-    return valid(JSON.parse(text));
+    return valid(JSON.parse(text.replace(/\uFFFD+/g, "\uFFFD")));
   } catch {
     return false;
   }
@@ -172,10 +175,7 @@ function judge(kind: OpenAiKind, chunks: readonly Chunk[], reply: string, body: 
   const finish = chunks.map((chunk) => chunk.choices?.[0]?.finish_reason).findLast((reason) => reason);
   if (kind === "structured") {
     if (finish === "length") return { ok: "structured cut" };
-    // An overlong UTF-8 sequence counts as one character in the grammar and shows as several U+FFFD
-    // (docs/API.md, Structured output): checked as the grammar counted it.
-    const counted = reply.replace(/\uFFFD+/g, "\uFFFD");
-    return validJson(validStructured, counted) ? { ok: "structured" } : { failure: `structured ${finish}: not valid against its schema: ${reply.slice(0, 200)}` };
+    return validJson(validStructured, reply) ? { ok: "structured" } : { failure: `structured ${finish}: not valid against its schema: ${reply.slice(0, 200)}` };
   }
   if (kind !== "tools") return undefined;
   if (reply.includes("<tool_call>")) return { failure: `tools: call markup in content: ${reply.slice(0, 200)}` };
