@@ -4,6 +4,7 @@
  */
 import { join } from "node:path";
 import { CompletionService } from "./chat/completions";
+import { ResponseService } from "./chat/responses";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
@@ -91,6 +92,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     (error: unknown) => error,
   );
 
+  const completions = new CompletionService(runner);
   const app = createApp({
     storage,
     node: config.nodeName,
@@ -98,7 +100,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
       systemPrompt: config.systemPrompt,
       shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
     }),
-    completions: new CompletionService(runner),
+    completions,
+    responses: new ResponseService(completions, storage.responses, runner.engines),
     isReady: () => engine !== undefined,
     log,
     metrics,

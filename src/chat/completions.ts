@@ -4,8 +4,13 @@ import { type TurnEvent, type TurnRunner, type Usage, usageOf } from "./turn-run
 export interface CompletionInput {
   /** Whose request: only this user's earlier requests' KV state is reused. */
   userId: number;
-  /** The whole conversation, as the client keeps it. */
-  messages: Turn[];
+  /**
+   * The whole conversation, as the client keeps it; or read once the turn is admitted, given how
+   * many characters of history a prompt can reach (`Engine.historyChars`).
+   */
+  messages: Turn[] | ((historyChars: number) => Promise<Turn[]>);
+  /** A kept conversation's own key, whose cached state the engine looks for first (`GenerateRequest`). */
+  conversationKey?: string;
   sampling: SamplingRequest;
   format?: ReplyFormat;
   /** Tools the reply may call. */
@@ -63,10 +68,12 @@ export class CompletionService {
     try {
       const { engine } = running;
       await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs });
+      const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       yield { type: "start", model: engine.modelName };
       const result = yield* running.reply({
+        ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey } : {}),
         cacheScope: String(input.userId),
-        history: input.messages,
+        history,
         ...input.sampling,
         format: input.format,
         tools: input.tools,

@@ -15,6 +15,10 @@ import type {
   MessageRecord,
   NewMessage,
   Principal,
+  ChainLink,
+  NewResponse,
+  ResponseEnd,
+  ResponseRecord,
   StoredTurn,
 } from "./types";
 
@@ -64,6 +68,23 @@ export interface MessageStore {
   list(query: MessageQuery): Promise<MessagePage>;
 }
 
+/** Responses kept for OpenAI's Responses API: each its own row, chained to the one it continues. */
+export interface ResponseStore {
+  create(response: NewResponse): Promise<void>;
+  /** Records how a response ended; false when it is no longer there (deleted meanwhile). */
+  finish(id: string, end: ResponseEnd): Promise<boolean>;
+  /** The user's response by this id; another user's is not found. */
+  get(userId: number, id: string): Promise<ResponseRecord | undefined>;
+  /**
+   * The response and those it continues, oldest first: read newest first, up to and including the
+   * one that brings their items' text to `maxChars` characters, so the work does not grow with
+   * the chain. A deleted response ends its chain. Empty when the user has no response by this id.
+   */
+  chain(userId: number, id: string, bound: { maxChars: number }): Promise<ChainLink[]>;
+  /** Deletes the user's response; returns it, undefined when the user has none by this id. */
+  delete(userId: number, id: string): Promise<ResponseRecord | undefined>;
+}
+
 /**
  * Turns of one conversation must not interleave. Within one process the chat service's own lock
  * orders them; processes sharing a database also hold a lease on the conversation while a turn
@@ -99,6 +120,7 @@ export interface Storage extends AsyncDisposable {
   readonly keys: KeyStore;
   readonly conversations: ConversationStore;
   readonly messages: MessageStore;
+  readonly responses: ResponseStore;
   /**
    * Only storage that several processes share (PostgreSQL) has these; a single process (SQLite)
    * serializes turns with its own lock and keeps rate-limit buckets in memory.

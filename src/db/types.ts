@@ -135,3 +135,67 @@ export interface ConversationPage {
   /** Every conversation of the user, not only this page's. */
   total: number;
 }
+
+/** Where a kept response stands (OpenAI's statuses). */
+export const RESPONSE_STATUSES = ["queued", "in_progress", "completed", "incomplete", "cancelled", "failed"] as const;
+
+export type ResponseStatus = (typeof RESPONSE_STATUSES)[number];
+
+/** The roles a message item may have: the Responses API's, `developer` being a second system role. */
+export type ItemRole = "user" | "system" | "developer" | "assistant";
+
+/**
+ * One item of a kept response's input or output, as the Responses API names them. Stored as JSON:
+ * storage keeps them whole and never looks inside.
+ */
+export type StoredItem =
+  | { type: "message"; id: string; role: ItemRole; text: string }
+  | { type: "function_call"; id: string; callId: string; name: string; arguments: string }
+  | { type: "function_call_output"; id: string; callId: string; output: string }
+  | { type: "reasoning"; id: string; text: string };
+
+export interface ResponseUsageRecord {
+  inputTokens: number;
+  outputTokens: number;
+  cachedTokens: number;
+}
+
+/** A response to keep, stored as it starts (`in_progress`). Times are epoch ms. */
+export interface NewResponse {
+  /** `resp_…`, chosen by the caller. */
+  id: string;
+  userId: number;
+  previousResponseId: string | null;
+  /** The first response of its chain: what a chain's cached state is kept under. */
+  chainKey: string;
+  model: string;
+  createdAt: number;
+  /** What the response repeats of its request; storage keeps it as given. */
+  params: Record<string, unknown>;
+  input: StoredItem[];
+}
+
+/** How a kept response ended. */
+export interface ResponseEnd {
+  status: Exclude<ResponseStatus, "queued" | "in_progress">;
+  output: StoredItem[];
+  usage: ResponseUsageRecord | null;
+  finishReason: FinishReason | null;
+  /** A failed response's reason, as the client may be told it. */
+  error: string | null;
+}
+
+export interface ResponseRecord extends NewResponse {
+  status: ResponseStatus;
+  output: StoredItem[];
+  usage: ResponseUsageRecord | null;
+  finishReason: FinishReason | null;
+  error: string | null;
+}
+
+/** One link of a chain: what a later response's prompt needs of an earlier one. */
+export interface ChainLink {
+  id: string;
+  input: StoredItem[];
+  output: StoredItem[];
+}

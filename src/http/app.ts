@@ -1,5 +1,6 @@
 import { Elysia } from "elysia";
 import type { CompletionService } from "../chat/completions";
+import type { ResponseService } from "../chat/responses";
 import type { ChatService } from "../chat/service";
 import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
@@ -39,6 +40,8 @@ export interface AppDeps {
   chat: ChatService;
   /** The OpenAI-compatible API's stateless completions. */
   completions: CompletionService;
+  /** OpenAI's Responses API: kept responses and their chains. */
+  responses: ResponseService;
   /** Names this node in every response's `X-Parley-Node` (several nodes behind a balancer). */
   node?: string;
   /** True once the database is open and the model loaded. */
@@ -88,7 +91,7 @@ export function createApp(deps: AppDeps) {
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
-    .use(responsesRoutes({ completions: deps.completions, turns, body: limits }));
+    .use(responsesRoutes({ responses: deps.responses, turns, body: limits }));
 }
 
 export type App = ReturnType<typeof createApp>;

@@ -118,7 +118,7 @@ describe("responses match the served OpenAPI document", () => {
       if (payload.response !== undefined) expectValid(response, payload.response, `the response of ${name}`);
     }
     expect(names.at(-1)).toBe("response.incomplete");
-    const refused = await respond({ store: true });
+    const refused = await respond({ background: true });
     expect(refused.status).toBe(400);
     await expectDocumented("/v1/responses", "post", refused);
   });

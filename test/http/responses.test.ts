@@ -1,8 +1,9 @@
 /**
- * OpenAI's Responses API, not kept yet (`store: false`), through the official `openai` SDK:
- * text, streamed typed events, instructions, a function call round trip with input items,
- * `text.format`, a reasoning model's output items, and refusals of what needs kept responses;
- * and through the AI SDK's Responses provider.
+ * OpenAI's Responses API through the official `openai` SDK: text, streamed typed events,
+ * instructions, a function call round trip with input items, `text.format`, a reasoning model's
+ * output items, refusals; kept responses (retrieve, input items, delete, chains with
+ * `previous_response_id` reusing the cache, another user's ids not found); and through the AI
+ * SDK's Responses provider, over a chain too.
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import { createOpenAI } from "@ai-sdk/openai";
@@ -108,9 +109,7 @@ describe("the openai SDK's responses", () => {
   });
 
   test.each([
-    ["store", { store: undefined }],
-    ["store", { store: true }],
-    ["previous_response_id", { previous_response_id: "resp_x" }],
+    ["store", { store: "yes" }],
     ["conversation", { conversation: "conv_x" }],
     ["background", { background: true }],
     ["reasoning", { reasoning: { effort: "low" } }],
@@ -131,6 +130,122 @@ describe("the openai SDK's responses", () => {
   });
 });
 
+describe("kept responses", () => {
+  let other: OpenAI;
+  beforeAll(() => {
+    other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
+  });
+
+  const notFound = (promise: Promise<unknown>) =>
+    promise.then(
+      () => undefined,
+      (failure: unknown) => failure,
+    );
+
+  test("kept by default: retrieved as it was answered, its input items listed in pages, deleted", async () => {
+    const response = await client.responses.create({ model: "any", instructions: "Be brief.", input: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello." }, { role: "user", content: "More" }], temperature: 0 });
+    expect(response).toMatchObject({ status: "completed", store: true, previous_response_id: null });
+    expect(await client.responses.retrieve(response.id)).toEqual(response);
+
+    const items = await client.responses.inputItems.list(response.id);
+    expect(items.data.map((item) => (item.type === "message" ? [item.role, item.content.map((part) => ("text" in part ? part.text : "")).join("")] : item.type))).toEqual([
+      ["user", "More"],
+      ["assistant", "Hello."],
+      ["user", "Hi"],
+    ]);
+    const firstPage = await client.responses.inputItems.list(response.id, { order: "asc", limit: 2 });
+    expect(firstPage.data).toEqual(items.data.toReversed().slice(0, 2));
+    expect(firstPage.has_more).toBe(true);
+    const rest = await firstPage.getNextPage();
+    expect(rest.data).toEqual([items.data[0]!]);
+    expect(rest.has_more).toBe(false);
+
+    await client.responses.delete(response.id);
+    expect(await notFound(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await notFound(client.responses.delete(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
+  test("a chain: the second response answers the whole history as chat completions would, reusing the first one's cached tokens", async () => {
+    const first = await client.responses.create({ model: "any", input: "Hello", temperature: 0 });
+    const second = await client.responses.create({ model: "any", previous_response_id: first.id, input: "Tell me more", temperature: 0 });
+    expect(second.previous_response_id).toBe(first.id);
+    const stateless = await client.chat.completions.create({
+      model: "any",
+      messages: [
+        { role: "user", content: "Hello" },
+        { role: "assistant", content: first.output_text },
+        { role: "user", content: "Tell me more" },
+      ],
+      temperature: 0,
+    });
+    expect(second.output_text).toBe(stateless.choices[0]!.message.content!);
+    expect(second.usage!.input_tokens).toBe(stateless.usage!.prompt_tokens);
+    // Only the new turn is evaluated: the first response's prompt and reply are still cached.
+    expect(second.usage!.input_tokens_details.cached_tokens).toBeGreaterThan(first.usage!.input_tokens);
+    // The input items are the response's own; the chain's earlier ones are the earlier responses'.
+    expect((await client.responses.inputItems.list(second.id)).data).toHaveLength(1);
+
+    // A deleted response ends the chain there: what continues it no longer sees its turns.
+    await client.responses.delete(first.id);
+    const third = await client.responses.create({ model: "any", previous_response_id: second.id, input: "Thanks", temperature: 0 });
+    const alone = await client.chat.completions.create({
+      model: "any",
+      messages: [
+        { role: "user", content: "Tell me more" },
+        { role: "assistant", content: second.output_text },
+        { role: "user", content: "Thanks" },
+      ],
+      temperature: 0,
+    });
+    expect(third.usage!.input_tokens).toBe(alone.usage!.prompt_tokens);
+  });
+
+  test("a function call round trip over a chain: the call kept, only its output sent", async () => {
+    const first = await client.responses.create({ model: "any", input: "What is the weather in Paris?", tools: [weather], tool_choice: "required", temperature: 0 });
+    const call = first.output.find((item) => item.type === "function_call");
+    if (call?.type !== "function_call") throw new Error("a function call was expected");
+    const second = await client.responses.create({
+      model: "any",
+      previous_response_id: first.id,
+      input: [{ type: "function_call_output", call_id: call.call_id, output: '{"temperature": 21}' }],
+      tools: [weather],
+      temperature: 0,
+    });
+    expect(second.status).toBe("completed");
+    expect(second.output_text.length).toBeGreaterThan(0);
+    expect(second.usage!.input_tokens_details.cached_tokens).toBeGreaterThan(0);
+    const [output] = (await client.responses.inputItems.list(second.id)).data;
+    expect(output).toMatchObject({ type: "function_call_output", call_id: call.call_id, output: '{"temperature": 21}' });
+  });
+
+  test("streamed and kept: the events name the items the kept response has", async () => {
+    const final = await client.responses.stream({ model: "any", input: "Hello", temperature: 0 }).finalResponse();
+    const kept = await client.responses.retrieve(final.id);
+    expect(kept.output.map((item) => item.id)).toEqual(final.output.map((item) => item.id));
+    expect(kept.output_text).toBe(final.output_text);
+    expect(kept.status).toBe("completed");
+  });
+
+  test("another user's response is not found, by every route and as previous_response_id", async () => {
+    const response = await client.responses.create({ model: "any", input: "Hello", temperature: 0, max_output_tokens: 4 });
+    for (const attempt of [
+      other.responses.retrieve(response.id),
+      other.responses.inputItems.list(response.id),
+      other.responses.delete(response.id),
+      other.responses.create({ model: "any", previous_response_id: response.id, input: "Hi" }),
+    ]) {
+      expect(await notFound(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
+    }
+    expect((await client.responses.retrieve(response.id)).id).toBe(response.id);
+  });
+
+  test("store: false answers without keeping", async () => {
+    const response = await client.responses.create({ model: "any", input: "Hello", store: false, max_output_tokens: 4 });
+    expect(response).toMatchObject({ store: false });
+    expect(await notFound(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+  });
+});
+
 test("the AI SDK's Responses provider: generateText and streamText, with store: false", async () => {
   const parley = createOpenAI({ baseURL: `${app.served.url}/v1`, apiKey: app.key });
   const providerOptions = { openai: { store: false } };
@@ -141,6 +256,17 @@ test("the AI SDK's Responses provider: generateText and streamText, with store: 
   for await (const delta of streamed.textStream) joined += delta;
   expect(joined).toBe(await streamed.text);
   expect(joined.length).toBeGreaterThan(0);
+});
+
+test("the AI SDK's Responses provider over a chain: previousResponseId continues a kept response", async () => {
+  const parley = createOpenAI({ baseURL: `${app.served.url}/v1`, apiKey: app.key });
+  const first = await generateText({ model: parley.responses("any"), prompt: "Hello", temperature: 0 });
+  const previousResponseId = first.providerMetadata?.openai?.responseId as string;
+  expect(previousResponseId).toMatch(/^resp_/);
+  const second = await generateText({ model: parley.responses("any"), prompt: "Tell me more", temperature: 0, providerOptions: { openai: { previousResponseId } } });
+  const viaSdk = await client.responses.create({ model: "any", previous_response_id: previousResponseId, input: "Tell me more", temperature: 0 });
+  expect(second.text).toBe(viaSdk.output_text);
+  expect(second.text.length).toBeGreaterThan(0);
 });
 
 describe("a reasoning model's response", () => {

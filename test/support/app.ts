@@ -2,6 +2,7 @@
 import { afterAll, beforeAll } from "bun:test";
 import { join } from "node:path";
 import { CompletionService } from "../../src/chat/completions";
+import { ResponseService } from "../../src/chat/responses";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
@@ -68,10 +69,12 @@ export function captureLog(lines: string[]): Logger {
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
   const runner = options.runner ?? new TurnRunner({ current: () => engine });
+  const completions = options.completions ?? new CompletionService(runner);
   const app = createApp({
     storage,
     chat: options.chat ?? new ChatService(storage.conversations, runner),
-    completions: options.completions ?? new CompletionService(runner),
+    completions,
+    responses: new ResponseService(completions, storage.responses, runner.engines),
     isReady: () => engine !== undefined,
     node: options.node,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
@@ -125,6 +128,8 @@ export function observeGenerations(engine: Engine): Generation[] {
 /** What `servedEngine` sets up: a user's key to call the served app with, the app and its engine. */
 export interface ServedEngine {
   key: string;
+  /** Another user's key, for isolation. */
+  otherKey: string;
   engine: Engine;
   served: Served;
 }
@@ -138,6 +143,7 @@ export function servedEngine(label: string, options: Parameters<typeof testEngin
   const fixture = {} as ServedEngine;
   beforeAll(async () => {
     fixture.key = (await db.keys.create("alice", "user")).key;
+    fixture.otherKey = (await db.keys.create("bob", "user")).key;
     fixture.engine = await testEngine(options);
     fixture.served = serveApp({ storage: db.storage, engine: fixture.engine });
   });

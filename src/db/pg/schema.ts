@@ -1,8 +1,8 @@
 import { sql } from "drizzle-orm";
-import { bigint, doublePrecision, index, integer, pgTable, text, uniqueIndex } from "drizzle-orm/pg-core";
+import { bigint, doublePrecision, index, integer, jsonb, pgTable, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES } from "../types";
+import { KEY_ROLES, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
 
 /**
  * Milliseconds since the epoch, as in SQLite, from the database's clock: several nodes share one
@@ -106,3 +106,27 @@ export const conversationMessageCounts = pgTable("conversation_message_counts", 
   /** The newest message's time, kept by the count trigger (migration 0002). */
   updatedAt: epochMs("updated_at"),
 });
+
+/** Responses kept for OpenAI's Responses API; as in SQLite. */
+export const responses = pgTable(
+  "responses",
+  {
+    id: text("id").primaryKey(),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    /** No reference: deleting a response leaves those that continue it, their chain ending there. */
+    previousId: text("previous_id"),
+    chainKey: text("chain_key").notNull(),
+    status: text("status", { enum: RESPONSE_STATUSES }).notNull(),
+    createdAt: createdAt(),
+    model: text("model").notNull(),
+    params: jsonb("params").$type<Record<string, unknown>>().notNull(),
+    input: jsonb("input").$type<StoredItem[]>().notNull(),
+    output: jsonb("output").$type<StoredItem[]>().notNull(),
+    usage: jsonb("usage").$type<ResponseUsageRecord>(),
+    finishReason: text("finish_reason", { enum: FINISH_REASONS }),
+    error: text("error"),
+  },
+  (table) => [index("responses_user_created_idx").on(table.userId, table.createdAt)],
+);

@@ -6,6 +6,7 @@ import { PgKeyStore } from "./keys";
 import { PgConversationLeases } from "./leases";
 import { PgMessageStore } from "./messages";
 import { OutageGuard } from "./outage";
+import { PgResponseStore } from "./responses";
 import { PgStreamSlots } from "./stream-slots";
 
 export interface PgOptions {
@@ -23,6 +24,7 @@ export class PgStorage implements Storage {
   readonly keys: PgKeyStore;
   readonly conversations: PgConversationStore;
   readonly messages: PgMessageStore;
+  readonly responses: PgResponseStore;
   readonly leases: PgConversationLeases;
   readonly buckets: PgTokenBuckets;
   readonly streams: PgStreamSlots;
@@ -39,6 +41,8 @@ export class PgStorage implements Storage {
     this.keys = guard.guard(new PgKeyStore(db), ["list", "verify"]);
     this.conversations = guard.guard(new PgConversationStore(db), ["findOrCreate", "find", "recentTurns", "list"]);
     this.messages = guard.guard(new PgMessageStore(db), ["list"]);
+    // A response is finished by id with the same end however often: repeatable too.
+    this.responses = guard.guard(new PgResponseStore(db), ["get", "chain", "finish"]);
     this.leases = guard.guard(new PgConversationLeases(db), ["lease", "release"]);
     this.buckets = guard.guard(new PgTokenBuckets(db), []);
     this.streams = guard.guard(new PgStreamSlots(db), ["renew", "release"]);

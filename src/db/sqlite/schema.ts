@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES } from "../types";
+import { KEY_ROLES, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () =>
@@ -103,3 +103,31 @@ export const conversationMessageCounts = sqliteTable("conversation_message_count
    */
   updatedAt: integer("updated_at", { mode: "number" }),
 });
+
+/**
+ * Responses kept for OpenAI's Responses API. Items are JSON, read and written whole: a response's
+ * items are only ever needed together.
+ */
+export const responses = sqliteTable(
+  "responses",
+  {
+    /** `resp_…` */
+    id: text("id").primaryKey(),
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    /** No reference: deleting a response leaves those that continue it, their chain ending there. */
+    previousId: text("previous_id"),
+    chainKey: text("chain_key").notNull(),
+    status: text("status", { enum: RESPONSE_STATUSES }).notNull(),
+    createdAt: createdAt(),
+    model: text("model").notNull(),
+    params: text("params", { mode: "json" }).$type<Record<string, unknown>>().notNull(),
+    input: text("input", { mode: "json" }).$type<StoredItem[]>().notNull(),
+    output: text("output", { mode: "json" }).$type<StoredItem[]>().notNull(),
+    usage: text("usage", { mode: "json" }).$type<ResponseUsageRecord>(),
+    finishReason: text("finish_reason", { enum: FINISH_REASONS }),
+    error: text("error"),
+  },
+  (table) => [index("responses_user_created_idx").on(table.userId, table.createdAt)],
+);

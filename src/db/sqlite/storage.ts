@@ -7,6 +7,7 @@ import { type Db, openDatabase } from "./client";
 import { SqliteConversationStore } from "./conversations";
 import { SqliteKeyStore } from "./keys";
 import { SqliteMessageStore } from "./messages";
+import { SqliteResponseStore } from "./responses";
 import { ServingLock } from "./serving-lock";
 
 /** Storage in one SQLite file. `db` and `sqlite` are for SQLite's own tools (tests, benchmarks). */
@@ -14,6 +15,7 @@ export class SqliteStorage implements Storage {
   readonly keys: SqliteKeyStore;
   readonly conversations: SqliteConversationStore;
   readonly messages: SqliteMessageStore;
+  readonly responses: SqliteResponseStore;
   private closed = false;
 
   constructor(
@@ -23,6 +25,7 @@ export class SqliteStorage implements Storage {
     this.keys = patient(new SqliteKeyStore(db));
     this.conversations = patient(new SqliteConversationStore(db));
     this.messages = patient(new SqliteMessageStore(db));
+    this.responses = patient(new SqliteResponseStore(db));
   }
 
   get sqlite(): Database {

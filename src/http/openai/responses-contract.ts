@@ -45,6 +45,35 @@ export const ReasoningItem = t.Object(
 export const OutputItem = t.Union([ReasoningItem, MessageItem, FunctionCallItem]);
 export type OutputItem = Static<typeof OutputItem>;
 
+const InputText = t.Object({ type: t.Literal("input_text"), text: t.String() }, closed);
+
+/** An item a response was given, as `input_items` lists it; an assistant message is listed as output. */
+export const InputItem = t.Union([
+  t.Object(
+    { type: t.Literal("message"), id: t.String(), status: t.Literal("completed"), role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer")]), content: t.Array(InputText) },
+    closed,
+  ),
+  MessageItem,
+  FunctionCallItem,
+  t.Object({ type: t.Literal("function_call_output"), id: t.String(), call_id: t.String(), output: t.String(), status: t.Literal("completed") }, closed),
+  ReasoningItem,
+]);
+export type InputItem = Static<typeof InputItem>;
+
+export const InputItemList = t.Object(
+  {
+    object: t.Literal("list"),
+    data: t.Array(InputItem),
+    first_id: t.Union([t.String(), t.Null()]),
+    last_id: t.Union([t.String(), t.Null()]),
+    has_more: t.Boolean(),
+  },
+  closed,
+);
+export type InputItemList = Static<typeof InputItemList>;
+
+export const DeletedResponse = t.Object({ id: t.String(), object: t.Literal("response"), deleted: t.Literal(true) }, closed);
+
 const TextFormat = t.Union([
   t.Object({ type: t.Literal("text") }, closed),
   t.Object({ type: t.Literal("json_object") }, closed),
@@ -70,16 +99,18 @@ export const ResponseObject = t.Object(
     id: t.String({ description: "resp_…" }),
     object: t.Literal("response"),
     created_at: t.Integer({ description: "Unix seconds" }),
-    status: t.Union([t.Literal("in_progress"), t.Literal("completed"), t.Literal("incomplete")]),
-    error: t.Null(),
+    status: t.Union([t.Literal("in_progress"), t.Literal("completed"), t.Literal("incomplete"), t.Literal("cancelled"), t.Literal("failed")], {
+      description: "cancelled: its client left while it was generated (what was said is kept); failed: error says why",
+    }),
+    error: t.Union([t.Null(), t.Object({ code: t.Literal("server_error"), message: t.String() }, closed)]),
     incomplete_details: t.Union([t.Null(), t.Object({ reason: t.Literal("max_output_tokens") }, closed)]),
     instructions: t.Union([t.String(), t.Null()]),
     max_output_tokens: t.Union([t.Integer(), t.Null()]),
     model: t.String({ description: "The loaded model, whatever the request named" }),
     output: t.Array(OutputItem),
     parallel_tool_calls: t.Boolean(),
-    previous_response_id: t.Null(),
-    store: t.Literal(false),
+    previous_response_id: t.Union([t.String(), t.Null()]),
+    store: t.Boolean({ description: "Kept: it can be retrieved, continued and deleted" }),
     background: t.Literal(false),
     temperature: t.Number(),
     top_p: t.Union([t.Number(), t.Null()], { description: "As the request gave it; null: Parley's default (docs/API.md, Sampling)" }),

@@ -3,115 +3,135 @@
  * thought (`reasoning`), the answer (`message`) and the calls (`function_call`), in that order;
  * streamed as OpenAI's typed events, each with its `sequence_number`.
  */
-import type { CompletionResult, CompletionStart } from "../../chat/completions";
+import type { ItemPage, ResponseResult, ResponseStart } from "../../chat/responses";
+import { outputItemId } from "../../chat/response-items";
+import type { ResponseRecord, StoredItem } from "../../db/types";
 import type { ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { event } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { OutputItem, ResponseObject } from "./responses-contract";
+import type { InputItem, InputItemList, OutputItem, ResponseObject } from "./responses-contract";
 
-/** What a response repeats of its request. */
+/** What a response repeats of its request: kept with it, as its `params`. */
 export type ResponseEcho = Pick<
   ResponseObject,
-  "instructions" | "max_output_tokens" | "temperature" | "top_p" | "text" | "tool_choice" | "tools" | "parallel_tool_calls" | "metadata"
+  "instructions" | "max_output_tokens" | "temperature" | "top_p" | "text" | "tool_choice" | "tools" | "parallel_tool_calls" | "metadata" | "store"
 >;
 
-export interface ResponseIdentity {
-  id: string;
-  /** Unix seconds. */
-  created_at: number;
-}
+type ItemStatus = "in_progress" | "completed" | "incomplete";
 
-const hex = () => crypto.randomUUID().replaceAll("-", "");
-
-export const newResponse = (): ResponseIdentity => ({ id: `resp_${hex()}`, created_at: Math.floor(Date.now() / 1000) });
-
-function responseOf(identity: ResponseIdentity, echo: ResponseEcho, model: string, output: OutputItem[], result?: CompletionResult): ResponseObject {
-  const cut = result !== undefined && result.finishReason !== "stop";
+/** The response object of a kept (or only answered) response, as it stands. */
+export function responseObject(record: ResponseRecord): ResponseObject {
+  const itemStatus: ItemStatus = record.status === "completed" ? "completed" : "incomplete";
   return {
-    ...identity,
+    id: record.id,
     object: "response",
-    status: result === undefined ? "in_progress" : cut ? "incomplete" : "completed",
-    error: null,
+    created_at: Math.floor(record.createdAt / 1000),
+    status: record.status === "queued" ? "in_progress" : record.status,
+    error: record.error === null ? null : { code: "server_error", message: record.error },
     // A reply cut by the generation cap or a shutdown also ends before its natural end, as Chat Completions' `length` says.
-    incomplete_details: cut ? { reason: "max_output_tokens" } : null,
-    model,
-    output,
-    previous_response_id: null,
-    store: false,
+    incomplete_details: record.status === "incomplete" ? { reason: "max_output_tokens" } : null,
+    model: record.model,
+    output: record.output.map((item) => outputItemJson(item, itemStatus)),
+    previous_response_id: record.previousResponseId,
     background: false,
     truncation: "auto",
-    ...echo,
-    usage: result
-      ? {
-          input_tokens: result.usage.prompt_tokens,
-          input_tokens_details: { cached_tokens: result.usage.cached_tokens },
-          output_tokens: result.usage.completion_tokens,
-          output_tokens_details: { reasoning_tokens: 0 },
-          total_tokens: result.usage.total_tokens,
-        }
-      : null,
+    // Written by responseParams from this very type.
+    ...(record.params as ResponseEcho),
+    usage: record.usage && {
+      input_tokens: record.usage.inputTokens,
+      input_tokens_details: { cached_tokens: record.usage.cachedTokens },
+      output_tokens: record.usage.outputTokens,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: record.usage.inputTokens + record.usage.outputTokens,
+    },
   };
 }
 
 type ReasoningOutput = Extract<OutputItem, { type: "reasoning" }>;
 type MessageOutput = Extract<OutputItem, { type: "message" }>;
 
-const reasoningItem = (text: string, status: "in_progress" | "completed"): ReasoningOutput => ({
-  type: "reasoning",
-  id: `rs_${hex()}`,
-  summary: [],
-  content: [{ type: "reasoning_text", text }],
-  status,
-});
+const reasoningJson = (id: string, text: string, status: ItemStatus): ReasoningOutput => ({ type: "reasoning", id, summary: [], content: [{ type: "reasoning_text", text }], status });
 
-const messageItem = (text: string, status: "in_progress" | "completed" | "incomplete"): MessageOutput => ({
+const messageJson = (id: string, text: string, status: ItemStatus): MessageOutput => ({
   type: "message",
-  id: `msg_${hex()}`,
+  id,
   status,
   role: "assistant",
   content: [{ type: "output_text", text, annotations: [], logprobs: [] }],
 });
 
-const callItem = (call: ToolCall): OutputItem => ({ type: "function_call", id: `fc_${hex()}`, call_id: call.id, name: call.name, arguments: call.arguments, status: "completed" });
+const callJson = (id: string, call: ToolCall): OutputItem => ({ type: "function_call", id, call_id: call.id, name: call.name, arguments: call.arguments, status: "completed" });
 
-/** The whole response of a turn that has ended. */
-export function responseJson(identity: ResponseIdentity, echo: ResponseEcho, result: CompletionResult): ResponseObject {
-  const status = result.finishReason === "stop" ? "completed" : "incomplete";
-  const output = [
-    ...(result.reasoning !== undefined ? [reasoningItem(result.reasoning, "completed")] : []),
-    ...(result.text !== "" || !result.toolCalls ? [messageItem(result.text, status)] : []),
-    ...(result.toolCalls ?? []).map(callItem),
-  ];
-  return responseOf(identity, echo, result.model, output, result);
+/** An item the model wrote; a message's status is its response's. */
+function outputItemJson(item: StoredItem, status: ItemStatus): OutputItem {
+  switch (item.type) {
+    case "reasoning":
+      return reasoningJson(item.id, item.text, "completed");
+    case "function_call":
+      return callJson(item.id, { id: item.callId, name: item.name, arguments: item.arguments });
+    case "message":
+    case "function_call_output":
+      if (item.type === "function_call_output" || item.role !== "assistant") throw new Error(`a response cannot have output ${item.type}`);
+      return messageJson(item.id, item.text, status);
+  }
 }
+
+function inputItemJson(item: StoredItem): InputItem {
+  if (item.type === "function_call_output") return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
+  if (item.type === "message" && item.role !== "assistant") return { type: "message", id: item.id, status: "completed", role: item.role, content: [{ type: "input_text", text: item.text }] };
+  return outputItemJson(item, "completed");
+}
+
+export const inputItemList = ({ items, hasMore }: ItemPage): InputItemList => ({
+  object: "list",
+  data: items.map(inputItemJson),
+  first_id: items[0]?.id ?? null,
+  last_id: items.at(-1)?.id ?? null,
+  has_more: hasMore,
+});
+
+/** The event that ends a stream of a response that ended so. */
+const ENDING = { completed: "response.completed", failed: "response.failed", incomplete: "response.incomplete", cancelled: "response.incomplete" } as const;
 
 /**
  * The stream: `response.created` and `response.in_progress`, then each item as it comes (added,
- * its deltas, done), then `response.completed` (or `response.incomplete`) with the whole response.
- * An item's text comes as deltas of its part, a call's arguments as deltas of the call.
+ * its deltas, done), then `response.completed` (or `.incomplete`, `.failed`) with the whole
+ * response as it is kept. An item's text comes as deltas of its part, a call's arguments as
+ * deltas of the call; items are named as the kept response names them.
  */
-export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho): Framing<CompletionStart, CompletionResult> {
+export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
   let sequence = 0;
-  let model = "";
+  let responseId = "";
+  let calls = 0;
   const output: OutputItem[] = [];
   /** The item being written, with its text so far. */
   let open: { item: ReasoningOutput | MessageOutput; text: string } | undefined;
   const send = (type: string, payload: object) => event(type, { type, sequence_number: sequence++, ...payload });
   const where = () => ({ output_index: output.length - 1, item_id: output.at(-1)!.id });
 
-  const close = (status: "completed" | "incomplete" = "completed") => {
+  const close = (status: ItemStatus = "completed") => {
     if (!open) return [];
     const { item, text } = open;
     open = undefined;
-    const done: ReasoningOutput | MessageOutput =
-      item.type === "reasoning" ? { ...item, content: [{ type: "reasoning_text", text }], status: "completed" } : { ...messageItem(text, status), id: item.id };
+    const done = item.type === "reasoning" ? reasoningJson(item.id, text, "completed") : messageJson(item.id, text, status);
     output[output.length - 1] = done;
     const part = done.content[0]!;
     return [
       send(item.type === "reasoning" ? "response.reasoning_text.done" : "response.output_text.done", { ...where(), content_index: 0, text, ...(item.type === "message" ? { logprobs: [] } : {}) }),
       send("response.content_part.done", { ...where(), content_index: 0, part }),
       send("response.output_item.done", { output_index: output.length - 1, item: done }),
+    ];
+  };
+
+  const begin = (type: "reasoning" | "message") => {
+    const id = outputItemId(responseId, type);
+    const item = type === "reasoning" ? reasoningJson(id, "", "in_progress") : messageJson(id, "", "in_progress");
+    output.push(item);
+    open = { item, text: "" };
+    return [
+      send("response.output_item.added", { output_index: output.length - 1, item: { ...item, content: [] } }),
+      send("response.content_part.added", { ...where(), content_index: 0, part: item.content[0]! }),
     ];
   };
 
@@ -122,21 +142,10 @@ export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho)
     return [...opened, send(name, { ...where(), content_index: 0, delta, ...(type === "message" ? { logprobs: [] } : {}) })];
   };
 
-  const begin = (type: "reasoning" | "message") => {
-    const item = type === "reasoning" ? reasoningItem("", "in_progress") : messageItem("", "in_progress");
-    output.push(item);
-    open = { item, text: "" };
-    const empty = { ...item, content: [] };
-    return [
-      send("response.output_item.added", { output_index: output.length - 1, item: empty }),
-      send("response.content_part.added", { ...where(), content_index: 0, part: item.content[0]! }),
-    ];
-  };
-
   return {
-    start: (start) => {
-      model = start.model;
-      const response = responseOf(identity, echo, model, []);
+    start: ({ response: started }) => {
+      responseId = started.id;
+      const response = responseObject(started);
       return [send("response.created", { response }), send("response.in_progress", { response })];
     },
     reasoning: (text) => write("reasoning", text),
@@ -144,7 +153,7 @@ export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho)
     toolCall: (part) => {
       switch (part.part) {
         case "open": {
-          const item = callItem({ id: part.id, name: part.name, arguments: "" });
+          const item = callJson(outputItemId(responseId, "function_call", calls++), { id: part.id, name: part.name, arguments: "" });
           const events = close();
           output.push(item);
           events.push(send("response.output_item.added", { output_index: output.length - 1, item: { ...item, status: "in_progress" } }));
@@ -153,7 +162,7 @@ export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho)
         case "arguments":
           return [send("response.function_call_arguments.delta", { ...where(), delta: part.text })];
         case "close": {
-          const item = { ...callItem(part.call), id: output.at(-1)!.id };
+          const item = callJson(output.at(-1)!.id, part.call);
           output[output.length - 1] = item;
           return [
             send("response.function_call_arguments.done", { ...where(), name: part.call.name, arguments: part.call.arguments }),
@@ -162,13 +171,12 @@ export function responsesFraming(identity: ResponseIdentity, echo: ResponseEcho)
         }
       }
     },
-    done: (result) => {
-      const status = result.finishReason === "stop" ? "completed" : "incomplete";
+    done: ({ response: ended }) => {
+      const status: ItemStatus = ended.status === "completed" ? "completed" : "incomplete";
       const events = close(status);
-      // Every response without calls has a message, an empty one if the model said nothing.
-      if (result.toolCalls === undefined && !output.some((item) => item.type === "message")) events.push(...begin("message"), ...close(status));
-      const response = responseOf(identity, echo, model, output, result);
-      return [...events, send(response.status === "completed" ? "response.completed" : "response.incomplete", { response })];
+      // A response that says nothing and calls nothing still has its (empty) message.
+      if (ended.output.some((item) => item.type === "message") && !output.some((item) => item.type === "message")) events.push(...begin("message"), ...close(status));
+      return [...events, send(ENDING[ended.status as keyof typeof ENDING] ?? "response.incomplete", { response: responseObject(ended) })];
     },
     error: (error) => {
       const { error: body } = openAiErrorBody(error);

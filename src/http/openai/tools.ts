@@ -94,16 +94,17 @@ export function toolRequestOf({ functions, choice = "auto", parallel, nameParam 
 
 /** An assistant message's calls, each one's arguments a JSON object as the API returned them. */
 export function callsOf(calls: readonly { id: string; function: { name: string; arguments: string } }[], at: string): ToolCall[] {
-  return calls.map(({ id, function: fn }, j) => {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(fn.arguments);
-    } catch {
-      parsed = undefined;
-    }
-    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-      throw new InvalidInput(`${at}.tool_calls[${j}].function.arguments`, "a call's arguments must be a JSON object, as text");
-    }
-    return { id, name: fn.name, arguments: fn.arguments };
-  });
+  return calls.map(({ id, function: fn }, j) => ({ id, name: fn.name, arguments: checkedArguments(fn.arguments, `${at}.tool_calls[${j}].function.arguments`) }));
+}
+
+/** A call's arguments as given, once they are seen to be a JSON object (`InvalidInput` naming `param` if not). */
+export function checkedArguments(text: string, param: string): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = undefined;
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new InvalidInput(param, "a call's arguments must be a JSON object, as text");
+  return text;
 }

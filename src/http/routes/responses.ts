@@ -1,21 +1,21 @@
 /**
- * OpenAI's Responses API (`POST /v1/responses`) over the same turn as chat completions: a third
- * framing of it. Input items become the history, the output its items. Nothing is kept yet:
- * `store` must be false, and what needs a kept response (`previous_response_id`, `conversation`,
- * `background`) is refused, as is every field Parley cannot honour (docs/API.md, "Responses").
+ * OpenAI's Responses API (`/v1/responses`) over the same turn as chat completions: a third framing
+ * of it. Input items become the history, the output its items; a response is kept (`store`,
+ * OpenAI's default) and may be continued with `previous_response_id`, read, listed and deleted.
+ * What Parley cannot honour is refused (docs/API.md, "Responses").
  */
 import { Elysia, t } from "elysia";
-import type { CompletionInput, CompletionService } from "../../chat/completions";
+import type { ItemInput } from "../../chat/response-items";
+import type { ResponseInput, ResponseService } from "../../chat/responses";
 import { InvalidInput } from "../../errors";
-import type { ReplyFormat, ToolCall, Turn } from "../../llm/engine";
+import type { ReplyFormat } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
-import { newResponse, type ResponseEcho, responseJson, responsesFraming } from "../openai/responses-present";
-import { callsOf, toolRequestOf } from "../openai/tools";
+import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
+import { checkedArguments, toolRequestOf } from "../openai/tools";
 import { optional, unsupported } from "../sampling-fields";
 import type { TurnDriver } from "../turn-driver";
-
 
 const ITEM_RULE =
   'input must be a string or items: messages {role: user, system, developer or assistant, content: a string or [{type: "input_text" or "output_text", text}]}, function_call {call_id, name, arguments}, function_call_output {call_id, output}, reasoning {summary, content}';
@@ -44,8 +44,7 @@ const responseRequest = t.Object(
     input: t.Union([t.String(), t.Array(item, { minItems: 1 })], { error: ITEM_RULE }),
     model: optional(t.String(), "model must be a string"),
     instructions: optional(t.String(), "instructions must be a string"),
-    // OpenAI's default is true: a request must say false, or its response would be one it expects kept.
-    store: t.Literal(false, { error: "store must be false: Parley keeps no response yet (send store: false; previous_response_id and conversations come with kept responses)" }),
+    store: optional(t.Boolean(), "store must be true or false"),
     stream: optional(t.Boolean(), "stream must be true or false"),
     temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
     top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
@@ -98,9 +97,9 @@ const responseRequest = t.Object(
     safety_identifier: optional(t.String(), "safety_identifier must be a string"),
     prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
     service_tier: optional(t.String(), "service_tier must be a string"),
-    previous_response_id: unsupported("previous_response_id needs kept responses, which Parley does not keep yet"),
-    conversation: unsupported("conversation needs kept responses, which Parley does not keep yet"),
-    background: optional(t.Literal(false), "background needs kept responses, which Parley does not keep yet"),
+    previous_response_id: optional(t.String({ minLength: 1 }), "previous_response_id must be the id of a kept response"),
+    conversation: unsupported("conversation is not supported yet: chain responses with previous_response_id"),
+    background: optional(t.Literal(false), "background is not supported yet"),
     include: optional(t.Array(t.Never(), { maxItems: 0 }), "include is not supported"),
     reasoning: unsupported("reasoning is not supported: the model's chat template decides how it reasons"),
     top_logprobs: unsupported("top_logprobs is not supported on /v1/responses yet (it is on /v1/chat/completions)"),
@@ -114,49 +113,26 @@ const responseRequest = t.Object(
 type ResponseRequest = typeof responseRequest.static;
 type Item = Exclude<ResponseRequest["input"], string>[number];
 
-/**
- * The history: `instructions` first, then the items. A function call joins the assistant turn
- * before it (or makes one); its output answers a call made before it; a reasoning item is the
- * thought of the assistant turn that follows.
- */
-function turnsOf(instructions: string | null | undefined, input: string | readonly Item[]): Turn[] {
-  const turns: Turn[] = instructions ? [{ role: "system", content: instructions }] : [];
-  if (typeof input === "string") return [...turns, { role: "user", content: input }];
-  const calls = new Set<string>();
-  let thought: string | undefined;
-  for (const [i, entry] of input.entries()) {
+/** The request's items as the chat layer keeps them; text checked, a call's arguments a JSON object. */
+function itemsOf(input: string | readonly Item[]): ItemInput[] {
+  if (typeof input === "string") return [{ type: "message", role: "user", text: input }];
+  return input.map((entry, i): ItemInput => {
     const at = `input[${i}]`;
-    const last = turns.at(-1);
+    const id = entry.id === undefined ? {} : { id: entry.id };
     switch (entry.type) {
-      case "function_call": {
-        const [call] = callsOf([{ id: entry.call_id, function: { name: entry.name, arguments: entry.arguments } }], at) as [ToolCall];
-        calls.add(call.id);
-        if (last?.role === "assistant" && thought === undefined) last.toolCalls = [...(last.toolCalls ?? []), call];
-        else turns.push({ role: "assistant", content: "", ...takeThought(), toolCalls: [call] });
-        break;
-      }
+      case "function_call":
+        return { type: "function_call", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
       case "function_call_output":
-        if (!calls.has(entry.call_id)) throw new InvalidInput(`${at}.call_id`, `a function_call_output must answer an earlier function_call (${JSON.stringify(entry.call_id)} answers none)`);
-        turns.push({ role: "tool", content: entry.output, toolCallId: entry.call_id });
-        break;
+        return { type: "function_call_output", ...id, callId: entry.call_id, output: entry.output };
       case "reasoning":
-        thought = (thought ?? "") + (entry.content ?? []).map((part) => part.text).join("");
-        break;
+        return { type: "reasoning", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
       default: {
-        const content = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
-        if (!content.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
-        if (entry.role === "assistant") turns.push({ role: "assistant", content, ...takeThought() });
-        else turns.push({ role: entry.role === "developer" ? "system" : entry.role, content });
+        const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
+        if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
+        return { type: "message", ...id, role: entry.role, text };
       }
     }
-  }
-  return turns;
-
-  function takeThought(): { reasoning?: string } {
-    const taken = thought ? { reasoning: thought } : {};
-    thought = undefined;
-    return taken;
-  }
+  });
 }
 
 function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): ReplyFormat | undefined {
@@ -164,7 +140,7 @@ function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): Reply
   return format.type === "json_object" ? { type: "json_object" } : { type: "json_schema", schema: format.schema };
 }
 
-function responseInput(body: ResponseRequest): { input: Omit<CompletionInput, "signal" | "userId">; echo: ResponseEcho } {
+function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "userId"> {
   const tools = toolRequestOf({
     functions: body.tools ?? [],
     choice: typeof body.tool_choice === "object" && body.tool_choice !== null ? { name: body.tool_choice.name } : (body.tool_choice ?? undefined),
@@ -173,25 +149,29 @@ function responseInput(body: ResponseRequest): { input: Omit<CompletionInput, "s
   });
   const format = formatOf(body.text?.format);
   const temperature = body.temperature ?? 1;
+  const store = body.store ?? true;
+  const params: ResponseEcho = {
+    instructions: body.instructions ?? null,
+    max_output_tokens: body.max_output_tokens ?? null,
+    temperature,
+    top_p: body.top_p ?? null,
+    text: { format: body.text?.format ?? { type: "text" } },
+    tool_choice: body.tool_choice ?? (tools ? "auto" : "none"),
+    tools: (body.tools ?? []) as Record<string, unknown>[],
+    parallel_tool_calls: body.parallel_tool_calls ?? true,
+    metadata: body.metadata ?? {},
+    store,
+  };
   return {
-    input: {
-      messages: turnsOf(body.instructions, body.input),
-      sampling: { temperature, topP: body.top_p ?? undefined },
-      maxTokens: body.max_output_tokens ?? undefined,
-      ...(format ? { format } : {}),
-      ...(tools ? { tools } : {}),
-    },
-    echo: {
-      instructions: body.instructions ?? null,
-      max_output_tokens: body.max_output_tokens ?? null,
-      temperature,
-      top_p: body.top_p ?? null,
-      text: { format: body.text?.format ?? { type: "text" } },
-      tool_choice: body.tool_choice ?? (tools ? "auto" : "none"),
-      tools: (body.tools ?? []) as Record<string, unknown>[],
-      parallel_tool_calls: body.parallel_tool_calls ?? true,
-      metadata: body.metadata ?? {},
-    },
+    ...(body.instructions ? { instructions: body.instructions } : {}),
+    input: itemsOf(body.input),
+    ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
+    store,
+    params,
+    sampling: { temperature, topP: body.top_p ?? undefined },
+    maxTokens: body.max_output_tokens ?? undefined,
+    ...(format ? { format } : {}),
+    ...(tools ? { tools } : {}),
   };
 }
 
@@ -222,35 +202,90 @@ async function* namedAsResponses<T, R>(events: AsyncGenerator<T, R, void>): Asyn
 }
 
 export interface ResponsesRouteDeps {
-  completions: CompletionService;
+  responses: ResponseService;
   turns: TurnDriver;
   body: BodyLimits;
 }
 
+const TAGS = ["OpenAI-compatible"];
+// `include` among them: what it would add, Parley does not have.
+const QUERY_RULE = "unknown query parameter: Parley refuses one it does not know rather than ignore it";
+const responseId = t.Object({ id: t.String() });
+const NOT_FOUND = { "404": { ...openAiErrorResponses("not_found")["404"]!, description: "not_found: the caller has no kept response by this id" } };
+
 export const responsesRoutes = (deps: ResponsesRouteDeps) =>
-  new Elysia({ name: "parley/routes/responses" }).use(requireKey).post(
-    "/v1/responses",
-    async function* ({ body, principal, request, server, set }) {
-      const { input, echo } = responseInput(body);
-      const turn = (signal: AbortSignal) => namedAsResponses(deps.completions.complete({ ...input, userId: principal.userId, signal }));
-      const identity = newResponse();
-      if (body.stream !== true) {
-        const result = await deps.turns.complete(request, turn);
-        return result && responseJson(identity, echo, result);
-      }
-      yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, responsesFraming(identity, echo));
-    },
-    {
-      auth: "key",
-      body: responseRequest,
-      parse: jsonBody(deps.body),
-      detail: {
-        summary: "OpenAI-compatible Responses (not kept: store must be false; JSON, or OpenAI's typed events with stream: true)",
-        tags: ["OpenAI-compatible"],
-        responses: {
-          "200": jsonResponse("The response; with stream: true, text/event-stream of OpenAI's typed events (ResponseEvent), the last response.completed or response.incomplete", "ResponseObject"),
-          ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "overloaded"),
+  new Elysia({ name: "parley/routes/responses" })
+    .use(requireKey)
+    .post(
+      "/v1/responses",
+      async function* ({ body, principal, request, server, set }) {
+        const input = responseInput(body);
+        const turn = (signal: AbortSignal) => namedAsResponses(deps.responses.respond({ ...input, userId: principal.userId, signal }));
+        if (body.stream !== true) {
+          const ended = await deps.turns.complete(request, turn);
+          return ended && responseObject(ended.response);
+        }
+        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, responsesFraming());
+      },
+      {
+        auth: "key",
+        body: responseRequest,
+        parse: jsonBody(deps.body),
+        detail: {
+          summary: "OpenAI-compatible Responses, kept unless store is false (JSON, or OpenAI's typed events with stream: true)",
+          tags: TAGS,
+          responses: {
+            "200": jsonResponse("The response; with stream: true, text/event-stream of OpenAI's typed events (ResponseEvent), the last response.completed, response.incomplete or response.failed", "ResponseObject"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "overloaded"),
+            "404": { ...openAiErrorResponses("not_found")["404"]!, description: "not_found: the caller has no kept response by the previous_response_id" },
+          },
         },
       },
-    },
-  );
+    )
+    .get("/v1/responses/:id", async ({ params, principal }) => responseObject(await deps.responses.get(principal.userId, params.id)), {
+      auth: "key",
+      params: responseId,
+      query: t.Object(
+        { stream: t.Optional(t.Literal("false", { error: "stream is not supported yet: a kept response is read whole" })) },
+        { additionalProperties: false, error: QUERY_RULE },
+      ),
+      detail: { summary: "A kept response, as it stands", tags: TAGS, responses: { "200": jsonResponse("The response", "ResponseObject"), ...openAiErrorResponses("unauthorized", "rate_limited"), ...NOT_FOUND } },
+    })
+    .delete(
+      "/v1/responses/:id",
+      async ({ params, principal }) => {
+        await deps.responses.delete(principal.userId, params.id);
+        return { id: params.id, object: "response" as const, deleted: true as const };
+      },
+      {
+        auth: "key",
+        params: responseId,
+        detail: {
+          summary: "Delete a kept response and what the engine cached of its chain; responses that continued it stay, their history ending there",
+          tags: TAGS,
+          responses: { "200": jsonResponse("Deleted", "DeletedResponse"), ...openAiErrorResponses("unauthorized", "rate_limited"), ...NOT_FOUND },
+        },
+      },
+    )
+    .get(
+      "/v1/responses/:id/input_items",
+      async ({ params, principal, query }) =>
+        inputItemList(await deps.responses.inputItems(principal.userId, params.id, { order: query.order ?? "desc", limit: query.limit ?? 20, ...(query.after ? { after: query.after } : {}) })),
+      {
+        auth: "key",
+        params: responseId,
+        query: t.Object(
+          {
+            order: t.Optional(t.Union([t.Literal("asc"), t.Literal("desc")], { error: 'order must be "asc" or "desc"' })),
+            after: t.Optional(t.String({ error: "after must be an item id" })),
+            limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, error: "limit must be an integer from 1 to 100" })),
+          },
+          { additionalProperties: false, error: QUERY_RULE },
+        ),
+        detail: {
+          summary: "The items a kept response was given, paged (newest first unless order=asc)",
+          tags: TAGS,
+          responses: { "200": jsonResponse("One page of items", "InputItemList"), ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+        },
+      },
+    );

@@ -1,0 +1,179 @@
+/**
+ * Kept responses (OpenAI's Responses API): a turn whose input and output are stored as items, and
+ * which a later response may continue (`previous_response_id`). A chain's responses share one
+ * conversation key, so the engine finds the KV state the previous one left, as for a stored
+ * conversation's turns. Knows storage and the completion turn, nothing of HTTP.
+ */
+import type { ResponseStore } from "../db/storage";
+import type { ResponseEnd, ResponseRecord, StoredItem } from "../db/types";
+import { InvalidInput, NotFound, ParleyError } from "../errors";
+import type { CompletionInput, CompletionResult, CompletionService } from "./completions";
+import { historyOf, type ItemInput, inputItems, newResponseId, outputItems } from "./response-items";
+import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
+
+export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey"> {
+  /** The system turn; a continued response's own only (OpenAI's rule: instructions are not carried over). */
+  instructions?: string;
+  input: ItemInput[];
+  previousResponseId?: string;
+  /** Keep it (it can be read, continued, deleted), or only answer. */
+  store: boolean;
+  /** What the response repeats of its request, kept with it as given. */
+  params: Record<string, unknown>;
+}
+
+export interface ResponseStart {
+  type: "start";
+  model: string;
+  /** The response as it starts: `in_progress`, no output yet. */
+  response: ResponseRecord;
+}
+
+/** The response as it ended, and its reply's token counts (none when it never began). */
+export interface ResponseResult {
+  response: ResponseRecord;
+  usage: Usage;
+}
+
+const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 };
+
+export interface ItemPageQuery {
+  order: "asc" | "desc";
+  /** Items after the one with this id, in `order`. */
+  after?: string;
+  limit: number;
+}
+
+export interface ItemPage {
+  items: StoredItem[];
+  hasMore: boolean;
+}
+
+/**
+ * How a turn's result ends its response: `cancelled` when its client left (`clientLeft`); cut by
+ * the generation cap or a shutdown, `incomplete`.
+ */
+function endOf(record: ResponseRecord, result: CompletionResult | undefined, clientLeft: boolean): ResponseEnd {
+  if (result === undefined) return { status: "cancelled", output: [], usage: null, finishReason: "cancelled", error: null };
+  const status = result.finishReason === "stop" ? "completed" : result.finishReason === "cancelled" && clientLeft ? "cancelled" : "incomplete";
+  return {
+    status,
+    output: outputItems(record.id, result),
+    usage: { inputTokens: result.usage.prompt_tokens, outputTokens: result.usage.completion_tokens, cachedTokens: result.usage.cached_tokens },
+    finishReason: result.finishReason,
+    error: null,
+  };
+}
+
+const failed = (error: unknown): ResponseEnd => ({
+  status: "failed",
+  output: [],
+  usage: null,
+  finishReason: null,
+  error: error instanceof ParleyError ? error.message : "the response failed on the server",
+});
+
+export class ResponseService {
+  constructor(
+    private readonly completions: CompletionService,
+    private readonly responses: ResponseStore,
+    private readonly engines: EngineSource,
+  ) {}
+
+  /**
+   * Yields `start` once admitted (a kept response is stored then, `in_progress`), then the reply's
+   * pieces; returns the response as it ended, kept so (`cancelled` when its client left, `failed`
+   * with the reason when generation failed). Undefined when the client left before it started.
+   */
+  async *respond(request: ResponseInput): AsyncGenerator<ResponseStart | TurnEvent, ResponseResult | undefined, void> {
+    const { instructions, input, previousResponseId, store, params, ...turn } = request;
+    const id = newResponseId();
+    const previous = previousResponseId === undefined ? undefined : await this.previous(request.userId, previousResponseId);
+    const items = inputItems(id, input);
+    const record: ResponseRecord = {
+      id,
+      userId: request.userId,
+      previousResponseId: previous?.id ?? null,
+      chainKey: previous?.chainKey ?? id,
+      model: "",
+      params,
+      input: items,
+      createdAt: Date.now(),
+      status: "in_progress",
+      output: [],
+      usage: null,
+      finishReason: null,
+      error: null,
+    };
+    const earlier = async (maxChars: number) => (previous ? (await this.responses.chain(request.userId, previous.id, { maxChars })).flatMap((link) => [...link.input, ...link.output]) : []);
+    const events = this.completions.complete({
+      ...turn,
+      conversationKey: record.chainKey,
+      messages: async (historyChars) => historyOf(instructions, await earlier(historyChars), items),
+    });
+    let kept = false;
+    let end: ResponseEnd | undefined;
+    try {
+      for (;;) {
+        const next = await events.next();
+        if (next.done) {
+          end = endOf(record, next.value, request.signal?.aborted === true);
+          return kept || next.value ? { response: { ...record, ...end }, usage: next.value?.usage ?? NO_USAGE } : undefined;
+        }
+        if (next.value.type !== "start") {
+          yield next.value;
+          continue;
+        }
+        record.model = next.value.model;
+        if (store) {
+          await this.responses.create(record);
+          kept = true;
+        }
+        yield { type: "start", model: record.model, response: record };
+      }
+    } catch (error) {
+      end = failed(error);
+      throw error;
+    } finally {
+      // A consumer that stopped early (its client left) leaves the turn cancelled, and kept so.
+      await events.return(undefined);
+      if (kept) await this.responses.finish(id, end ?? endOf(record, undefined, true));
+    }
+  }
+
+  private async previous(userId: number, id: string): Promise<ResponseRecord> {
+    const previous = await this.responses.get(userId, id);
+    // Another user's response is not found either: its existence is not revealed.
+    if (!previous) throw new NotFound(`no response ${JSON.stringify(id)} (previous_response_id)`);
+    if (previous.status === "queued" || previous.status === "in_progress") {
+      throw new InvalidInput("previous_response_id", `response ${JSON.stringify(id)} is still ${previous.status}: continue it once it has ended`);
+    }
+    return previous;
+  }
+
+  /** The user's kept response; `NotFound` for another user's or none. */
+  async get(userId: number, id: string): Promise<ResponseRecord> {
+    const record = await this.responses.get(userId, id);
+    if (!record) throw new NotFound(`no response ${JSON.stringify(id)}`);
+    return record;
+  }
+
+  /**
+   * Deletes the user's response, and what the engine keeps of its chain: the cached state holds
+   * its text. The chain's other responses stay; their next turn evaluates afresh.
+   */
+  async delete(userId: number, id: string): Promise<void> {
+    const deleted = await this.responses.delete(userId, id);
+    if (!deleted) throw new NotFound(`no response ${JSON.stringify(id)}`);
+    await this.engines.current()?.forget(deleted.chainKey);
+  }
+
+  /** A page of the items a response was given. */
+  async inputItems(userId: number, id: string, query: ItemPageQuery): Promise<ItemPage> {
+    const { input } = await this.get(userId, id);
+    const ordered = query.order === "asc" ? input : input.toReversed();
+    const from = query.after === undefined ? 0 : ordered.findIndex((item) => item.id === query.after) + 1;
+    if (from === 0 && query.after !== undefined) throw new InvalidInput("after", `no input item ${JSON.stringify(query.after)} in this response`);
+    return { items: ordered.slice(from, from + query.limit), hasMore: ordered.length > from + query.limit };
+  }
+}

@@ -1,0 +1,48 @@
+import { and, eq } from "drizzle-orm";
+import { CHAIN_SQL, walkChain } from "../chain-walk";
+import type { ResponseStore } from "../storage";
+import type { ChainLink, NewResponse, ResponseEnd, ResponseRecord } from "../types";
+import type { Db } from "./client";
+import { responses } from "./schema";
+
+/** Links fetched per round trip while stepping back through a chain. */
+const LINKS_PER_FETCH = 16;
+
+const recordOf = ({ previousId, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+
+export class PgResponseStore implements ResponseStore {
+  constructor(private readonly db: Db) {}
+
+  async create({ previousResponseId, ...response }: NewResponse): Promise<void> {
+    await this.db.insert(responses).values({ ...response, previousId: previousResponseId, status: "in_progress", output: [] });
+  }
+
+  async finish(id: string, end: ResponseEnd): Promise<boolean> {
+    const updated = await this.db.update(responses).set(end).where(eq(responses.id, id)).returning({ id: responses.id });
+    return updated.length > 0;
+  }
+
+  async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
+    const [row] = await this.db
+      .select()
+      .from(responses)
+      .where(and(eq(responses.id, id), eq(responses.userId, userId)));
+    return row && recordOf(row);
+  }
+
+  async chain(userId: number, id: string, { maxChars }: { maxChars: number }): Promise<ChainLink[]> {
+    const client = this.db.$client;
+    async function* links(): AsyncGenerator<ChainLink> {
+      for await (const rows of client.unsafe<ChainLink[]>(CHAIN_SQL, [id, userId]).cursor(LINKS_PER_FETCH)) yield* rows;
+    }
+    return walkChain(links(), maxChars);
+  }
+
+  async delete(userId: number, id: string): Promise<ResponseRecord | undefined> {
+    const [row] = await this.db
+      .delete(responses)
+      .where(and(eq(responses.id, id), eq(responses.userId, userId)))
+      .returning();
+    return row && recordOf(row);
+  }
+}

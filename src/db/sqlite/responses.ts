@@ -1,0 +1,54 @@
+import type { Statement } from "bun:sqlite";
+import { and, eq } from "drizzle-orm";
+import { CHAIN_SQL, walkChain } from "../chain-walk";
+import type { ResponseStore } from "../storage";
+import type { ChainLink, NewResponse, ResponseEnd, ResponseRecord } from "../types";
+import type { Db } from "./client";
+import { responses } from "./schema";
+
+const recordOf = ({ previousId, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+
+export class SqliteResponseStore implements ResponseStore {
+  private readonly chainRows: Statement<{ id: string; input: string; output: string }, [string, number]>;
+
+  constructor(private readonly db: Db) {
+    this.chainRows = db.$client.prepare(CHAIN_SQL);
+  }
+
+  async create({ previousResponseId, ...response }: NewResponse): Promise<void> {
+    this.db
+      .insert(responses)
+      .values({ ...response, previousId: previousResponseId, status: "in_progress", output: [] })
+      .run();
+  }
+
+  async finish(id: string, end: ResponseEnd): Promise<boolean> {
+    return this.db.update(responses).set(end).where(eq(responses.id, id)).returning({ id: responses.id }).all().length > 0;
+  }
+
+  async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
+    const row = this.db
+      .select()
+      .from(responses)
+      .where(and(eq(responses.id, id), eq(responses.userId, userId)))
+      .get();
+    return row && recordOf(row);
+  }
+
+  async chain(userId: number, id: string, { maxChars }: { maxChars: number }): Promise<ChainLink[]> {
+    function* links(rows: Iterable<{ id: string; input: string; output: string }>): Generator<ChainLink> {
+      for (const row of rows) yield { id: row.id, input: JSON.parse(row.input), output: JSON.parse(row.output) };
+    }
+    // Stepped row by row: links past the bound are never read.
+    return walkChain(links(this.chainRows.iterate(id, userId)), maxChars);
+  }
+
+  async delete(userId: number, id: string): Promise<ResponseRecord | undefined> {
+    const row = this.db
+      .delete(responses)
+      .where(and(eq(responses.id, id), eq(responses.userId, userId)))
+      .returning()
+      .get();
+    return row && recordOf(row);
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * Kept responses on every backend: stored as they start, ended once, chains walked back within a
+ * bound and ending at a deleted link, every read scoped to the response's user.
+ */
+import { describe, expect, test } from "bun:test";
+import type { NewResponse, StoredItem } from "../../src/db/types";
+import { backends, withSeed } from "../support";
+
+const said = (id: string, text: string): StoredItem => ({ type: "message", id, role: "user", text });
+
+for (const backend of backends()) {
+  describe.skipIf(backend.missing !== undefined)(`on ${backend.name}`, () => {
+    test(
+      "a chain: created in progress, ended, walked back to maxChars, ended by a deletion; another user sees none of it",
+      withSeed(async (random) => {
+        const { storage } = await backend.open("responses");
+        const { userId } = await storage.keys.create("alice", "user");
+        const other = await storage.keys.create("bob", "user");
+        const ids: string[] = [];
+        const links: { id: string; input: StoredItem[]; output: StoredItem[] }[] = [];
+        for (let i = 0; i < 12; i++) {
+          const id = `resp_${i}`;
+          const input = [said(`msg_${i}_in`, `${i}:${"é".repeat(random.int(0, 40))}`)];
+          const output: StoredItem[] = [
+            { type: "message", id: `msg_${i}`, role: "assistant", text: "ok".repeat(random.int(0, 20)) },
+            { type: "function_call", id: `fc_${i}`, callId: `call_${i}`, name: "f", arguments: '{"a": "ü"}' },
+          ];
+          const created: NewResponse = { id, userId, previousResponseId: ids.at(-1) ?? null, chainKey: "resp_0", createdAt: 1_700_000_000_000 + i, model: "m", params: { n: i, store: true }, input };
+          await storage.responses.create(created);
+          expect(await storage.responses.get(userId, id)).toEqual({ ...created, status: "in_progress", output: [], usage: null, finishReason: null, error: null });
+          const usage = { inputTokens: 10 + i, outputTokens: 3, cachedTokens: i };
+          expect(await storage.responses.finish(id, { status: "completed", output, usage, finishReason: "stop", error: null })).toBe(true);
+          expect(await storage.responses.get(userId, id)).toMatchObject({ status: "completed", output, usage, finishReason: "stop", error: null });
+          ids.push(id);
+          links.push({ id, input, output });
+        }
+
+        expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links);
+        const chars = (link: (typeof links)[number]) => [...link.input, ...link.output].reduce((sum, item) => sum + (item.type === "message" ? item.text.length : item.type === "function_call" ? item.name.length + item.arguments.length : 0), 0);
+        for (const maxChars of [1, random.int(2, 100), random.int(100, 400)]) {
+          let start = links.length;
+          let total = 0;
+          while (start > 0 && total < maxChars) total += chars(links[--start]!);
+          expect(await storage.responses.chain(userId, "resp_11", { maxChars })).toEqual(links.slice(start));
+        }
+
+        for (const read of [storage.responses.get(other.userId, "resp_3"), storage.responses.delete(other.userId, "resp_3")]) expect(await read).toBeUndefined();
+        expect(await storage.responses.chain(other.userId, "resp_11", { maxChars: 100 })).toEqual([]);
+
+        expect((await storage.responses.delete(userId, "resp_5"))?.chainKey).toBe("resp_0");
+        expect(await storage.responses.get(userId, "resp_5")).toBeUndefined();
+        expect(await storage.responses.finish("resp_5", { status: "failed", output: [], usage: null, finishReason: null, error: "x" })).toBe(false);
+        expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links.slice(6));
+        await storage.close();
+      }),
+    );
+  });
+}
