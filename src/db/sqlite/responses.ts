@@ -1,5 +1,5 @@
 import type { Statement } from "bun:sqlite";
-import { and, eq } from "drizzle-orm";
+import { and, eq, inArray } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
 import type { ChainLink, NewResponse, ResponseEnd, ResponseRecord } from "../types";
@@ -51,4 +51,15 @@ export class SqliteResponseStore implements ResponseStore {
       .get();
     return row && recordOf(row);
   }
+}
+
+/**
+ * Ends the responses a process died generating: one process serves a SQLite database, so at its
+ * start any response still running is one nothing will end. They stay readable, `failed`.
+ */
+export function failAbandoned(db: Db): void {
+  db.update(responses)
+    .set({ status: "failed", error: "the server stopped while this response was generated" })
+    .where(inArray(responses.status, ["queued", "in_progress"]))
+    .run();
 }

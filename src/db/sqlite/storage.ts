@@ -7,7 +7,7 @@ import { type Db, openDatabase } from "./client";
 import { SqliteConversationStore } from "./conversations";
 import { SqliteKeyStore } from "./keys";
 import { SqliteMessageStore } from "./messages";
-import { SqliteResponseStore } from "./responses";
+import { failAbandoned, SqliteResponseStore } from "./responses";
 import { ServingLock } from "./serving-lock";
 
 /** Storage in one SQLite file. `db` and `sqlite` are for SQLite's own tools (tests, benchmarks). */
@@ -61,7 +61,9 @@ export function openSqliteStorage(path: string, options: OpenOptions = {}): Sqli
   // Taken before the database is even migrated: a refused server has touched nothing.
   const lock = options.serving && path !== ":memory:" ? ServingLock.take(path) : undefined;
   try {
-    return new SqliteStorage(openDatabase(path), lock);
+    const db = openDatabase(path);
+    if (lock) failAbandoned(db);
+    return new SqliteStorage(db, lock);
   } catch (error) {
     lock?.release();
     throw error;

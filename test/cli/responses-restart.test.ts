@@ -1,0 +1,80 @@
+/**
+ * Kept responses across a restart of `parley serve` on the same database: a chain continued after
+ * SIGTERM and start gives the reply it gives without the restart, and a streamed response cut by
+ * the shutdown is kept as it was streamed (`incomplete`); one whose server was killed is `failed`.
+ */
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { allowSlowTests, type ChildServer, startServer, tempDir, until } from "../support";
+
+allowSlowTests();
+
+const adminKey = "responses-restart-admin-key-0123456789ab";
+const started: ChildServer[] = [];
+afterAll(() => {
+  for (const server of started) server.child.kill("SIGKILL");
+});
+
+/** `parley serve` on the bench model (it never ends a reply by itself) and this database. */
+async function serve(dbPath: string) {
+  const server = await startServer({ dbPath, adminKey, preset: "bench-small", env: { PARLEY_CONTEXT_SIZE: "512", PARLEY_SHUTDOWN_GRACE_S: "1" } });
+  started.push(server);
+  return { server, client: new OpenAI({ apiKey: adminKey, baseURL: `${server.url}/v1`, maxRetries: 0 }) };
+}
+
+const turn = { model: "any", temperature: 0, max_output_tokens: 8 } as const;
+
+describe("kept responses across a restart", () => {
+  test("a chain continues after SIGTERM and start as it does without them; a stream cut by the shutdown is kept as streamed", async () => {
+    const dbPath = join(tempDir("responses-restart"), "parley.db");
+    const before = await serve(dbPath);
+    const first = await before.client.responses.create({ ...turn, input: "Hello" });
+    const second = await before.client.responses.create({ ...turn, previous_response_id: first.id, input: "Tell me more" });
+    const unrestarted = await before.client.responses.create({ ...turn, previous_response_id: second.id, input: "Thanks" });
+
+    // A long reply, streamed until the shutdown's grace period ends it.
+    const stream = before.client.responses.stream({ model: "any", temperature: 0, max_output_tokens: 400, input: "Go on" });
+    let text = "";
+    let responseId = "";
+    const ended = (async () => {
+      for await (const event of stream) {
+        if (event.type === "response.created") responseId = event.response.id;
+        if (event.type === "response.output_text.delta") text += event.delta;
+        if (event.type === "response.incomplete") return event.response;
+      }
+      return undefined;
+    })();
+    await until(() => text !== "", "the first delta", 20_000);
+    before.server.child.kill("SIGTERM");
+    const cut = await ended;
+    expect(cut?.status).toBe("incomplete");
+    expect(await before.server.child.exited).toBe(0);
+
+    const after = await serve(dbPath);
+    expect(await after.client.responses.retrieve(second.id)).toEqual(second);
+    const continued = await after.client.responses.create({ ...turn, previous_response_id: second.id, input: "Thanks" });
+    expect(continued.output_text).toBe(unrestarted.output_text);
+    expect(continued.usage!.input_tokens).toBe(unrestarted.usage!.input_tokens);
+    const kept = await after.client.responses.retrieve(responseId);
+    expect(kept.status).toBe("incomplete");
+    expect(kept.output_text).toBe(text);
+
+    // Killed while it generates: nothing will end it, so the next start marks it failed.
+    const running = after.client.responses.stream({ model: "any", temperature: 0, max_output_tokens: 400, input: "Go on" });
+    let killedId = "";
+    // Killed from within the stream: leaving it first would be a disconnect, which ends the response.
+    const cutOff = (async () => {
+      for await (const event of running) {
+        if (event.type === "response.created") killedId = event.response.id;
+        if (event.type === "response.output_text.delta") after.server.child.kill("SIGKILL");
+      }
+    })().catch(() => undefined);
+    await after.server.child.exited;
+    await cutOff;
+    const again = await serve(dbPath);
+    const killed = await again.client.responses.retrieve(killedId);
+    expect(killed).toMatchObject({ status: "failed", error: { code: "server_error" } });
+    await again.server.stop();
+  });
+});
