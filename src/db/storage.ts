@@ -15,6 +15,9 @@ import type {
   MessageRecord,
   NewMessage,
   Principal,
+  ConversationRow,
+  RowQuery,
+  StoredConversation,
   ChainLink,
   NewResponse,
   ResponseEnd,
@@ -42,11 +45,24 @@ export interface KeyStore {
 }
 
 export interface ConversationStore {
-  /** The user's conversation with this client id, created on first use. */
-  findOrCreate(userId: number, externalId: string): Promise<FoundConversation>;
+  /** The user's conversation with this client id, created on first use (with this metadata). */
+  findOrCreate(userId: number, externalId: string, metadata?: Record<string, string>): Promise<FoundConversation>;
   /** The user's conversation with this client id, if there is one. */
-  find(userId: number, externalId: string): Promise<ConversationRef | undefined>;
+  find(userId: number, externalId: string): Promise<StoredConversation | undefined>;
+  /** Replaces the metadata of the user's conversation; undefined when there is none. */
+  setMetadata(userId: number, externalId: string, metadata: Record<string, string>): Promise<StoredConversation | undefined>;
   addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
+  /** Stores the messages in order, all or none. */
+  addMessages(conversation: ConversationRef, messages: readonly NewMessage[]): Promise<void>;
+  /**
+   * Up to `limit` of the conversation's rows in `order` (by time, then insertion), from the one
+   * whose item id is `from`; undefined when no row has that id.
+   */
+  rows(conversationId: number, query: RowQuery): Promise<ConversationRow[] | undefined>;
+  /** The conversation's row with this item id. */
+  row(conversationId: number, itemId: string): Promise<ConversationRow | undefined>;
+  /** Deletes the row with this item id (`reasoningOnly`: only its thought); false when there is none. */
+  deleteRow(conversationId: number, itemId: string, reasoningOnly: boolean): Promise<boolean>;
   /**
    * The conversation's newest turns, oldest first (ties in time by insertion order): read newest
    * first, up to and including the turn that brings their content to `maxChars` characters (string

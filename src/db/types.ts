@@ -52,6 +52,15 @@ export interface FoundConversation extends ConversationRef {
   created: boolean;
 }
 
+/**
+ * What a stored row is when it is not a user or assistant message: only the Conversations and
+ * Responses APIs show it. A system message's and a function's output's text is the row's content.
+ */
+export type MessageItem =
+  | { type: "message"; role: "system" | "developer" }
+  | { type: "function_call"; callId: string; name: string; arguments: string }
+  | { type: "function_call_output"; callId: string };
+
 /** A message to store; the storage fills in its id, owner and conversation. Times are epoch ms. */
 export interface NewMessage {
   role: Role;
@@ -66,6 +75,10 @@ export interface NewMessage {
   cachedTokens?: number | null;
   temperature?: number | null;
   model?: string | null;
+  /** Its id as an item (`msg_…`); default: a new one. */
+  itemId?: string;
+  /** What it is when not a user or assistant message (then the native API does not list it). */
+  item?: MessageItem | null;
 }
 
 /** A stored message with its conversation's client-facing id. */
@@ -81,15 +94,42 @@ export interface MessageRecord {
   conversationId: string;
 }
 
-/** One turn of a stored conversation, as the model is given it: with its thought when it has one. */
+/** One turn of a stored conversation, as the model is given it: with its thought when it has one, and what it is when not a message. */
 export interface StoredTurn {
   role: Role;
   content: string;
   reasoning?: string;
+  item?: MessageItem;
 }
 
-export const storedTurn = (row: Pick<MessageRecord, "role" | "content" | "reasoning">): StoredTurn =>
-  row.reasoning === null ? { role: row.role, content: row.content } : { role: row.role, content: row.content, reasoning: row.reasoning };
+export const storedTurn = (row: { role: Role; content: string; reasoning: string | null; item?: MessageItem | null }): StoredTurn => ({
+  role: row.role,
+  content: row.content,
+  ...(row.reasoning === null ? {} : { reasoning: row.reasoning }),
+  ...(row.item ? { item: row.item } : {}),
+});
+
+/** A new message's item id. */
+export const newItemId = () => `msg_${crypto.randomUUID().replaceAll("-", "")}`;
+
+/** A conversation as the Conversations API shows it. */
+export interface StoredConversation extends ConversationRef {
+  createdAt: number;
+  metadata: Record<string, string>;
+}
+
+/** One stored row of a conversation, whole: what its items are made of. */
+export interface ConversationRow extends StoredTurn {
+  itemId: string;
+  createdAt: number;
+}
+
+export interface RowQuery {
+  order: "asc" | "desc";
+  /** The item id of the first row (inclusive); absent: from the first in `order`. */
+  from?: string;
+  limit: number;
+}
 
 export type SortField = "created_at" | "id";
 export type SortDirection = "asc" | "desc";

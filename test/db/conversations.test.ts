@@ -81,6 +81,49 @@ for (const backend of backends()) {
       expect(again.created).toBe(true);
       expect(again.id).not.toBe(doomed.id);
     });
+
+    test("items: stored in order beside the messages, never listed or counted by the native API, paged, deleted one by one", async () => {
+      const { userId } = await storage.keys.create("items-owner", "user");
+      const created = await storage.conversations.findOrCreate(userId, "conv_items", { topic: "weather" });
+      expect(created.created).toBe(true);
+      expect(await storage.conversations.find(userId, "conv_items")).toMatchObject({ id: created.id, metadata: { topic: "weather" } });
+      expect(await storage.conversations.setMetadata(userId, "conv_items", { topic: "rain" })).toMatchObject({ metadata: { topic: "rain" } });
+      expect(await storage.conversations.setMetadata(userId + 1000, "conv_items", {})).toBeUndefined();
+      const at = start + 1_000_000;
+      await storage.conversations.addMessages(created, [
+        { role: "user", content: "Be brief.", item: { type: "message", role: "developer" }, itemId: "msg_dev", createdAt: at },
+        { role: "user", content: "Weather in Paris?", itemId: "msg_ask", createdAt: at },
+        { role: "assistant", content: "", item: { type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' }, itemId: "fc_1", createdAt: at },
+        { role: "user", content: '{"t": 21}', item: { type: "function_call_output", callId: "call_1" }, itemId: "fco_1", createdAt: at },
+        { role: "assistant", content: "21 degrees.", reasoning: "It said 21.", itemId: "msg_answer", createdAt: at + 1 },
+      ]);
+      const listed = await storage.messages.list({ userId, conversationId: "conv_items", sortField: "created_at", sortDirection: "asc", limit: 10, offset: 0 });
+      expect(listed.rows.map((row) => [row.role, row.content])).toEqual([
+        ["user", "Weather in Paris?"],
+        ["assistant", "21 degrees."],
+      ]);
+      expect(listed.total).toBe(2);
+      expect((await storage.messages.list({ userId, sortField: "id", sortDirection: "desc", limit: 10, offset: 0 })).total).toBe(2);
+      const [summary] = (await storage.conversations.list({ userId, limit: 10, offset: 0 })).rows;
+      expect(summary).toMatchObject({ conversationId: "conv_items", messageCount: 2, title: "Weather in Paris?" });
+
+      const all = await storage.conversations.rows(created.id, { order: "asc", limit: 10 });
+      expect(all?.map((row) => row.itemId)).toEqual(["msg_dev", "msg_ask", "fc_1", "fco_1", "msg_answer"]);
+      expect(all?.[4]).toMatchObject({ role: "assistant", content: "21 degrees.", reasoning: "It said 21.", createdAt: at + 1 });
+      expect(all?.[2]?.item).toEqual({ type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' });
+      expect((await storage.conversations.rows(created.id, { order: "desc", from: "fc_1", limit: 2 }))?.map((row) => row.itemId)).toEqual(["fc_1", "msg_ask"]);
+      expect((await storage.conversations.rows(created.id, { order: "asc", from: "fc_1", limit: 9 }))?.map((row) => row.itemId)).toEqual(["fc_1", "fco_1", "msg_answer"]);
+      expect(await storage.conversations.rows(created.id, { order: "asc", from: "msg_none", limit: 9 })).toBeUndefined();
+      expect((await storage.conversations.recentTurns(created.id, { maxChars: 1_000 })).map((turn) => turn.item?.type ?? turn.role)).toEqual(["message", "user", "function_call", "function_call_output", "assistant"]);
+
+      expect(await storage.conversations.deleteRow(created.id, "msg_answer", true)).toBe(true);
+      expect((await storage.conversations.row(created.id, "msg_answer"))?.reasoning).toBeUndefined();
+      expect(await storage.conversations.deleteRow(created.id, "fc_1", false)).toBe(true);
+      expect(await storage.conversations.deleteRow(created.id, "msg_ask", false)).toBe(true);
+      expect(await storage.conversations.deleteRow(created.id, "msg_ask", false)).toBe(false);
+      expect((await storage.conversations.list({ userId, limit: 10, offset: 0 })).rows[0]).toMatchObject({ messageCount: 1, title: "" });
+      expect((await storage.messages.list({ userId, sortField: "id", sortDirection: "desc", limit: 10, offset: 0 })).total).toBe(1);
+    });
   });
 }
 

@@ -1,21 +1,35 @@
-import { and, asc, count, desc, eq, sql } from "drizzle-orm";
+import { and, asc, count, desc, eq, isNull, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
 import {
   CONVERSATION_TITLE_CHARS,
   type ConversationPage,
   type ConversationQuery,
   type ConversationRef,
+  type ConversationRow,
   type FoundConversation,
+  type MessageItem,
   type MessageRecord,
   type NewMessage,
+  type RowQuery,
+  type StoredConversation,
   type StoredTurn,
   storedTurn,
 } from "../types";
+import { conversationRow, messageRow } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
 /** Rows fetched per round trip while stepping back through a conversation. */
 const TURNS_PER_FETCH = 32;
+
+const ROW = {
+  itemId: messages.itemId,
+  role: messages.role,
+  content: messages.content,
+  reasoning: messages.reasoning,
+  item: messages.item,
+  createdAt: messages.createdAt,
+};
 
 export class PgConversationStore implements ConversationStore {
   /** A conversation's turns newest first; `$1` is its row id. */
@@ -23,18 +37,18 @@ export class PgConversationStore implements ConversationStore {
 
   constructor(private readonly db: Db) {
     this.newestFirst = db
-      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning })
+      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning, item: messages.item })
       .from(messages)
       .where(eq(messages.conversationId, 0))
       .orderBy(desc(messages.createdAt), desc(messages.id))
       .toSQL().sql;
   }
 
-  async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
+  async findOrCreate(userId: number, externalId: string, metadata?: Record<string, string>): Promise<FoundConversation> {
     // Another node may create the same conversation at the same moment: the unique index decides.
     const [created] = await this.db
       .insert(conversations)
-      .values({ userId, externalId })
+      .values({ userId, externalId, metadata })
       .onConflictDoNothing({ target: [conversations.userId, conversations.externalId] })
       .returning({ id: conversations.id });
     if (created) return { id: created.id, userId, externalId, created: true };
@@ -45,19 +59,66 @@ export class PgConversationStore implements ConversationStore {
     return { id: existing!.id, userId, externalId, created: false };
   }
 
-  async find(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+  async find(userId: number, externalId: string): Promise<StoredConversation | undefined> {
     const [row] = await this.db
-      .select({ id: conversations.id })
+      .select({ id: conversations.id, createdAt: conversations.createdAt, metadata: conversations.metadata })
       .from(conversations)
       .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)));
-    return row && { id: row.id, userId, externalId };
+    return row && { id: row.id, userId, externalId, createdAt: row.createdAt, metadata: row.metadata ?? {} };
+  }
+
+  async setMetadata(userId: number, externalId: string, metadata: Record<string, string>): Promise<StoredConversation | undefined> {
+    const [row] = await this.db
+      .update(conversations)
+      .set({ metadata })
+      .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+      .returning({ id: conversations.id, createdAt: conversations.createdAt });
+    return row && { id: row.id, userId, externalId, createdAt: row.createdAt, metadata };
+  }
+
+  async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<void> {
+    // One statement: all or none.
+    if (added.length > 0) await this.db.insert(messages).values(added.map((message) => messageRow(conversation, message)));
+  }
+
+  async rows(conversationId: number, { order, from, limit }: RowQuery): Promise<ConversationRow[] | undefined> {
+    const direction = order === "asc" ? asc : desc;
+    const filters = [eq(messages.conversationId, conversationId)];
+    if (from !== undefined) {
+      const [start] = await this.db
+        .select({ id: messages.id, createdAt: messages.createdAt })
+        .from(messages)
+        .where(and(eq(messages.conversationId, conversationId), eq(messages.itemId, from)));
+      if (!start) return undefined;
+      filters.push(order === "asc" ? sql`(${messages.createdAt}, ${messages.id}) >= (${start.createdAt}, ${start.id})` : sql`(${messages.createdAt}, ${messages.id}) <= (${start.createdAt}, ${start.id})`);
+    }
+    const rows = await this.db
+      .select(ROW)
+      .from(messages)
+      .where(and(...filters))
+      .orderBy(direction(messages.createdAt), direction(messages.id))
+      .limit(limit);
+    return rows.map(conversationRow);
+  }
+
+  async row(conversationId: number, itemId: string): Promise<ConversationRow | undefined> {
+    const [row] = await this.db
+      .select(ROW)
+      .from(messages)
+      .where(and(eq(messages.conversationId, conversationId), eq(messages.itemId, itemId)));
+    return row && conversationRow(row);
+  }
+
+  async deleteRow(conversationId: number, itemId: string, reasoningOnly: boolean): Promise<boolean> {
+    const where = and(eq(messages.conversationId, conversationId), eq(messages.itemId, itemId));
+    const changed = reasoningOnly
+      ? await this.db.update(messages).set({ reasoning: null }).where(where).returning({ id: messages.id })
+      : await this.db.delete(messages).where(where).returning({ id: messages.id });
+    return changed.length > 0;
   }
 
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
-    const [row] = await this.db
-      .insert(messages)
-      .values({ ...message, userId: conversation.userId, conversationId: conversation.id })
-      .returning();
+    const [row] = await this.db.insert(messages).values(messageRow(conversation, message)).returning();
     return {
       id: row!.id,
       role: row!.role,
@@ -75,7 +136,7 @@ export class PgConversationStore implements ConversationStore {
     let chars = 0;
     // Read through a cursor, a few rows at a time: the rows beyond the bound are never fetched.
     // Counted in JavaScript, as SQLite's does: the bound is in UTF-16 units, PostgreSQL counts code points.
-    stepping: for await (const rows of this.db.$client.unsafe<Pick<MessageRecord, "role" | "content" | "reasoning">[]>(this.newestFirst, [conversationId]).cursor(TURNS_PER_FETCH)) {
+    stepping: for await (const rows of this.db.$client.unsafe<(Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: MessageItem | null })[]>(this.newestFirst, [conversationId]).cursor(TURNS_PER_FETCH)) {
       for (const turn of rows) {
         turns.push(storedTurn(turn));
         chars += turn.content.length;
@@ -91,7 +152,7 @@ export class PgConversationStore implements ConversationStore {
     const title = this.db
       .select({ title: sql<string>`left(${messages.content}, ${sql.raw(String(CONVERSATION_TITLE_CHARS))})` })
       .from(messages)
-      .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user")))
+      .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user"), isNull(messages.item)))
       .orderBy(asc(messages.createdAt), asc(messages.id))
       .limit(1);
     const [rows, [total]] = await Promise.all([

@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, type Placeholder, type SQL, sql } from "drizzle-orm";
+import { and, asc, desc, eq, isNull, type Placeholder, type SQL, sql } from "drizzle-orm";
 import type { PgColumn } from "drizzle-orm/pg-core";
 import type { MessageStore } from "../storage";
 import type { MessagePage, MessageQuery } from "../types";
@@ -18,7 +18,8 @@ const param = (name: keyof MessageQuery) => sql.placeholder(name);
  */
 function pageQuery(db: Db, shape: Shape) {
   const direction = shape.sortDirection === "asc" ? asc : desc;
-  const filters: SQL[] = [eq(messages.userId, param("userId"))];
+  // Only what the native API lists: the partial indexes hold exactly these rows.
+  const filters: SQL[] = [eq(messages.userId, param("userId")), isNull(messages.item)];
   if (shape.byConversation) {
     filters.push(
       sql`${messages.conversationId} = (SELECT ${conversations.id} FROM ${conversations} WHERE ${conversations.userId} = ${param("userId")} AND ${conversations.externalId} = ${param("conversationId")})`,

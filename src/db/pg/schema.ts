@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { bigint, doublePrecision, index, integer, jsonb, pgTable, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
+import { KEY_ROLES, type MessageItem, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
 
 /**
  * Milliseconds since the epoch, as in SQLite, from the database's clock: several nodes share one
@@ -48,6 +48,8 @@ export const conversations = pgTable(
     /** The client's `conversation_id`; only unique within one user. */
     externalId: text("external_id").notNull(),
     createdAt: createdAt(),
+    /** The Conversations API's metadata: up to 16 strings by key. */
+    metadata: jsonb("metadata").$type<Record<string, string>>(),
     /** The turn that may write to this conversation now (`leases.ts`), and until when (epoch ms). */
     leaseOwner: text("lease_owner"),
     leaseExpiresAt: epochMs("lease_expires_at"),
@@ -76,14 +78,27 @@ export const messages = pgTable(
     cachedTokens: integer("cached_tokens"),
     temperature: doublePrecision("temperature"),
     model: text("model"),
+    /**
+     * The item's id as the Conversations and Responses APIs show it (`msg_…`, `fc_…`); a
+     * reasoning model's thought is the item `rs_…` of the same stem.
+     */
+    itemId: text("item_id").notNull().default(""),
+    /**
+     * Null for a user or assistant message, the only rows the native API lists and counts; else
+     * what else this row is (a system message, a function call or its output) for the APIs that
+     * show them and the prompts made of them.
+     */
+    item: jsonb("item").$type<MessageItem>(),
   },
   (table) => [
     // Serves "a user's messages by created_at" in either direction with id as tie-break, no sort step;
     // a page's ids are read from it alone (an index-only scan) before any row is fetched.
-    index("messages_user_created_idx").on(table.userId, table.createdAt, table.id),
+    // Both listing indexes hold only what the native API lists (partial: `item IS NULL`).
+    index("messages_user_created_idx").on(table.userId, table.createdAt, table.id).where(sql`${table.item} IS NULL`),
     // Unlike SQLite, PostgreSQL does not append the id to an index by itself.
-    index("messages_user_idx").on(table.userId, table.id),
+    index("messages_user_idx").on(table.userId, table.id).where(sql`${table.item} IS NULL`),
     index("messages_conversation_created_idx").on(table.conversationId, table.createdAt, table.id),
+    index("messages_conversation_item_idx").on(table.conversationId, table.itemId),
   ],
 );
 

@@ -39,7 +39,7 @@ export class PgStorage implements Storage {
     // Repeatable: reads, and writes whose second run changes nothing (a conversation found or
     // created, a key's last use stamped, a lease taken or given up by the same owner).
     this.keys = guard.guard(new PgKeyStore(db), ["list", "verify"]);
-    this.conversations = guard.guard(new PgConversationStore(db), ["findOrCreate", "find", "recentTurns", "list"]);
+    this.conversations = guard.guard(new PgConversationStore(db), ["findOrCreate", "find", "setMetadata", "recentTurns", "list", "rows", "row"]);
     this.messages = guard.guard(new PgMessageStore(db), ["list"]);
     // A response is finished by id with the same end however often: repeatable too.
     this.responses = guard.guard(new PgResponseStore(db), ["get", "chain", "finish"]);

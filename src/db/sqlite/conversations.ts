@@ -1,17 +1,21 @@
 import type { Statement } from "bun:sqlite";
-import { and, asc, count, desc, eq, sql } from "drizzle-orm";
+import { and, asc, count, desc, eq, isNull, sql } from "drizzle-orm";
 import type { ConversationStore } from "../storage";
 import {
   CONVERSATION_TITLE_CHARS,
   type ConversationPage,
   type ConversationQuery,
   type ConversationRef,
+  type ConversationRow,
   type FoundConversation,
   type MessageRecord,
   type NewMessage,
+  type RowQuery,
+  type StoredConversation,
   type StoredTurn,
   storedTurn,
 } from "../types";
+import { conversationRow, messageRow } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
@@ -35,7 +39,7 @@ function listStatement(db: Db) {
   const title = db
     .select({ title: sql<string>`substr(${messages.content}, 1, ${sql.raw(String(CONVERSATION_TITLE_CHARS))})` })
     .from(messages)
-    .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user")))
+    .where(and(eq(messages.conversationId, conversations.id), eq(messages.role, "user"), isNull(messages.item)))
     .orderBy(asc(messages.createdAt), asc(messages.id))
     .limit(1);
   return db
@@ -53,15 +57,24 @@ function listStatement(db: Db) {
     .prepare();
 }
 
+const ROW = {
+  itemId: messages.itemId,
+  role: messages.role,
+  content: messages.content,
+  reasoning: messages.reasoning,
+  item: messages.item,
+  createdAt: messages.createdAt,
+};
+
 export class SqliteConversationStore implements ConversationStore {
   /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
-  private readonly newestFirst: Statement<Pick<MessageRecord, "role" | "content" | "reasoning">, [number]>;
+  private readonly newestFirst: Statement<Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: string | null }, [number]>;
   private readonly listPage;
   private readonly countAll;
 
   constructor(private readonly db: Db) {
     const query = db
-      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning })
+      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning, item: messages.item })
       .from(messages)
       .where(eq(messages.conversationId, sql.placeholder("conversationId")))
       .orderBy(desc(messages.createdAt), desc(messages.id));
@@ -74,7 +87,7 @@ export class SqliteConversationStore implements ConversationStore {
       .prepare();
   }
 
-  async findOrCreate(userId: number, externalId: string): Promise<FoundConversation> {
+  async findOrCreate(userId: number, externalId: string, metadata?: Record<string, string>): Promise<FoundConversation> {
     // Immediate: see SqliteKeyStore.create.
     return this.db.transaction((tx) => {
       const existing = tx
@@ -83,26 +96,81 @@ export class SqliteConversationStore implements ConversationStore {
         .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
         .get();
       if (existing) return { id: existing.id, userId, externalId, created: false };
-      const row = tx.insert(conversations).values({ userId, externalId }).returning({ id: conversations.id }).get();
+      const row = tx.insert(conversations).values({ userId, externalId, metadata }).returning({ id: conversations.id }).get();
       return { id: row.id, userId, externalId, created: true };
     }, { behavior: "immediate" });
   }
 
-  async find(userId: number, externalId: string): Promise<ConversationRef | undefined> {
+  async find(userId: number, externalId: string): Promise<StoredConversation | undefined> {
     const row = this.db
-      .select({ id: conversations.id })
+      .select({ id: conversations.id, createdAt: conversations.createdAt, metadata: conversations.metadata })
       .from(conversations)
       .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
       .get();
-    return row && { id: row.id, userId, externalId };
+    return row && { id: row.id, userId, externalId, createdAt: row.createdAt, metadata: row.metadata ?? {} };
+  }
+
+  async setMetadata(userId: number, externalId: string, metadata: Record<string, string>): Promise<StoredConversation | undefined> {
+    const row = this.db
+      .update(conversations)
+      .set({ metadata })
+      .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+      .returning({ id: conversations.id, createdAt: conversations.createdAt })
+      .get();
+    return row && { id: row.id, userId, externalId, createdAt: row.createdAt, metadata };
+  }
+
+  async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<void> {
+    if (added.length === 0) return;
+    this.db.transaction(
+      (tx) => {
+        for (const message of added) tx.insert(messages).values(messageRow(conversation, message)).run();
+      },
+      { behavior: "immediate" },
+    );
+  }
+
+  async rows(conversationId: number, { order, from, limit }: RowQuery): Promise<ConversationRow[] | undefined> {
+    const direction = order === "asc" ? asc : desc;
+    const filters = [eq(messages.conversationId, conversationId)];
+    if (from !== undefined) {
+      const start = this.db
+        .select({ id: messages.id, createdAt: messages.createdAt })
+        .from(messages)
+        .where(and(eq(messages.conversationId, conversationId), eq(messages.itemId, from)))
+        .get();
+      if (!start) return undefined;
+      filters.push(order === "asc" ? sql`(${messages.createdAt}, ${messages.id}) >= (${start.createdAt}, ${start.id})` : sql`(${messages.createdAt}, ${messages.id}) <= (${start.createdAt}, ${start.id})`);
+    }
+    return this.db
+      .select(ROW)
+      .from(messages)
+      .where(and(...filters))
+      .orderBy(direction(messages.createdAt), direction(messages.id))
+      .limit(limit)
+      .all()
+      .map(conversationRow);
+  }
+
+  async row(conversationId: number, itemId: string): Promise<ConversationRow | undefined> {
+    const row = this.db
+      .select(ROW)
+      .from(messages)
+      .where(and(eq(messages.conversationId, conversationId), eq(messages.itemId, itemId)))
+      .get();
+    return row && conversationRow(row);
+  }
+
+  async deleteRow(conversationId: number, itemId: string, reasoningOnly: boolean): Promise<boolean> {
+    const where = and(eq(messages.conversationId, conversationId), eq(messages.itemId, itemId));
+    const changed = reasoningOnly
+      ? this.db.update(messages).set({ reasoning: null }).where(where).returning({ id: messages.id }).all()
+      : this.db.delete(messages).where(where).returning({ id: messages.id }).all();
+    return changed.length > 0;
   }
 
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
-    const row = this.db
-      .insert(messages)
-      .values({ ...message, userId: conversation.userId, conversationId: conversation.id })
-      .returning()
-      .get();
+    const row = this.db.insert(messages).values(messageRow(conversation, message)).returning().get();
     return {
       id: row.id,
       role: row.role,
@@ -120,7 +188,7 @@ export class SqliteConversationStore implements ConversationStore {
     let chars = 0;
     // Stepped row by row: the rows beyond the bound are never read.
     for (const turn of this.newestFirst.iterate(conversationId)) {
-      turns.push(storedTurn(turn));
+      turns.push(storedTurn({ ...turn, item: turn.item === null ? null : JSON.parse(turn.item) }));
       chars += turn.content.length;
       if (chars >= maxChars) break;
     }

@@ -1,4 +1,4 @@
-import { and, asc, desc, eq, type Placeholder, type SQL, sql } from "drizzle-orm";
+import { and, asc, desc, eq, isNull, type Placeholder, type SQL, sql } from "drizzle-orm";
 import type { SQLiteColumn } from "drizzle-orm/sqlite-core";
 import type { MessageStore } from "../storage";
 import type { MessagePage, MessageQuery, MessageRecord } from "../types";
@@ -27,7 +27,8 @@ const placeholders: Values = {
  */
 function pageQuery(db: Db, shape: Shape, values: Values) {
   const direction = shape.sortDirection === "asc" ? asc : desc;
-  const filters: SQL[] = [eq(messages.userId, values.userId as number)];
+  // Only what the native API lists: the partial indexes hold exactly these rows.
+  const filters: SQL[] = [eq(messages.userId, values.userId as number), isNull(messages.item)];
   if (shape.byConversation) {
     // The conversation's row id, looked up once through its unique (user_id, external_id) index.
     filters.push(

@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
+import { KEY_ROLES, type MessageItem, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () =>
@@ -45,6 +45,8 @@ export const conversations = sqliteTable(
     /** The client's `conversation_id`; only unique within one user. */
     externalId: text("external_id").notNull(),
     createdAt: createdAt(),
+    /** The Conversations API's metadata: up to 16 strings by key. */
+    metadata: text("metadata", { mode: "json" }).$type<Record<string, string>>(),
   },
   (table) => [uniqueIndex("conversations_user_external_idx").on(table.userId, table.externalId)],
 );
@@ -70,13 +72,26 @@ export const messages = sqliteTable(
     cachedTokens: integer("cached_tokens"),
     temperature: real("temperature"),
     model: text("model"),
+    /**
+     * The item's id as the Conversations and Responses APIs show it (`msg_…`, `fc_…`); a
+     * reasoning model's thought is the item `rs_…` of the same stem.
+     */
+    itemId: text("item_id").notNull().default(""),
+    /**
+     * Null for a user or assistant message, the only rows the native API lists and counts; else
+     * what else this row is (a system message, a function call or its output) for the APIs that
+     * show them and the prompts made of them.
+     */
+    item: text("item", { mode: "json" }).$type<MessageItem>(),
   },
   (table) => [
     // Serves "a user's messages by created_at" in either direction with id as tie-break, no sort step.
-    index("messages_user_created_idx").on(table.userId, table.createdAt, table.id),
+    // Both listing indexes hold only what the native API lists (partial: `item IS NULL`).
+    index("messages_user_created_idx").on(table.userId, table.createdAt, table.id).where(sql`${table.item} IS NULL`),
     // SQLite appends the rowid (= id) to every index entry, so this one serves "a user's messages by id".
-    index("messages_user_idx").on(table.userId),
+    index("messages_user_idx").on(table.userId).where(sql`${table.item} IS NULL`),
     index("messages_conversation_created_idx").on(table.conversationId, table.createdAt, table.id),
+    index("messages_conversation_item_idx").on(table.conversationId, table.itemId),
   ],
 );
 

@@ -1,0 +1,22 @@
+import type { ConversationRef, ConversationRow, MessageItem, NewMessage, Role } from "./types";
+import { newItemId, storedTurn } from "./types";
+
+/** The columns a conversation's row is read with, in either dialect. */
+export interface RowColumns {
+  itemId: string;
+  role: Role;
+  content: string;
+  reasoning: string | null;
+  item: MessageItem | null;
+  createdAt: number;
+}
+
+export const conversationRow = ({ itemId, createdAt, ...turn }: RowColumns): ConversationRow => ({ ...storedTurn(turn), itemId, createdAt });
+
+/** A message's row: its owner's, in its conversation, with an item id. */
+export const messageRow = (conversation: ConversationRef, message: NewMessage) => ({
+  ...message,
+  itemId: message.itemId ?? newItemId(),
+  userId: conversation.userId,
+  conversationId: conversation.id,
+});
