@@ -5,6 +5,7 @@
 import { join } from "node:path";
 import { CompletionService } from "./chat/completions";
 import { ResponseService } from "./chat/responses";
+import { ConversationItemService } from "./chat/conversation-item-service";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
@@ -93,15 +94,17 @@ export async function startService(config: Config, log: Logger, announce: Announ
   );
 
   const completions = new CompletionService(runner);
+  const chat = new ChatService(storage.conversations, runner, {
+    systemPrompt: config.systemPrompt,
+    shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
+  });
   const app = createApp({
     storage,
     node: config.nodeName,
-    chat: new ChatService(storage.conversations, runner, {
-      systemPrompt: config.systemPrompt,
-      shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
-    }),
+    chat,
     completions,
-    responses: new ResponseService(completions, storage.responses, runner.engines),
+    responses: new ResponseService(completions, chat, storage.responses, runner.engines),
+    conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     isReady: () => engine !== undefined,
     log,
     metrics,

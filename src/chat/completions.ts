@@ -1,4 +1,4 @@
-import type { FinishReason, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
+import type { FinishReason, GenerateResult, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
 import { type TurnEvent, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput {
@@ -41,6 +41,17 @@ export interface CompletionResult {
   model: string;
 }
 
+/** A reply as a completion's result. */
+export const completionOf = (result: GenerateResult, model: string): CompletionResult => ({
+  text: result.text,
+  ...(result.reasoning !== undefined ? { reasoning: result.reasoning } : {}),
+  finishReason: result.finishReason,
+  ...(result.toolCalls ? { toolCalls: result.toolCalls } : {}),
+  ...(result.logprobs ? { logprobs: result.logprobs } : {}),
+  usage: usageOf(result),
+  model,
+});
+
 /** The model that answers, for listings. */
 export interface ModelInfo {
   id: string;
@@ -81,17 +92,7 @@ export class CompletionService {
         maxTokens: input.maxTokens ?? engine.contextSize,
         stop: input.stop,
       });
-      return (
-        result && {
-          text: result.text,
-          ...(result.reasoning !== undefined ? { reasoning: result.reasoning } : {}),
-          finishReason: result.finishReason,
-          ...(result.toolCalls ? { toolCalls: result.toolCalls } : {}),
-          ...(result.logprobs ? { logprobs: result.logprobs } : {}),
-          usage: usageOf(result),
-          model: engine.modelName,
-        }
-      );
+      return result && completionOf(result, engine.modelName);
     } finally {
       running.end();
     }

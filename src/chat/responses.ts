@@ -7,11 +7,14 @@
 import type { ResponseStore } from "../db/storage";
 import type { ResponseEnd, ResponseRecord, StoredItem } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
-import type { CompletionInput, CompletionResult, CompletionService } from "./completions";
+import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
+import type { ChatService } from "./service";
 import { historyOf, type ItemInput, inputItems, newResponseId, outputItems } from "./response-items";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
 export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey"> {
+  /** Answer within this stored conversation (its id): the input is added to it, and the reply. */
+  conversation?: string;
   /** The system turn; a continued response's own only (OpenAI's rule: instructions are not carried over). */
   instructions?: string;
   input: ItemInput[];
@@ -76,6 +79,7 @@ const failed = (error: unknown): ResponseEnd => ({
 export class ResponseService {
   constructor(
     private readonly completions: CompletionService,
+    private readonly chat: ChatService,
     private readonly responses: ResponseStore,
     private readonly engines: EngineSource,
   ) {}
@@ -86,8 +90,11 @@ export class ResponseService {
    * with the reason when generation failed). Undefined when the client left before it started.
    */
   async *respond(request: ResponseInput): AsyncGenerator<ResponseStart | TurnEvent, ResponseResult | undefined, void> {
-    const { instructions, input, previousResponseId, store, params, ...turn } = request;
+    const { instructions, input, previousResponseId, conversation, store, params, ...turn } = request;
     const id = newResponseId();
+    if (conversation !== undefined && previousResponseId !== undefined) {
+      throw new InvalidInput("conversation", "a response continues a conversation or a previous response, not both");
+    }
     const previous = previousResponseId === undefined ? undefined : await this.previous(request.userId, previousResponseId);
     const items = inputItems(id, input);
     const record: ResponseRecord = {
@@ -106,11 +113,14 @@ export class ResponseService {
       error: null,
     };
     const earlier = async (maxChars: number) => (previous ? (await this.responses.chain(request.userId, previous.id, { maxChars })).flatMap((link) => [...link.input, ...link.output]) : []);
-    const events = this.completions.complete({
-      ...turn,
-      conversationKey: record.chainKey,
-      messages: async (historyChars) => historyOf(instructions, await earlier(historyChars), items),
-    });
+    const events =
+      conversation === undefined
+        ? this.completions.complete({
+            ...turn,
+            conversationKey: record.chainKey,
+            messages: async (historyChars) => historyOf(instructions, await earlier(historyChars), items),
+          })
+        : this.inConversation({ ...turn, ...(instructions ? { instructions } : {}) }, conversation, record);
     let kept = false;
     let end: ResponseEnd | undefined;
     try {
@@ -125,6 +135,8 @@ export class ResponseService {
           continue;
         }
         record.model = next.value.model;
+        const { conversationKey } = next.value as { conversationKey?: string };
+        if (conversationKey !== undefined) record.chainKey = conversationKey;
         if (store) {
           await this.responses.create(record);
           kept = true;
@@ -141,10 +153,49 @@ export class ResponseService {
     }
   }
 
+  /**
+   * The turn within a stored conversation, as a completion: its input and reply are the
+   * conversation's items (the reply's named as the response's output), and its start tells the
+   * conversation's key, under which the engine keeps its state.
+   */
+  private async *inConversation(
+    turn: Omit<CompletionInput, "messages" | "conversationKey"> & { instructions?: string },
+    conversationId: string,
+    record: ResponseRecord,
+  ): AsyncGenerator<(CompletionStart & { conversationKey?: string }) | TurnEvent, CompletionResult | undefined, void> {
+    const events = this.chat.converse({
+      userId: turn.userId,
+      conversationId,
+      input: record.input,
+      ...(turn.instructions ? { instructions: turn.instructions } : {}),
+      create: false,
+      output: (reply) => outputItems(record.id, reply),
+      sampling: turn.sampling,
+      maxTokens: turn.maxTokens,
+      format: turn.format,
+      tools: turn.tools,
+      ...(turn.signal ? { signal: turn.signal } : {}),
+    });
+    try {
+      for (;;) {
+        const step = await events.next();
+        if (step.done) return step.value?.reply && completionOf(step.value.reply, step.value.model);
+        const event = step.value;
+        yield event.type === "start" ? { type: "start", model: event.model, conversationKey: String(event.conversation.id) } : event;
+      }
+    } finally {
+      await events.return(undefined);
+    }
+  }
+
   private async previous(userId: number, id: string): Promise<ResponseRecord> {
     const previous = await this.responses.get(userId, id);
     // Another user's response is not found either: its existence is not revealed.
     if (!previous) throw new NotFound(`no response ${JSON.stringify(id)} (previous_response_id)`);
+    // Its history is its conversation's, which a chain of responses does not follow.
+    if (!previous.chainKey.startsWith("resp_")) {
+      throw new InvalidInput("previous_response_id", `response ${JSON.stringify(id)} belongs to a conversation: continue the conversation instead`);
+    }
     if (previous.status === "queued" || previous.status === "in_progress") {
       throw new InvalidInput("previous_response_id", `response ${JSON.stringify(id)} is still ${previous.status}: continue it once it has ended`);
     }

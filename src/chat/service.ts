@@ -1,10 +1,12 @@
 import type { ConversationStore } from "../db/storage";
-import type { ConversationRef, FoundConversation, MessageRecord } from "../db/types";
+import { type ConversationRef, type FoundConversation, type MessageRecord, newItemId, type StoredConversation, type StoredItem } from "../db/types";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
-import type { ReplyFormat, SamplingRequest, Turn } from "../llm/engine";
-import { isAbort } from "../errors";
+import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn } from "../llm/engine";
+import { isAbort, NotFound } from "../errors";
+import { itemRows, rowItems } from "./conversation-items";
 import { KeyedLock } from "./keyed-lock";
-import { type RunningTurn, shuttingDown, type TurnDelta, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { historyOf, newResponseId, outputItems } from "./response-items";
+import { type RunningTurn, shuttingDown, type TurnDelta, type TurnEvent, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export type { TurnDelta, TurnReasoning, Usage } from "./turn-runner";
 
@@ -33,6 +35,49 @@ export interface TurnResult {
   newConversation: boolean;
   message: MessageRecord;
   userMessage: MessageRecord;
+  usage: Usage;
+  model: string;
+}
+
+/**
+ * A turn of a conversation in items (the Responses API's): what it adds before the reply, and how
+ * the reply is stored. The native turn is one user message in, one assistant message out.
+ */
+export interface ConversationTurnInput {
+  userId: number;
+  conversationId: string;
+  /** Stored first, in order, once the turn is admitted. */
+  input: StoredItem[];
+  /** A system turn before the history, for this turn only (never stored). */
+  instructions?: string;
+  /** Start the conversation when the user has none by this id; else `NotFound`. */
+  create: boolean;
+  /** The items the reply is stored as (their ids are the caller's). */
+  output: (reply: GenerateResult) => StoredItem[];
+  sampling: SamplingRequest;
+  /** Absent: as long as the context allows. */
+  maxTokens?: number | undefined;
+  format?: ReplyFormat | undefined;
+  tools?: ToolRequest | undefined;
+  signal?: AbortSignal;
+}
+
+export interface ConversationTurnStart {
+  type: "start";
+  conversation: FoundConversation;
+  /** The input as stored. */
+  stored: MessageRecord[];
+  model: string;
+}
+
+export interface ConversationTurnResult {
+  conversation: FoundConversation;
+  /** The reply as generated (undefined: the client left before generation began). */
+  reply: GenerateResult | undefined;
+  /** The input, then the reply, as stored. */
+  stored: MessageRecord[];
+  /** The reply as stored. */
+  output: MessageRecord[];
   usage: Usage;
   model: string;
 }
@@ -86,21 +131,29 @@ export class ChatService {
    * False when the user has no such conversation. An abort while waiting deletes nothing.
    */
   async delete(userId: number, conversationId: string, signal?: AbortSignal): Promise<boolean> {
+    const deleted = await this.exclusive(userId, conversationId, signal, async () => {
+      const gone = await this.conversations.delete(userId, conversationId);
+      // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
+      // state is used only for a prompt that starts with exactly its text.
+      if (gone) await this.runner.engines.current()?.forget(String(gone.id));
+      return gone !== undefined;
+    });
+    return deleted === true;
+  }
+
+  /**
+   * Runs `change` on the user's conversation between its turns: behind the turns waiting here, and
+   * with several nodes under its lease. Undefined when the user has no conversation by this id.
+   */
+  async exclusive<T>(userId: number, conversationId: string, signal: AbortSignal | undefined, change: (conversation: StoredConversation) => Promise<T>): Promise<T | undefined> {
     const release = await this.turns.acquire(lockKey(userId, conversationId), signal);
     let releaseLease: (() => Promise<void>) | undefined;
     try {
-      if (this.shared) {
-        // A turn of it on another node is waited out through the same lease its turns hold.
-        const found = await this.conversations.find(userId, conversationId);
-        if (!found) return false;
-        releaseLease = await holdConversation(this.shared, found.id, signal);
-      }
-      const deleted = await this.conversations.delete(userId, conversationId);
-      if (!deleted) return false;
-      // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
-      // state is used only for a prompt that starts with exactly its text.
-      await this.runner.engines.current()?.forget(String(deleted.id));
-      return true;
+      const found = await this.conversations.find(userId, conversationId);
+      if (!found) return undefined;
+      // A turn of it on another node is waited out through the same lease its turns hold.
+      if (this.shared) releaseLease = await holdConversation(this.shared, found.id, signal);
+      return await change(found);
     } finally {
       await releaseLease?.();
       release();
@@ -108,12 +161,18 @@ export class ChatService {
   }
 
   /**
-   * The user's conversation, created on first use, and with several nodes its lease held. Deleted
-   * on another node between finding it and taking its lease, it is found (created) again: its
-   * turn must not add to a deleted conversation.
+   * The user's conversation (created on first use when `create`), and with several nodes its lease
+   * held. Deleted on another node between finding it and taking its lease, it is found (created)
+   * again: its turn must not add to a deleted conversation.
    */
-  private async holdCurrent(input: TurnInput, signal: AbortSignal): Promise<{ conversation: FoundConversation; releaseLease?: () => Promise<void> }> {
-    let conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+  private async holdCurrent(input: ConversationTurnInput, signal: AbortSignal): Promise<{ conversation: FoundConversation; releaseLease?: () => Promise<void> }> {
+    const find = async (): Promise<FoundConversation> => {
+      if (input.create) return this.conversations.findOrCreate(input.userId, input.conversationId);
+      const found = await this.conversations.find(input.userId, input.conversationId);
+      if (!found) throw new NotFound(`no conversation ${JSON.stringify(input.conversationId)}`);
+      return { ...found, created: false };
+    };
+    let conversation = await find();
     if (!this.shared) return { conversation };
     for (;;) {
       const releaseLease = await holdConversation(this.shared, conversation.id, signal);
@@ -126,7 +185,7 @@ export class ChatService {
       }
       if (current?.id === conversation.id) return { conversation, releaseLease };
       await releaseLease();
-      conversation = await this.conversations.findOrCreate(input.userId, input.conversationId);
+      conversation = await find();
     }
   }
 
@@ -138,6 +197,43 @@ export class ChatService {
    * message is stored, an empty `cancelled` reply after.
    */
   async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
+    const turn = this.converse({
+      userId: input.userId,
+      conversationId: input.conversationId,
+      input: [{ type: "message", id: newItemId(), role: "user", text: input.message }],
+      create: true,
+      output: (reply) => outputItems(newResponseId(), reply),
+      sampling: input.sampling,
+      maxTokens: input.maxTokens,
+      format: input.format,
+      ...(input.signal ? { signal: input.signal } : {}),
+    });
+    for (;;) {
+      const step = await turn.next();
+      if (step.done) {
+        const ended = step.value;
+        if (ended?.reply === undefined) return undefined;
+        return {
+          conversationId: input.conversationId,
+          newConversation: ended.conversation.created,
+          message: ended.output[0]!,
+          userMessage: ended.stored[0]!,
+          usage: ended.usage,
+          model: ended.model,
+        };
+      }
+      const event = step.value;
+      if (event.type === "start") {
+        yield { type: "start", conversationId: input.conversationId, newConversation: event.conversation.created, userMessage: event.stored[0]!, model: event.model };
+      } else if (event.type === "delta" || event.type === "reasoning") yield event;
+    }
+  }
+
+  /**
+   * A turn in items: yields `start` once its input is stored, then the reply's pieces; returns
+   * what was stored. Undefined when the client left before its input was stored.
+   */
+  async *converse(input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
     const running = this.runner.begin(input.signal);
     try {
       return yield* this.run(running, input);
@@ -146,10 +242,10 @@ export class ChatService {
     }
   }
 
-  private async *run(running: RunningTurn, input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
+  private async *run(running: RunningTurn, input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
     const { engine, signal } = running;
-    // Refused before the message is stored: nothing of a turn that cannot run is kept.
-    await engine.check({ ...input.sampling, format: input.format });
+    // Refused before anything is stored: nothing of a turn that cannot run is kept.
+    await engine.check({ ...input.sampling, format: input.format, tools: input.tools });
     let release: () => void;
     try {
       release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
@@ -164,48 +260,42 @@ export class ChatService {
       } catch (error) {
         return endedWaiting(error, running);
       }
-      const userMessage = await this.conversations.addMessage(conversation, { role: "user", content: input.message });
-      yield {
-        type: "start",
-        conversationId: input.conversationId,
-        newConversation: conversation.created,
-        userMessage,
-        model: engine.modelName,
-      };
+      const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
+      yield { type: "start", conversation, stored, model: engine.modelName };
 
-      const result = yield* running.reply({
+      const rows = await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars });
+      const instructions: Turn[] = input.instructions ? [{ role: "system", content: input.instructions }] : [];
+      const reply = yield* running.reply({
         conversationKey: String(conversation.id),
         cacheScope: String(input.userId),
         publicTurns: this.preamble.length,
-        history: [...this.preamble, ...(await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }))],
+        history: [...this.preamble, ...instructions, ...historyOf(undefined, rows.flatMap((row) => rowItems({ itemId: "", ...row })), [])],
         ...input.sampling,
-        maxTokens: input.maxTokens,
+        maxTokens: input.maxTokens ?? engine.contextSize,
         format: input.format,
+        tools: input.tools,
       });
-      if (result === undefined) return undefined;
+      const done = { conversation, reply, stored, output: [] as MessageRecord[], usage: reply ? usageOf(reply) : usageOf(NOTHING), model: engine.modelName };
+      if (reply === undefined) return done;
 
-      const message = await this.conversations.addMessage(conversation, {
-        role: "assistant",
-        content: result.text,
-        reasoning: result.reasoning ?? null,
-        finishReason: result.finishReason,
-        promptTokens: result.promptTokens,
-        completionTokens: result.completionTokens,
-        cachedTokens: result.cachedTokens,
+      const stats = {
+        finishReason: reply.finishReason,
+        promptTokens: reply.promptTokens,
+        completionTokens: reply.completionTokens,
+        cachedTokens: reply.cachedTokens,
         temperature: input.sampling.temperature,
         model: engine.modelName,
-      });
-      return {
-        conversationId: input.conversationId,
-        newConversation: conversation.created,
-        message,
-        userMessage,
-        usage: usageOf(result),
-        model: engine.modelName,
       };
+      // The reply's message row carries its statistics (its first row when it only called tools).
+      const rowsOut = itemRows(input.output(reply));
+      const carrier = Math.max(0, rowsOut.findIndex((row) => row.item === undefined && row.role === "assistant"));
+      const output = await this.conversations.addMessages(conversation, rowsOut.map((row, i) => (i === carrier ? { ...row, ...stats } : row)));
+      return { ...done, stored: [...stored, ...output], output };
     } finally {
       await releaseLease?.();
       release();
     }
   }
 }
+
+const NOTHING: GenerateResult = { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };

@@ -1,4 +1,4 @@
-import type { ConversationRef, ConversationRow, MessageItem, NewMessage, Role } from "./types";
+import type { ConversationRef, ConversationRow, FinishReason, MessageItem, MessageRecord, NewMessage, Role } from "./types";
 import { newItemId, storedTurn } from "./types";
 
 /** The columns a conversation's row is read with, in either dialect. */
@@ -19,4 +19,19 @@ export const messageRow = (conversation: ConversationRef, message: NewMessage) =
   itemId: message.itemId ?? newItemId(),
   userId: conversation.userId,
   conversationId: conversation.id,
+});
+
+/** A stored row as the native API shows a message. */
+export const messageRecord = (
+  conversation: ConversationRef,
+  row: { id: number; role: Role; content: string; reasoning: string | null; createdAt: number; userId: number; finishReason: FinishReason | null },
+): MessageRecord => ({
+  id: row.id,
+  role: row.role,
+  content: row.content,
+  reasoning: row.reasoning,
+  createdAt: row.createdAt,
+  userId: row.userId,
+  finishReason: row.finishReason,
+  conversationId: conversation.externalId,
 });

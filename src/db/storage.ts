@@ -53,7 +53,7 @@ export interface ConversationStore {
   setMetadata(userId: number, externalId: string, metadata: Record<string, string>): Promise<StoredConversation | undefined>;
   addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord>;
   /** Stores the messages in order, all or none. */
-  addMessages(conversation: ConversationRef, messages: readonly NewMessage[]): Promise<void>;
+  addMessages(conversation: ConversationRef, messages: readonly NewMessage[]): Promise<MessageRecord[]>;
   /**
    * Up to `limit` of the conversation's rows in `order` (by time, then insertion), from the one
    * whose item id is `from`; undefined when no row has that id.

@@ -54,10 +54,11 @@ export interface FoundConversation extends ConversationRef {
 
 /**
  * What a stored row is when it is not a user or assistant message: only the Conversations and
- * Responses APIs show it. A system message's and a function's output's text is the row's content.
+ * Responses APIs show it. A system message's, a thought's and a function's output's text is the row's content.
  */
 export type MessageItem =
   | { type: "message"; role: "system" | "developer" }
+  | { type: "reasoning" }
   | { type: "function_call"; callId: string; name: string; arguments: string }
   | { type: "function_call_output"; callId: string };
 

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import type { CompletionService } from "../chat/completions";
 import type { ResponseService } from "../chat/responses";
+import type { ConversationItemService } from "../chat/conversation-item-service";
 import type { ChatService } from "../chat/service";
 import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
@@ -19,6 +20,7 @@ import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { openAiRoutes } from "./routes/openai";
 import { responsesRoutes } from "./routes/responses";
+import { openAiConversationRoutes } from "./routes/openai-conversations";
 import { webRoutes } from "./routes/web";
 import { TurnDriver } from "./turn-driver";
 import { cors } from "./cors";
@@ -42,6 +44,8 @@ export interface AppDeps {
   completions: CompletionService;
   /** OpenAI's Responses API: kept responses and their chains. */
   responses: ResponseService;
+  /** OpenAI's Conversations API: stored conversations as items. */
+  conversationItems: ConversationItemService;
   /** Names this node in every response's `X-Parley-Node` (several nodes behind a balancer). */
   node?: string;
   /** True once the database is open and the model loaded. */
@@ -91,7 +95,8 @@ export function createApp(deps: AppDeps) {
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
-    .use(responsesRoutes({ responses: deps.responses, turns, body: limits }));
+    .use(responsesRoutes({ responses: deps.responses, turns, body: limits }))
+    .use(openAiConversationRoutes({ conversationItems: deps.conversationItems, body: limits }));
 }
 
 export type App = ReturnType<typeof createApp>;

@@ -10,7 +10,7 @@ import type { ErrorKind } from "../errors";
 import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
-import { DeletedResponse, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
+import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
 export const SCHEMAS = {
@@ -31,7 +31,10 @@ export const SCHEMAS = {
   ResponseObject,
   ResponseEvent,
   InputItemList,
+  InputItem,
   DeletedResponse,
+  ConversationObject,
+  DeletedConversation,
 };
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });

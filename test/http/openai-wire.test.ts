@@ -123,6 +123,35 @@ describe("responses match the served OpenAPI document", () => {
     await expectDocumented("/v1/responses", "post", refused);
   });
 
+  test("kept responses and conversations: each route's answers, and not found", async () => {
+    const call = (method: string, path: string, body?: unknown) =>
+      fetch(`${ready.url}${path}`, { method, headers: { ...bearer(alice.key), ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const conversation = (await expectDocumented("/v1/conversations", "post", await call("POST", "/v1/conversations", { items: [{ role: "user", content: "Hi" }], metadata: { a: "b" } }))) as { id: string };
+    const at = `/v1/conversations/${conversation.id}`;
+    await expectDocumented("/v1/conversations/{id}", "get", await call("GET", at));
+    await expectDocumented("/v1/conversations/{id}", "post", await call("POST", at, { metadata: { a: "c" } }));
+    const response = (await expectDocumented("/v1/responses", "post", await call("POST", "/v1/responses", { model: "any", input: "Hello", conversation: conversation.id, max_output_tokens: 4 }))) as { id: string };
+    await expectDocumented("/v1/responses/{id}", "get", await call("GET", `/v1/responses/${response.id}`));
+    await expectDocumented("/v1/responses/{id}/input_items", "get", await call("GET", `/v1/responses/${response.id}/input_items`));
+    const items = (await expectDocumented("/v1/conversations/{id}/items", "get", await call("GET", `${at}/items?order=asc`))) as { data: { id: string }[] };
+    expect(items.data).toHaveLength(3);
+    await expectDocumented("/v1/conversations/{id}/items", "post", await call("POST", `${at}/items`, { items: [{ type: "message", role: "system", content: "Be brief." }] }));
+    await expectDocumented("/v1/conversations/{id}/items/{item_id}", "get", await call("GET", `${at}/items/${items.data[0]!.id}`));
+    await expectDocumented("/v1/conversations/{id}/items/{item_id}", "delete", await call("DELETE", `${at}/items/${items.data[0]!.id}`));
+    await expectDocumented("/v1/responses/{id}", "delete", await call("DELETE", `/v1/responses/${response.id}`));
+    await expectDocumented("/v1/conversations/{id}", "delete", await call("DELETE", at));
+    for (const [method, path] of [
+      ["GET", at],
+      ["GET", `${at}/items`],
+      ["GET", `/v1/responses/${response.id}`],
+      ["DELETE", `/v1/responses/${response.id}`],
+    ] as const) {
+      const missing = await call(method, path);
+      expect(missing.status).toBe(404);
+      await expectDocumented(path.startsWith("/v1/responses") ? "/v1/responses/{id}" : path.endsWith("/items") ? "/v1/conversations/{id}/items" : "/v1/conversations/{id}", method.toLowerCase(), missing);
+    }
+  });
+
   test("error: an unknown model (404)", async () => {
     const response = await fetch(`${ready.url}/v1/models/gpt-4o`, { headers: bearer(alice.key) });
     expect(response.status).toBe(404);

@@ -110,7 +110,6 @@ describe("the openai SDK's responses", () => {
 
   test.each([
     ["store", { store: "yes" }],
-    ["conversation", { conversation: "conv_x" }],
     ["background", { background: true }],
     ["reasoning", { reasoning: { effort: "low" } }],
     ["top_logprobs", { top_logprobs: 2 }],

@@ -3,6 +3,7 @@ import { afterAll, beforeAll } from "bun:test";
 import { join } from "node:path";
 import { CompletionService } from "../../src/chat/completions";
 import { ResponseService } from "../../src/chat/responses";
+import { ConversationItemService } from "../../src/chat/conversation-item-service";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
@@ -70,11 +71,13 @@ export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
   const runner = options.runner ?? new TurnRunner({ current: () => engine });
   const completions = options.completions ?? new CompletionService(runner);
+  const chat = options.chat ?? new ChatService(storage.conversations, runner);
   const app = createApp({
     storage,
-    chat: options.chat ?? new ChatService(storage.conversations, runner),
+    chat,
     completions,
-    responses: new ResponseService(completions, storage.responses, runner.engines),
+    responses: new ResponseService(completions, chat, storage.responses, runner.engines),
+    conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     isReady: () => engine !== undefined,
     node: options.node,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),

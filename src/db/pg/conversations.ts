@@ -15,7 +15,7 @@ import {
   type StoredTurn,
   storedTurn,
 } from "../types";
-import { conversationRow, messageRow } from "../message-rows";
+import { conversationRow, messageRecord, messageRow } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
@@ -76,9 +76,11 @@ export class PgConversationStore implements ConversationStore {
     return row && { id: row.id, userId, externalId, createdAt: row.createdAt, metadata };
   }
 
-  async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<void> {
-    // One statement: all or none.
-    if (added.length > 0) await this.db.insert(messages).values(added.map((message) => messageRow(conversation, message)));
+  async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<MessageRecord[]> {
+    if (added.length === 0) return [];
+    // One statement: all or none, returned in the order given.
+    const rows = await this.db.insert(messages).values(added.map((message) => messageRow(conversation, message))).returning();
+    return rows.map((row) => messageRecord(conversation, row));
   }
 
   async rows(conversationId: number, { order, from, limit }: RowQuery): Promise<ConversationRow[] | undefined> {
@@ -119,16 +121,7 @@ export class PgConversationStore implements ConversationStore {
 
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
     const [row] = await this.db.insert(messages).values(messageRow(conversation, message)).returning();
-    return {
-      id: row!.id,
-      role: row!.role,
-      content: row!.content,
-      reasoning: row!.reasoning,
-      createdAt: row!.createdAt,
-      userId: row!.userId,
-      finishReason: row!.finishReason,
-      conversationId: conversation.externalId,
-    };
+    return messageRecord(conversation, row!);
   }
 
   async recentTurns(conversationId: number, { maxChars }: { maxChars: number }): Promise<StoredTurn[]> {

@@ -15,7 +15,7 @@ import {
   type StoredTurn,
   storedTurn,
 } from "../types";
-import { conversationRow, messageRow } from "../message-rows";
+import { conversationRow, messageRecord, messageRow } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
@@ -120,12 +120,9 @@ export class SqliteConversationStore implements ConversationStore {
     return row && { id: row.id, userId, externalId, createdAt: row.createdAt, metadata };
   }
 
-  async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<void> {
-    if (added.length === 0) return;
-    this.db.transaction(
-      (tx) => {
-        for (const message of added) tx.insert(messages).values(messageRow(conversation, message)).run();
-      },
+  async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<MessageRecord[]> {
+    return this.db.transaction(
+      (tx) => added.map((message) => messageRecord(conversation, tx.insert(messages).values(messageRow(conversation, message)).returning().get())),
       { behavior: "immediate" },
     );
   }
@@ -170,17 +167,7 @@ export class SqliteConversationStore implements ConversationStore {
   }
 
   async addMessage(conversation: ConversationRef, message: NewMessage): Promise<MessageRecord> {
-    const row = this.db.insert(messages).values(messageRow(conversation, message)).returning().get();
-    return {
-      id: row.id,
-      role: row.role,
-      content: row.content,
-      reasoning: row.reasoning,
-      createdAt: row.createdAt,
-      userId: row.userId,
-      finishReason: row.finishReason,
-      conversationId: conversation.externalId,
-    };
+    return messageRecord(conversation, this.db.insert(messages).values(messageRow(conversation, message)).returning().get());
   }
 
   async recentTurns(conversationId: number, { maxChars }: { maxChars: number }): Promise<StoredTurn[]> {

@@ -2,7 +2,7 @@ import type { Database } from "bun:sqlite";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import type { OpenOptions, Storage } from "../storage";
-import { patient } from "./busy";
+import { databaseBusy, isBusy, patient } from "./busy";
 import { type Db, openDatabase } from "./client";
 import { SqliteConversationStore } from "./conversations";
 import { SqliteKeyStore } from "./keys";
@@ -62,7 +62,12 @@ export function openSqliteStorage(path: string, options: OpenOptions = {}): Sqli
   const lock = options.serving && path !== ":memory:" ? ServingLock.take(path) : undefined;
   try {
     const db = openDatabase(path);
-    if (lock) failAbandoned(db);
+    try {
+      if (lock) failAbandoned(db);
+    } catch (error) {
+      db.$client.close();
+      throw isBusy(error) ? databaseBusy() : error;
+    }
     return new SqliteStorage(db, lock);
   } catch (error) {
     lock?.release();

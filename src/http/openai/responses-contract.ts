@@ -110,6 +110,7 @@ export const ResponseObject = t.Object(
     output: t.Array(OutputItem),
     parallel_tool_calls: t.Boolean(),
     previous_response_id: t.Union([t.String(), t.Null()]),
+    conversation: t.Union([t.Object({ id: t.String() }, closed), t.Null()], { description: "The conversation it was answered in: its input and output are that conversation's items" }),
     store: t.Boolean({ description: "Kept: it can be retrieved, continued and deleted" }),
     background: t.Literal(false),
     temperature: t.Number(),
@@ -129,3 +130,16 @@ export const ResponseEvent = t.Object(
   { type: t.String({ description: "response.created, response.output_text.delta, …" }), sequence_number: t.Integer({ minimum: 0 }) },
   { additionalProperties: true, description: "One of OpenAI's typed stream events: docs/API.md lists those Parley sends" },
 );
+
+export const ConversationObject = t.Object(
+  {
+    id: t.String({ description: "The conversation's id: conv_… when created here; the native API's conversation_id" }),
+    object: t.Literal("conversation"),
+    created_at: t.Integer({ description: "Unix seconds" }),
+    metadata: t.Record(t.String(), t.String()),
+  },
+  closed,
+);
+export type ConversationObject = Static<typeof ConversationObject>;
+
+export const DeletedConversation = t.Object({ id: t.String(), object: t.Literal("conversation.deleted"), deleted: t.Literal(true) }, closed);

@@ -5,17 +5,17 @@
  */
 import type { ItemPage, ResponseResult, ResponseStart } from "../../chat/responses";
 import { outputItemId } from "../../chat/response-items";
-import type { ResponseRecord, StoredItem } from "../../db/types";
+import type { ResponseRecord, StoredConversation, StoredItem } from "../../db/types";
 import type { ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { event } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { InputItem, InputItemList, OutputItem, ResponseObject } from "./responses-contract";
+import type { ConversationObject, InputItem, InputItemList, OutputItem, ResponseObject } from "./responses-contract";
 
 /** What a response repeats of its request: kept with it, as its `params`. */
 export type ResponseEcho = Pick<
   ResponseObject,
-  "instructions" | "max_output_tokens" | "temperature" | "top_p" | "text" | "tool_choice" | "tools" | "parallel_tool_calls" | "metadata" | "store"
+  "instructions" | "max_output_tokens" | "temperature" | "top_p" | "text" | "tool_choice" | "tools" | "parallel_tool_calls" | "metadata" | "store" | "conversation"
 >;
 
 type ItemStatus = "in_progress" | "completed" | "incomplete";
@@ -77,12 +77,21 @@ function outputItemJson(item: StoredItem, status: ItemStatus): OutputItem {
   }
 }
 
-function inputItemJson(item: StoredItem): InputItem {
+export function inputItemJson(item: StoredItem): InputItem {
   if (item.type === "function_call_output") return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
   if (item.type === "message" && item.role !== "assistant") return { type: "message", id: item.id, status: "completed", role: item.role, content: [{ type: "input_text", text: item.text }] };
   return outputItemJson(item, "completed");
 }
 
+/** A conversation as the Conversations API shows it. */
+export const conversationJson = (conversation: StoredConversation): ConversationObject => ({
+  id: conversation.externalId,
+  object: "conversation",
+  created_at: Math.floor(conversation.createdAt / 1000),
+  metadata: conversation.metadata,
+});
+
+/** Items as the Responses and Conversations APIs list them. */
 export const inputItemList = ({ items, hasMore }: ItemPage): InputItemList => ({
   object: "list",
   data: items.map(inputItemJson),

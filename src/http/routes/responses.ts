@@ -5,7 +5,6 @@
  * What Parley cannot honour is refused (docs/API.md, "Responses").
  */
 import { Elysia, t } from "elysia";
-import type { ItemInput } from "../../chat/response-items";
 import type { ResponseInput, ResponseService } from "../../chat/responses";
 import { InvalidInput } from "../../errors";
 import type { ReplyFormat } from "../../llm/engine";
@@ -13,35 +12,16 @@ import { requireKey } from "../auth";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
-import { checkedArguments, toolRequestOf } from "../openai/tools";
+import { ITEM, ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
+import { toolRequestOf } from "../openai/tools";
 import { optional, unsupported } from "../sampling-fields";
 import type { TurnDriver } from "../turn-driver";
-
-const ITEM_RULE =
-  'input must be a string or items: messages {role: user, system, developer or assistant, content: a string or [{type: "input_text" or "output_text", text}]}, function_call {call_id, name, arguments}, function_call_output {call_id, output}, reasoning {summary, content}';
-
-const seen = { id: t.Optional(t.String()), status: t.Optional(t.String()) };
-
-const item = t.Union(
-  [
-    t.Object({
-      type: t.Optional(t.Literal("message")),
-      role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer"), t.Literal("assistant")]),
-      content: t.Union([t.String(), t.Array(t.Object({ type: t.Union([t.Literal("input_text"), t.Literal("output_text")]), text: t.String() }))]),
-      ...seen,
-    }),
-    t.Object({ type: t.Literal("function_call"), call_id: t.String({ minLength: 1 }), name: t.String(), arguments: t.String(), ...seen }),
-    t.Object({ type: t.Literal("function_call_output"), call_id: t.String(), output: t.String(), ...seen }),
-    t.Object({ type: t.Literal("reasoning"), summary: t.Array(t.Unknown()), content: t.Optional(t.Array(t.Object({ type: t.Literal("reasoning_text"), text: t.String() }))), ...seen }),
-  ],
-  { error: ITEM_RULE },
-);
 
 const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
 
 const responseRequest = t.Object(
   {
-    input: t.Union([t.String(), t.Array(item, { minItems: 1 })], { error: ITEM_RULE }),
+    input: t.Union([t.String(), t.Array(ITEM, { minItems: 1 })], { error: ITEM_RULE }),
     model: optional(t.String(), "model must be a string"),
     instructions: optional(t.String(), "instructions must be a string"),
     store: optional(t.Boolean(), "store must be true or false"),
@@ -98,7 +78,7 @@ const responseRequest = t.Object(
     prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
     service_tier: optional(t.String(), "service_tier must be a string"),
     previous_response_id: optional(t.String({ minLength: 1 }), "previous_response_id must be the id of a kept response"),
-    conversation: unsupported("conversation is not supported yet: chain responses with previous_response_id"),
+    conversation: optional(t.Union([t.String({ minLength: 1 }), t.Object({ id: t.String({ minLength: 1 }) })]), "conversation must be a conversation's id, or {id}"),
     background: optional(t.Literal(false), "background is not supported yet"),
     include: optional(t.Array(t.Never(), { maxItems: 0 }), "include is not supported"),
     reasoning: unsupported("reasoning is not supported: the model's chat template decides how it reasons"),
@@ -111,29 +91,6 @@ const responseRequest = t.Object(
 );
 
 type ResponseRequest = typeof responseRequest.static;
-type Item = Exclude<ResponseRequest["input"], string>[number];
-
-/** The request's items as the chat layer keeps them; text checked, a call's arguments a JSON object. */
-function itemsOf(input: string | readonly Item[]): ItemInput[] {
-  if (typeof input === "string") return [{ type: "message", role: "user", text: input }];
-  return input.map((entry, i): ItemInput => {
-    const at = `input[${i}]`;
-    const id = entry.id === undefined ? {} : { id: entry.id };
-    switch (entry.type) {
-      case "function_call":
-        return { type: "function_call", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
-      case "function_call_output":
-        return { type: "function_call_output", ...id, callId: entry.call_id, output: entry.output };
-      case "reasoning":
-        return { type: "reasoning", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
-      default: {
-        const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
-        if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
-        return { type: "message", ...id, role: entry.role, text };
-      }
-    }
-  });
-}
 
 function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): ReplyFormat | undefined {
   if (!format || format.type === "text") return undefined;
@@ -150,6 +107,7 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
   const format = formatOf(body.text?.format);
   const temperature = body.temperature ?? 1;
   const store = body.store ?? true;
+  const conversation = typeof body.conversation === "object" && body.conversation !== null ? body.conversation.id : (body.conversation ?? undefined);
   const params: ResponseEcho = {
     instructions: body.instructions ?? null,
     max_output_tokens: body.max_output_tokens ?? null,
@@ -161,11 +119,13 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
     parallel_tool_calls: body.parallel_tool_calls ?? true,
     metadata: body.metadata ?? {},
     store,
+    conversation: conversation === undefined ? null : { id: conversation },
   };
   return {
     ...(body.instructions ? { instructions: body.instructions } : {}),
     input: itemsOf(body.input),
     ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
+    ...(conversation !== undefined ? { conversation } : {}),
     store,
     params,
     sampling: { temperature, topP: body.top_p ?? undefined },
@@ -208,8 +168,6 @@ export interface ResponsesRouteDeps {
 }
 
 const TAGS = ["OpenAI-compatible"];
-// `include` among them: what it would add, Parley does not have.
-const QUERY_RULE = "unknown query parameter: Parley refuses one it does not know rather than ignore it";
 const responseId = t.Object({ id: t.String() });
 const NOT_FOUND = { "404": { ...openAiErrorResponses("not_found")["404"]!, description: "not_found: the caller has no kept response by this id" } };
 
@@ -270,18 +228,11 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
     .get(
       "/v1/responses/:id/input_items",
       async ({ params, principal, query }) =>
-        inputItemList(await deps.responses.inputItems(principal.userId, params.id, { order: query.order ?? "desc", limit: query.limit ?? 20, ...(query.after ? { after: query.after } : {}) })),
+        inputItemList(await deps.responses.inputItems(principal.userId, params.id, itemPageOf(query))),
       {
         auth: "key",
         params: responseId,
-        query: t.Object(
-          {
-            order: t.Optional(t.Union([t.Literal("asc"), t.Literal("desc")], { error: 'order must be "asc" or "desc"' })),
-            after: t.Optional(t.String({ error: "after must be an item id" })),
-            limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, error: "limit must be an integer from 1 to 100" })),
-          },
-          { additionalProperties: false, error: QUERY_RULE },
-        ),
+        query: ITEM_PAGE_QUERY,
         detail: {
           summary: "The items a kept response was given, paged (newest first unless order=asc)",
           tags: TAGS,

@@ -1,0 +1,67 @@
+/** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
+import { t } from "elysia";
+import type { ItemInput } from "../../chat/response-items";
+import type { ItemPageQuery } from "../../chat/responses";
+import { InvalidInput } from "../../errors";
+import { checkedArguments } from "./tools";
+
+export const ITEM_RULE =
+  'input must be a string or items: messages {role: user, system, developer or assistant, content: a string or [{type: "input_text" or "output_text", text}]}, function_call {call_id, name, arguments}, function_call_output {call_id, output}, reasoning {summary, content}';
+
+const seen = { id: t.Optional(t.String()), status: t.Optional(t.String()) };
+
+/** An input item of the Responses and Conversations APIs. */
+export const ITEM = t.Union(
+  [
+    t.Object({
+      type: t.Optional(t.Literal("message")),
+      role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer"), t.Literal("assistant")]),
+      content: t.Union([t.String(), t.Array(t.Object({ type: t.Union([t.Literal("input_text"), t.Literal("output_text")]), text: t.String() }))]),
+      ...seen,
+    }),
+    t.Object({ type: t.Literal("function_call"), call_id: t.String({ minLength: 1 }), name: t.String(), arguments: t.String(), ...seen }),
+    t.Object({ type: t.Literal("function_call_output"), call_id: t.String(), output: t.String(), ...seen }),
+    t.Object({ type: t.Literal("reasoning"), summary: t.Array(t.Unknown()), content: t.Optional(t.Array(t.Object({ type: t.Literal("reasoning_text"), text: t.String() }))), ...seen }),
+  ],
+  { error: ITEM_RULE },
+);
+
+type Item = typeof ITEM.static;
+
+/** The request's items as the chat layer keeps them; text checked, a call's arguments a JSON object. */
+export function itemsOf(input: string | readonly Item[], field = "input"): ItemInput[] {
+  if (typeof input === "string") return [{ type: "message", role: "user", text: input }];
+  return input.map((entry, i): ItemInput => {
+    const at = `${field}[${i}]`;
+    const id = entry.id === undefined ? {} : { id: entry.id };
+    switch (entry.type) {
+      case "function_call":
+        return { type: "function_call", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
+      case "function_call_output":
+        return { type: "function_call_output", ...id, callId: entry.call_id, output: entry.output };
+      case "reasoning":
+        return { type: "reasoning", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
+      default: {
+        const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
+        if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
+        return { type: "message", ...id, role: entry.role, text };
+      }
+    }
+  });
+}
+
+
+// `include` among them: what it would add, Parley does not have.
+export const QUERY_RULE = "unknown query parameter: Parley refuses one it does not know rather than ignore it";
+
+/** A page of items, as OpenAI's lists take it: newest first unless `order=asc`. */
+export const ITEM_PAGE_QUERY = t.Object(
+  {
+    order: t.Optional(t.Union([t.Literal("asc"), t.Literal("desc")], { error: 'order must be "asc" or "desc"' })),
+    after: t.Optional(t.String({ error: "after must be an item id" })),
+    limit: t.Optional(t.Integer({ minimum: 1, maximum: 100, error: "limit must be an integer from 1 to 100" })),
+  },
+  { additionalProperties: false, error: QUERY_RULE },
+);
+
+export const itemPageOf = (query: typeof ITEM_PAGE_QUERY.static): ItemPageQuery => ({ order: query.order ?? "desc", limit: query.limit ?? 20, ...(query.after ? { after: query.after } : {}) });
