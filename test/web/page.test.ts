@@ -336,6 +336,26 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(await texts(page, "#conversation-list .title")).toContain("The newest one");
   });
 
+  test("a conversation made through /v1/conversations and /v1/responses is listed and opened like any other", async () => {
+    const post = async (path: string, body: unknown) =>
+      (await (await fetch(`${served.url}${path}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify(body) })).json()) as {
+        id: string;
+        output: { content: { text: string }[] }[];
+      };
+    const conversation = await post("/v1/conversations", { items: [{ type: "message", role: "developer", content: "Be brief." }] });
+    const response = await post("/v1/responses", { model: "any", conversation: conversation.id, input: "Made through the Conversations API", max_output_tokens: 4, temperature: 0 });
+
+    const page = await open();
+    await signIn(page, "another");
+    const entry = page.locator(`#conversation-list li[data-id="${conversation.id}"]`);
+    await entry.waitFor();
+    expect(await entry.locator(".title").textContent()).toBe("Made through the Conversations API");
+    await entry.locator(".open").click();
+    // Its user and assistant messages; the developer message is an item the page does not show.
+    await until(async () => (await texts(page, "#log .body")).length === 2, "the conversation's messages to be shown");
+    expect(await texts(page, "#log .body")).toEqual(["Made through the Conversations API", response.output[0]!.content[0]!.text]);
+  });
+
   const HOSTILE = [
     "Here is the code:",
     "",
