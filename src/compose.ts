@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { CompletionService } from "./chat/completions";
 import { ResponseService } from "./chat/responses";
 import { ConversationItemService } from "./chat/conversation-item-service";
+import { BackgroundResponses } from "./http/background-responses";
 import { ChatService } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
@@ -22,6 +23,8 @@ import { ensureDataDir, openConfiguredStorage, refuseBusy } from "./startup";
 
 /** How long responses may take to finish once every reply is stored, before connections are cut. */
 const CONNECTION_DRAIN_MS = 5_000;
+/** A background response's new events are kept (and a cancel from another node seen) this often; followers elsewhere look as often. */
+const BACKGROUND = { flushMs: 100, pollMs: 100 };
 
 export type Announce = (level: "info" | "warn" | "fatal", fields: object, msg: string) => void;
 
@@ -98,10 +101,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
     systemPrompt: config.systemPrompt,
     shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
   });
+  const background = new BackgroundResponses(storage.responses, log, BACKGROUND);
   const app = createApp({
     storage,
     node: config.nodeName,
     chat,
+    background,
     completions,
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
@@ -134,6 +139,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
     clearTimeout(timer);
     await server.stop(true);
   });
+  // After the runner: its turns have ended, their last events are being kept.
+  stack.defer(() => background.settled());
   stack.use(runner);
   stack.defer(() => void (drained = server.stop(false)));
   announce(

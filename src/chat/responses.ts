@@ -21,6 +21,8 @@ export interface ResponseInput extends Omit<CompletionInput, "messages" | "conve
   previousResponseId?: string;
   /** Keep it (it can be read, continued, deleted), or only answer. */
   store: boolean;
+  /** Generated whatever its client does (the caller's signal then only stops it on purpose); kept. */
+  background?: boolean;
   /** What the response repeats of its request, kept with it as given. */
   params: Record<string, unknown>;
 }
@@ -90,8 +92,9 @@ export class ResponseService {
    * with the reason when generation failed). Undefined when the client left before it started.
    */
   async *respond(request: ResponseInput): AsyncGenerator<ResponseStart | TurnEvent, ResponseResult | undefined, void> {
-    const { instructions, input, previousResponseId, conversation, store, params, ...turn } = request;
+    const { instructions, input, previousResponseId, conversation, store, background = false, params, ...turn } = request;
     const id = newResponseId();
+    if (background && !store) throw new InvalidInput("background", "a background response is kept: background needs store");
     if (conversation !== undefined && previousResponseId !== undefined) {
       throw new InvalidInput("conversation", "a response continues a conversation or a previous response, not both");
     }
@@ -105,6 +108,7 @@ export class ResponseService {
       model: "",
       params,
       input: items,
+      background,
       createdAt: Date.now(),
       status: "in_progress",
       output: [],

@@ -21,6 +21,7 @@ import type {
   ChainLink,
   NewResponse,
   ResponseEnd,
+  ResponseEvent,
   ResponseRecord,
   StoredTurn,
 } from "./types";
@@ -97,8 +98,15 @@ export interface ResponseStore {
    * the chain. A deleted response ends its chain. Empty when the user has no response by this id.
    */
   chain(userId: number, id: string, bound: { maxChars: number }): Promise<ChainLink[]>;
-  /** Deletes the user's response; returns it, undefined when the user has none by this id. */
+  /** Deletes the user's response (and its events); returns it, undefined when the user has none by this id. */
   delete(userId: number, id: string): Promise<ResponseRecord | undefined>;
+  /** Keeps more of a background response's stream; an event already kept (by its `seq`) stays as it was. */
+  appendEvents(id: string, events: readonly ResponseEvent[]): Promise<void>;
+  /** Up to `limit` of its kept events after `afterSeq`, in order. */
+  events(id: string, afterSeq: number, limit: number): Promise<ResponseEvent[]>;
+  /** Asks whichever node generates the user's response to stop it; false when there is none. */
+  requestCancel(userId: number, id: string): Promise<boolean>;
+  cancelRequested(id: string): Promise<boolean>;
 }
 
 /**

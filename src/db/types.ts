@@ -214,6 +214,8 @@ export interface NewResponse {
   /** What the response repeats of its request; storage keeps it as given. */
   params: Record<string, unknown>;
   input: StoredItem[];
+  /** Generated whatever its client does; its stream's events are kept (`ResponseEvent`). */
+  background: boolean;
 }
 
 /** How a kept response ended. */
@@ -232,6 +234,16 @@ export interface ResponseRecord extends NewResponse {
   usage: ResponseUsageRecord | null;
   finishReason: FinishReason | null;
   error: string | null;
+}
+
+/** One event of a background response's stream, kept as written so any node can replay it. */
+export interface ResponseEvent {
+  /** Its `sequence_number`: 0, 1, … */
+  seq: number;
+  /** The event's name (`response.output_text.delta`, …). */
+  type: string;
+  /** The event as written on the stream. */
+  text: string;
 }
 
 /** One link of a chain: what a later response's prompt needs of an earlier one. */

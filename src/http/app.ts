@@ -2,6 +2,7 @@ import { Elysia } from "elysia";
 import type { CompletionService } from "../chat/completions";
 import type { ResponseService } from "../chat/responses";
 import type { ConversationItemService } from "../chat/conversation-item-service";
+import type { BackgroundResponses } from "./background-responses";
 import type { ChatService } from "../chat/service";
 import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
@@ -44,6 +45,8 @@ export interface AppDeps {
   completions: CompletionService;
   /** OpenAI's Responses API: kept responses and their chains. */
   responses: ResponseService;
+  /** Responses generated whatever their clients do, their events kept for any node to replay. */
+  background: BackgroundResponses;
   /** OpenAI's Conversations API: stored conversations as items. */
   conversationItems: ConversationItemService;
   /** Names this node in every response's `X-Parley-Node` (several nodes behind a balancer). */
@@ -95,7 +98,7 @@ export function createApp(deps: AppDeps) {
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
-    .use(responsesRoutes({ responses: deps.responses, turns, body: limits }))
+    .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))
     .use(openAiConversationRoutes({ conversationItems: deps.conversationItems, body: limits }));
 }
 

@@ -124,6 +124,23 @@ export class TurnDriver {
     }
   }
 
+  /**
+   * A stream of events framed before, elsewhere (a background response's, replayed): the key's
+   * stream slot, Bun's idle timeout lifted, heartbeats while it is silent.
+   */
+  async *replay(exchange: Exchange, events: (signal: AbortSignal) => AsyncGenerator<SseChunk, void, void>): AsyncGenerator<SseChunk, void, void> {
+    const { request, set, server } = exchange;
+    const closeSlot = await this.deps.limiter.openStream(exchange.keyId);
+    try {
+      server?.timeout(request, 0);
+      set.headers["content-type"] = "text/event-stream";
+      set.headers["cache-control"] = "no-cache";
+      yield* withHeartbeat(events(request.signal), this.deps.heartbeatMs, request.signal);
+    } finally {
+      closeSlot();
+    }
+  }
+
   /** Times one reply's tokens for the metrics and the request's log line. */
   private meter(request: Request) {
     const { metrics } = this.deps;
@@ -152,7 +169,7 @@ const isReply = (event: unknown): event is ReplyEvent => {
   return type === "delta" || type === "reasoning" || type === "toolCall" || type === "logprobs";
 };
 
-function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
+export function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
   switch (event.type) {
     case "delta":
       return framing.delta(event.content);

@@ -25,7 +25,7 @@ for (const backend of backends()) {
             { type: "message", id: `msg_${i}`, role: "assistant", text: "ok".repeat(random.int(0, 20)) },
             { type: "function_call", id: `fc_${i}`, callId: `call_${i}`, name: "f", arguments: '{"a": "ü"}' },
           ];
-          const created: NewResponse = { id, userId, previousResponseId: ids.at(-1) ?? null, chainKey: "resp_0", createdAt: 1_700_000_000_000 + i, model: "m", params: { n: i, store: true }, input };
+          const created: NewResponse = { id, userId, previousResponseId: ids.at(-1) ?? null, chainKey: "resp_0", createdAt: 1_700_000_000_000 + i, model: "m", params: { n: i, store: true }, input, background: i % 2 === 0 };
           await storage.responses.create(created);
           expect(await storage.responses.get(userId, id)).toEqual({ ...created, status: "in_progress", output: [], usage: null, finishReason: null, error: null });
           const usage = { inputTokens: 10 + i, outputTokens: 3, cachedTokens: i };
@@ -45,12 +45,26 @@ for (const backend of backends()) {
         }
 
         for (const read of [storage.responses.get(other.userId, "resp_3"), storage.responses.delete(other.userId, "resp_3")]) expect(await read).toBeUndefined();
+        expect(await storage.responses.requestCancel(other.userId, "resp_4")).toBe(false);
+        expect(await storage.responses.cancelRequested("resp_4")).toBe(false);
+        expect(await storage.responses.requestCancel(userId, "resp_4")).toBe(true);
+        expect(await storage.responses.cancelRequested("resp_4")).toBe(true);
+
+        // A background response's events: kept once by their number, read after one, in order.
+        const events = Array.from({ length: 7 }, (_, seq) => ({ seq, type: seq === 6 ? "response.completed" : "response.output_text.delta", text: `event: x\ndata: {"n":${seq}}\n\n` }));
+        await storage.responses.appendEvents("resp_4", events.slice(0, 4));
+        await storage.responses.appendEvents("resp_4", events.slice(3));
+        expect(await storage.responses.events("resp_4", -1, 100)).toEqual(events);
+        expect(await storage.responses.events("resp_4", 2, 3)).toEqual(events.slice(3, 6));
+        expect((await storage.responses.delete(userId, "resp_4"))?.background).toBe(true);
+        expect(await storage.responses.events("resp_4", -1, 100)).toEqual([]);
+        links.splice(4, 1);
         expect(await storage.responses.chain(other.userId, "resp_11", { maxChars: 100 })).toEqual([]);
 
         expect((await storage.responses.delete(userId, "resp_5"))?.chainKey).toBe("resp_0");
         expect(await storage.responses.get(userId, "resp_5")).toBeUndefined();
         expect(await storage.responses.finish("resp_5", { status: "failed", output: [], usage: null, finishReason: null, error: "x" })).toBe(false);
-        expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links.slice(6));
+        expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links.slice(5));
         await storage.close();
       }),
     );

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { CompletionService } from "../../src/chat/completions";
 import { ResponseService } from "../../src/chat/responses";
 import { ConversationItemService } from "../../src/chat/conversation-item-service";
+import { BackgroundResponses } from "../../src/http/background-responses";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
@@ -78,6 +79,7 @@ export function serveApp(options: ServeOptions): Served {
     completions,
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
+    background: new BackgroundResponses(storage.responses, silentLogger(), { flushMs: 20, pollMs: 20 }),
     isReady: () => engine !== undefined,
     node: options.node,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),

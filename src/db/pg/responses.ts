@@ -1,14 +1,14 @@
-import { and, eq } from "drizzle-orm";
+import { and, asc, eq, gt } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
-import type { ChainLink, NewResponse, ResponseEnd, ResponseRecord } from "../types";
+import type { ChainLink, NewResponse, ResponseEnd, ResponseEvent, ResponseRecord } from "../types";
 import type { Db } from "./client";
-import { responses } from "./schema";
+import { responseEvents, responses } from "./schema";
 
 /** Links fetched per round trip while stepping back through a chain. */
 const LINKS_PER_FETCH = 16;
 
-const recordOf = ({ previousId, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+const recordOf = ({ previousId, cancelRequested: _, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
 
 export class PgResponseStore implements ResponseStore {
   constructor(private readonly db: Db) {}
@@ -36,6 +36,33 @@ export class PgResponseStore implements ResponseStore {
       for await (const rows of client.unsafe<ChainLink[]>(CHAIN_SQL, [id, userId]).cursor(LINKS_PER_FETCH)) yield* rows;
     }
     return walkChain(links(), maxChars);
+  }
+
+  async appendEvents(id: string, events: readonly ResponseEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    await this.db
+      .insert(responseEvents)
+      .values(events.map((event) => ({ responseId: id, ...event })))
+      .onConflictDoNothing();
+  }
+
+  async events(id: string, afterSeq: number, limit: number): Promise<ResponseEvent[]> {
+    return this.db
+      .select({ seq: responseEvents.seq, type: responseEvents.type, text: responseEvents.text })
+      .from(responseEvents)
+      .where(and(eq(responseEvents.responseId, id), gt(responseEvents.seq, afterSeq)))
+      .orderBy(asc(responseEvents.seq))
+      .limit(limit);
+  }
+
+  async requestCancel(userId: number, id: string): Promise<boolean> {
+    const asked = await this.db.update(responses).set({ cancelRequested: true }).where(and(eq(responses.id, id), eq(responses.userId, userId))).returning({ id: responses.id });
+    return asked.length > 0;
+  }
+
+  async cancelRequested(id: string): Promise<boolean> {
+    const [row] = await this.db.select({ asked: responses.cancelRequested }).from(responses).where(eq(responses.id, id));
+    return row?.asked === true;
   }
 
   async delete(userId: number, id: string): Promise<ResponseRecord | undefined> {

@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { bigint, doublePrecision, index, integer, jsonb, pgTable, text, uniqueIndex } from "drizzle-orm/pg-core";
+import { bigint, boolean, doublePrecision, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
 import { KEY_ROLES, type MessageItem, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
@@ -142,6 +142,23 @@ export const responses = pgTable(
     usage: jsonb("usage").$type<ResponseUsageRecord>(),
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     error: text("error"),
+    background: boolean("background").notNull().default(false),
+    /** Asked to stop (`POST /v1/responses/{id}/cancel`) on a node other than the one generating it. */
+    cancelRequested: boolean("cancel_requested").notNull().default(false),
   },
   (table) => [index("responses_user_created_idx").on(table.userId, table.createdAt)],
+);
+
+/** A background response's stream, event by event, for replays from any node. */
+export const responseEvents = pgTable(
+  "response_events",
+  {
+    responseId: text("response_id")
+      .notNull()
+      .references(() => responses.id, { onDelete: "cascade" }),
+    seq: integer("seq").notNull(),
+    type: text("type").notNull(),
+    text: text("text").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.responseId, table.seq] })],
 );

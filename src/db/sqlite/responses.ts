@@ -1,12 +1,12 @@
 import type { Statement } from "bun:sqlite";
-import { and, eq, inArray } from "drizzle-orm";
+import { and, asc, eq, gt, inArray } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
-import type { ChainLink, NewResponse, ResponseEnd, ResponseRecord } from "../types";
+import type { ChainLink, NewResponse, ResponseEnd, ResponseEvent, ResponseRecord } from "../types";
 import type { Db } from "./client";
-import { responses } from "./schema";
+import { responseEvents, responses } from "./schema";
 
-const recordOf = ({ previousId, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+const recordOf = ({ previousId, cancelRequested: _, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
 
 export class SqliteResponseStore implements ResponseStore {
   private readonly chainRows: Statement<{ id: string; input: string; output: string }, [string, number]>;
@@ -41,6 +41,33 @@ export class SqliteResponseStore implements ResponseStore {
     }
     // Stepped row by row: links past the bound are never read.
     return walkChain(links(this.chainRows.iterate(id, userId)), maxChars);
+  }
+
+  async appendEvents(id: string, events: readonly ResponseEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    this.db
+      .insert(responseEvents)
+      .values(events.map((event) => ({ responseId: id, ...event })))
+      .onConflictDoNothing()
+      .run();
+  }
+
+  async events(id: string, afterSeq: number, limit: number): Promise<ResponseEvent[]> {
+    return this.db
+      .select({ seq: responseEvents.seq, type: responseEvents.type, text: responseEvents.text })
+      .from(responseEvents)
+      .where(and(eq(responseEvents.responseId, id), gt(responseEvents.seq, afterSeq)))
+      .orderBy(asc(responseEvents.seq))
+      .limit(limit)
+      .all();
+  }
+
+  async requestCancel(userId: number, id: string): Promise<boolean> {
+    return this.db.update(responses).set({ cancelRequested: true }).where(and(eq(responses.id, id), eq(responses.userId, userId))).returning({ id: responses.id }).all().length > 0;
+  }
+
+  async cancelRequested(id: string): Promise<boolean> {
+    return this.db.select({ asked: responses.cancelRequested }).from(responses).where(eq(responses.id, id)).get()?.asked === true;
   }
 
   async delete(userId: number, id: string): Promise<ResponseRecord | undefined> {

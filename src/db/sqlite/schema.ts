@@ -1,5 +1,5 @@
 import { sql } from "drizzle-orm";
-import { index, integer, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
 import { KEY_ROLES, type MessageItem, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
@@ -143,6 +143,23 @@ export const responses = sqliteTable(
     usage: text("usage", { mode: "json" }).$type<ResponseUsageRecord>(),
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     error: text("error"),
+    background: integer("background", { mode: "boolean" }).notNull().default(false),
+    /** Asked to stop (`POST /v1/responses/{id}/cancel`) on a node other than the one generating it. */
+    cancelRequested: integer("cancel_requested", { mode: "boolean" }).notNull().default(false),
   },
   (table) => [index("responses_user_created_idx").on(table.userId, table.createdAt)],
+);
+
+/** A background response's stream, event by event, for replays from any node. */
+export const responseEvents = sqliteTable(
+  "response_events",
+  {
+    responseId: text("response_id")
+      .notNull()
+      .references(() => responses.id, { onDelete: "cascade" }),
+    seq: integer("seq").notNull(),
+    type: text("type").notNull(),
+    text: text("text").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.responseId, table.seq] })],
 );

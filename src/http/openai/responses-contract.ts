@@ -112,7 +112,7 @@ export const ResponseObject = t.Object(
     previous_response_id: t.Union([t.String(), t.Null()]),
     conversation: t.Union([t.Object({ id: t.String() }, closed), t.Null()], { description: "The conversation it was answered in: its input and output are that conversation's items" }),
     store: t.Boolean({ description: "Kept: it can be retrieved, continued and deleted" }),
-    background: t.Literal(false),
+    background: t.Boolean({ description: "Generated whatever its client does; its stream's events are kept" }),
     temperature: t.Number(),
     top_p: t.Union([t.Number(), t.Null()], { description: "As the request gave it; null: Parley's default (docs/API.md, Sampling)" }),
     text: t.Object({ format: TextFormat }, closed),

@@ -34,7 +34,7 @@ export function responseObject(record: ResponseRecord): ResponseObject {
     model: record.model,
     output: record.output.map((item) => outputItemJson(item, itemStatus)),
     previous_response_id: record.previousResponseId,
-    background: false,
+    background: record.background,
     truncation: "auto",
     // Written by responseParams from this very type.
     ...(record.params as ResponseEcho),

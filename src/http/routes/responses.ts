@@ -15,6 +15,7 @@ import { inputItemList, type ResponseEcho, responseObject, responsesFraming } fr
 import { ITEM, ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
 import { toolRequestOf } from "../openai/tools";
 import { optional, unsupported } from "../sampling-fields";
+import type { BackgroundResponses } from "../background-responses";
 import type { TurnDriver } from "../turn-driver";
 
 const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
@@ -79,7 +80,7 @@ const responseRequest = t.Object(
     service_tier: optional(t.String(), "service_tier must be a string"),
     previous_response_id: optional(t.String({ minLength: 1 }), "previous_response_id must be the id of a kept response"),
     conversation: optional(t.Union([t.String({ minLength: 1 }), t.Object({ id: t.String({ minLength: 1 }) })]), "conversation must be a conversation's id, or {id}"),
-    background: optional(t.Literal(false), "background is not supported yet"),
+    background: optional(t.Boolean(), "background must be true or false"),
     include: optional(t.Array(t.Never(), { maxItems: 0 }), "include is not supported"),
     reasoning: unsupported("reasoning is not supported: the model's chat template decides how it reasons"),
     top_logprobs: unsupported("top_logprobs is not supported on /v1/responses yet (it is on /v1/chat/completions)"),
@@ -127,6 +128,7 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
     ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
     ...(conversation !== undefined ? { conversation } : {}),
     store,
+    background: body.background === true,
     params,
     sampling: { temperature, topP: body.top_p ?? undefined },
     maxTokens: body.max_output_tokens ?? undefined,
@@ -163,11 +165,14 @@ async function* namedAsResponses<T, R>(events: AsyncGenerator<T, R, void>): Asyn
 
 export interface ResponsesRouteDeps {
   responses: ResponseService;
+  background: BackgroundResponses;
   turns: TurnDriver;
   body: BodyLimits;
 }
 
 const TAGS = ["OpenAI-compatible"];
+/** How long a cancel waits for the response to end before answering with it as it stands. */
+const CANCEL_WAIT_MS = 10_000;
 const responseId = t.Object({ id: t.String() });
 const NOT_FOUND = { "404": { ...openAiErrorResponses("not_found")["404"]!, description: "not_found: the caller has no kept response by this id" } };
 
@@ -179,11 +184,19 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
       async function* ({ body, principal, request, server, set }) {
         const input = responseInput(body);
         const turn = (signal: AbortSignal) => namedAsResponses(deps.responses.respond({ ...input, userId: principal.userId, signal }));
+        const exchange = { request, set, server, keyId: principal.keyId };
+        if (input.background) {
+          const started = await deps.background.start(turn);
+          if (body.stream !== true) return responseObject(started);
+          // This stream is one follower of the response: leaving it stops nothing.
+          yield* deps.turns.replay(exchange, (signal) => deps.background.events(principal.userId, started.id, -1, signal));
+          return;
+        }
         if (body.stream !== true) {
           const ended = await deps.turns.complete(request, turn);
           return ended && responseObject(ended.response);
         }
-        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, responsesFraming());
+        yield* deps.turns.stream(exchange, turn, responsesFraming());
       },
       {
         auth: "key",
@@ -200,15 +213,57 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
         },
       },
     )
-    .get("/v1/responses/:id", async ({ params, principal }) => responseObject(await deps.responses.get(principal.userId, params.id)), {
-      auth: "key",
-      params: responseId,
-      query: t.Object(
-        { stream: t.Optional(t.Literal("false", { error: "stream is not supported yet: a kept response is read whole" })) },
-        { additionalProperties: false, error: QUERY_RULE },
-      ),
-      detail: { summary: "A kept response, as it stands", tags: TAGS, responses: { "200": jsonResponse("The response", "ResponseObject"), ...openAiErrorResponses("unauthorized", "rate_limited"), ...NOT_FOUND } },
-    })
+    .get(
+      "/v1/responses/:id",
+      async function* ({ params, principal, query, request, server, set }) {
+        const record = await deps.responses.get(principal.userId, params.id);
+        if (query.stream !== "true") {
+          if (query.starting_after !== undefined) throw new InvalidInput("starting_after", "starting_after needs stream=true");
+          return responseObject(record);
+        }
+        if (!record.background) throw new InvalidInput("stream", "only a background response's stream is kept: this response was not made with background: true");
+        const after = query.starting_after ?? -1;
+        yield* deps.turns.replay({ request, set, server, keyId: principal.keyId }, (signal) => deps.background.events(principal.userId, record.id, after, signal));
+      },
+      {
+        auth: "key",
+        params: responseId,
+        query: t.Object(
+          {
+            stream: t.Optional(t.Union([t.Literal("true"), t.Literal("false")], { error: "stream must be true or false" })),
+            starting_after: t.Optional(t.Integer({ minimum: -1, error: "starting_after must be an event's sequence_number" })),
+          },
+          { additionalProperties: false, error: QUERY_RULE },
+        ),
+        detail: {
+          summary: "A kept response as it stands; with stream=true (background responses), its events after starting_after, then the rest as they come",
+          tags: TAGS,
+          responses: {
+            "200": jsonResponse("The response; with stream=true, text/event-stream of its typed events (ResponseEvent)", "ResponseObject"),
+            ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"),
+            ...NOT_FOUND,
+          },
+        },
+      },
+    )
+    .post(
+      "/v1/responses/:id/cancel",
+      async ({ params, principal }) => {
+        const record = await deps.responses.get(principal.userId, params.id);
+        if (!record.background) throw new InvalidInput("id", "only a background response can be cancelled");
+        const ended = await deps.background.cancel(principal.userId, record.id, CANCEL_WAIT_MS);
+        return responseObject(ended ?? record);
+      },
+      {
+        auth: "key",
+        params: responseId,
+        detail: {
+          summary: "Stop a background response, on whichever node generates it; the response once it has ended (cancelled, with what was said)",
+          tags: TAGS,
+          responses: { "200": jsonResponse("The response", "ResponseObject"), ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+        },
+      },
+    )
     .delete(
       "/v1/responses/:id",
       async ({ params, principal }) => {
