@@ -231,4 +231,47 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     // Each turn saw every turn stored before it: the prompts are all different lengths.
     expect(new Set(replies.map((r) => r.body.usage.prompt_tokens)).size).toBe(6);
   });
+
+  test("kept responses on every node: a response in a conversation lands where its native turns do; a background stream started on one node is resumed on another", async () => {
+    const live = nodes.filter((node) => node.child.exitCode === null && node.child.signalCode === null);
+    const v1 = (url: string, method: string, path: string, body?: unknown) =>
+      fetch(`${url}/v1${path}`, { method, headers: { ...bearer(key), ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
+
+    // Through HAProxy: the native turn and the responses in its conversation share a node, and its cache.
+    const native = await fetch(`${balancer.url}/api/v1.0/chat`, {
+      method: "POST",
+      headers: { ...bearer(key), "content-type": "application/json" },
+      body: JSON.stringify({ conversation_id: "conv_cluster", message: "Hello", max_tokens: 8, temperature: 0 }),
+    });
+    expect(native.status).toBe(200);
+    // The node already held everything the turn before evaluated: this conversation's cache.
+    let before = ((await native.json()) as ChatReply).usage.prompt_tokens;
+    for (const conversation of ["conv_cluster", { id: "conv_cluster" }]) {
+      const response = await v1(balancer.url, "POST", "/responses", { model: "any", conversation, input: "Tell me more", max_output_tokens: 8, temperature: 0 });
+      expect(response.status).toBe(200);
+      const { usage } = (await response.json()) as { usage: { input_tokens: number; input_tokens_details: { cached_tokens: number } } };
+      expect(usage.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(before);
+      before = usage.input_tokens;
+    }
+
+    // Started on one node, left after its first delta, resumed on another from the kept events.
+    const [first, second] = [live[0]!, live[1]!];
+    const started = await v1(first.url, "POST", "/responses", { model: "any", input: "Hello there", background: true, stream: true, max_output_tokens: 24, temperature: 0 });
+    expect(started.status).toBe(200);
+    const seen: { sequence_number: number; type: string; delta?: string; response?: { id: string; output_text?: string } }[] = [];
+    for await (const { event, data } of readSse(started)) {
+      if (event === "comment") continue;
+      seen.push(data as (typeof seen)[number]);
+      if (seen.at(-1)!.type === "response.output_text.delta") break;
+    }
+    const id = seen[0]!.response!.id;
+    const resumed = await v1(second.url, "GET", `/responses/${id}?stream=true&starting_after=${seen.at(-1)!.sequence_number}`);
+    expect(resumed.status).toBe(200);
+    for await (const { event, data } of readSse(resumed)) if (event !== "comment") seen.push(data as (typeof seen)[number]);
+    expect(seen.map((event) => event.sequence_number)).toEqual(seen.map((_, i) => i));
+    expect(["response.completed", "response.incomplete"]).toContain(seen.at(-1)!.type);
+    const kept = (await (await v1(second.url, "GET", `/responses/${id}`)).json()) as { output: { type: string; content?: { text: string }[] }[] };
+    const text = kept.output.find((item) => item.type === "message")!.content![0]!.text;
+    expect(seen.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta!] : [])).join("")).toBe(text);
+  });
 });
