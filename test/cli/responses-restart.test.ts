@@ -1,7 +1,8 @@
 /**
  * Kept responses across a restart of `parley serve` on the same database: a chain continued after
  * SIGTERM and start gives the reply it gives without the restart, and a streamed response cut by
- * the shutdown is kept as it was streamed (`incomplete`); one whose server was killed is `failed`.
+ * the shutdown is kept as it was streamed (`incomplete`), a background one too with its whole
+ * stream; one whose server was killed is `failed`.
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
@@ -46,6 +47,9 @@ describe("kept responses across a restart", () => {
       return undefined;
     })();
     await until(() => text !== "", "the first delta", 20_000);
+    // And one in the background, followed until its first delta.
+    const background = await before.client.responses.create({ model: "any", temperature: 0, max_output_tokens: 400, input: "Go on", background: true });
+    for await (const event of await before.client.responses.retrieve(background.id, { stream: true })) if (event.type === "response.output_text.delta") break;
     before.server.child.kill("SIGTERM");
     const cut = await ended;
     expect(cut?.status).toBe("incomplete");
@@ -59,6 +63,13 @@ describe("kept responses across a restart", () => {
     const kept = await after.client.responses.retrieve(responseId);
     expect(kept.status).toBe("incomplete");
     expect(kept.output_text).toBe(text);
+    // The background response ended incomplete at the shutdown, its whole stream kept: replayed, it ends so.
+    const replayed: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of await after.client.responses.retrieve(background.id, { stream: true })) replayed.push(event);
+    expect(replayed.at(-1)!.type).toBe("response.incomplete");
+    const backgroundKept = await after.client.responses.retrieve(background.id);
+    expect(backgroundKept.status).toBe("incomplete");
+    expect(replayed.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta] : [])).join("")).toBe(backgroundKept.output_text);
 
     // Killed while it generates: nothing will end it, so the next start marks it failed.
     const running = after.client.responses.stream({ model: "any", temperature: 0, max_output_tokens: 400, input: "Go on" });
