@@ -14,6 +14,7 @@ import { shownPrefix } from "./db/api-keys";
 import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
+import { expireResponses } from "./retention";
 import { Engine } from "./llm/engine";
 import { describeGguf, InvalidModelError } from "./gguf/describe";
 import { ModelNotFoundError, resolveModel } from "./llm/model";
@@ -52,6 +53,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool, timeoutMs: config.dbTimeoutMs, serving: true }, { waitS: config.dbWaitS, announce }),
   );
   await bootstrapAdminKey(storage.keys, config.adminKey, announce).catch(refuseBusy);
+  stack.defer(expireResponses(storage.responses, config.responsesTtlDays, announce));
   if (model.demo) {
     announce(
       "info",
@@ -66,7 +68,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     { current: () => engine },
     { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
   );
-  const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns });
+  const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns, responses: () => storage.responses.count() });
   ensureDataDir(config.dataDir);
   const started = performance.now();
   // Started before the HTTP app is built: the native model loading overlaps that JS work.

@@ -23,6 +23,8 @@ export interface Config {
   nodeName?: string;
   /** PostgreSQL: how long a conversation stays held by a node that stopped renewing its lease (died). */
   leaseTtlS: number;
+  /** Kept responses older than this many days are deleted; 0 = kept until deleted. */
+  responsesTtlDays: number;
   /** Files that are not the database: saved KV states (`kv/`), the chat-format cache. */
   dataDir: string;
   /** Used only when the database holds no keys yet (first start). */
@@ -153,6 +155,14 @@ export const CONFIG_SPEC = {
     flag: "--lease-ttl",
     default: "10",
     help: "PostgreSQL: seconds a conversation stays held by a node that stopped renewing its turn's lease (a crashed node)",
+  },
+  responsesTtlDays: {
+    env: "PARLEY_RESPONSES_TTL_DAYS",
+    doc: "days a kept response of `/v1/responses` (and its stream's events) is kept, counted from its creation; checked hourly; `0` = until deleted. A conversation's items stay: they are the conversation's",
+    shownDefault: "`0`",
+    flag: "--responses-ttl-days",
+    default: "0",
+    help: "Days a kept response of /v1/responses is kept (0 = until deleted)",
   },
   dataDir: {
     env: "PARLEY_DATA_DIR",
@@ -435,6 +445,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     dbTimeoutMs: int("dbTimeoutMs", 100, 600_000),
     dbWaitS: int("dbWaitS", 0, 86_400),
     leaseTtlS: int("leaseTtlS", 1, 3_600),
+    responsesTtlDays: int("responsesTtlDays", 0, 36_500),
     nodeName: nodeName(raw("nodeName")),
     dataDir: dataDir ?? (isPostgresUrl(dbPath) ? "./data" : dirname(dbPath)),
     adminKey,

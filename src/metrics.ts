@@ -68,7 +68,7 @@ export class Metrics {
   });
 
   /** The sources are read when scraped (queue depth, busy sequences, turns), not tracked twice. */
-  constructor({ engine, turns }: { engine: () => EngineGauges | undefined; turns: () => number }) {
+  constructor({ engine, turns, responses }: { engine: () => EngineGauges | undefined; turns: () => number; responses?: () => Promise<number> }) {
     // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
     for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
     for (const source of ["cached", "evaluated"]) this.promptTokens.inc({ source }, 0);
@@ -88,6 +88,20 @@ export class Metrics {
         this.set(turns());
       },
     });
+    if (responses) {
+      new Gauge({
+        name: "parley_responses_kept",
+        help: "Responses of /v1/responses kept in the database, of every user (PARLEY_RESPONSES_TTL_DAYS bounds them)",
+        registers: [this.registry],
+        async collect() {
+          // A database that cannot answer now leaves the last count: the scrape still succeeds.
+          await responses().then(
+            (kept) => this.set(kept),
+            () => undefined,
+          );
+        },
+      });
+    }
     new Gauge({
       name: "parley_sequences_busy",
       help: "Sequences generating a reply",

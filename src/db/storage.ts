@@ -107,6 +107,10 @@ export interface ResponseStore {
   /** Asks whichever node generates the user's response to stop it; false when there is none. */
   requestCancel(userId: number, id: string): Promise<boolean>;
   cancelRequested(id: string): Promise<boolean>;
+  /** Deletes the responses created before `before` (epoch ms) that have ended; returns how many. */
+  expire(before: number): Promise<number>;
+  /** How many responses are kept, of every user. */
+  count(): Promise<number>;
 }
 
 /**

@@ -2,8 +2,9 @@
  * Kept responses across a restart of `parley serve` on the same database: a chain continued after
  * SIGTERM and start gives the reply it gives without the restart, and a streamed response cut by
  * the shutdown is kept as it was streamed (`incomplete`), a background one too with its whole
- * stream; one whose server was killed is `failed`.
+ * stream; one whose server was killed is `failed`. PARLEY_RESPONSES_TTL_DAYS expires old ones.
  */
+import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import OpenAI from "openai";
@@ -18,13 +19,19 @@ afterAll(() => {
 });
 
 /** `parley serve` on the bench model (it never ends a reply by itself) and this database. */
-async function serve(dbPath: string) {
-  const server = await startServer({ dbPath, adminKey, preset: "bench-small", env: { PARLEY_CONTEXT_SIZE: "512", PARLEY_SHUTDOWN_GRACE_S: "1" } });
+async function serve(dbPath: string, env: Record<string, string> = {}) {
+  const server = await startServer({ dbPath, adminKey, preset: "bench-small", env: { PARLEY_CONTEXT_SIZE: "512", PARLEY_SHUTDOWN_GRACE_S: "1", ...env } });
   started.push(server);
   return { server, client: new OpenAI({ apiKey: adminKey, baseURL: `${server.url}/v1`, maxRetries: 0 }) };
 }
 
 const turn = { model: "any", temperature: 0, max_output_tokens: 8 } as const;
+
+const failure = (promise: Promise<unknown>) =>
+  promise.then(
+    () => undefined,
+    (error: unknown) => error,
+  );
 
 describe("kept responses across a restart", () => {
   test("a chain continues after SIGTERM and start as it does without them; a stream cut by the shutdown is kept as streamed", async () => {
@@ -86,6 +93,18 @@ describe("kept responses across a restart", () => {
     const again = await serve(dbPath);
     const killed = await again.client.responses.retrieve(killedId);
     expect(killed).toMatchObject({ status: "failed", error: { code: "server_error" } });
-    await again.server.stop();
+    expect(await again.server.stop()).toBe(0);
+
+    // PARLEY_RESPONSES_TTL_DAYS: a response created two days ago is gone at the next start, the rest stay, and /metrics counts them.
+    const db = new Database(dbPath);
+    db.run("UPDATE responses SET created_at = created_at - 2 * 86400000 WHERE id = ?", [first.id]);
+    const stored = (db.query("SELECT count(*) AS n FROM responses").get() as { n: number }).n;
+    db.close();
+    const expiring = await serve(dbPath, { PARLEY_RESPONSES_TTL_DAYS: "1" });
+    await until(async () => (await failure(expiring.client.responses.retrieve(first.id))) instanceof OpenAI.NotFoundError, "the old response to expire");
+    expect((await expiring.client.responses.retrieve(second.id)).id).toBe(second.id);
+    const metrics = await (await fetch(`${expiring.server.url}/metrics`, { headers: { authorization: `Bearer ${adminKey}` } })).text();
+    expect(metrics).toContain(`parley_responses_kept ${stored - 1}\n`);
+    await expiring.server.stop();
   });
 });

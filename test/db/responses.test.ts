@@ -65,6 +65,15 @@ for (const backend of backends()) {
         expect(await storage.responses.get(userId, "resp_5")).toBeUndefined();
         expect(await storage.responses.finish("resp_5", { status: "failed", output: [], usage: null, finishReason: null, error: "x" })).toBe(false);
         expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links.slice(5));
+
+        // Expiry: those created before the bound that have ended, of every user; a running one stays.
+        await storage.responses.create({ id: "resp_running", userId: other.userId, previousResponseId: null, chainKey: "resp_running", createdAt: 1_600_000_000_000, model: "m", params: {}, input: [], background: true });
+        expect(await storage.responses.count()).toBe(11);
+        expect(await storage.responses.expire(1_700_000_000_000 + 3)).toBe(3);
+        expect((await storage.responses.get(userId, "resp_3"))?.id).toBe("resp_3");
+        expect(await storage.responses.get(userId, "resp_2")).toBeUndefined();
+        expect((await storage.responses.get(other.userId, "resp_running"))?.status).toBe("in_progress");
+        expect(await storage.responses.count()).toBe(8);
         await storage.close();
       }),
     );

@@ -1,4 +1,4 @@
-import { and, asc, eq, gt } from "drizzle-orm";
+import { and, asc, count, eq, gt, lt, notInArray } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
 import type { ChainLink, NewResponse, ResponseEnd, ResponseEvent, ResponseRecord } from "../types";
@@ -63,6 +63,19 @@ export class PgResponseStore implements ResponseStore {
   async cancelRequested(id: string): Promise<boolean> {
     const [row] = await this.db.select({ asked: responses.cancelRequested }).from(responses).where(eq(responses.id, id));
     return row?.asked === true;
+  }
+
+  async expire(before: number): Promise<number> {
+    const gone = await this.db
+      .delete(responses)
+      .where(and(lt(responses.createdAt, before), notInArray(responses.status, ["queued", "in_progress"])))
+      .returning({ id: responses.id });
+    return gone.length;
+  }
+
+  async count(): Promise<number> {
+    const [row] = await this.db.select({ n: count() }).from(responses);
+    return row?.n ?? 0;
   }
 
   async delete(userId: number, id: string): Promise<ResponseRecord | undefined> {

@@ -1,5 +1,5 @@
 import type { Statement } from "bun:sqlite";
-import { and, asc, eq, gt, inArray } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, lt, notInArray } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
 import type { ChainLink, NewResponse, ResponseEnd, ResponseEvent, ResponseRecord } from "../types";
@@ -68,6 +68,18 @@ export class SqliteResponseStore implements ResponseStore {
 
   async cancelRequested(id: string): Promise<boolean> {
     return this.db.select({ asked: responses.cancelRequested }).from(responses).where(eq(responses.id, id)).get()?.asked === true;
+  }
+
+  async expire(before: number): Promise<number> {
+    return this.db
+      .delete(responses)
+      .where(and(lt(responses.createdAt, before), notInArray(responses.status, ["queued", "in_progress"])))
+      .returning({ id: responses.id })
+      .all().length;
+  }
+
+  async count(): Promise<number> {
+    return this.db.select({ n: count() }).from(responses).get()?.n ?? 0;
   }
 
   async delete(userId: number, id: string): Promise<ResponseRecord | undefined> {
