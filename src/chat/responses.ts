@@ -105,6 +105,7 @@ export class ResponseService {
       userId: request.userId,
       previousResponseId: previous?.id ?? null,
       chainKey: previous?.chainKey ?? id,
+      conversationId: null,
       model: "",
       params,
       input: items,
@@ -139,8 +140,12 @@ export class ResponseService {
           continue;
         }
         record.model = next.value.model;
-        const { conversationKey } = next.value as { conversationKey?: string };
-        if (conversationKey !== undefined) record.chainKey = conversationKey;
+        const { conversationId } = next.value as { conversationId?: number };
+        if (conversationId !== undefined) {
+          // Its state is the conversation's, under the key its native turns use.
+          record.conversationId = conversationId;
+          record.chainKey = String(conversationId);
+        }
         if (store) {
           await this.responses.create(record);
           kept = true;
@@ -160,13 +165,13 @@ export class ResponseService {
   /**
    * The turn within a stored conversation, as a completion: its input and reply are the
    * conversation's items (the reply's named as the response's output), and its start tells the
-   * conversation's key, under which the engine keeps its state.
+   * conversation.
    */
   private async *inConversation(
     turn: Omit<CompletionInput, "messages" | "conversationKey"> & { instructions?: string },
     conversationId: string,
     record: ResponseRecord,
-  ): AsyncGenerator<(CompletionStart & { conversationKey?: string }) | TurnEvent, CompletionResult | undefined, void> {
+  ): AsyncGenerator<(CompletionStart & { conversationId?: number }) | TurnEvent, CompletionResult | undefined, void> {
     const events = this.chat.converse({
       userId: turn.userId,
       conversationId,
@@ -185,7 +190,7 @@ export class ResponseService {
         const step = await events.next();
         if (step.done) return step.value?.reply && completionOf(step.value.reply, step.value.model);
         const event = step.value;
-        yield event.type === "start" ? { type: "start", model: event.model, conversationKey: String(event.conversation.id) } : event;
+        yield event.type === "start" ? { type: "start", model: event.model, conversationId: event.conversation.id } : event;
       }
     } finally {
       await events.return(undefined);
@@ -197,7 +202,7 @@ export class ResponseService {
     // Another user's response is not found either: its existence is not revealed.
     if (!previous) throw new NotFound(`no response ${JSON.stringify(id)} (previous_response_id)`);
     // Its history is its conversation's, which a chain of responses does not follow.
-    if (!previous.chainKey.startsWith("resp_")) {
+    if (previous.conversationId !== null) {
       throw new InvalidInput("previous_response_id", `response ${JSON.stringify(id)} belongs to a conversation: continue the conversation instead`);
     }
     if (previous.status === "queued" || previous.status === "in_progress") {

@@ -207,8 +207,10 @@ export interface NewResponse {
   id: string;
   userId: number;
   previousResponseId: string | null;
-  /** The first response of its chain: what a chain's cached state is kept under. */
+  /** The first response of its chain (or its conversation's key): what its cached state is kept under. */
   chainKey: string;
+  /** The conversation (row id) it was answered in, if any: it goes with the conversation. */
+  conversationId: number | null;
   model: string;
   createdAt: number;
   /** What the response repeats of its request; storage keeps it as given. */

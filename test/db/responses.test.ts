@@ -25,7 +25,7 @@ for (const backend of backends()) {
             { type: "message", id: `msg_${i}`, role: "assistant", text: "ok".repeat(random.int(0, 20)) },
             { type: "function_call", id: `fc_${i}`, callId: `call_${i}`, name: "f", arguments: '{"a": "ü"}' },
           ];
-          const created: NewResponse = { id, userId, previousResponseId: ids.at(-1) ?? null, chainKey: "resp_0", createdAt: 1_700_000_000_000 + i, model: "m", params: { n: i, store: true }, input, background: i % 2 === 0 };
+          const created: NewResponse = { id, userId, previousResponseId: ids.at(-1) ?? null, chainKey: "resp_0", conversationId: null, createdAt: 1_700_000_000_000 + i, model: "m", params: { n: i, store: true }, input, background: i % 2 === 0 };
           await storage.responses.create(created);
           expect(await storage.responses.get(userId, id)).toEqual({ ...created, status: "in_progress", output: [], usage: null, finishReason: null, error: null });
           const usage = { inputTokens: 10 + i, outputTokens: 3, cachedTokens: i };
@@ -67,12 +67,22 @@ for (const backend of backends()) {
         expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links.slice(5));
 
         // Expiry: those created before the bound that have ended, of every user; a running one stays.
-        await storage.responses.create({ id: "resp_running", userId: other.userId, previousResponseId: null, chainKey: "resp_running", createdAt: 1_600_000_000_000, model: "m", params: {}, input: [], background: true });
+        await storage.responses.create({ id: "resp_running", userId: other.userId, previousResponseId: null, chainKey: "resp_running", conversationId: null, createdAt: 1_600_000_000_000, model: "m", params: {}, input: [], background: true });
         expect(await storage.responses.count()).toBe(11);
         expect(await storage.responses.expire(1_700_000_000_000 + 3)).toBe(3);
         expect((await storage.responses.get(userId, "resp_3"))?.id).toBe("resp_3");
         expect(await storage.responses.get(userId, "resp_2")).toBeUndefined();
         expect((await storage.responses.get(other.userId, "resp_running"))?.status).toBe("in_progress");
+        expect(await storage.responses.count()).toBe(8);
+
+        // A response answered in a conversation is deleted with it, and its events.
+        const conversation = await storage.conversations.findOrCreate(userId, "conv_with_responses");
+        await storage.responses.create({ id: "resp_in", userId, previousResponseId: null, chainKey: String(conversation.id), conversationId: conversation.id, createdAt: 1_800_000_000_000, model: "m", params: {}, input: [], background: true });
+        await storage.responses.appendEvents("resp_in", [{ seq: 0, type: "response.created", text: "event: response.created\n\n" }]);
+        expect((await storage.responses.get(userId, "resp_in"))?.conversationId).toBe(conversation.id);
+        await storage.conversations.delete(userId, "conv_with_responses");
+        expect(await storage.responses.get(userId, "resp_in")).toBeUndefined();
+        expect(await storage.responses.events("resp_in", -1, 10)).toEqual([]);
         expect(await storage.responses.count()).toBe(8);
         await storage.close();
       }),

@@ -123,6 +123,10 @@ describe("the openai SDK's conversations", () => {
 
     const listed = await fetch(`${app.served.url}/api/v1.0/chat/conversations`, { headers: bearer(app.key) });
     expect(((await listed.json()) as { data: { conversation_id: string }[] }).data.map((row) => row.conversation_id)).toContain(conversation.id);
+
+    // Deleted with the native API: its responses go with it.
+    expect((await fetch(`${app.served.url}/api/v1.0/chat/conversations/${conversation.id}`, { method: "DELETE", headers: bearer(app.key) })).status).toBe(204);
+    for (const response of [first, second]) expect(await failure(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
   test("a function call round trip in a conversation: the call and its output are items the native API does not list", async () => {

@@ -133,6 +133,8 @@ export const responses = pgTable(
     /** No reference: deleting a response leaves those that continue it, their chain ending there. */
     previousId: text("previous_id"),
     chainKey: text("chain_key").notNull(),
+    /** The conversation it was answered in: deleting the conversation deletes it. */
+    conversationId: integer("conversation_id").references(() => conversations.id, { onDelete: "cascade" }),
     status: text("status", { enum: RESPONSE_STATUSES }).notNull(),
     createdAt: createdAt(),
     model: text("model").notNull(),
@@ -146,7 +148,11 @@ export const responses = pgTable(
     /** Asked to stop (`POST /v1/responses/{id}/cancel`) on a node other than the one generating it. */
     cancelRequested: boolean("cancel_requested").notNull().default(false),
   },
-  (table) => [index("responses_user_created_idx").on(table.userId, table.createdAt)],
+  (table) => [
+    index("responses_user_created_idx").on(table.userId, table.createdAt),
+    // Serves deleting a conversation's responses with it.
+    index("responses_conversation_idx").on(table.conversationId),
+  ],
 );
 
 /** A background response's stream, event by event, for replays from any node. */
