@@ -78,7 +78,17 @@ const failed = (error: unknown): ResponseEnd => ({
   error: error instanceof ParleyError ? error.message : "the response failed on the server",
 });
 
+/**
+ * How long a running response stays vouched for by its process: renewed at a third of it, so a
+ * response whose process died is read as failed within this (`ResponseStore.get`).
+ */
+const LEASE_MS = 30_000;
+
 export class ResponseService {
+  /** The kept responses generating in this process, their leases renewed together while any runs. */
+  private readonly held = new Set<string>();
+  private renewal: Timer | undefined;
+
   constructor(
     private readonly completions: CompletionService,
     private readonly chat: ChatService,
@@ -147,8 +157,9 @@ export class ResponseService {
           record.chainKey = String(conversationId);
         }
         if (store) {
-          await this.responses.create(record);
+          await this.responses.create(record, LEASE_MS);
           kept = true;
+          this.hold(id);
         }
         yield { type: "start", model: record.model, response: record };
       }
@@ -158,8 +169,24 @@ export class ResponseService {
     } finally {
       // A consumer that stopped early (its client left) leaves the turn cancelled, and kept so.
       await events.return(undefined);
-      if (kept) await this.responses.finish(id, end ?? endOf(record, undefined, true));
+      if (kept) {
+        this.release(id);
+        await this.responses.finish(id, end ?? endOf(record, undefined, true));
+      }
     }
+  }
+
+  private hold(id: string): void {
+    this.held.add(id);
+    // A renewal that fails is retried at the next: a lease outlives two of them.
+    this.renewal ??= setInterval(() => void this.responses.renew([...this.held], LEASE_MS).catch(() => undefined), LEASE_MS / 3);
+  }
+
+  private release(id: string): void {
+    this.held.delete(id);
+    if (this.held.size > 0 || !this.renewal) return;
+    clearInterval(this.renewal);
+    this.renewal = undefined;
   }
 
   /**

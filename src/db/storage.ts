@@ -87,10 +87,16 @@ export interface MessageStore {
 
 /** Responses kept for OpenAI's Responses API: each its own row, chained to the one it continues. */
 export interface ResponseStore {
-  create(response: NewResponse): Promise<void>;
+  /** Stores it `in_progress`, vouched for `leaseMs` (by the database's clock) unless renewed. */
+  create(response: NewResponse, leaseMs: number): Promise<void>;
+  /** Vouches for these running responses `leaseMs` longer. */
+  renew(ids: readonly string[], leaseMs: number): Promise<void>;
   /** Records how a response ended; false when it is no longer there (deleted meanwhile). */
   finish(id: string, end: ResponseEnd): Promise<boolean>;
-  /** The user's response by this id; another user's is not found. */
+  /**
+   * The user's response by this id; another user's is not found. One still running whose lease
+   * ran out (its process died) is read, and from then on kept, as `failed` (`ABANDONED`).
+   */
   get(userId: number, id: string): Promise<ResponseRecord | undefined>;
   /**
    * The response and those it continues, oldest first: read newest first, up to and including the
@@ -107,7 +113,7 @@ export interface ResponseStore {
   /** Asks whichever node generates the user's response to stop it; false when there is none. */
   requestCancel(userId: number, id: string): Promise<boolean>;
   cancelRequested(id: string): Promise<boolean>;
-  /** Deletes the responses created before `before` (epoch ms) that have ended; returns how many. */
+  /** Deletes the responses created before `before` (epoch ms) that have ended (or whose lease ran out); returns how many. */
   expire(before: number): Promise<number>;
   /** How many responses are kept, of every user. */
   count(): Promise<number>;

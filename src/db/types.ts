@@ -220,6 +220,9 @@ export interface NewResponse {
   background: boolean;
 }
 
+/** Why a response whose process died while generating it failed. */
+export const ABANDONED = "the server generating this response stopped before it ended";
+
 /** How a kept response ended. */
 export interface ResponseEnd {
   status: Exclude<ResponseStatus, "queued" | "in_progress">;

@@ -3,7 +3,7 @@
  * bound and ending at a deleted link, every read scoped to the response's user.
  */
 import { describe, expect, test } from "bun:test";
-import type { NewResponse, StoredItem } from "../../src/db/types";
+import { ABANDONED, type NewResponse, type StoredItem } from "../../src/db/types";
 import { backends, withSeed } from "../support";
 
 const said = (id: string, text: string): StoredItem => ({ type: "message", id, role: "user", text });
@@ -26,7 +26,7 @@ for (const backend of backends()) {
             { type: "function_call", id: `fc_${i}`, callId: `call_${i}`, name: "f", arguments: '{"a": "ü"}' },
           ];
           const created: NewResponse = { id, userId, previousResponseId: ids.at(-1) ?? null, chainKey: "resp_0", conversationId: null, createdAt: 1_700_000_000_000 + i, model: "m", params: { n: i, store: true }, input, background: i % 2 === 0 };
-          await storage.responses.create(created);
+          await storage.responses.create(created, 60_000);
           expect(await storage.responses.get(userId, id)).toEqual({ ...created, status: "in_progress", output: [], usage: null, finishReason: null, error: null });
           const usage = { inputTokens: 10 + i, outputTokens: 3, cachedTokens: i };
           expect(await storage.responses.finish(id, { status: "completed", output, usage, finishReason: "stop", error: null })).toBe(true);
@@ -67,7 +67,7 @@ for (const backend of backends()) {
         expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links.slice(5));
 
         // Expiry: those created before the bound that have ended, of every user; a running one stays.
-        await storage.responses.create({ id: "resp_running", userId: other.userId, previousResponseId: null, chainKey: "resp_running", conversationId: null, createdAt: 1_600_000_000_000, model: "m", params: {}, input: [], background: true });
+        await storage.responses.create({ id: "resp_running", userId: other.userId, previousResponseId: null, chainKey: "resp_running", conversationId: null, createdAt: 1_600_000_000_000, model: "m", params: {}, input: [], background: true }, 60_000);
         expect(await storage.responses.count()).toBe(11);
         expect(await storage.responses.expire(1_700_000_000_000 + 3)).toBe(3);
         expect((await storage.responses.get(userId, "resp_3"))?.id).toBe("resp_3");
@@ -75,15 +75,26 @@ for (const backend of backends()) {
         expect((await storage.responses.get(other.userId, "resp_running"))?.status).toBe("in_progress");
         expect(await storage.responses.count()).toBe(8);
 
+        // A lease that ran out: its process died, so it is read (and kept) as failed; a renewed one runs on.
+        const running = (id: string, leaseMs: number) =>
+          storage.responses.create({ id, userId, previousResponseId: null, chainKey: id, conversationId: null, createdAt: 1_900_000_000_000, model: "m", params: {}, input: [], background: false }, leaseMs);
+        await running("resp_dead", -1);
+        await running("resp_alive", -1);
+        await storage.responses.renew(["resp_alive"], 60_000);
+        expect(await storage.responses.get(userId, "resp_dead")).toMatchObject({ status: "failed", error: ABANDONED });
+        expect((await storage.responses.get(userId, "resp_alive"))?.status).toBe("in_progress");
+        expect(await storage.responses.expire(2_000_000_000_000)).toBe(8);
+        expect((await storage.responses.get(userId, "resp_alive"))?.status).toBe("in_progress");
+
         // A response answered in a conversation is deleted with it, and its events.
         const conversation = await storage.conversations.findOrCreate(userId, "conv_with_responses");
-        await storage.responses.create({ id: "resp_in", userId, previousResponseId: null, chainKey: String(conversation.id), conversationId: conversation.id, createdAt: 1_800_000_000_000, model: "m", params: {}, input: [], background: true });
+        await storage.responses.create({ id: "resp_in", userId, previousResponseId: null, chainKey: String(conversation.id), conversationId: conversation.id, createdAt: 1_800_000_000_000, model: "m", params: {}, input: [], background: true }, 60_000);
         await storage.responses.appendEvents("resp_in", [{ seq: 0, type: "response.created", text: "event: response.created\n\n" }]);
         expect((await storage.responses.get(userId, "resp_in"))?.conversationId).toBe(conversation.id);
         await storage.conversations.delete(userId, "conv_with_responses");
         expect(await storage.responses.get(userId, "resp_in")).toBeUndefined();
         expect(await storage.responses.events("resp_in", -1, 10)).toEqual([]);
-        expect(await storage.responses.count()).toBe(8);
+        expect(await storage.responses.count()).toBe(2);
         await storage.close();
       }),
     );

@@ -1,32 +1,45 @@
-import { and, asc, count, eq, gt, lt, notInArray } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, lt, notInArray, or, sql } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
-import type { ChainLink, NewResponse, ResponseEnd, ResponseEvent, ResponseRecord } from "../types";
+import { ABANDONED, type ChainLink, type NewResponse, type ResponseEnd, type ResponseEvent, type ResponseRecord } from "../types";
 import type { Db } from "./client";
-import { responseEvents, responses } from "./schema";
+import { NOW_MS, responseEvents, responses } from "./schema";
 
 /** Links fetched per round trip while stepping back through a chain. */
 const LINKS_PER_FETCH = 16;
 
-const recordOf = ({ previousId, cancelRequested: _, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+const RUNNING: ("queued" | "in_progress")[] = ["queued", "in_progress"];
+
+const recordOf = ({ previousId, cancelRequested: _, leaseExpiresAt: __, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
 
 export class PgResponseStore implements ResponseStore {
   constructor(private readonly db: Db) {}
 
-  async create({ previousResponseId, ...response }: NewResponse): Promise<void> {
-    await this.db.insert(responses).values({ ...response, previousId: previousResponseId, status: "in_progress", output: [] });
+  async create({ previousResponseId, ...response }: NewResponse, leaseMs: number): Promise<void> {
+    await this.db.insert(responses).values({ ...response, previousId: previousResponseId, status: "in_progress", output: [], leaseExpiresAt: sql`${NOW_MS} + ${leaseMs}` });
+  }
+
+  async renew(ids: readonly string[], leaseMs: number): Promise<void> {
+    if (ids.length === 0) return;
+    await this.db
+      .update(responses)
+      .set({ leaseExpiresAt: sql`${NOW_MS} + ${leaseMs}` })
+      .where(and(inArray(responses.id, [...ids]), inArray(responses.status, RUNNING)));
   }
 
   async finish(id: string, end: ResponseEnd): Promise<boolean> {
-    const updated = await this.db.update(responses).set(end).where(eq(responses.id, id)).returning({ id: responses.id });
+    const updated = await this.db.update(responses).set({ ...end, leaseExpiresAt: null }).where(eq(responses.id, id)).returning({ id: responses.id });
     return updated.length > 0;
   }
 
   async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
-    const [row] = await this.db
-      .select()
-      .from(responses)
-      .where(and(eq(responses.id, id), eq(responses.userId, userId)));
+    const mine = and(eq(responses.id, id), eq(responses.userId, userId));
+    // A response whose node died is failed by whichever node reads it first.
+    await this.db
+      .update(responses)
+      .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
+      .where(and(mine, inArray(responses.status, RUNNING), lt(responses.leaseExpiresAt, NOW_MS)));
+    const [row] = await this.db.select().from(responses).where(mine);
     return row && recordOf(row);
   }
 
@@ -68,7 +81,7 @@ export class PgResponseStore implements ResponseStore {
   async expire(before: number): Promise<number> {
     const gone = await this.db
       .delete(responses)
-      .where(and(lt(responses.createdAt, before), notInArray(responses.status, ["queued", "in_progress"])))
+      .where(and(lt(responses.createdAt, before), or(notInArray(responses.status, RUNNING), lt(responses.leaseExpiresAt, NOW_MS))))
       .returning({ id: responses.id });
     return gone.length;
   }

@@ -145,6 +145,11 @@ export const responses = pgTable(
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     error: text("error"),
     background: boolean("background").notNull().default(false),
+    /**
+     * While it runs, until when (epoch ms, the database's clock) the process generating it vouches
+     * for it; renewed while it runs. Past it, the process died: the response has failed.
+     */
+    leaseExpiresAt: epochMs("lease_expires_at"),
     /** Asked to stop (`POST /v1/responses/{id}/cancel`) on a node other than the one generating it. */
     cancelRequested: boolean("cancel_requested").notNull().default(false),
   },

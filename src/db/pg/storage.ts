@@ -42,7 +42,7 @@ export class PgStorage implements Storage {
     this.conversations = guard.guard(new PgConversationStore(db), ["findOrCreate", "find", "setMetadata", "recentTurns", "list", "rows", "row"]);
     this.messages = guard.guard(new PgMessageStore(db), ["list"]);
     // A response is finished by id with the same end however often, an event kept once by its seq: repeatable too.
-    this.responses = guard.guard(new PgResponseStore(db), ["get", "chain", "finish", "appendEvents", "events", "requestCancel", "cancelRequested", "expire", "count"]);
+    this.responses = guard.guard(new PgResponseStore(db), ["get", "renew", "chain", "finish", "appendEvents", "events", "requestCancel", "cancelRequested", "expire", "count"]);
     this.leases = guard.guard(new PgConversationLeases(db), ["lease", "release"]);
     this.buckets = guard.guard(new PgTokenBuckets(db), []);
     this.streams = guard.guard(new PgStreamSlots(db), ["renew", "release"]);

@@ -1,12 +1,16 @@
 import type { Statement } from "bun:sqlite";
-import { and, asc, count, eq, gt, inArray, lt, notInArray } from "drizzle-orm";
+import { and, asc, count, eq, gt, inArray, lt, notInArray, or, sql } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
-import type { ChainLink, NewResponse, ResponseEnd, ResponseEvent, ResponseRecord } from "../types";
+import { ABANDONED, type ChainLink, type NewResponse, type ResponseEnd, type ResponseEvent, type ResponseRecord } from "../types";
 import type { Db } from "./client";
 import { responseEvents, responses } from "./schema";
 
-const recordOf = ({ previousId, cancelRequested: _, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+/** The database's clock, as `created_at`'s default reads it. */
+const NOW_MS = sql`cast(unixepoch('subsec') * 1000 as integer)`;
+const RUNNING: ("queued" | "in_progress")[] = ["queued", "in_progress"];
+
+const recordOf = ({ previousId, cancelRequested: _, leaseExpiresAt: __, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
 
 export class SqliteResponseStore implements ResponseStore {
   private readonly chainRows: Statement<{ id: string; input: string; output: string }, [string, number]>;
@@ -15,23 +19,34 @@ export class SqliteResponseStore implements ResponseStore {
     this.chainRows = db.$client.prepare(CHAIN_SQL);
   }
 
-  async create({ previousResponseId, ...response }: NewResponse): Promise<void> {
+  async create({ previousResponseId, ...response }: NewResponse, leaseMs: number): Promise<void> {
     this.db
       .insert(responses)
-      .values({ ...response, previousId: previousResponseId, status: "in_progress", output: [] })
+      .values({ ...response, previousId: previousResponseId, status: "in_progress", output: [], leaseExpiresAt: sql`${NOW_MS} + ${leaseMs}` })
+      .run();
+  }
+
+  async renew(ids: readonly string[], leaseMs: number): Promise<void> {
+    if (ids.length === 0) return;
+    this.db
+      .update(responses)
+      .set({ leaseExpiresAt: sql`${NOW_MS} + ${leaseMs}` })
+      .where(and(inArray(responses.id, [...ids]), inArray(responses.status, RUNNING)))
       .run();
   }
 
   async finish(id: string, end: ResponseEnd): Promise<boolean> {
-    return this.db.update(responses).set(end).where(eq(responses.id, id)).returning({ id: responses.id }).all().length > 0;
+    return this.db.update(responses).set({ ...end, leaseExpiresAt: null }).where(eq(responses.id, id)).returning({ id: responses.id }).all().length > 0;
   }
 
   async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
-    const row = this.db
-      .select()
-      .from(responses)
-      .where(and(eq(responses.id, id), eq(responses.userId, userId)))
-      .get();
+    const mine = and(eq(responses.id, id), eq(responses.userId, userId));
+    this.db
+      .update(responses)
+      .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
+      .where(and(mine, inArray(responses.status, RUNNING), lt(responses.leaseExpiresAt, NOW_MS)))
+      .run();
+    const row = this.db.select().from(responses).where(mine).get();
     return row && recordOf(row);
   }
 
@@ -73,7 +88,7 @@ export class SqliteResponseStore implements ResponseStore {
   async expire(before: number): Promise<number> {
     return this.db
       .delete(responses)
-      .where(and(lt(responses.createdAt, before), notInArray(responses.status, ["queued", "in_progress"])))
+      .where(and(lt(responses.createdAt, before), or(notInArray(responses.status, RUNNING), lt(responses.leaseExpiresAt, NOW_MS))))
       .returning({ id: responses.id })
       .all().length;
   }
@@ -98,7 +113,7 @@ export class SqliteResponseStore implements ResponseStore {
  */
 export function failAbandoned(db: Db): void {
   db.update(responses)
-    .set({ status: "failed", error: "the server stopped while this response was generated" })
-    .where(inArray(responses.status, ["queued", "in_progress"]))
+    .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
+    .where(inArray(responses.status, RUNNING))
     .run();
 }

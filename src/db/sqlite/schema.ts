@@ -146,6 +146,11 @@ export const responses = sqliteTable(
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     error: text("error"),
     background: integer("background", { mode: "boolean" }).notNull().default(false),
+    /**
+     * While it runs, until when (epoch ms, the database's clock) the process generating it vouches
+     * for it; renewed while it runs. Past it, the process died: the response has failed.
+     */
+    leaseExpiresAt: integer("lease_expires_at", { mode: "number" }),
     /** Asked to stop (`POST /v1/responses/{id}/cancel`) on a node other than the one generating it. */
     cancelRequested: integer("cancel_requested", { mode: "boolean" }).notNull().default(false),
   },

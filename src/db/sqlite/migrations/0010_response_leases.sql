@@ -1,0 +1,1 @@
+ALTER TABLE `responses` ADD `lease_expires_at` integer;
