@@ -139,6 +139,9 @@ describe("responses match the served OpenAPI document", () => {
     await expectDocumented("/v1/conversations/{id}/items/{item_id}", "get", await call("GET", `${at}/items/${items.data[0]!.id}`));
     await expectDocumented("/v1/conversations/{id}/items/{item_id}", "delete", await call("DELETE", `${at}/items/${items.data[0]!.id}`));
     await expectDocumented("/v1/responses/{id}", "delete", await call("DELETE", `/v1/responses/${response.id}`));
+    const background = (await expectDocumented("/v1/responses", "post", await call("POST", "/v1/responses", { model: "any", input: "Go on", background: true, max_output_tokens: 400 }))) as { id: string };
+    const cancelled = (await expectDocumented("/v1/responses/{id}/cancel", "post", await call("POST", `/v1/responses/${background.id}/cancel`))) as { status: string };
+    expect(cancelled.status).toBe("cancelled");
     await expectDocumented("/v1/conversations/{id}", "delete", await call("DELETE", at));
     for (const [method, path] of [
       ["GET", at],

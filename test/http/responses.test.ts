@@ -130,6 +130,9 @@ describe("the openai SDK's responses", () => {
 });
 
 describe("kept responses", () => {
+  /** The same turns on chat completions, user and assistant by turns, greedy. */
+  const statelessly = (turns: string[]) =>
+    client.chat.completions.create({ model: "any", temperature: 0, messages: turns.map((content, i) => ({ role: i % 2 === 0 ? ("user" as const) : ("assistant" as const), content })) });
   let other: OpenAI;
   beforeAll(() => {
     other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
@@ -168,15 +171,7 @@ describe("kept responses", () => {
     const first = await client.responses.create({ model: "any", input: "Hello", temperature: 0 });
     const second = await client.responses.create({ model: "any", previous_response_id: first.id, input: "Tell me more", temperature: 0 });
     expect(second.previous_response_id).toBe(first.id);
-    const stateless = await client.chat.completions.create({
-      model: "any",
-      messages: [
-        { role: "user", content: "Hello" },
-        { role: "assistant", content: first.output_text },
-        { role: "user", content: "Tell me more" },
-      ],
-      temperature: 0,
-    });
+    const stateless = await statelessly(["Hello", first.output_text, "Tell me more"]);
     expect(second.output_text).toBe(stateless.choices[0]!.message.content!);
     expect(second.usage!.input_tokens).toBe(stateless.usage!.prompt_tokens);
     // Only the new turn is evaluated: the first response's prompt and reply are still cached.
@@ -187,15 +182,7 @@ describe("kept responses", () => {
     // A deleted response ends the chain there: what continues it no longer sees its turns.
     await client.responses.delete(first.id);
     const third = await client.responses.create({ model: "any", previous_response_id: second.id, input: "Thanks", temperature: 0 });
-    const alone = await client.chat.completions.create({
-      model: "any",
-      messages: [
-        { role: "user", content: "Tell me more" },
-        { role: "assistant", content: second.output_text },
-        { role: "user", content: "Thanks" },
-      ],
-      temperature: 0,
-    });
+    const alone = await statelessly(["Tell me more", second.output_text, "Thanks"]);
     expect(third.usage!.input_tokens).toBe(alone.usage!.prompt_tokens);
   });
 
