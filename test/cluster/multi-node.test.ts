@@ -254,8 +254,19 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
       before = usage.input_tokens;
     }
 
-    // Started on one node, left after its first delta, resumed on another from the kept events.
+    // A chain made on one node, continued on another: the reply it gets where it was made.
     const [first, second] = [live[0]!, live[1]!];
+    const respond = async (url: string, input: string, previous?: string) =>
+      (await (await v1(url, "POST", "/responses", { model: "any", input, temperature: 0, max_output_tokens: 8, ...(previous ? { previous_response_id: previous } : {}) })).json()) as {
+        id: string;
+        output: { type: string; content?: { text: string }[] }[];
+      };
+    const textOf = (response: Awaited<ReturnType<typeof respond>>) => response.output.find((item) => item.type === "message")!.content![0]!.text;
+    const opening = await respond(first.url, "Hello");
+    const middle = await respond(first.url, "Tell me more", opening.id);
+    expect(textOf(await respond(second.url, "Thanks", middle.id))).toBe(textOf(await respond(first.url, "Thanks", middle.id)));
+
+    // Started on one node, left after its first delta, resumed on another from the kept events.
     const started = await v1(first.url, "POST", "/responses", { model: "any", input: "Hello there", background: true, stream: true, max_output_tokens: 24, temperature: 0 });
     expect(started.status).toBe(200);
     const seen: { sequence_number: number; type: string; delta?: string; response?: { id: string; output_text?: string } }[] = [];

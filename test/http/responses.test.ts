@@ -98,8 +98,12 @@ describe("the openai SDK's responses", () => {
 
   test("text.format json_schema: responses.parse returns a parsed object that validates", async () => {
     const Person = z.object({ name: z.string(), age: z.number().int() });
-    const response = await client.responses.parse({ model: "any", input: "Describe a person", store: false, temperature: 0, text: { format: zodTextFormat(Person, "person") } });
+    const response = await client.responses.parse({ model: "any", input: "Describe a person", temperature: 0, text: { format: zodTextFormat(Person, "person") } });
     expect(Person.parse(response.output_parsed)).toEqual(response.output_parsed!);
+    // Kept with its format.
+    const kept = await client.responses.retrieve(response.id);
+    expect(JSON.parse(kept.output_text)).toEqual(response.output_parsed!);
+    expect(kept.text?.format).toMatchObject({ type: "json_schema", name: "person" });
   });
 
   test("max_output_tokens reached: status incomplete, incomplete_details max_output_tokens", async () => {

@@ -42,6 +42,7 @@ describe("mixed load on several sequences", () => {
         logprobsClients: 1,
         structuredClients: 2,
         toolClients: 2,
+        responsesClients: 2,
         durationMs: DURATION_MS,
         deadlineMs: 30_000,
         random,
@@ -52,6 +53,7 @@ describe("mixed load on several sequences", () => {
       for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
       expect((result.ok["structured"] ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
       expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
+      expect(Object.keys(result.ok).filter((kind) => kind.startsWith("responses")).length).toBeGreaterThan(2);
       expect(result.cachedTokens).toBeGreaterThan(0);
       expect(await server.stop()).toBe(0);
     }), 60_000);

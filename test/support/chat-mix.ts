@@ -4,7 +4,9 @@
  * streams cancelled by the client after a few deltas; native-API clients keep two conversations
  * each, OpenAI-API clients resend a growing history (so their prompts share prefixes), some asking
  * for log-probabilities, structured-output clients ask for replies held to a JSON schema, and
- * tool clients offer a tool whose call may be required, named or up to the model. Every request must end cleanly: 200 and a
+ * tool clients offer a tool whose call may be required, named or up to the model, Responses-API
+ * clients chain kept responses, some generated in the background and resumed after leaving their
+ * stream, some streams cancelled. Every request must end cleanly: 200 and a
  * whole reply (`done`, or `[DONE]` with no error chunk), or a stream this client cancelled; a
  * structured reply or a call that ended by itself must be valid against its schema, and a call
  * that had to be made must have been.
@@ -26,6 +28,11 @@ export interface ChatMixOptions {
   structuredClients?: number;
   /** OpenAI-API clients offering a tool, its call required, named or up to the model. */
   toolClients?: number;
+  /**
+   * Responses-API clients chaining kept responses: some in the background, left after a few
+   * deltas and resumed with `starting_after`; some foreground streams cancelled (a new chain then).
+   */
+  responsesClients?: number;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -229,6 +236,69 @@ async function openaiTurn(options: ChatMixOptions, random: Random, key: string, 
   return { ok, cached: chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
+interface ResponseEventData {
+  type: string;
+  sequence_number: number;
+  delta?: string;
+  response?: { id: string; output: { type: string; content?: { text: string }[] }[] };
+}
+
+/** The events of a Responses stream, until `leave` says to; with the last one's number. */
+async function responseEvents(response: Response, leave: (events: ResponseEventData[]) => boolean): Promise<ResponseEventData[]> {
+  const events: ResponseEventData[] = [];
+  for await (const event of sseEvents(response)) {
+    if (event.event === "comment") continue;
+    events.push(JSON.parse(event.data) as ResponseEventData);
+    if (leave(events)) break;
+  }
+  return events;
+}
+
+const RESPONSE_ENDINGS = ["response.completed", "response.incomplete"];
+
+/**
+ * One turn of a Responses client: the next response of its chain (`chain.previous`), streamed or
+ * not; in the background a third of the time, its stream left after a few deltas and resumed.
+ * A stream it cancels ends its chain. The text streamed must be the text kept.
+ */
+async function responsesTurn(options: ChatMixOptions, random: Random, key: string, chain: { previous?: string }, signal: AbortSignal): Promise<Ending> {
+  const background = random.next() < 0.35;
+  const stream = background || random.next() < 0.6;
+  const body = { model: "parley", input: message(random), temperature: 0.8, max_output_tokens: random.int(4, 48), stream, background, ...(chain.previous ? { previous_response_id: chain.previous } : {}) };
+  const post = (path: string, method = "GET", sent?: unknown) =>
+    fetch(`${options.url}/v1${path}`, { method, headers: { ...bearer(key), "content-type": "application/json" }, body: sent === undefined ? undefined : JSON.stringify(sent), signal });
+  const response = await post("/responses", "POST", body);
+  if (response.status !== 200) return { failure: `responses ${response.status}: ${(await response.text()).slice(0, 200)}` };
+  if (!stream) {
+    const kept = (await response.json()) as { id: string; status: string };
+    if (kept.status !== "completed" && kept.status !== "incomplete") return { failure: `responses reply ${kept.status}` };
+    chain.previous = kept.id;
+    return { ok: "responses reply" };
+  }
+  const leaveAfter = random.next() < 0.5 ? random.int(1, 4) : undefined;
+  const deltasIn = (events: ResponseEventData[]) => events.filter((event) => event.type === "response.output_text.delta").length;
+  // Leaving the loop closes the body: the client is gone.
+  const events = await responseEvents(response, (seen) => deltasIn(seen) === leaveAfter);
+  const id = events[0]?.response?.id;
+  if (id === undefined) return { failure: "responses stream without response.created" };
+  if (leaveAfter !== undefined && deltasIn(events) === leaveAfter && !RESPONSE_ENDINGS.includes(events.at(-1)!.type)) {
+    if (!background) {
+      // Left a foreground stream: that cancels it, and this chain ends with it.
+      chain.previous = undefined;
+      return { ok: "responses cancelled" };
+    }
+    events.push(...(await responseEvents(await post(`/responses/${id}?stream=true&starting_after=${events.at(-1)!.sequence_number}`), () => false)));
+  }
+  const last = events.at(-1)!;
+  if (!RESPONSE_ENDINGS.includes(last.type)) return { failure: `responses stream ended with ${last.type}` };
+  if (events.some((event, i) => event.sequence_number !== i)) return { failure: "responses stream events out of order or missing" };
+  const streamed = events.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta!] : [])).join("");
+  const kept = last.response!.output.find((item) => item.type === "message")?.content?.[0]?.text ?? "";
+  if (streamed !== kept) return { failure: `responses streamed ${JSON.stringify(streamed.slice(0, 60))}, kept ${JSON.stringify(kept.slice(0, 60))}` };
+  chain.previous = id;
+  return { ok: background ? (leaveAfter !== undefined ? "responses resumed" : "responses background") : "responses stream" };
+}
+
 export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult> {
   const result: ChatMixResult = { requests: 0, ok: {}, failures: [], cachedTokens: 0 };
   const endAt = Date.now() + options.durationMs;
@@ -238,11 +308,13 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
     ...Array<OpenAiKind>(options.logprobsClients ?? 0).fill("logprobs"),
     ...Array<OpenAiKind>(options.structuredClients ?? 0).fill("structured"),
     ...Array<OpenAiKind>(options.toolClients ?? 0).fill("tools"),
+    ...Array<"responses">(options.responsesClients ?? 0).fill("responses"),
   ];
   await Promise.all(
     kinds.map(async (kind, client) => {
       const key = options.keys[client % options.keys.length]!;
       const history: { role: string; content: string }[] = [];
+      const chain: { previous?: string } = {};
       const random = seededRandom((options.random.seed + Math.imul(client + 1, 0x9e3779b9)) >>> 0);
       for (let turn = 0; Date.now() < endAt; turn++) {
         // The client's pause before its next request: arrivals at random moments.
@@ -253,7 +325,9 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
           ending =
             kind === "native"
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
-              : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind);
+              : kind === "responses"
+                ? await responsesTurn(options, random, key, chain, signal)
+                : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }
