@@ -2,7 +2,7 @@
  * The benchmark's picture, hand-written SVG with no dependencies: one panel per charted scenario,
  * Parley and llama-server side by side, drawn from the rows' detail (B8: throughput by concurrent
  * streams; B2: time to first token per turn of one conversation; B9: a short request's TTFT alone
- * and while others decode).
+ * and while others decode; B10: TTFT per turn of a conversation that outgrows the context).
  */
 import type { Row, SideName } from "./harness";
 
@@ -24,6 +24,7 @@ const PANELS: Panel[] = [
   { row: "B8", id: "throughput", title: "Decode throughput, concurrent streams", x: "concurrent streams", y: "aggregate tok/s", kind: "bars" },
   { row: "B2", id: "ttft-per-turn", title: "Time to first token, turn by turn", x: "turn of one conversation", y: "ms", kind: "lines" },
   { row: "B9", id: "ttft-while-busy", title: "Time to first token of a short request", x: "short request, 4 slots", y: "ms", kind: "bars" },
+  { row: "B10", id: "ttft-past-context", title: "Time to first token past the context", x: "turn of one conversation, 1,024-token context", y: "ms", kind: "lines" },
 ];
 
 const SIDES: { name: SideName; label: string; colour: string }[] = [

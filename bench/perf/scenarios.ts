@@ -1,4 +1,4 @@
-/** B1-B7, each a function of the shared context returning table rows; B8/B9 are in concurrency.ts, B14 in structured.ts. */
+/** B1-B7, each a function of the shared context returning table rows; B8/B9 are in concurrency.ts, B10 in overflow.ts, B14 in structured.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
@@ -9,6 +9,7 @@ import { alternating, freshDb, inTurn, parley, ratio, sides, withServer, yardsti
 import { startBaseline, type Server } from "./procs";
 import { median, medianSeries, rssKb, sum } from "../../test/support/stats";
 import { structuredOutput } from "./structured";
+import { contextOverflow } from "./overflow";
 import { userMessage } from "./text";
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
@@ -175,4 +176,4 @@ const history: Scenario = {
   },
 };
 
-export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history, concurrencySweep, ttftWhileBusy, structuredOutput];
+export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow];
