@@ -85,6 +85,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     reasoning: config.reasoning,
     batchSize: config.batchSize,
     flashAttention: config.flashAttention,
+    contextOverflow: config.contextOverflow,
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
   const loadFailed = loading.then(

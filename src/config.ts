@@ -5,7 +5,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { isPostgresUrl } from "./db/open";
-import { FLASH_ATTENTION_MODES, REASONING_MODES, type FlashAttentionMode, type ReasoningMode } from "./llm/types";
+import { CONTEXT_OVERFLOW_MODES, type ContextOverflow, FLASH_ATTENTION_MODES, REASONING_MODES, type FlashAttentionMode, type ReasoningMode } from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {
@@ -60,6 +60,7 @@ export interface Config {
   /** Unset means the engine's default: see the engine. */
   batchSize?: number;
   flashAttention: FlashAttentionMode;
+  contextOverflow: ContextOverflow;
 }
 
 /**
@@ -348,6 +349,14 @@ export const CONFIG_SPEC = {
     default: "auto",
     help: "Flash attention: auto (the measured default), on or off",
   },
+  contextOverflow: {
+    env: "PARLEY_CONTEXT_OVERFLOW",
+    doc: "a conversation whose history outgrows the context: `shift` (its dropped oldest turns' cached cells are removed and the rest shifted down, as llama.cpp's context shift does: a turn past the context costs about what one before it did, but the kept turns' cache was computed with the dropped ones before them, so a reply can differ from a fresh evaluation of the same window) or `exact` (the kept window is evaluated afresh every turn, as a new server would: exact, and every turn past the context re-evaluates the whole window). Models whose cache cannot shift (recurrent, sliding-window) are always `exact`",
+    shownDefault: "`shift`",
+    flag: "--context-overflow",
+    default: "shift",
+    help: "Past the context: shift (drop the oldest turns' cached cells and shift the rest; the measured default) or exact (re-evaluate the window)",
+  },
   reasoning: {
     env: "PARLEY_REASONING",
     doc: "a reasoning model's thought (`<think>…</think>` and the like): `separate` returns, streams and stores it apart from the answer (`reasoning`, `reasoning_content`); `hide` discards it (neither shown nor stored); `inline` leaves it in the answer's text as generated",
@@ -471,6 +480,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     reasoning: oneOf("reasoning", REASONING_MODES),
     batchSize: optionalInt("batchSize", 16, 8192),
     flashAttention: oneOf("flashAttention", FLASH_ATTENTION_MODES),
+    contextOverflow: oneOf("contextOverflow", CONTEXT_OVERFLOW_MODES),
   };
 }
 

@@ -44,13 +44,13 @@ export const contextOverflow: Scenario = {
     return [
       {
         id: "B10",
-        what: `TTFT past a ${context}-token context ÷ the ${BEFORE} turns before (median; p95 in detail), from turn ${overflow + 1} of ${turns}`,
+        what: `TTFT past a ${context}-token context ÷ the ${BEFORE} turns before, median`,
         parley: median(after),
         ratio: median(after) / median(before),
         target: ["<=", 1.5],
         detail: { ...detail, medianBefore: median(before), p95Before: p95(before), p95After: p95(after), p95Ratio: p95(after) / p95(before) },
       },
-      { id: "B10", what: "… p95 of the same", parley: p95(after), ratio: p95(after) / p95(before), target: ["<=", 1.5] },
+      { id: "B10", what: `TTFT past a ${context}-token context ÷ the ${BEFORE} turns before, p95`, parley: p95(after), ratio: p95(after) / p95(before), target: ["<=", 1.5] },
     ];
   },
 };

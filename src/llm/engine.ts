@@ -30,11 +30,12 @@ import { type PoolStats, SequencePool } from "./pool";
 import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
 import { Scheduler, type PromptPlan, type Slot } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
-import { continueTranscript, isReplyOf, type Transcript } from "./transcript";
+import { continueTranscript, isReplyOf, type ShiftedPrompt, shiftTranscript, type Transcript } from "./transcript";
 import { TemplateChat } from "./template-chat";
 import { ToolCallText } from "./tool-call-text";
 import { callableFunctions } from "./tools";
 import {
+  type ContextOverflow,
   type FinishReason,
   type FlashAttentionMode,
   type GenerateRequest,
@@ -82,7 +83,11 @@ export interface EngineOptions {
    */
   batchSize?: number;
   flashAttention?: FlashAttentionMode;
+  /** A conversation past the context: its dropped turns' cells shifted out (default), or the window evaluated afresh. */
+  contextOverflow?: ContextOverflow;
 }
+
+
 
 const DEFAULT_CONTEXT_CAP = 4096;
 const DEFAULT_BATCH_SIZE = 512;
@@ -111,6 +116,11 @@ export class Engine {
   private readonly grammars: ReplyGrammars;
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
+  /**
+   * Past the context, dropped turns' cells are shifted out: asked for, and the model's cache allows
+   * it (a recurrent model's state, or a sliding window's missing cells, cannot be shifted).
+   */
+  private readonly shifts: boolean;
 
   private constructor(
     private readonly llama: Llama,
@@ -124,8 +134,10 @@ export class Engine {
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, "embedded" in the executable, or "prebuilt". */
     readonly natives: string,
+    private readonly overflow: ContextOverflow,
   ) {
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
+    this.shifts = overflow === "shift" && !model.fileInsights.isRecurrent && model.fileInsights.swaSize === undefined;
     this.grammars = new ReplyGrammars(llama, model, prompts.toolSyntax, thoughts?.markers);
   }
 
@@ -169,6 +181,7 @@ export class Engine {
         markers && { markers, hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt"),
+        options.contextOverflow ?? "shift",
       );
       await engine.warmUp();
       return engine;
@@ -396,8 +409,18 @@ export class Engine {
    * `opening`, the part any user's prompt shares.
    */
   private plan(slot: Slot, key: string | undefined, scope: string, { fitted, opening }: Fitting, budget: number): PromptPlan {
-    if (slot.scope === scope) return { tokens: this.promptTokens(slot, key, fitted, budget, scope), reusable: Infinity };
-    return { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) };
+    if (slot.scope !== scope) return { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) };
+    const tokens = this.promptTokens(slot, key, fitted, budget, scope);
+    const shifted = tokens === fitted.tokens && key !== undefined && this.shifts ? this.shifted(slot, key, fitted, budget, scope) : undefined;
+    return shifted ? { tokens: shifted.tokens, reusable: Infinity, drop: shifted.drop } : { tokens, reusable: Infinity };
+  }
+
+  /** The prompt of a conversation whose oldest turns the window dropped, reusing the rest as the sequence holds it. */
+  private shifted(slot: Slot, key: string, fitted: FittedPrompt, budget: number, scope: string): ShiftedPrompt | undefined {
+    const { transcript } = slot;
+    if (transcript?.key !== key) return undefined;
+    const shifted = shiftTranscript(transcript, fitted.text, this.prompts.tokenizerFor(scope));
+    return shifted && shifted.tokens.length <= budget ? shifted : undefined;
   }
 
   /**

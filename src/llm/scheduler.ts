@@ -74,6 +74,8 @@ export interface PromptPlan {
   tokens: readonly Token[];
   /** The most of what the sequence holds that the prompt may keep. */
   reusable: number;
+  /** Token positions [start, end) of turns the prompt dropped: their cells are removed and the rest shifted down first. */
+  drop?: { start: number; end: number };
 }
 
 export type Prompter = (slot: Slot) => PromptPlan;
@@ -356,8 +358,9 @@ export class Scheduler {
         // A conversation's saved state is its own user's: the one scope that made it.
         if (slot.transcript !== undefined) slot.scope = turn.scope;
       }
-      const { tokens, reusable } = plan(slot);
+      const { tokens, reusable, drop } = plan(slot);
       if (tokens.length === 0) throw new Error("a turn evaluates at least one token");
+      if (drop) await sequence.eraseContextTokenRanges([drop]);
       const cachedTokens = Math.min(sequence.compareContextTokens([...tokens]).firstDifferentIndex, tokens.length - 1, reusable);
       slot.transcript = undefined;
       slot.scope = turn.scope;

@@ -212,3 +212,13 @@ export interface LogprobsPiece {
 }
 
 export type ReplyPiece = TextPiece | ToolCallPiece | LogprobsPiece;
+
+/**
+ * What a conversation's turn does once its history outgrows the context and its oldest turns are
+ * dropped. `shift`: the sequence drops those turns' cells and shifts the rest down (llama.cpp's
+ * context shift), evaluating only the new turn; the kept turns' cells were computed while the
+ * dropped ones preceded them, so the reply can differ from a fresh evaluation of the same window.
+ * `exact`: the kept window is evaluated afresh, as a new server would, every turn.
+ */
+export const CONTEXT_OVERFLOW_MODES = ["shift", "exact"] as const;
+export type ContextOverflow = (typeof CONTEXT_OVERFLOW_MODES)[number];

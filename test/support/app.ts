@@ -12,7 +12,7 @@ import type { KeyStore, Storage } from "../../src/db/storage";
 import { createApp, type HttpLimits } from "../../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
-import { Engine, type GenerateRequest, type GenerateResult, type ReasoningMode } from "../../src/llm/engine";
+import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode } from "../../src/llm/engine";
 import type { FileType, ModelPreset } from "../../src/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
@@ -99,11 +99,21 @@ export function serveApp(options: ServeOptions): Served {
  * threads costs more than it saves, and two test processes must not fight over the cores.
  */
 export async function testEngine(
-  options: { preset?: ModelPreset; fileType?: FileType; parallel?: number; queueMax?: number; contextSize?: number; reasoning?: ReasoningMode; batchSize?: number } = {},
+  options: {
+    preset?: ModelPreset;
+    fileType?: FileType;
+    parallel?: number;
+    queueMax?: number;
+    contextSize?: number;
+    reasoning?: ReasoningMode;
+    batchSize?: number;
+    contextOverflow?: ContextOverflow;
+  } = {},
 ) {
   return Engine.load({
     reasoning: options.reasoning,
     batchSize: options.batchSize,
+    contextOverflow: options.contextOverflow,
     modelPath: await presetModel(options.preset ?? "demo", options.fileType),
     parallel: options.parallel ?? 2,
     queueMax: options.queueMax ?? 64,

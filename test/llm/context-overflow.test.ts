@@ -1,0 +1,91 @@
+/**
+ * A conversation whose history outgrows the context (PARLEY_CONTEXT_OVERFLOW): `shift` drops the
+ * oldest turns' cells and evaluates only the new turn, keeping the system prompt first and the
+ * prompt's text what a fresh evaluation of the same window reads; `exact` gives, at temperature
+ * 0, the reply a fresh engine gives the same history, token for token.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Engine, GenerateRequest, GenerateResult, Turn } from "../../src/llm/engine";
+import { testEngine } from "../support";
+
+const SYSTEM = "Answer in one short line.";
+const TURNS = 14;
+
+async function run(engine: Engine, request: GenerateRequest): Promise<GenerateResult> {
+  const generation = engine.generate(request);
+  for (;;) {
+    const step = await generation.next();
+    if (step.done) return step.value;
+  }
+}
+
+/** A conversation of `TURNS` turns on `engine` under one key; each turn's result. */
+async function converse(engine: Engine, key: string): Promise<{ history: Turn[]; results: GenerateResult[] }> {
+  const history: Turn[] = [{ role: "system", content: SYSTEM }];
+  const results: GenerateResult[] = [];
+  for (let t = 1; t <= TURNS; t++) {
+    history.push({ role: "user", content: `turn ${t}: tell me about the sea, the hills and the long road home` });
+    const result = await run(engine, { conversationKey: key, cacheScope: "user", publicTurns: 1, history: [...history], temperature: 0, maxTokens: 16 });
+    history.push({ role: "assistant", content: result.text });
+    results.push(result);
+  }
+  return { history, results };
+}
+
+/** The first turn whose prompt reuses less than the whole previous prompt: the window moved. */
+const overflowAt = (results: readonly GenerateResult[]) => results.findIndex((result, t) => t > 0 && result.cachedTokens < results[t - 1]!.promptTokens);
+
+describe("a conversation past the context", () => {
+  let shifting: Engine;
+  let exact: Engine;
+  let fresh: Engine;
+  beforeAll(async () => {
+    [shifting, exact, fresh] = await Promise.all([
+      testEngine({ preset: "demo", parallel: 1, contextSize: 256, contextOverflow: "shift" }),
+      testEngine({ preset: "demo", parallel: 1, contextSize: 256, contextOverflow: "exact" }),
+      testEngine({ preset: "demo", parallel: 1, contextSize: 256 }),
+    ]);
+  });
+  afterAll(async () => {
+    await Promise.all([shifting.close(), exact.close(), fresh.close()]);
+  });
+
+  test("shift: a turn past the context evaluates about its new turn only, the system prompt first, the prompt reading as a fresh one would", async () => {
+    const { results } = await converse(shifting, "shifted");
+    const { results: exactly } = await converse(exact, "exactly");
+    const first = overflowAt(results);
+    expect(first).toBeGreaterThan(1);
+    expect(overflowAt(exactly)).toBe(first);
+    let compared = 0;
+    for (const [t, result] of results.entries()) {
+      // The window's first turn is always the system prompt.
+      expect(result.prompt.indexOf(`<|im_start|>system\n${SYSTEM}`)).toBe(result.prompt.indexOf("<|im_start|>"));
+      expect(["stop", "length"]).toContain(result.finishReason);
+      if (t < first) continue;
+      // What it evaluated: about the new user turn (and the reply's closing), not the window.
+      expect(result.promptTokens - result.cachedTokens).toBeLessThan(results[0]!.promptTokens);
+      // While both said the same so far, the shifted prompt reads as the exact one, token for token.
+      if (results.slice(0, t).every((earlier, i) => earlier.text === exactly[i]!.text)) {
+        expect(result.prompt).toBe(exactly[t]!.prompt);
+        compared++;
+      }
+    }
+    expect(compared).toBeGreaterThan(0);
+    // Exact mode re-evaluated the window: far more than the new turn.
+    expect(exactly.at(-1)!.promptTokens - exactly.at(-1)!.cachedTokens).toBeGreaterThan(results[0]!.promptTokens);
+  });
+
+  test("exact: each turn past the context gets the reply a fresh engine gives the same history, token for token", async () => {
+    const { history, results } = await converse(exact, "exact-vs-fresh");
+    const first = overflowAt(results);
+    expect(first).toBeGreaterThan(1);
+    for (let t = first; t < TURNS; t++) {
+      // The history as it stood at turn t: everything before its reply.
+      const asked = history.slice(0, 2 + 2 * t);
+      const again = await run(fresh, { conversationKey: `fresh-${t}`, cacheScope: "user", publicTurns: 1, history: asked, temperature: 0, maxTokens: 16 });
+      expect(again.prompt).toBe(results[t]!.prompt);
+      expect(again.text).toBe(results[t]!.text);
+      expect(again.completionTokens).toBe(results[t]!.completionTokens);
+    }
+  });
+});
