@@ -7,7 +7,7 @@ import { CompletionService } from "./chat/completions";
 import { ResponseService } from "./chat/responses";
 import { ConversationItemService } from "./chat/conversation-item-service";
 import { BackgroundResponses } from "./http/background-responses";
-import { ChatService } from "./chat/service";
+import { ChatService, preambleOf } from "./chat/service";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
 import { shownPrefix } from "./db/api-keys";
@@ -86,6 +86,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     batchSize: config.batchSize,
     flashAttention: config.flashAttention,
     contextOverflow: config.contextOverflow,
+    primedTurns: preambleOf(config.systemPrompt),
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
   const loadFailed = loading.then(

@@ -327,7 +327,7 @@ export const CONFIG_SPEC = {
   },
   systemPrompt: {
     env: "PARLEY_SYSTEM_PROMPT",
-    doc: "a system message put before every conversation's history (an operator's persona): the text itself, or `@path/to/file` read at start (a missing or empty file stops start-up); not stored, so changing it applies to every conversation's next turn",
+    doc: "a system message put before every conversation's history (an operator's persona): the text itself, or `@path/to/file` read at start (a missing or empty file stops start-up); not stored, so changing it applies to every conversation's next turn. Evaluated into every sequence at start, before the server is ready, so a new conversation's first turn does not evaluate it",
     shownDefault: "—",
     flag: "--system-prompt",
     default: "",

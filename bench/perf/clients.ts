@@ -7,7 +7,7 @@ import { sseEvents, type TimedEvent } from "../../test/support/sse";
 import { ADMIN_KEY } from "./procs";
 
 export interface Message {
-  role: "user" | "assistant";
+  role: "system" | "user" | "assistant";
   content: string;
 }
 

@@ -93,6 +93,9 @@ export interface ChatServiceOptions {
   shared?: LeaseOptions;
 }
 
+/** The operator's turns before every conversation's history: its system prompt, if any. */
+export const preambleOf = (systemPrompt: string | undefined): Turn[] => (systemPrompt ? [{ role: "system", content: systemPrompt }] : []);
+
 /** Turns of one conversation, and its deletion, take this lock in arrival order. */
 const lockKey = (userId: number, conversationId: string) => `${userId}\u0000${conversationId}`;
 
@@ -120,7 +123,7 @@ export class ChatService {
     private readonly runner: TurnRunner,
     options: ChatServiceOptions = {},
   ) {
-    this.preamble = options.systemPrompt ? [{ role: "system", content: options.systemPrompt }] : [];
+    this.preamble = preambleOf(options.systemPrompt);
     this.shared = options.shared;
   }
 

@@ -48,6 +48,7 @@ import {
   type ToolCall,
   type ToolRequest,
   type TokenLogprob,
+  type Turn,
 } from "./types";
 
 export type * from "./types";
@@ -85,6 +86,11 @@ export interface EngineOptions {
   flashAttention?: FlashAttentionMode;
   /** A conversation past the context: its dropped turns' cells shifted out (default), or the window evaluated afresh. */
   contextOverflow?: ContextOverflow;
+  /**
+   * The operator's turns every conversation starts with (a system prompt): evaluated into every
+   * sequence at load, so a new conversation's first turn reuses them rather than evaluating them.
+   */
+  primedTurns?: Turn[];
 }
 
 
@@ -184,6 +190,8 @@ export class Engine {
         options.contextOverflow ?? "shift",
       );
       await engine.warmUp();
+      // Only speed is at stake: a prompt that cannot be primed is evaluated by each first turn.
+      await engine.prime(options.primedTurns ?? []).catch((error: unknown) => options.onWarning?.("the system prompt could not be evaluated ahead", error));
       return engine;
     } catch (err) {
       await llama.dispose();
@@ -201,6 +209,21 @@ export class Engine {
     const reply = this.generate({ cacheScope: "", history: [{ role: "user", content: "Hello" }], temperature: 0, maxTokens: 2 });
     while (!(await reply.next()).done);
     await this.scheduler.clear();
+  }
+
+  /**
+   * Evaluates `turns` into every sequence, in the opening scope: any user's prompt that starts with
+   * them reuses them, and nothing else of the sequences (see `GenerateRequest.cacheScope`). One
+   * stateless one-token reply a sequence, all at once, so they share batches.
+   */
+  private async prime(turns: Turn[]): Promise<void> {
+    if (turns.length === 0) return;
+    await Promise.all(
+      this.scheduler.slots.map(async () => {
+        const reply = this.generate({ cacheScope: "", publicTurns: turns.length, history: [...turns, { role: "user", content: "" }], temperature: 0, maxTokens: 1 });
+        while (!(await reply.next()).done);
+      }),
+    );
   }
 
   /** Tokens per sequence, as created (llama.cpp may round the request up). */

@@ -12,7 +12,7 @@ import type { KeyStore, Storage } from "../../src/db/storage";
 import { createApp, type HttpLimits } from "../../src/http/app";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
-import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode } from "../../src/llm/engine";
+import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode, type Turn } from "../../src/llm/engine";
 import type { FileType, ModelPreset } from "../../src/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
@@ -108,12 +108,14 @@ export async function testEngine(
     reasoning?: ReasoningMode;
     batchSize?: number;
     contextOverflow?: ContextOverflow;
+    primedTurns?: Turn[];
   } = {},
 ) {
   return Engine.load({
     reasoning: options.reasoning,
     batchSize: options.batchSize,
     contextOverflow: options.contextOverflow,
+    primedTurns: options.primedTurns,
     modelPath: await presetModel(options.preset ?? "demo", options.fileType),
     parallel: options.parallel ?? 2,
     queueMax: options.queueMax ?? 64,
