@@ -1,4 +1,4 @@
-/** B1-B7, each a function of the shared context returning table rows; B8/B9 are in concurrency.ts, B10 in overflow.ts, B13 in system-prompt.ts, B14 in structured.ts. */
+/** B1-B7, each a function of the shared context returning table rows; B8/B9 are in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
@@ -11,6 +11,7 @@ import { median, medianSeries, rssKb, sum } from "../../test/support/stats";
 import { structuredOutput } from "./structured";
 import { contextOverflow } from "./overflow";
 import { sharedSystemPrompt } from "./system-prompt";
+import { manyConversations } from "./many";
 import { userMessage } from "./text";
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
@@ -177,4 +178,4 @@ const history: Scenario = {
   },
 };
 
-export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, sharedSystemPrompt];
+export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, manyConversations, sharedSystemPrompt];

@@ -1,0 +1,170 @@
+/**
+ * B11 and B12 (issue #34): many conversations on few sequences, and the same after a restart.
+ * B11: 16 conversations of 8 turns, interleaved (every conversation's next turn after all the
+ * others'), 4 at a time, on `PARALLEL` sequences against llama-server `-np` the same with its
+ * prompt cache (its host-memory cache on, as it ships). B12: 8 conversations of 4 turns on both,
+ * both servers stopped (SIGTERM) and started again on the same data, then every conversation's
+ * next turn: llama-server's caches are gone; Parley's states are on disk.
+ */
+import { llamaServerTurn, type Message, parleyTurn, type TurnTiming } from "./clients";
+import { freshDb, inTurn, parley, yardstick, type Context, type Row, type Scenario, type SideName } from "./harness";
+import type { Server } from "./procs";
+import { median, quantile, sum } from "../../test/support/stats";
+import { userMessage } from "./text";
+
+const PARALLEL = 4;
+const REPLY_TOKENS = 32;
+
+/** A side's conversations: each one's next turn, the history carried as the side carries it. */
+function conversations(side: SideName, seed: number) {
+  const histories = new Map<number, Message[]>();
+  let turn = 0;
+  return {
+    async next(url: string, c: number): Promise<TurnTiming> {
+      const message = userMessage(seed + c * 100 + turn, 26);
+      if (side === "parley") return parleyTurn(url, `many-${seed}-${c}`, message, REPLY_TOKENS);
+      const history = histories.get(c) ?? [];
+      history.push({ role: "user", content: message });
+      const timing = await llamaServerTurn(url, history, REPLY_TOKENS).catch((error: unknown) => {
+        // llama-server closes a kept-alive connection that sat idle while the other side's round
+        // ran; the client learns it only by reusing it. The request never reached the server: again.
+        if ((error as { code?: string }).code !== "ECONNRESET") throw error;
+        return llamaServerTurn(url, history, REPLY_TOKENS);
+      });
+      history.push({ role: "assistant", content: timing.reply });
+      histories.set(c, history);
+      return timing;
+    },
+    /** The next round's turns are the next turn of every conversation. */
+    advance() {
+      turn++;
+    },
+  };
+}
+
+/** Every conversation's next turn, `PARALLEL` at a time; their timings in conversation order, and the round's wall time. */
+async function round(count: number, send: (c: number) => Promise<TurnTiming>): Promise<{ turns: TurnTiming[]; ms: number }> {
+  const started = performance.now();
+  const turns: TurnTiming[] = new Array(count);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: PARALLEL }, async () => {
+      while (next < count) {
+        const c = next++;
+        turns[c] = await send(c);
+      }
+    }),
+  );
+  return { turns, ms: performance.now() - started };
+}
+
+interface Side {
+  name: SideName;
+  start: () => Promise<Server>;
+}
+
+/** Parley on `db` (kept across restarts) and, unless skipped, llama-server. */
+function bothSides(ctx: Context, db: string): Side[] {
+  const mine: Side = { name: "parley", start: parley(ctx, PARALLEL, db) };
+  return ctx.llamaServer === undefined ? [mine] : [mine, { name: "llamaServer", start: yardstick(ctx, PARALLEL) }];
+}
+
+async function startAll(sides: Side[]): Promise<Map<SideName, Server>> {
+  const servers = new Map<SideName, Server>();
+  try {
+    for (const side of sides) servers.set(side.name, await side.start());
+  } catch (error) {
+    await stopAll(servers);
+    throw error;
+  }
+  return servers;
+}
+
+const stopAll = async (servers: Map<SideName, Server>) => {
+  for (const server of servers.values()) await server.stop();
+};
+
+/** `turns` interleaved rounds of `count` conversations on every side, the sides alternating round by round. */
+async function interleaved(sides: Side[], servers: Map<SideName, Server>, books: Map<SideName, ReturnType<typeof conversations>>, count: number, turns: number, into: Map<SideName, { turns: TurnTiming[]; ms: number }[]>) {
+  for (let t = 0; t < turns; t++) {
+    for (const side of inTurn(sides, t)) {
+      const book = books.get(side.name)!;
+      const send = (c: number) =>
+        book.next(servers.get(side.name)!.url, c).catch((error: unknown) => {
+          throw new Error(`${side.name}, conversation ${c}, round ${t + 1}: ${String(error)}`);
+        });
+      (into.get(side.name) ?? into.set(side.name, []).get(side.name)!).push(await round(count, send));
+      book.advance();
+    }
+  }
+}
+
+const ttftSum = (rounds: { turns: TurnTiming[] }[]) => sum(rounds.flatMap((r) => r.turns.map((turn) => turn.ttftMs)));
+
+export const manyConversations: Scenario = {
+  ids: ["B11", "B12"],
+  async run(ctx: Context): Promise<Row[]> {
+    const rows: Row[] = [];
+    // B11: all turns of many conversations, interleaved.
+    {
+      const count = ctx.quick ? 4 : 16;
+      const turns = ctx.quick ? 2 : 8;
+      const sides = bothSides(ctx, freshDb(ctx));
+      const servers = await startAll(sides);
+      const measured = new Map<SideName, { turns: TurnTiming[]; ms: number }[]>();
+      try {
+        await interleaved(sides, servers, new Map(sides.map((side) => [side.name, conversations(side.name, 30_000)])), count, turns, measured);
+      } finally {
+        await stopAll(servers);
+      }
+      const figures = (name: SideName) => {
+        const rounds = measured.get(name);
+        if (!rounds) return undefined;
+        const ttft = rounds.flatMap((r) => r.turns.map((turn) => turn.ttftMs));
+        const tokens = sum(rounds.flatMap((r) => r.turns.map((turn) => turn.completionTokens)));
+        return { sum: ttftSum(rounds), p50: median(ttft), p95: quantile(ttft, 0.95), tps: tokens / (sum(rounds.map((r) => r.ms)) / 1000), ttft };
+      };
+      const mine = figures("parley")!;
+      const theirs = figures("llamaServer");
+      const what = `${count} conversations × ${turns} turns, interleaved, ${PARALLEL} at a time on ${PARALLEL} sequences`;
+      rows.push(
+        { id: "B11", what: `Σ TTFT ms, ${what}`, parley: mine.sum, yardstick: theirs?.sum, ratio: theirs && mine.sum / theirs.sum, target: ["<=", 0.8], detail: { parley: mine, llamaServer: theirs } },
+        { id: "B11", what: "p95 TTFT ms, the same", parley: mine.p95, yardstick: theirs?.p95, ratio: theirs && mine.p95 / theirs.p95 },
+        { id: "B11", what: "aggregate tok/s, the same", parley: mine.tps, yardstick: theirs?.tps, ratio: theirs && mine.tps / theirs.tps },
+      );
+    }
+    // B12: the next turn after both servers restarted.
+    {
+      const count = ctx.quick ? 4 : 8;
+      const before = ctx.quick ? 2 : 4;
+      const sides = bothSides(ctx, freshDb(ctx));
+      const books = new Map(sides.map((side) => [side.name, conversations(side.name, 40_000)]));
+      const warm = new Map<SideName, { turns: TurnTiming[]; ms: number }[]>();
+      const servers = await startAll(sides);
+      try {
+        await interleaved(sides, servers, books, count, before, warm);
+      } finally {
+        await stopAll(servers);
+      }
+      const restarted = await startAll(sides);
+      const after = new Map<SideName, { turns: TurnTiming[]; ms: number }[]>();
+      try {
+        await interleaved(sides, restarted, books, count, 1, after);
+      } finally {
+        await stopAll(restarted);
+      }
+      const mine = ttftSum(after.get("parley")!);
+      const theirs = after.has("llamaServer") ? ttftSum(after.get("llamaServer")!) : undefined;
+      rows.push({
+        id: "B12",
+        what: `Σ TTFT ms of the next turn of ${count} conversations after both servers restarted (after turn ${before})`,
+        parley: mine,
+        yardstick: theirs,
+        ratio: theirs && mine / theirs,
+        target: ["<=", 0.3],
+        detail: { parley: after.get("parley")![0]!.turns.map((turn) => turn.ttftMs), llamaServer: after.get("llamaServer")?.[0]?.turns.map((turn) => turn.ttftMs) },
+      });
+    }
+    return rows;
+  },
+};
