@@ -1,4 +1,4 @@
-import { and, asc, count, eq, gt, inArray, lt, notInArray, or, sql } from "drizzle-orm";
+import { and, asc, count, eq, getTableColumns, gt, inArray, lt, notInArray, or, sql } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
 import { ABANDONED, type ChainLink, type NewResponse, type ResponseEnd, type ResponseEvent, type ResponseRecord } from "../types";
@@ -34,13 +34,13 @@ export class PgResponseStore implements ResponseStore {
 
   async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
     const mine = and(eq(responses.id, id), eq(responses.userId, userId));
-    // A response whose node died is failed by whichever node reads it first.
-    await this.db
-      .update(responses)
-      .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
-      .where(and(mine, inArray(responses.status, RUNNING), lt(responses.leaseExpiresAt, NOW_MS)));
-    const [row] = await this.db.select().from(responses).where(mine);
-    return row && recordOf(row);
+    const [row] = await this.db.select({ ...getTableColumns(responses), lapsed: sql<boolean>`${responses.leaseExpiresAt} < ${NOW_MS}` }).from(responses).where(mine);
+    if (!row) return undefined;
+    const { lapsed, ...record } = row;
+    // A response whose node died is failed by whichever node reads it first; any other read stays a read.
+    if (!lapsed || !RUNNING.includes(record.status as (typeof RUNNING)[number])) return recordOf(record);
+    const [failed] = await this.db.update(responses).set({ status: "failed", error: ABANDONED, leaseExpiresAt: null }).where(and(mine, inArray(responses.status, RUNNING))).returning();
+    return recordOf(failed ?? record);
   }
 
   async chain(userId: number, id: string, { maxChars }: { maxChars: number }): Promise<ChainLink[]> {

@@ -1,5 +1,5 @@
 import type { Statement } from "bun:sqlite";
-import { and, asc, count, eq, gt, inArray, lt, notInArray, or, sql } from "drizzle-orm";
+import { and, asc, count, eq, getTableColumns, gt, inArray, lt, notInArray, or, sql } from "drizzle-orm";
 import { CHAIN_SQL, walkChain } from "../chain-walk";
 import type { ResponseStore } from "../storage";
 import { ABANDONED, type ChainLink, type NewResponse, type ResponseEnd, type ResponseEvent, type ResponseRecord } from "../types";
@@ -41,13 +41,13 @@ export class SqliteResponseStore implements ResponseStore {
 
   async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
     const mine = and(eq(responses.id, id), eq(responses.userId, userId));
-    this.db
-      .update(responses)
-      .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
-      .where(and(mine, inArray(responses.status, RUNNING), lt(responses.leaseExpiresAt, NOW_MS)))
-      .run();
-    const row = this.db.select().from(responses).where(mine).get();
-    return row && recordOf(row);
+    const row = this.db.select({ ...getTableColumns(responses), lapsed: sql<number>`${responses.leaseExpiresAt} < ${NOW_MS}` }).from(responses).where(mine).get();
+    if (!row) return undefined;
+    const { lapsed, ...record } = row;
+    // Written only for a response whose process died: a read stays a read.
+    if (!lapsed || !RUNNING.includes(record.status as (typeof RUNNING)[number])) return recordOf(record);
+    const failed = this.db.update(responses).set({ status: "failed", error: ABANDONED, leaseExpiresAt: null }).where(and(mine, inArray(responses.status, RUNNING))).returning().get();
+    return recordOf(failed ?? record);
   }
 
   async chain(userId: number, id: string, { maxChars }: { maxChars: number }): Promise<ChainLink[]> {
