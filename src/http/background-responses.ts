@@ -27,7 +27,9 @@ const typeOf = (text: string) => /^event: (.*)$/m.exec(text)?.[1] ?? "";
 /** A response generating on this node: every event so far, and a wake-up for its followers. */
 class Running {
   readonly events: ResponseEvent[] = [];
+  /** Events kept in storage so far; one write at a time (`flushing`), so none is counted twice or skipped. */
   flushed = 0;
+  flushing: Promise<void> = Promise.resolve();
   ended = false;
   private wake = Promise.withResolvers<void>();
 
@@ -106,8 +108,13 @@ export class BackgroundResponses {
     }
   }
 
-  /** Writes the events not yet kept; on another node's cancel, stops the response. */
-  private async flush(id: string, running: Running): Promise<void> {
+  /** Writes the events not yet kept, after any write still going; on another node's cancel, stops the response. */
+  private flush(id: string, running: Running): Promise<void> {
+    running.flushing = running.flushing.then(() => this.write(id, running));
+    return running.flushing;
+  }
+
+  private async write(id: string, running: Running): Promise<void> {
     try {
       const pending = running.events.slice(running.flushed);
       await this.store.appendEvents(id, pending);
