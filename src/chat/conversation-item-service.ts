@@ -6,9 +6,8 @@
 import type { ConversationStore } from "../db/storage";
 import type { ConversationRow, StoredConversation, StoredItem } from "../db/types";
 import { InvalidInput, NotFound } from "../errors";
-import { itemRows, rowItems } from "./conversation-items";
-import { type ItemInput, inputItems, newResponseId } from "./response-items";
-import type { ItemPage, ItemPageQuery } from "./responses";
+import { itemRows, messageOfThought, rowItems } from "./conversation-items";
+import { type ItemInput, type ItemPage, type ItemPageQuery, inputItems, newResponseId, pageOf } from "./response-items";
 import type { ChatService } from "./service";
 import type { EngineSource } from "./turn-runner";
 
@@ -16,8 +15,8 @@ const newConversationId = () => `conv_${crypto.randomUUID().replaceAll("-", "")}
 
 const notFound = (id: string) => new NotFound(`no conversation ${JSON.stringify(id)}`);
 
-/** The row that shows an item: a thought's `rs_` id is its message's row, `msg_` of the same stem. */
-const rowIdsOf = (itemId: string): string[] => (itemId.startsWith("rs_") ? [itemId, `msg_${itemId.slice(3)}`] : [itemId]);
+/** The rows that may show an item: its own, and for a thought's `rs_` id its message's (`messageOfThought`). */
+const rowIdsOf = (itemId: string): string[] => (itemId.startsWith("rs_") ? [itemId, messageOfThought(itemId)] : [itemId]);
 
 export class ConversationItemService {
   constructor(
@@ -31,7 +30,7 @@ export class ConversationItemService {
     const id = newConversationId();
     const created = await this.conversations.findOrCreate(userId, id, metadata);
     await this.conversations.addMessages(created, itemRows(inputItems(newResponseId(), items)));
-    return { ...created, createdAt: (await this.conversations.find(userId, id))!.createdAt, metadata };
+    return this.get(userId, id);
   }
 
   async get(userId: number, id: string): Promise<StoredConversation> {
@@ -55,9 +54,11 @@ export class ConversationItemService {
     const conversation = await this.get(userId, id);
     // An item is at most two of a row's (a thought and its message): this many rows hold the page and one more.
     const rows = query.after === undefined ? ((await this.conversations.rows(conversation.id, { order: query.order, limit: query.limit + 2 })) ?? []) : await this.rowsFrom(conversation, query);
-    const items = rows.flatMap((row) => (query.order === "asc" ? rowItems(row) : rowItems(row).toReversed()));
-    const from = query.after === undefined ? 0 : items.findIndex((item) => item.id === query.after) + 1;
-    return { items: items.slice(from, from + query.limit), hasMore: items.length > from + query.limit };
+    return pageOf(
+      rows.flatMap((row) => (query.order === "asc" ? rowItems(row) : rowItems(row).toReversed())),
+      query,
+      "this conversation",
+    );
   }
 
   private async rowsFrom(conversation: StoredConversation, { order, after, limit }: ItemPageQuery): Promise<ConversationRow[]> {

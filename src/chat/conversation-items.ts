@@ -10,6 +10,9 @@ const stemOf = (id: string) => id.slice(id.indexOf("_") + 1);
 /** The id of the thought of the assistant message with this id. */
 export const thoughtId = (messageId: string) => `rs_${stemOf(messageId)}`;
 
+/** The id of the assistant message a thought with this id is kept with. */
+export const messageOfThought = (thoughtItemId: string) => `msg_${stemOf(thoughtItemId)}`;
+
 /** What a row shows as items, in order: an assistant message's thought first. */
 export function rowItems(row: Pick<ConversationRow, "itemId"> & StoredTurn): StoredItem[] {
   const { itemId: id, item, content } = row;

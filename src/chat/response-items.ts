@@ -8,6 +8,26 @@ import { InvalidInput } from "../errors";
 import type { ToolCall, Turn } from "../llm/engine";
 import type { CompletionResult } from "./completions";
 
+/** A page of items, as OpenAI's lists take one. */
+export interface ItemPageQuery {
+  order: "asc" | "desc";
+  /** Items after the one with this id, in `order`. */
+  after?: string;
+  limit: number;
+}
+
+export interface ItemPage {
+  items: StoredItem[];
+  hasMore: boolean;
+}
+
+/** The page of `ordered` (already in the query's order) after `after`; an `after` not among them is `InvalidInput`. */
+export function pageOf(ordered: readonly StoredItem[], { after, limit }: ItemPageQuery, where: string): ItemPage {
+  const from = after === undefined ? 0 : ordered.findIndex((item) => item.id === after) + 1;
+  if (from === 0 && after !== undefined) throw new InvalidInput("after", `no item ${JSON.stringify(after)} in ${where}`);
+  return { items: ordered.slice(from, from + limit), hasMore: ordered.length > from + limit };
+}
+
 /** An item as a request gives it: its id is kept when it has one, else the response gives it one. */
 export type ItemInput = StoredItem extends infer I ? (I extends StoredItem ? Omit<I, "id"> & { id?: string } : never) : never;
 

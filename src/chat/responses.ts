@@ -5,11 +5,11 @@
  * conversation's turns. Knows storage and the completion turn, nothing of HTTP.
  */
 import type { ResponseStore } from "../db/storage";
-import type { ResponseEnd, ResponseRecord, StoredItem } from "../db/types";
+import type { ResponseEnd, ResponseRecord } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
 import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
 import type { ChatService } from "./service";
-import { historyOf, type ItemInput, inputItems, newResponseId, outputItems } from "./response-items";
+import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, inputItems, newResponseId, outputItems, pageOf } from "./response-items";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
 export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey"> {
@@ -41,18 +41,6 @@ export interface ResponseResult {
 }
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 };
-
-export interface ItemPageQuery {
-  order: "asc" | "desc";
-  /** Items after the one with this id, in `order`. */
-  after?: string;
-  limit: number;
-}
-
-export interface ItemPage {
-  items: StoredItem[];
-  hasMore: boolean;
-}
 
 /**
  * How a turn's result ends its response: `cancelled` when its client left (`clientLeft`); cut by
@@ -258,9 +246,6 @@ export class ResponseService {
   /** A page of the items a response was given. */
   async inputItems(userId: number, id: string, query: ItemPageQuery): Promise<ItemPage> {
     const { input } = await this.get(userId, id);
-    const ordered = query.order === "asc" ? input : input.toReversed();
-    const from = query.after === undefined ? 0 : ordered.findIndex((item) => item.id === query.after) + 1;
-    if (from === 0 && query.after !== undefined) throw new InvalidInput("after", `no input item ${JSON.stringify(query.after)} in this response`);
-    return { items: ordered.slice(from, from + query.limit), hasMore: ordered.length > from + query.limit };
+    return pageOf(query.order === "asc" ? input : input.toReversed(), query, "this response's input");
   }
 }

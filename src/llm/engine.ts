@@ -140,7 +140,7 @@ export class Engine {
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, "embedded" in the executable, or "prebuilt". */
     readonly natives: string,
-    private readonly overflow: ContextOverflow,
+    overflow: ContextOverflow,
   ) {
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
     this.shifts = overflow === "shift" && !model.fileInsights.isRecurrent && model.fileInsights.swaSize === undefined;

@@ -1,7 +1,7 @@
 /** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
 import { t } from "elysia";
 import type { ItemInput } from "../../chat/response-items";
-import type { ItemPageQuery } from "../../chat/responses";
+import type { ItemPageQuery } from "../../chat/response-items";
 import { InvalidInput } from "../../errors";
 import { checkedArguments } from "./tools";
 

@@ -3,7 +3,8 @@
  * thought (`reasoning`), the answer (`message`) and the calls (`function_call`), in that order;
  * streamed as OpenAI's typed events, each with its `sequence_number`.
  */
-import type { ItemPage, ResponseResult, ResponseStart } from "../../chat/responses";
+import type { ItemPage } from "../../chat/response-items";
+import type { ResponseResult, ResponseStart } from "../../chat/responses";
 import { outputItemId } from "../../chat/response-items";
 import type { ResponseRecord, StoredConversation, StoredItem } from "../../db/types";
 import type { ToolCall } from "../../llm/engine";
