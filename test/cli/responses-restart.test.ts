@@ -8,7 +8,7 @@ import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { allowSlowTests, type ChildServer, startServer, tempDir, until } from "../support";
+import { allowSlowTests, type ChildServer, rejection, startServer, tempDir, until } from "../support";
 
 allowSlowTests();
 
@@ -26,12 +26,6 @@ async function serve(dbPath: string, env: Record<string, string> = {}) {
 }
 
 const turn = { model: "any", temperature: 0, max_output_tokens: 8 } as const;
-
-const failure = (promise: Promise<unknown>) =>
-  promise.then(
-    () => undefined,
-    (error: unknown) => error,
-  );
 
 describe("kept responses across a restart", () => {
   test("a chain continues after SIGTERM and start as it does without them; a stream cut by the shutdown is kept as streamed", async () => {
@@ -101,7 +95,7 @@ describe("kept responses across a restart", () => {
     const stored = (db.query("SELECT count(*) AS n FROM responses").get() as { n: number }).n;
     db.close();
     const expiring = await serve(dbPath, { PARLEY_RESPONSES_TTL_DAYS: "1" });
-    await until(async () => (await failure(expiring.client.responses.retrieve(first.id))) instanceof OpenAI.NotFoundError, "the old response to expire");
+    await until(async () => (await rejection(expiring.client.responses.retrieve(first.id))) instanceof OpenAI.NotFoundError, "the old response to expire");
     expect((await expiring.client.responses.retrieve(second.id)).id).toBe(second.id);
     const metrics = await (await fetch(`${expiring.server.url}/metrics`, { headers: { authorization: `Bearer ${adminKey}` } })).text();
     expect(metrics).toContain(`parley_responses_kept ${stored - 1}\n`);

@@ -7,7 +7,7 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { readGgufHeader } from "../../src/gguf/reader";
-import { allowSlowTests, compiledNatives, presetModel, servedEngine } from "../support";
+import { allowSlowTests, compiledNatives, presetModel, rejection, servedEngine } from "../support";
 
 allowSlowTests();
 
@@ -104,10 +104,7 @@ describe.skipIf(natives === undefined)("logprobs (compiled natives)", () => {
     ["top_logprobs", { top_logprobs: 2 }],
     ["top_logprobs", { logprobs: false, top_logprobs: 2 }],
   ] as [string, Params][])("%s: %j is a BadRequestError naming it", async (param, params) => {
-    const error = await complete(params).then(
-      () => undefined,
-      (failure: unknown) => failure,
-    );
+    const error = await rejection(complete(params));
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param);
   });

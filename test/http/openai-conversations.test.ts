@@ -6,7 +6,7 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { allowSlowTests, bearer, postChat, servedEngine } from "../support";
+import { allowSlowTests, bearer, postChat, rejection, servedEngine } from "../support";
 
 allowSlowTests();
 
@@ -20,12 +20,6 @@ beforeAll(() => {
 });
 
 const weather = { type: "function" as const, name: "get_weather", description: "The weather in a city", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false } };
-
-const failure = (promise: Promise<unknown>) =>
-  promise.then(
-    () => undefined,
-    (error: unknown) => error,
-  );
 
 type Item = OpenAI.Conversations.ConversationItem;
 const textOf = (item: Item) => (item.type === "message" ? item.content.map((part) => ("text" in part ? part.text : "")).join("") : undefined);
@@ -77,9 +71,9 @@ describe("the openai SDK's conversations", () => {
     ]);
 
     expect((await client.conversations.items.delete(id, { conversation_id: conversation.id })).id).toBe(conversation.id);
-    expect(await failure(client.conversations.items.retrieve(id, { conversation_id: conversation.id }))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await rejection(client.conversations.items.retrieve(id, { conversation_id: conversation.id }))).toBeInstanceOf(OpenAI.NotFoundError);
     expect(await client.conversations.delete(conversation.id)).toEqual({ id: conversation.id, object: "conversation.deleted", deleted: true });
-    expect(await failure(client.conversations.retrieve(conversation.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await rejection(client.conversations.retrieve(conversation.id))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
   test("responses in a conversation: its items grow by each response's input and output, the native API continues it, and each turn reuses the cache", async () => {
@@ -126,7 +120,7 @@ describe("the openai SDK's conversations", () => {
 
     // Deleted with the native API: its responses go with it.
     expect((await fetch(`${app.served.url}/api/v1.0/chat/conversations/${conversation.id}`, { method: "DELETE", headers: bearer(app.key) })).status).toBe(204);
-    for (const response of [first, second]) expect(await failure(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    for (const response of [first, second]) expect(await rejection(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
   test("a function call round trip in a conversation: the call and its output are items the native API does not list", async () => {
@@ -160,12 +154,12 @@ describe("the openai SDK's conversations", () => {
     const conversation = await client.conversations.create();
     const inside = await client.responses.create({ model: "any", conversation: conversation.id, input: "Hello", max_output_tokens: 4 });
     const alone = await client.responses.create({ model: "any", input: "Hello", max_output_tokens: 4 });
-    const both = await failure(client.responses.create({ model: "any", conversation: conversation.id, previous_response_id: alone.id, input: "Hi" }));
+    const both = await rejection(client.responses.create({ model: "any", conversation: conversation.id, previous_response_id: alone.id, input: "Hi" }));
     expect(both).toBeInstanceOf(OpenAI.BadRequestError);
     expect((both as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("conversation");
-    const chained = await failure(client.responses.create({ model: "any", previous_response_id: inside.id, input: "Hi" }));
+    const chained = await rejection(client.responses.create({ model: "any", previous_response_id: inside.id, input: "Hi" }));
     expect((chained as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("previous_response_id");
-    expect(await failure(client.responses.create({ model: "any", conversation: "conv_none", input: "Hi" }))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await rejection(client.responses.create({ model: "any", conversation: "conv_none", input: "Hi" }))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
   test("another user's conversation is not found by any route, and is left as it was", async () => {
@@ -181,7 +175,7 @@ describe("the openai SDK's conversations", () => {
       other.conversations.items.delete(item!.id as string, { conversation_id: conversation.id }),
       other.responses.create({ model: "any", conversation: conversation.id, input: "Hi" }),
     ];
-    for (const attempt of attempts) expect(await failure(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
+    for (const attempt of attempts) expect(await rejection(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
     expect((await client.conversations.items.list(conversation.id)).data.map(summary)).toEqual([["user", "Mine"]]);
     expect((await client.conversations.retrieve(conversation.id)).metadata).toEqual({});
   });

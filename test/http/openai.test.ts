@@ -8,7 +8,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { streamText } from "ai";
 import OpenAI from "openai";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, serveApp, type Served, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, rejection, serveApp, type Served, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -38,19 +38,6 @@ afterAll(async () => {
 });
 
 const hello = [{ role: "user" as const, content: "Hello" }];
-
-/**
- * What `promise` rejects with. The SDKs' promises are Promise subclasses that bun's
- * `expect(...).rejects` reads as already resolved, so they are awaited here instead.
- */
-async function rejection(promise: PromiseLike<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected the request to fail");
-}
 
 async function streamed(params: Omit<OpenAI.ChatCompletionCreateParamsStreaming, "model" | "stream">) {
   const chunks: OpenAI.ChatCompletionChunk[] = [];

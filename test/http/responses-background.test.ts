@@ -5,7 +5,7 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { allowSlowTests, servedEngine, until } from "../support";
+import { allowSlowTests, rejection, servedEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -20,12 +20,6 @@ beforeAll(() => {
 
 type Event = OpenAI.Responses.ResponseStreamEvent;
 const deltas = (events: Event[]) => events.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta] : [])).join("");
-const failure = (promise: Promise<unknown>) =>
-  promise.then(
-    () => undefined,
-    (error: unknown) => error,
-  );
-
 /** Events of a stream until `enough` says so; leaving it then is a disconnect. */
 async function readUntil(stream: AsyncIterable<Event>, enough: (events: Event[]) => boolean): Promise<Event[]> {
   const events: Event[] = [];
@@ -80,12 +74,12 @@ describe("background responses", () => {
   });
 
   test("refused: background without store, a foreground response's stream, cancelling a foreground response; another user's is not found", async () => {
-    const unkept = await failure(client.responses.create({ model: "any", input: "Hi", background: true, store: false }));
+    const unkept = await rejection(client.responses.create({ model: "any", input: "Hi", background: true, store: false }));
     expect((unkept as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("background");
     const foreground = await client.responses.create({ model: "any", input: "Hi", max_output_tokens: 2 });
-    expect((await failure(client.responses.retrieve(foreground.id, { stream: true }))) as object).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((await failure(client.responses.cancel(foreground.id))) as object).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((await rejection(client.responses.retrieve(foreground.id, { stream: true }))) as object).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((await rejection(client.responses.cancel(foreground.id))) as object).toBeInstanceOf(OpenAI.BadRequestError);
     const theirs = await client.responses.create({ model: "any", input: "Hi", background: true, max_output_tokens: 2 });
-    for (const attempt of [other.responses.retrieve(theirs.id, { stream: true }), other.responses.cancel(theirs.id)]) expect(await failure(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
+    for (const attempt of [other.responses.retrieve(theirs.id, { stream: true }), other.responses.cancel(theirs.id)]) expect(await rejection(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
   });
 });

@@ -11,7 +11,7 @@ import { generateText, streamText } from "ai";
 import OpenAI from "openai";
 import { zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
-import { allowSlowTests, servedEngine } from "../support";
+import { allowSlowTests, rejection, servedEngine } from "../support";
 
 allowSlowTests();
 
@@ -124,10 +124,7 @@ describe("the openai SDK's responses", () => {
     ["text.format", { text: { format: { type: "json_schema", name: "x", schema: { type: "string", pattern: "^a" } } } }],
     ["text.format", { tools: [weather], text: { format: { type: "json_object" } } }],
   ] as [string, Record<string, unknown>][])("%s: %j is a BadRequestError naming it", async (param, params) => {
-    const error = await client.responses.create({ model: "any", input: "Hello", store: false, ...params } as never).then(
-      () => undefined,
-      (failure: unknown) => failure,
-    );
+    const error = await rejection(client.responses.create({ model: "any", input: "Hello", store: false, ...params } as never));
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
     expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe(param);
   });
@@ -141,12 +138,6 @@ describe("kept responses", () => {
   beforeAll(() => {
     other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
   });
-
-  const notFound = (promise: Promise<unknown>) =>
-    promise.then(
-      () => undefined,
-      (failure: unknown) => failure,
-    );
 
   test("kept by default: retrieved as it was answered, its input items listed in pages, deleted", async () => {
     const response = await client.responses.create({ model: "any", instructions: "Be brief.", input: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello." }, { role: "user", content: "More" }], temperature: 0 });
@@ -167,8 +158,8 @@ describe("kept responses", () => {
     expect(rest.has_more).toBe(false);
 
     await client.responses.delete(response.id);
-    expect(await notFound(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
-    expect(await notFound(client.responses.delete(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await rejection(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await rejection(client.responses.delete(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
   test("a chain: the second response answers the whole history as chat completions would, reusing the first one's cached tokens", async () => {
@@ -224,7 +215,7 @@ describe("kept responses", () => {
       other.responses.delete(response.id),
       other.responses.create({ model: "any", previous_response_id: response.id, input: "Hi" }),
     ]) {
-      expect(await notFound(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
+      expect(await rejection(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
     }
     expect((await client.responses.retrieve(response.id)).id).toBe(response.id);
   });
@@ -232,7 +223,7 @@ describe("kept responses", () => {
   test("store: false answers without keeping", async () => {
     const response = await client.responses.create({ model: "any", input: "Hello", store: false, max_output_tokens: 4 });
     expect(response).toMatchObject({ store: false });
-    expect(await notFound(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    expect(await rejection(client.responses.retrieve(response.id))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 });
 

@@ -5,7 +5,7 @@ import { PromptRenderer } from "../../src/llm/prompt";
 import { TemplateChat } from "../../src/llm/template-chat";
 import { cachingTokenizers } from "../../src/llm/token-cache";
 import type { Turn } from "../../src/llm/types";
-import { presetModel, type Random, withSeed } from "../support";
+import { presetModel, type Random, rejection, withSeed } from "../support";
 
 let llama: Llama;
 let model: LlamaModel;
@@ -121,10 +121,7 @@ describe("PromptRenderer", () => {
         expect(fitted.turns.at(-1)!.role).toBe("user");
       }
       // Tools are shown whole: where they alone outgrow the budget, no prompt is made.
-      const refused = await prompts.fit([{ role: "user", content: "Hi" }], 100, "a user", tools).then(
-        () => undefined,
-        (error: unknown) => error,
-      );
+      const refused = await rejection(prompts.fit([{ role: "user", content: "Hi" }], 100, "a user", tools));
       expect(refused).toBeInstanceOf(InvalidInput);
       expect((refused as InvalidInput).param).toBe("tools");
     }),

@@ -27,3 +27,16 @@ export async function eventLoopTurns(turns = 5): Promise<void> {
 export function allowSlowTests(): void {
   setDefaultTimeout(30_000);
 }
+
+/**
+ * What `promise` rejects with; one that fulfils fails the test. The SDKs' promises are Promise
+ * subclasses that bun's `expect(...).rejects` reads as already resolved, so they are awaited here.
+ */
+export async function rejection(promise: PromiseLike<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected the request to fail");
+}
