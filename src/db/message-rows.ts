@@ -11,6 +11,16 @@ export interface RowColumns {
   createdAt: number;
 }
 
+/** The columns of `messages` a conversation's row is read with: `RowColumns`, in either dialect's table. */
+export const rowColumns = <T extends Record<keyof RowColumns, unknown>>(messages: T): Pick<T, keyof RowColumns> => ({
+  itemId: messages.itemId,
+  role: messages.role,
+  content: messages.content,
+  reasoning: messages.reasoning,
+  item: messages.item,
+  createdAt: messages.createdAt,
+});
+
 export const conversationRow = ({ itemId, createdAt, ...turn }: RowColumns): ConversationRow => ({ ...storedTurn(turn), itemId, createdAt });
 
 /** A message's row: its owner's, in its conversation, with an item id. */

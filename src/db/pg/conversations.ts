@@ -15,21 +15,14 @@ import {
   type StoredTurn,
   storedTurn,
 } from "../types";
-import { conversationRow, messageRecord, messageRow } from "../message-rows";
+import { conversationRow, messageRecord, messageRow, rowColumns } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
 /** Rows fetched per round trip while stepping back through a conversation. */
 const TURNS_PER_FETCH = 32;
 
-const ROW = {
-  itemId: messages.itemId,
-  role: messages.role,
-  content: messages.content,
-  reasoning: messages.reasoning,
-  item: messages.item,
-  createdAt: messages.createdAt,
-};
+const ROW = rowColumns(messages);
 
 export class PgConversationStore implements ConversationStore {
   /** A conversation's turns newest first; `$1` is its row id. */

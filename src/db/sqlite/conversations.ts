@@ -15,7 +15,7 @@ import {
   type StoredTurn,
   storedTurn,
 } from "../types";
-import { conversationRow, messageRecord, messageRow } from "../message-rows";
+import { conversationRow, messageRecord, messageRow, rowColumns } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
@@ -57,14 +57,7 @@ function listStatement(db: Db) {
     .prepare();
 }
 
-const ROW = {
-  itemId: messages.itemId,
-  role: messages.role,
-  content: messages.content,
-  reasoning: messages.reasoning,
-  item: messages.item,
-  createdAt: messages.createdAt,
-};
+const ROW = rowColumns(messages);
 
 export class SqliteConversationStore implements ConversationStore {
   /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
