@@ -19,16 +19,14 @@
  *
  * One kind of work per batch, in this order within a step:
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
- *    decode waits only for the batch in flight and its own prompt.
+ *    decode waits only for the batch in flight and its own prompt. Ends longer than a few tokens
+ *    go one a batch, shortest first (see `SHARED_END_TOKENS`).
  * 2. Running replies' next tokens.
  * 3. Chunks of long prompts, one per prompt and step.
  * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
  * counts as one piece of a token per sequence, then the rest. Within a batch the sequences go in
  * ascending id: node-llama-cpp keeps a KV cache per sequence, and llama.cpp computes a batch in one
  * piece only where the ids go up one by one (`split_equal`).
- *
- * While nothing replies, prompts wait for the slots still Preparing: turns that arrive together
- * share their prompts' batch instead of the first going alone. A reply never waits for them.
  *
  * Replies with nothing else to do run `STEPS_PER_CALL` steps a native call where the compiled
  * natives allow it (`decodeSteps` in src/natives/addon.ts). Work for the loop arriving meanwhile (a
@@ -129,6 +127,15 @@ const STEPS_PER_CALL = 4;
 const PROMPT_END = 0;
 const REPLY = 1;
 const PROMPT_CHUNK = 2;
+
+/**
+ * Prompts' ends share a batch only up to this many tokens. A batch of a few tokens costs about
+ * what one token does (the weights are read once either way), but a larger one costs in
+ * proportion to its tokens, and every prompt in it waits for all of them: four 70-token ends in
+ * one batch all give their first token after 280 tokens' work (llama-server's way); one at a time,
+ * shortest first, after 70, 140, 210 and 280, for the same total work.
+ */
+const SHARED_END_TOKENS = 16;
 
 interface Job {
   turn: Turn;
@@ -323,8 +330,7 @@ export class Scheduler {
         for (const job of ready) await this.ready(job);
         if (ready.length > 0) continue;
         const active = [...this.jobs].filter(({ slot }) => slot.state === SlotState.Prompt || slot.state === SlotState.Replying);
-        const preparing = active.length < this.jobs.size;
-        if (active.length === 0 || (preparing && !active.some(({ slot }) => slot.state === SlotState.Replying))) {
+        if (active.length === 0) {
           await new Promise<void>((resolve) => (this.wakeLoop = resolve));
           continue;
         }
@@ -389,6 +395,7 @@ export class Scheduler {
     for (const job of chosen) {
       const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, this.promptChunk) : job.pending;
       if (tokens.length > room) break;
+      if (first === PROMPT_END && batch.length > 0 && this.context.batchSize - room + tokens.length > SHARED_END_TOKENS) break;
       batch.push({ job, tokens });
       room -= tokens.length;
     }

@@ -10,7 +10,7 @@ import { eventLoopTurns, presetModel, runTurn } from "../support";
 // watch the batches it hands the addon, and check that node-llama-cpp's sequences agree with what
 // it did: the same tokens as node-llama-cpp's own evaluation, the same lock.
 
-const CHUNK = 8;
+const CHUNK = 24;
 let model: LlamaModel;
 let context: LlamaContext;
 let sequences: LlamaContextSequence[];
@@ -105,26 +105,30 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
   ]);
 });
 
-test("while nothing replies, prompts wait for the slots still Preparing, so prompts arriving together share a batch; a reply never waits", async () => {
+test("a prompt's end goes once it is ready; ends of a few tokens share a batch, longer ones go one a batch, shortest first", async () => {
   const ids = sequences.map(sequenceIdOf);
   const fitted = Promise.withResolvers<Token[]>();
-  const first = turn(slots[0]!, fitted.promise, 2);
-  const second = turn(slots[1]!, promptOf(4, 11), 2);
-  await eventLoopTurns();
-  expect(batches).toEqual([]);
-  expect(slots.map((slot) => slot.state)).toEqual([SlotState.Preparing, SlotState.Prompt, SlotState.Idle, SlotState.Idle]);
+  const waiting = turn(slots[0]!, fitted.promise, 2);
+  // Nothing replies, and the other slot's prompt is still being fitted: this one goes alone.
+  expect(await turn(slots[1]!, promptOf(4, 11), 2)).toHaveLength(2);
+  expect(batches[0]).toEqual([[ids[1]!, 4]]);
   fitted.resolve(promptOf(3, 10));
-  await Promise.all([first, second]);
-  expect(batches[0]).toEqual([[ids[0]!, 3], [ids[1]!, 4]]);
-  expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
+  await waiting;
 
-  // A slot Preparing once a reply runs: the reply's batches go on, and the turn joins when its prompt comes.
-  const late = Promise.withResolvers<Token[]>();
-  let joining: Promise<Token[]> | undefined;
-  const running = await turn(slots[2]!, promptOf(3, 12), 4, () => (joining = turn(slots[3]!, late.promise, 2)));
-  expect(running).toHaveLength(4);
-  late.resolve(promptOf(3, 13));
-  expect(await joining!).toHaveLength(2);
+  // Ends readied together, while a reply runs.
+  const together = async (lengths: [number, number, number]) => {
+    batches.length = 0;
+    const joined: Promise<Token[]>[] = [];
+    await turn(slots[3]!, promptOf(5, 1), 4, () => {
+      for (const [i, length] of lengths.entries()) joined.push(turn(slots[i]!, promptOf(length, 20 + i), 2));
+    });
+    await Promise.all(joined);
+    return batches.slice(1, 4);
+  };
+  const replies = ids.map((id): [number, number] => [id, 1]);
+  expect(await together([20, 5, 6])).toEqual([[[ids[1]!, 5], [ids[2]!, 6]], [[ids[0]!, 20]], replies]);
+  expect(await together([20, 5, 18])).toEqual([[[ids[1]!, 5]], [[ids[2]!, 18]], [[ids[0]!, 20]]]);
+  expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
 });
 
 test("work on a sequence asked for outside any turn is done between two batches, and a prompt readied joins the batch right after it", async () => {
