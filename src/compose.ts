@@ -86,6 +86,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     batchSize: config.batchSize,
     flashAttention: config.flashAttention,
     contextOverflow: config.contextOverflow,
+    contextSlack: config.contextSlackPercent / 100,
     primedTurns: preambleOf(config.systemPrompt),
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));

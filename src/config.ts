@@ -61,6 +61,7 @@ export interface Config {
   batchSize?: number;
   flashAttention: FlashAttentionMode;
   contextOverflow: ContextOverflow;
+  contextSlackPercent: number;
 }
 
 /**
@@ -351,11 +352,19 @@ export const CONFIG_SPEC = {
   },
   contextOverflow: {
     env: "PARLEY_CONTEXT_OVERFLOW",
-    doc: "a conversation whose history outgrows the context: `shift` (its dropped oldest turns' cached cells are removed and the rest shifted down, as llama.cpp's context shift does: a turn past the context costs about what one before it did, but the kept turns' cache was computed with the dropped ones before them, so a reply can differ from a fresh evaluation of the same window) or `exact` (the kept window is evaluated afresh every turn, as a new server would: exact, and every turn past the context re-evaluates the whole window). Models whose cache cannot shift (recurrent, sliding-window) are always `exact`",
+    doc: "a conversation whose history outgrows the context: `shift` (its dropped oldest turns' cached cells are removed and the rest shifted down, as llama.cpp's context shift does: a turn past the context costs about what one before it did, but the kept turns' cache was computed with the dropped ones before them, so a reply can differ from a fresh evaluation of the same window), `slack` (the window is cut to leave room, `PARLEY_CONTEXT_SLACK_PERCENT`, and evaluated afresh, then kept while the turns after it fit: exact, each cut paying for the whole shorter window) or `exact` (the fewest oldest turns are dropped and the window evaluated afresh every turn, as a new server would). Models whose cache cannot shift (recurrent, sliding-window) use `exact` for `shift`",
     shownDefault: "`shift`",
     flag: "--context-overflow",
     default: "shift",
-    help: "Past the context: shift (drop the oldest turns' cached cells and shift the rest; the measured default) or exact (re-evaluate the window)",
+    help: "Past the context: shift (drop the oldest turns' cached cells and shift the rest; the measured default), slack (cut the window to leave room, exactly) or exact (re-evaluate the window every turn)",
+  },
+  contextSlackPercent: {
+    env: "PARLEY_CONTEXT_SLACK_PERCENT",
+    doc: "with `PARLEY_CONTEXT_OVERFLOW=slack`, the share of the prompt's room a cut frees for the turns after it, in percent: the more, the rarer the cuts, and the shorter the window they leave",
+    shownDefault: "`50`",
+    flag: "--context-slack-percent",
+    default: "50",
+    help: "Slack overflow: the share of the prompt's room a cut frees, in percent (10 to 90, default 50)",
   },
   reasoning: {
     env: "PARLEY_REASONING",
@@ -481,6 +490,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     batchSize: optionalInt("batchSize", 16, 8192),
     flashAttention: oneOf("flashAttention", FLASH_ATTENTION_MODES),
     contextOverflow: oneOf("contextOverflow", CONTEXT_OVERFLOW_MODES),
+    contextSlackPercent: int("contextSlackPercent", 10, 90),
   };
 }
 

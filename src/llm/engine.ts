@@ -27,7 +27,7 @@ import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
 import { hasLogprobs, tokenBytes, type TokenLogprobs } from "../natives/addon";
 import { checkNodeLlamaCppVersion } from "../natives/version";
 import { type PoolStats, SequencePool } from "./pool";
-import { PromptRenderer, sharedPrefix, type FittedPrompt } from "./prompt";
+import { PromptRenderer, sharedPrefix, windowOpener, type FittedPrompt } from "./prompt";
 import { Scheduler, type PromptPlan, type Slot } from "./scheduler";
 import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
 import { continueTranscript, isReplyOf, type ShiftedPrompt, shiftTranscript, type Transcript } from "./transcript";
@@ -46,6 +46,7 @@ import {
   type Sampling,
   type SpelledToken,
   type ToolCall,
+  type ToolFunction,
   type ToolRequest,
   type TokenLogprob,
   type Turn,
@@ -84,8 +85,10 @@ export interface EngineOptions {
    */
   batchSize?: number;
   flashAttention?: FlashAttentionMode;
-  /** A conversation past the context: its dropped turns' cells shifted out (default), or the window evaluated afresh. */
+  /** A conversation past the context: its dropped turns' cells shifted out (default), the window cut with slack, or evaluated afresh. */
   contextOverflow?: ContextOverflow;
+  /** With `slack`, the share of the prompt's room a cut frees for the turns after it (default a half). */
+  contextSlack?: number;
   /**
    * The operator's turns every conversation starts with (a system prompt): evaluated into every
    * sequence at load, so a new conversation's first turn reuses them rather than evaluating them.
@@ -123,10 +126,12 @@ export class Engine {
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   readonly loadedAt = Math.floor(Date.now() / 1000);
   /**
-   * Past the context, dropped turns' cells are shifted out: asked for, and the model's cache allows
-   * it (a recurrent model's state, or a sliding window's missing cells, cannot be shifted).
+   * What a conversation past the context does: `shift` only where the model's cache allows it (a
+   * recurrent model's state, or a sliding window's missing cells, cannot be shifted).
    */
-  private readonly shifts: boolean;
+  private readonly overflow: ContextOverflow;
+  /** The share of the prompt's room a conversation's window is fitted into once it overflows. */
+  private readonly keep: number;
 
   private constructor(
     private readonly llama: Llama,
@@ -141,9 +146,12 @@ export class Engine {
     /** Where the native binaries came from: the local build's directory, "embedded" in the executable, or "prebuilt". */
     readonly natives: string,
     overflow: ContextOverflow,
+    slack: number,
   ) {
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
-    this.shifts = overflow === "shift" && !model.fileInsights.isRecurrent && model.fileInsights.swaSize === undefined;
+    const shifts = !model.fileInsights.isRecurrent && model.fileInsights.swaSize === undefined;
+    this.overflow = overflow === "shift" && !shifts ? "exact" : overflow;
+    this.keep = this.overflow === "slack" ? 1 - slack : 1;
     this.grammars = new ReplyGrammars(llama, model, prompts.toolSyntax, thoughts?.markers);
   }
 
@@ -188,6 +196,7 @@ export class Engine {
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt"),
         options.contextOverflow ?? "shift",
+        options.contextSlack ?? 0.5,
       );
       await engine.warmUp();
       // Only speed is at stake: a prompt that cannot be primed is evaluated by each first turn.
@@ -320,7 +329,7 @@ export class Engine {
       const sampling = await this.grammars.hold(request, samplingOf(request));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
-        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, scope, tools)),
+        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, scope, tools, this.keep)),
         // Without the tools: a client chooses them, so another user's prompt must not find them cached.
         opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0)),
       }))();
@@ -340,7 +349,11 @@ export class Engine {
             scope,
             prompt: fitting.then((fitted) => {
               fit = fitted;
-              return (held: Slot) => this.plan(held, key, scope, fitted, budget);
+              return (held: Slot) => {
+                const planned = this.plan(held, key, scope, fitted, budget, request.history);
+                fit = { ...fitted, fitted: planned.fitted };
+                return planned.plan;
+              };
             }),
             sampling,
             signal,
@@ -427,15 +440,35 @@ export class Engine {
   }
 
   /**
-   * The prompt, given what the sequence holds once readied. A prompt reuses what the sequence
-   * holds only when that was made in its own scope; otherwise no more of it than the prompt's
-   * `opening`, the part any user's prompt shares.
+   * The prompt, given what the sequence holds once readied, and the window it holds. A prompt
+   * reuses what the sequence holds only when that was made in its own scope; otherwise no more of
+   * it than the prompt's `opening`, the part any user's prompt shares. A conversation's prompt
+   * that does not continue what the sequence holds has overflowed: it is shifted, or with slack
+   * kept at the window the sequence holds while that still fits.
    */
-  private plan(slot: Slot, key: string | undefined, scope: string, { fitted, opening }: Fitting, budget: number): PromptPlan {
-    if (slot.scope !== scope) return { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) };
+  private plan(slot: Slot, key: string | undefined, scope: string, { fitted, opening }: Fitting, budget: number, history: readonly Turn[]): { plan: PromptPlan; fitted: FittedPrompt } {
+    if (slot.scope !== scope) return { plan: { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) }, fitted };
     const tokens = this.promptTokens(slot, key, fitted, budget, scope);
-    const shifted = tokens === fitted.tokens && key !== undefined && this.shifts ? this.shifted(slot, key, fitted, budget, scope) : undefined;
-    return shifted ? { tokens: shifted.tokens, reusable: Infinity, drop: shifted.drop } : { tokens, reusable: Infinity };
+    const overflowed = tokens === fitted.tokens && key !== undefined;
+    const shifted = overflowed && this.overflow === "shift" ? this.shifted(slot, key, fitted, budget, scope) : undefined;
+    if (shifted) return { plan: { tokens: shifted.tokens, reusable: Infinity, drop: shifted.drop }, fitted };
+    const resumed = overflowed && this.overflow === "slack" ? this.resumed(slot, key, history, fitted.tools, budget, scope) : undefined;
+    if (resumed) return { plan: { tokens: resumed.tokens, reusable: Infinity }, fitted: resumed };
+    return { plan: { tokens, reusable: Infinity }, fitted };
+  }
+
+  /**
+   * A conversation cut with slack: its window from where the sequence's window starts, continuing
+   * what the sequence holds, while that fits. Undefined once it no longer fits: then cut again.
+   */
+  private resumed(slot: Slot, key: string, history: readonly Turn[], tools: readonly ToolFunction[], budget: number, scope: string): FittedPrompt | undefined {
+    const { transcript } = slot;
+    if (transcript?.key !== key || transcript.opens === undefined) return undefined;
+    for (const window of this.prompts.windowsFrom(history, tools, transcript.opens)) {
+      const tokens = continueTranscript(transcript, window.text, this.prompts.tokenizerFor(scope));
+      if (tokens) return tokens.length <= budget ? { ...window, tokens } : undefined;
+    }
+    return undefined;
   }
 
   /** The prompt of a conversation whose oldest turns the window dropped, reusing the rest as the sequence holds it. */
@@ -474,7 +507,8 @@ export class Engine {
   /** What the sequence now holds, if the reply renders back as exactly its text. */
   private transcriptAfter(key: string, fitted: FittedPrompt, prompt: readonly Token[], reply: Decoded["spelled"]): Transcript | undefined {
     const text = this.prompts.withReply(fitted, reply.text);
-    return isReplyOf(fitted.text, text, reply.text) ? { key, text, tokens: [...prompt, ...reply.tokens] } : undefined;
+    const opens = windowOpener(fitted.turns);
+    return isReplyOf(fitted.text, text, reply.text) ? { key, text, tokens: [...prompt, ...reply.tokens], ...(opens ? { opens } : {}) } : undefined;
   }
 
   /**

@@ -33,6 +33,7 @@ import {
   type Token,
 } from "node-llama-cpp";
 import type { Transcript } from "./transcript";
+import type { Turn } from "./types";
 
 export interface KvStoreOptions {
   root: string;
@@ -56,6 +57,7 @@ interface SavedTranscript {
   key: string;
   text: LlamaTextJSON;
   tokens: Token[];
+  opens?: Turn;
 }
 
 /**
@@ -220,7 +222,8 @@ export class KvStore {
     // are waited for: an announced save is captured by a turn that may be waiting for this one.
     await this.filing.get(base);
     const tmp = `${base}.${randomUUID()}.tmp`;
-    const saved: SavedTranscript = { key: transcript.key, text: transcript.text.toJSON(), tokens: [...transcript.tokens] };
+    const { key, text, tokens, opens } = transcript;
+    const saved: SavedTranscript = { key, text: text.toJSON(), tokens: [...tokens], ...(opens ? { opens } : {}) };
     const transcriptJson = JSON.stringify(saved);
     const expected = this.bytesPerToken * sequence.contextTokens.length + transcriptJson.length;
     try {
@@ -295,7 +298,7 @@ export class KvStore {
     const actualBytes = (await stat(`${base}.kv`)).size;
     if (actualBytes !== kvBytes) throw new Error(`state file has ${actualBytes} bytes, ${kvBytes} recorded`);
     if ((await digestOf(`${base}.kv`, JSON.stringify(transcript))) !== digest) throw new Error("state file or transcript does not match its checksum");
-    return { key, text: LlamaText.fromJSON(transcript.text), tokens: transcript.tokens };
+    return { key, text: LlamaText.fromJSON(transcript.text), tokens: transcript.tokens, ...(transcript.opens ? { opens: transcript.opens } : {}) };
   }
 
   /** Deletes the conversation's saved state, under every model's directory (older models' too). */

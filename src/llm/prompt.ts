@@ -102,8 +102,12 @@ export class PromptRenderer {
     return (tokens + 1) * this.maxTokenBytes;
   }
 
-  /** Fits `turns` (and `tools`, shown whole) into at most `budget` prompt tokens. */
-  async fit(turns: readonly Turn[], budget: number, scope: string, tools: readonly ToolFunction[] = []): Promise<FittedPrompt> {
+  /**
+   * Fits `turns` (and `tools`, shown whole) into at most `budget` prompt tokens. A history that
+   * does not fit whole keeps the most turns that fit in `keep` of the budget (a share of it that
+   * leaves room for the turns after), or failing that in the whole budget.
+   */
+  async fit(turns: readonly Turn[], budget: number, scope: string, tools: readonly ToolFunction[] = [], keep = 1): Promise<FittedPrompt> {
     const reachable = withinReach(turns, this.historyChars(budget));
     const tokenizer = this.tokenizers(scope);
     const render = (kept: readonly Turn[]) => this.render(kept, tools, tokenizer);
@@ -124,19 +128,23 @@ export class PromptRenderer {
     if (starts.at(-1) !== last) starts.push(last);
 
     // Fewer turns never render to more tokens, so the earliest fitting start is found by bisection.
-    let lo = 0;
-    let hi = starts.length - 1;
-    let best: FittedPrompt | undefined;
-    while (lo <= hi) {
-      const mid = (lo + hi) >> 1;
-      const candidate = await render([...head, ...dialogue.slice(starts[mid])]);
-      if (candidate.tokens.length <= budget) {
-        best = candidate;
-        hi = mid - 1;
-      } else {
-        lo = mid + 1;
+    const earliest = async (limit: number) => {
+      let lo = 0;
+      let hi = starts.length - 1;
+      let best: FittedPrompt | undefined;
+      while (lo <= hi) {
+        const mid = (lo + hi) >> 1;
+        const candidate = await render([...head, ...dialogue.slice(starts[mid])]);
+        if (candidate.tokens.length <= limit) {
+          best = candidate;
+          hi = mid - 1;
+        } else {
+          lo = mid + 1;
+        }
       }
-    }
+      return best;
+    };
+    const best = (keep < 1 ? await earliest(Math.floor(budget * keep)) : undefined) ?? (await earliest(budget));
     if (best) return best;
 
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
@@ -225,6 +233,21 @@ export class PromptRenderer {
           this.thoughts && turn.reasoning ? [{ type: "segment", segmentType: "thought", text: turn.reasoning, ended: true }] : [];
         return { type: "model", response: [...thought, turn.content] };
       }
+    }
+  }
+
+  /**
+   * The windows of `turns` that start, after the leading system turns, at a turn equal to `opens`
+   * (where an earlier prompt's window started), earliest first, rendered as text only: a
+   * conversation cut with slack keeps its window's start while the turns after it fit.
+   */
+  *windowsFrom(turns: readonly Turn[], tools: readonly ToolFunction[], opens: Turn): Generator<Omit<FittedPrompt, "tokens">> {
+    const pinned = leadingSystemCount(turns);
+    const wanted = JSON.stringify(opens);
+    for (let i = pinned; i < turns.length; i++) {
+      if (JSON.stringify(turns[i]) !== wanted) continue;
+      const kept = [...turns.slice(0, pinned), ...turns.slice(i)];
+      yield { turns: kept, tools, text: withTools(kept, tools) ? LlamaText(new SpecialTokensText(this.templateChat.render(kept, tools))) : this.wrapped(kept, "") };
     }
   }
 
@@ -319,6 +342,11 @@ function runsOf(text: string, controls: RegExp | undefined): string[] {
 /** Whether the conversation has tools in it, which the model's template renders (template-chat.ts). */
 function withTools(turns: readonly Turn[], tools: readonly ToolFunction[]): boolean {
   return tools.length > 0 || turns.some((turn) => turn.role === "tool" || (turn.toolCalls?.length ?? 0) > 0);
+}
+
+/** The first turn of a window after its leading system turns: where a window cut with slack starts. */
+export function windowOpener(turns: readonly Turn[]): Turn | undefined {
+  return turns[leadingSystemCount(turns)];
 }
 
 function leadingSystemCount(turns: readonly Turn[]): number {

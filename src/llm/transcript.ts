@@ -8,6 +8,7 @@
  * only the new part is evaluated.
  */
 import { LlamaText, type LlamaTextValue, SpecialTokensText, type Token, type Tokenizer } from "node-llama-cpp";
+import type { Turn } from "./types";
 
 export interface Transcript {
   /** The conversation whose turns these are. */
@@ -16,6 +17,8 @@ export interface Transcript {
   text: LlamaText;
   /** `text` as the sequence evaluated it: the prompt's tokens, then the reply's generated ones. */
   tokens: readonly Token[];
+  /** The window's first turn after the system turns (see `PromptRenderer.windowsFrom`). */
+  opens?: Turn;
 }
 
 /**

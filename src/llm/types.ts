@@ -218,7 +218,10 @@ export type ReplyPiece = TextPiece | ToolCallPiece | LogprobsPiece;
  * dropped. `shift`: the sequence drops those turns' cells and shifts the rest down (llama.cpp's
  * context shift), evaluating only the new turn; the kept turns' cells were computed while the
  * dropped ones preceded them, so the reply can differ from a fresh evaluation of the same window.
- * `exact`: the kept window is evaluated afresh, as a new server would, every turn.
+ * `slack`: the window is cut to a share of the room (`contextSlack`) and evaluated afresh, then
+ * kept where it starts while the turns after it fit, each evaluating only its new part: exact, one
+ * turn in several paying for a whole (smaller) window. `exact`: the fewest oldest turns are
+ * dropped, and the kept window is evaluated afresh, as a new server would, every turn.
  */
-export const CONTEXT_OVERFLOW_MODES = ["shift", "exact"] as const;
+export const CONTEXT_OVERFLOW_MODES = ["shift", "slack", "exact"] as const;
 export type ContextOverflow = (typeof CONTEXT_OVERFLOW_MODES)[number];

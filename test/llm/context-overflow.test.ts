@@ -1,8 +1,9 @@
 /**
  * A conversation whose history outgrows the context (PARLEY_CONTEXT_OVERFLOW): `shift` drops the
  * oldest turns' cells and evaluates only the new turn, keeping the system prompt first and the
- * prompt's text what a fresh evaluation of the same window reads; `exact` gives, at temperature
- * 0, the reply a fresh engine gives the same history, token for token.
+ * prompt's text what a fresh evaluation of the same window reads; `slack` and `exact` give, at
+ * temperature 0, the reply a fresh engine gives the same window, token for token, `slack`
+ * evaluating the whole window only once in several turns.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine, GenerateRequest, GenerateResult, Turn } from "../../src/llm/engine";
@@ -37,18 +38,28 @@ const overflowAt = (results: readonly GenerateResult[]) => results.findIndex((re
 
 describe("a conversation past the context", () => {
   let shifting: Engine;
+  let slack: Engine;
   let exact: Engine;
   let fresh: Engine;
   beforeAll(async () => {
-    [shifting, exact, fresh] = await Promise.all([
+    [shifting, slack, exact, fresh] = await Promise.all([
       testEngine({ preset: "demo", parallel: 1, contextSize: 256, contextOverflow: "shift" }),
+      testEngine({ preset: "demo", parallel: 1, contextSize: 256, contextOverflow: "slack", contextSlack: 0.4 }),
       testEngine({ preset: "demo", parallel: 1, contextSize: 256, contextOverflow: "exact" }),
       testEngine({ preset: "demo", parallel: 1, contextSize: 256 }),
     ]);
   });
   afterAll(async () => {
-    await Promise.all([shifting.close(), exact.close(), fresh.close()]);
+    await Promise.all([shifting.close(), slack.close(), exact.close(), fresh.close()]);
   });
+
+  /** Asks `fresh` for the reply to `history` and expects `result`'s prompt and reply, token for token. */
+  async function expectFresh(history: Turn[], result: GenerateResult, key: string) {
+    const again = await run(fresh, { conversationKey: key, cacheScope: "user", publicTurns: 1, history, temperature: 0, maxTokens: 16 });
+    expect(again.prompt).toBe(result.prompt);
+    expect(again.text).toBe(result.text);
+    expect(again.completionTokens).toBe(result.completionTokens);
+  }
 
   test("shift: a turn past the context evaluates about its new turn only, the system prompt first, the prompt reading as a fresh one would", async () => {
     const { results } = await converse(shifting, "shifted");
@@ -79,13 +90,25 @@ describe("a conversation past the context", () => {
     const { history, results } = await converse(exact, "exact-vs-fresh");
     const first = overflowAt(results);
     expect(first).toBeGreaterThan(1);
+    // The history as it stood at turn t: everything before its reply.
+    for (let t = first; t < TURNS; t++) await expectFresh(history.slice(0, 2 + 2 * t), results[t]!, `fresh-${t}`);
+  });
+
+  test("slack: a cut leaves room for the turns after it, which evaluate only their new part; every reply is a fresh engine's for the same window, token for token", async () => {
+    const { history, results } = await converse(slack, "slack");
+    const first = overflowAt(results);
+    expect(first).toBeGreaterThan(1);
+    const newTurn = results[1]!.promptTokens - results[0]!.promptTokens;
+    const evaluated = results.map((result) => result.promptTokens - result.cachedTokens);
+    const cuts = evaluated.filter((count, t) => t >= first && count > newTurn + 8).length;
+    // The first overflow cuts; the turns after it fit in the room it left, until the next cut.
+    expect(cuts).toBeGreaterThan(0);
+    expect(cuts).toBeLessThan((TURNS - first) / 2);
     for (let t = first; t < TURNS; t++) {
-      // The history as it stood at turn t: everything before its reply.
-      const asked = history.slice(0, 2 + 2 * t);
-      const again = await run(fresh, { conversationKey: `fresh-${t}`, cacheScope: "user", publicTurns: 1, history: asked, temperature: 0, maxTokens: 16 });
-      expect(again.prompt).toBe(results[t]!.prompt);
-      expect(again.text).toBe(results[t]!.text);
-      expect(again.completionTokens).toBe(results[t]!.completionTokens);
+      // The window starts at the first user turn its prompt shows ("turn N: ..."), after the system prompt.
+      const opens = Number(/turn (\d+):/.exec(results[t]!.prompt)![1]);
+      expect(opens).toBeGreaterThan(1);
+      await expectFresh([history[0]!, ...history.slice(1 + 2 * (opens - 1), 2 + 2 * t)], results[t]!, `slack-fresh-${t}`);
     }
   });
 });

@@ -108,6 +108,7 @@ export async function testEngine(
     reasoning?: ReasoningMode;
     batchSize?: number;
     contextOverflow?: ContextOverflow;
+    contextSlack?: number;
     primedTurns?: Turn[];
   } = {},
 ) {
@@ -115,6 +116,7 @@ export async function testEngine(
     reasoning: options.reasoning,
     batchSize: options.batchSize,
     contextOverflow: options.contextOverflow,
+    contextSlack: options.contextSlack,
     primedTurns: options.primedTurns,
     modelPath: await presetModel(options.preset ?? "demo", options.fileType),
     parallel: options.parallel ?? 2,
