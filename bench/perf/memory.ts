@@ -4,7 +4,7 @@
  * Every reading is split into anonymous pages (heaps, the KV cache, compute buffers) and file
  * pages (the executable, libraries, the model file mapped in), read from /proc.
  */
-import { ratio, sides, withServer, type PerSide, type Row, type Scenario, type Side } from "./harness";
+import { ratio, sides, withServer, type Context, type PerSide, type Row, type Scenario, type Side } from "./harness";
 import type { Server } from "./procs";
 import { peakResident, residentKb, type Resident } from "../../test/support/stats";
 import { userMessage } from "./text";
@@ -12,14 +12,15 @@ import { userMessage } from "./text";
 const STREAMS = 4;
 /**
  * How long a fresh server is left alone before its idle reading: readiness comes straight after
- * the engine's warm-up reply, whose garbage the JS runtime collects within this.
+ * the engine's warm-up reply, and the readings stop moving within about a second of it. A
+ * `--quick` run checks the harness, not the figures, and does not wait.
  */
 const SETTLE_MS = 3_000;
 
 const mib = (kb: Resident): Resident => ({ rss: kb.rss / 1024, anon: kb.anon / 1024, file: kb.file / 1024 });
 
-async function idle(server: Server): Promise<Resident> {
-  await Bun.sleep(SETTLE_MS);
+async function idle(server: Server, settleMs: number): Promise<Resident> {
+  await Bun.sleep(settleMs);
   return mib(residentKb(server.pid));
 }
 
@@ -35,16 +36,17 @@ interface Readings {
   peak: Resident;
 }
 
-async function readings(side: Side, tokens: number): Promise<Readings> {
-  const one = await withServer(side.start(1), idle);
-  return withServer(side.start(STREAMS), async (server) => ({ one, idle: await idle(server), peak: await underStreams(side, server, tokens) }));
+async function readings(ctx: Context, side: Side): Promise<Readings> {
+  const settleMs = ctx.quick ? 0 : SETTLE_MS;
+  const one = await withServer(side.start(1), (server) => idle(server, settleMs));
+  return withServer(side.start(STREAMS), async (server) => ({ one, idle: await idle(server, settleMs), peak: await underStreams(side, server, ctx.decodeTokens) }));
 }
 
 export const memory: Scenario = {
   ids: ["B7"],
   async run(ctx) {
     const measured: PerSide<Readings> = {};
-    for (const side of sides(ctx)) measured[side.name] = await readings(side, ctx.decodeTokens);
+    for (const side of sides(ctx)) measured[side.name] = await readings(ctx, side);
     const rows = (what: string, pick: (r: Readings) => Resident): Row[] => {
       const [mine, theirs] = [pick(measured.parley!), measured.llamaServer && pick(measured.llamaServer)];
       return [
