@@ -109,7 +109,7 @@ export const inTurn = <S>(all: readonly S[], run: number): S[] => (run % 2 === 0
  * One fresh server per side with `parallel` slots, all up together, each first given `warmUp`,
  * unmeasured: for B8 and B9 one round (graph allocation, cold caches, and for Parley the JIT
  * compiling its per-token path over the first few hundred tokens: a service's steady state, not its
- * first seconds); for B1 only a reading of its idle memory, so its runs start cold. The runs then
+ * first seconds); for B1 nothing, so its runs start cold. The runs then
  * alternate between the sides in ABBA order (`inTurn`), so a change in the machine's speed, ±15%
  * within minutes on this VM, hits both sides alike. A side waits idle while the other is measured.
  * `rounds` (default the context's runs) is how many runs each side gets. Returns what each side's

@@ -1,4 +1,4 @@
-/** B1-B7, each a function of the shared context returning table rows; B8/B9 are in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
@@ -7,11 +7,12 @@ import { load } from "./load";
 import { aggregateTps, concurrencySweep, ttftWhileBusy } from "./concurrency";
 import { alternating, freshDb, inTurn, parley, ratio, sides, withServer, yardstick, type Context, type PerSide, type Scenario, type Side, type SideName } from "./harness";
 import { startBaseline, type Server } from "./procs";
-import { median, medianSeries, rssKb, sum } from "../../test/support/stats";
+import { median, medianSeries, sum } from "../../test/support/stats";
 import { structuredOutput } from "./structured";
 import { contextOverflow } from "./overflow";
 import { sharedSystemPrompt } from "./system-prompt";
 import { manyConversations } from "./many";
+import { memory } from "./memory";
 import { userMessage } from "./text";
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
@@ -35,17 +36,17 @@ async function parleyConversation(url: string, ctx: Context, seed: number, id: s
 
 
 /**
- * B1 decode rate and B2/B3 turn costs; B7's idle RSS is read on B1's servers. B1's servers are up
- * together and their runs alternate, cold: B1's first reply is each server's first. Each 20-turn
- * conversation runs on a fresh server, the sides in turn.
+ * B1 decode rate and B2/B3 turn costs. B1's servers are up together and their runs alternate,
+ * cold: B1's first reply is each server's first. Each 20-turn conversation runs on a fresh
+ * server, the sides in turn.
  */
 const singleConversation: Scenario = {
-  ids: ["B1", "B2", "B3", "B7"],
+  ids: ["B1", "B2", "B3"],
   async run(ctx) {
     const b1 = await alternating(
       ctx,
       1,
-      async (_side, server) => rssKb(server.pid) / 1024,
+      async () => undefined,
       (side, url, r) => side.ask(url, `b1-${r}`, userMessage(900 + r, 200), ctx.decodeTokens),
     );
     const conversation = (side: Side, url: string, r: number) =>
@@ -57,10 +58,9 @@ const singleConversation: Scenario = {
       for (const side of inTurn(sides(ctx), r)) (b2[side.name] ??= []).push(await withServer(side.start(1), (server) => conversation(side, server.url, r), 6));
     }
     const summary = (name: SideName) => {
-      const [replies, conversations, rss] = [b1.runs[name], b2[name], b1.warm[name]];
-      if (replies === undefined || conversations === undefined || rss === undefined) return undefined;
+      const [replies, conversations] = [b1.runs[name], b2[name]];
+      if (replies === undefined || conversations === undefined) return undefined;
       return {
-        rss,
         decodeTps: median(replies.map((t) => t.decodeTps)),
         ttft: medianSeries(conversations.map((c) => c.map((t) => t.ttftMs))),
         cached: conversations[0]!.map((t) => t.cachedTokens ?? 0),
@@ -74,7 +74,6 @@ const singleConversation: Scenario = {
       { id: "B1", what: "decode tok/s, streamed over HTTP", parley: mine.decodeTps, yardstick: theirs?.decodeTps, ratio: ratio(mine.decodeTps, theirs?.decodeTps), target: [">=", 0.95] },
       { id: "B2", what: `TTFT ms, turn ${ctx.turns} ÷ turn 1`, parley: mine.ttft[last], yardstick: theirs?.ttft[last], ratio: mine.ttft[last]! / mine.ttft[0]!, target: ["<=", 1.3], detail: { parley: mine.ttft, llamaServer: theirs?.ttft, parleyCachedTokens: mine.cached, llamaServerCachedTokens: theirs?.cached } },
       { id: "B3", what: `sum of TTFT ms over ${ctx.turns} turns`, parley: median(mine.sums), yardstick: theirs && median(theirs.sums), ratio: ratio(median(mine.sums), theirs && median(theirs.sums)), target: ["<=", 1.0] },
-      { id: "B7", what: "RSS MiB at idle (model loaded, parallel 1)", parley: mine.rss, yardstick: theirs?.rss },
     ];
   },
 };
@@ -90,7 +89,7 @@ function dirMiB(dir: string): number {
 
 /** B4: two conversations on one sequence, so each turn finds the other conversation's cache. */
 const evicted: Scenario = {
-  ids: ["B4", "B7"],
+  ids: ["B4"],
   async run(ctx) {
     const db = freshDb(ctx);
     const mine = await withServer(parley(ctx, 1, db), async (server) => {
@@ -108,14 +107,14 @@ const evicted: Scenario = {
     const last = ctx.turns - 1;
     return [
       { id: "B4", what: `TTFT ms turn ${ctx.turns} ÷ turn 1, evicted every turn`, parley: mine[last], ratio: mine[last]! / mine[0]!, target: ["<=", 1.5], detail: { parley: mine } },
-      { id: "B7", what: "KV state directory MiB after B4", parley: dirMiB(join(db, "..", "kv")) },
+      { id: "B4", what: "KV state directory MiB after B4", parley: dirMiB(join(db, "..", "kv")) },
     ];
   },
 };
 
 /** B5: four conversations at once through one context, against one alone on the same server. */
 const parallel: Scenario = {
-  ids: ["B5", "B7"],
+  ids: ["B5"],
   async run(ctx) {
     const side = (start: () => Promise<Server>, turn: (url: string, seed: number) => Promise<TurnTiming>) =>
       withServer(start, async (server) => {
@@ -125,7 +124,7 @@ const parallel: Scenario = {
           alone.push((await turn(server.url, 100 * r)).decodeTps);
           together.push(aggregateTps(await Promise.all([1, 2, 3, 4].map((i) => turn(server.url, 100 * r + i)))));
         }
-        return { alone: median(alone), together: median(together), rss: rssKb(server.pid) / 1024 };
+        return { alone: median(alone), together: median(together) };
       });
     const prompt = (seed: number) => userMessage(300 + seed, 50);
     const mine = await side(parley(ctx, 4), (url, seed) => parleyTurn(url, `b5-${seed}`, prompt(seed), ctx.decodeTokens));
@@ -134,7 +133,6 @@ const parallel: Scenario = {
       : undefined;
     return [
       { id: "B5", what: "aggregate decode tok/s, 4 at once ÷ 1 alone", parley: mine.together, yardstick: theirs?.together, ratio: mine.together / mine.alone, target: [">=", 1.0], detail: { parleyAlone: mine.alone, llamaServerAlone: theirs?.alone } },
-      { id: "B7", what: "RSS MiB after B5 (parallel 4)", parley: mine.rss, yardstick: theirs?.rss },
     ];
   },
 };
@@ -178,4 +176,4 @@ const history: Scenario = {
   },
 };
 
-export const scenarios: Scenario[] = [singleConversation, evicted, parallel, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, manyConversations, sharedSystemPrompt];
+export const scenarios: Scenario[] = [singleConversation, evicted, parallel, memory, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, manyConversations, sharedSystemPrompt];

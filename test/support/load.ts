@@ -7,7 +7,7 @@ import { openStorage } from "../../src/db/open";
 import { bearer, postChat } from "./http";
 import type { Random } from "./random";
 import { readSse } from "./sse";
-import { rssKb } from "./stats";
+import { peakResident } from "./stats";
 
 export interface LoadOptions {
   url: string;
@@ -67,16 +67,9 @@ async function one(options: LoadOptions, key: string, kind: Kind, conversation: 
 
 export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const result: LoadResult = { requests: 0, outcomes: {}, latencies: [], maxRssKb: 0, samples: [] };
-  const sampler = options.pid === undefined ? undefined : setInterval(() => {
-    try {
-      result.maxRssKb = Math.max(result.maxRssKb, rssKb(options.pid!));
-    } catch {
-      // The process has gone: the load's outcomes say so.
-    }
-  }, 100);
   const endAt = Date.now() + options.durationMs;
   const kinds: Kind[] = ["stream", "chat", "list"];
-  await Promise.all(
+  const clients = () => Promise.all(
     Array.from({ length: options.clients }, async (_, client) => {
       const key = options.keys[client % options.keys.length]!;
       for (let i = 0; Date.now() < endAt; i++) {
@@ -94,7 +87,8 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
       }
     }),
   );
-  if (sampler) clearInterval(sampler);
+  if (options.pid === undefined) await clients();
+  else result.maxRssKb = (await peakResident(options.pid, clients)).peak.rss;
   return result;
 }
 

@@ -21,8 +21,45 @@ export function medianSeries(runs: readonly (readonly number[])[]): number[] {
 
 export const sum = (values: readonly number[]) => values.reduce((a, b) => a + b, 0);
 
-/** Resident set size of a running process, in KiB, from /proc. */
-export function rssKb(pid: number): number {
+/**
+ * A running process's resident memory in KiB, from /proc: all of it, and its split into anonymous
+ * pages (heaps, the KV cache) and file pages (the executable, libraries, a model file mapped in).
+ */
+export interface Resident {
+  rss: number;
+  anon: number;
+  file: number;
+}
+
+export function residentKb(pid: number): Resident {
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)?.[1]);
+  const field = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1]);
+  return { rss: field("VmRSS"), anon: field("RssAnon"), file: field("RssFile") };
+}
+
+export const rssKb = (pid: number) => residentKb(pid).rss;
+
+/**
+ * Runs `work` while sampling a process's resident memory every `everyMs`; returns its result and
+ * the sample with the largest RSS. A process that has gone is not sampled: what it was doing says so.
+ */
+export async function peakResident<T>(pid: number, work: () => Promise<T>, everyMs = 100): Promise<{ result: T; peak: Resident }> {
+  let peak: Resident = { rss: 0, anon: 0, file: 0 };
+  const sample = () => {
+    try {
+      const now = residentKb(pid);
+      if (now.rss > peak.rss) peak = now;
+    } catch {
+      // Gone.
+    }
+  };
+  sample();
+  const timer = setInterval(sample, everyMs);
+  try {
+    const result = await work();
+    sample();
+    return { result, peak };
+  } finally {
+    clearInterval(timer);
+  }
 }
