@@ -16,10 +16,11 @@ const keyLookup = db.prepare(
 );
 // Parley's own page query (two steps: the page from the index, then the join), so the comparison
 // measures the server around it.
+// Only the native API's rows (`item IS NULL`), which the partial `(user_id, created_at, id)` index holds.
 const page = db.prepare(
-  `SELECT p.id, p.role, p.content, p.created_at AS createdAt, p.user_id AS userId, p.finish_reason AS finishReason, c.external_id AS conversationId
-   FROM (SELECT id, role, content, created_at, user_id, finish_reason, conversation_id FROM messages
-         WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?) p
+  `SELECT p.id, p.role, p.content, p.reasoning, p.created_at AS createdAt, p.user_id AS userId, p.finish_reason AS finishReason, c.external_id AS conversationId
+   FROM (SELECT id, role, content, reasoning, created_at, user_id, finish_reason, conversation_id FROM messages
+         WHERE user_id = ? AND item IS NULL ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?) p
    JOIN conversations c ON c.id = p.conversation_id ORDER BY p.created_at DESC, p.id DESC`,
 );
 const total = db.prepare(

@@ -110,31 +110,46 @@ export const inTurn = <S>(all: readonly S[], run: number): S[] => (run % 2 === 0
  * unmeasured: for B8 and B9 one round (graph allocation, cold caches, and for Parley the JIT
  * compiling its per-token path over the first few hundred tokens: a service's steady state, not its
  * first seconds); for B1 nothing, so its runs start cold. The runs then
- * alternate between the sides in ABBA order (`inTurn`), so a change in the machine's speed, ±15%
- * within minutes on this VM, hits both sides alike. A side waits idle while the other is measured.
- * `rounds` (default the context's runs) is how many runs each side gets. Returns what each side's
- * warm-up gave, and its runs in order.
+ * alternate between the sides (`alternate`). `rounds` (default the context's runs) is how many
+ * runs each side gets. Returns what each side's warm-up gave, and its runs in order.
  */
-export async function alternating<W, T>(
+export const alternating = <W, T>(
   ctx: Context,
   parallel: number,
   warmUp: (side: Side, server: Server) => Promise<W>,
   measure: (side: Side, url: string, run: number) => Promise<T>,
   rounds = ctx.runs,
-): Promise<{ warm: PerSide<W>; runs: PerSide<T[]> }> {
-  const all = sides(ctx);
-  const runs = async (servers: readonly { side: Side; url: string }[]) => {
+): Promise<{ warm: PerSide<W>; runs: PerSide<T[]> }> => alternate(sides(ctx), (side) => side.start(parallel), warmUp, measure, rounds);
+
+/**
+ * The servers `start` gives each contender (a side, or any other server under comparison), all up
+ * together, each first given `warmUp`; then `rounds` runs of `measure` each, alternating between
+ * them in ABBA order (`inTurn`), so a change in the machine's speed, ±15% within minutes on this
+ * VM, hits all alike. A contender waits idle while another is measured. Returns what each one's
+ * warm-up gave, and its runs in order, by name.
+ */
+export async function alternate<S extends { name: string }, W, T>(
+  contenders: readonly S[],
+  start: (contender: S) => () => Promise<Server>,
+  warmUp: (contender: S, server: Server) => Promise<W>,
+  measure: (contender: S, url: string, run: number) => Promise<T>,
+  rounds: number,
+): Promise<{ warm: Partial<Record<S["name"], W>>; runs: Partial<Record<S["name"], T[]>> }> {
+  type Up = readonly { contender: S; url: string }[];
+  const runs = async (servers: Up) => {
     // Fresh for every attempt: withServer repeats the whole of it after a dropped connection.
-    const measured: PerSide<T[]> = {};
+    const measured: Partial<Record<S["name"], T[]>> = {};
     for (let r = 0; r < rounds; r++) {
-      for (const { side, url } of inTurn(servers, r)) (measured[side.name] ??= []).push(await measure(side, url, r));
+      for (const { contender, url } of inTurn(servers, r)) (measured[contender.name as S["name"]] ??= []).push(await measure(contender, url, r));
     }
     return measured;
   };
-  const up = async (servers: readonly { side: Side; url: string }[], warm: PerSide<W>): Promise<{ warm: PerSide<W>; runs: PerSide<T[]> }> => {
-    const side = all[servers.length];
-    if (side === undefined) return { warm, runs: await runs(servers) };
-    return withServer(side.start(parallel), async (server) => up([...servers, { side, url: server.url }], { ...warm, [side.name]: await warmUp(side, server) }));
+  const up = async (servers: Up, warm: Partial<Record<S["name"], W>>): Promise<{ warm: Partial<Record<S["name"], W>>; runs: Partial<Record<S["name"], T[]>> }> => {
+    const contender = contenders[servers.length];
+    if (contender === undefined) return { warm, runs: await runs(servers) };
+    return withServer(start(contender), async (server) =>
+      up([...servers, { contender, url: server.url }], { ...warm, [contender.name]: await warmUp(contender, server) }),
+    );
   };
   return up([], {});
 }

@@ -4,17 +4,36 @@ import type { KeyStore } from "../storage";
 import type { CreatedKey, KeyListing, KeyRole, Principal } from "../types";
 import { isBusy } from "./busy";
 import type { Db } from "./client";
+import { RawSelect } from "./raw-select";
 import { apiKeys, users } from "./schema";
 
-/** Every authenticated request runs these: prepared once, not rebuilt per request. */
+/** A key's row as `verify` reads it: the principal, and when the key was last recorded in use. */
+type KeyRow = Principal & { lastUsedAt: number | null };
+
+/** Column order of the lookup's select. */
+const toKeyRow = (values: unknown[]): KeyRow => ({
+  keyId: values[0] as number,
+  userId: values[1] as number,
+  userName: values[2] as string,
+  role: values[3] as KeyRole,
+  lastUsedAt: values[4] as number | null,
+});
+
+/**
+ * Every authenticated request runs these: prepared once, not rebuilt per request. The lookup is
+ * read straight from the driver (`RawSelect`), like the listing: it is on every request's path.
+ */
 function verifyStatements(db: Db) {
   return {
-    lookup: db
-      .select({ keyId: apiKeys.id, userId: users.id, userName: users.name, role: apiKeys.role, lastUsedAt: apiKeys.lastUsedAt })
-      .from(apiKeys)
-      .innerJoin(users, eq(users.id, apiKeys.userId))
-      .where(and(eq(apiKeys.hash, sql.placeholder("hash")), isNull(apiKeys.revokedAt)))
-      .prepare(),
+    lookup: new RawSelect(
+      db,
+      db
+        .select({ keyId: apiKeys.id, userId: users.id, userName: users.name, role: apiKeys.role, lastUsedAt: apiKeys.lastUsedAt })
+        .from(apiKeys)
+        .innerJoin(users, eq(users.id, apiKeys.userId))
+        .where(and(eq(apiKeys.hash, sql.placeholder("hash")), isNull(apiKeys.revokedAt))),
+      toKeyRow,
+    ),
     stamp: db
       .update(apiKeys)
       .set({ lastUsedAt: sql`${sql.placeholder("now")}` })
