@@ -19,8 +19,8 @@
  *
  * One kind of work per batch, in this order within a step:
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
- *    decode waits only for the batch in flight and its own prompt. Ends longer than a few tokens
- *    go one a batch, shortest first (see `SHARED_END_TOKENS`).
+ *    decode waits only for the batch in flight and its own prompt. Ends go one a batch, shortest
+ *    first, but for ends of a few tokens (see `SHARED_END_TOKENS`).
  * 2. Running replies' next tokens.
  * 3. Chunks of long prompts, one per prompt and step.
  * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
@@ -129,13 +129,13 @@ const REPLY = 1;
 const PROMPT_CHUNK = 2;
 
 /**
- * Prompts' ends share a batch only up to this many tokens. A batch of a few tokens costs about
- * what one token does (the weights are read once either way), but a larger one costs in
- * proportion to its tokens, and every prompt in it waits for all of them: four 70-token ends in
- * one batch all give their first token after 280 tokens' work (llama-server's way); one at a time,
- * shortest first, after 70, 140, 210 and 280, for the same total work.
+ * Another prompt's end joins a batch only when it is this short. A batch's fixed cost (reading
+ * every weight once, the graph) is worth only a few tokens' computation on a CPU, and every end in
+ * a batch waits for all of its tokens: four 70-token ends in one batch all give their first token
+ * after 280 tokens' work (llama-server's way); one a batch, shortest first, after 70, 140, 210
+ * and 280, for the same total work and three more fixed costs.
  */
-const SHARED_END_TOKENS = 16;
+const SHARED_END_TOKENS = 4;
 
 interface Job {
   turn: Turn;
@@ -395,7 +395,7 @@ export class Scheduler {
     for (const job of chosen) {
       const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, this.promptChunk) : job.pending;
       if (tokens.length > room) break;
-      if (first === PROMPT_END && batch.length > 0 && this.context.batchSize - room + tokens.length > SHARED_END_TOKENS) break;
+      if (first === PROMPT_END && batch.length > 0 && tokens.length > SHARED_END_TOKENS) break;
       batch.push({ job, tokens });
       room -= tokens.length;
     }

@@ -105,7 +105,7 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
   ]);
 });
 
-test("a prompt's end goes once it is ready; ends of a few tokens share a batch, longer ones go one a batch, shortest first", async () => {
+test("a prompt's end goes once it is ready; ends go one a batch, shortest first, but for ends of a few tokens, which share one", async () => {
   const ids = sequences.map(sequenceIdOf);
   const fitted = Promise.withResolvers<Token[]>();
   const waiting = turn(slots[0]!, fitted.promise, 2);
@@ -126,8 +126,8 @@ test("a prompt's end goes once it is ready; ends of a few tokens share a batch, 
     return batches.slice(1, 4);
   };
   const replies = ids.map((id): [number, number] => [id, 1]);
-  expect(await together([20, 5, 6])).toEqual([[[ids[1]!, 5], [ids[2]!, 6]], [[ids[0]!, 20]], replies]);
-  expect(await together([20, 5, 18])).toEqual([[[ids[1]!, 5]], [[ids[2]!, 18]], [[ids[0]!, 20]]]);
+  expect(await together([20, 2, 3])).toEqual([[[ids[1]!, 2], [ids[2]!, 3]], [[ids[0]!, 20]], replies]);
+  expect(await together([20, 6, 5])).toEqual([[[ids[2]!, 5]], [[ids[1]!, 6]], [[ids[0]!, 20]]]);
   expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
 });
 
