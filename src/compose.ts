@@ -87,6 +87,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     flashAttention: config.flashAttention,
     contextOverflow: config.contextOverflow,
     contextSlack: config.contextSlackPercent / 100,
+    promptEnds: config.promptEnds,
     primedTurns: preambleOf(config.systemPrompt),
   });
   stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));

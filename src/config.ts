@@ -5,7 +5,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { isPostgresUrl } from "./db/open";
-import { CONTEXT_OVERFLOW_MODES, type ContextOverflow, FLASH_ATTENTION_MODES, REASONING_MODES, type FlashAttentionMode, type ReasoningMode } from "./llm/types";
+import { CONTEXT_OVERFLOW_MODES, type ContextOverflow, FLASH_ATTENTION_MODES, PROMPT_ENDS_MODES, type PromptEnds, REASONING_MODES, type FlashAttentionMode, type ReasoningMode } from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {
@@ -62,6 +62,7 @@ export interface Config {
   flashAttention: FlashAttentionMode;
   contextOverflow: ContextOverflow;
   contextSlackPercent: number;
+  promptEnds: PromptEnds;
 }
 
 /**
@@ -366,6 +367,14 @@ export const CONFIG_SPEC = {
     default: "50",
     help: "Slack overflow: the share of the prompt's room a cut frees, in percent (10 to 90, default 50)",
   },
+  promptEnds: {
+    env: "PARLEY_PROMPT_ENDS",
+    doc: "prompts ready at once (turns that arrive together): `together` evaluates their ends in one batch, as llama-server does, so every new reply gets its first token once all are evaluated and then all stream evenly; `shortest` evaluates them one a batch, shortest first, so the first replies start sooner (the sum of their times to first token falls) and pause while the later prompts are evaluated (`bun run bench perf --only B8,B11` measures both sides of it)",
+    shownDefault: "`together`",
+    flag: "--prompt-ends",
+    default: "together",
+    help: "Prompts ready at once: together (one batch; the default) or shortest (one a batch, shortest first: sooner first tokens)",
+  },
   reasoning: {
     env: "PARLEY_REASONING",
     doc: "a reasoning model's thought (`<think>…</think>` and the like): `separate` returns, streams and stores it apart from the answer (`reasoning`, `reasoning_content`); `hide` discards it (neither shown nor stored); `inline` leaves it in the answer's text as generated",
@@ -491,6 +500,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     flashAttention: oneOf("flashAttention", FLASH_ATTENTION_MODES),
     contextOverflow: oneOf("contextOverflow", CONTEXT_OVERFLOW_MODES),
     contextSlackPercent: int("contextSlackPercent", 10, 90),
+    promptEnds: oneOf("promptEnds", PROMPT_ENDS_MODES),
   };
 }
 

@@ -45,6 +45,7 @@ import {
   samplingOf,
   type Sampling,
   type SpelledToken,
+  type PromptEnds,
   type ToolCall,
   type ToolFunction,
   type ToolRequest,
@@ -89,6 +90,8 @@ export interface EngineOptions {
   contextOverflow?: ContextOverflow;
   /** With `slack`, the share of the prompt's room a cut frees for the turns after it (default a half). */
   contextSlack?: number;
+  /** Prompts' ends ready at once: evaluated together (default) or one a batch, shortest first. */
+  promptEnds?: PromptEnds;
   /**
    * The operator's turns every conversation starts with (a system prompt): evaluated into every
    * sequence at load, so a new conversation's first turn reuses them rather than evaluating them.
@@ -183,7 +186,7 @@ export class Engine {
       const warn = options.onWarning ?? (() => {});
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       const sequences = Array.from({ length: parallel }, () => context.getSequence());
-      const scheduler = new Scheduler(context, sequences, { promptChunk, kv });
+      const scheduler = new Scheduler(context, sequences, { promptChunk, kv, ...(options.promptEnds ? { promptEnds: options.promptEnds } : {}) });
       const engine = new Engine(
         llama,
         model,

@@ -19,14 +19,18 @@
  *
  * One kind of work per batch, in this order within a step:
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
- *    decode waits only for the batch in flight and its own prompt. Ends go one a batch, shortest
- *    first, but for ends of a few tokens (see `SHARED_END_TOKENS`).
+ *    decode waits only for the batch in flight and its own prompt. With `promptEnds` "shortest",
+ *    ends go one a batch, shortest first, but for ends of a few tokens (see `SHARED_END_TOKENS`).
  * 2. Running replies' next tokens.
  * 3. Chunks of long prompts, one per prompt and step.
  * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
  * counts as one piece of a token per sequence, then the rest. Within a batch the sequences go in
  * ascending id: node-llama-cpp keeps a KV cache per sequence, and llama.cpp computes a batch in one
  * piece only where the ids go up one by one (`split_equal`).
+ *
+ * With `promptEnds` "together" (the default), while nothing replies, prompts wait for the slots
+ * still Preparing: turns that arrive together share their prompts' batch instead of the first
+ * going alone. A reply never waits for them.
  *
  * Replies with nothing else to do run `STEPS_PER_CALL` steps a native call where the compiled
  * natives allow it (`decodeSteps` in src/natives/addon.ts). Work for the loop arriving meanwhile (a
@@ -36,7 +40,7 @@ import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type Sampled, type TokenLogprobs } from "../natives/addon";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
-import type { Sampling } from "./types";
+import type { PromptEnds, Sampling } from "./types";
 
 export enum SlotState {
   /** No turn: the sequence holds what its last turn left. */
@@ -113,6 +117,8 @@ export interface SchedulerOptions {
   promptChunk: number;
   /** Where conversations' KV states are kept beyond their sequence. */
   kv?: KvStore;
+  /** How prompts' ends ready at once are evaluated: in one batch (default), or one a batch, shortest first. */
+  promptEnds?: PromptEnds;
 }
 
 /**
@@ -129,11 +135,13 @@ const REPLY = 1;
 const PROMPT_CHUNK = 2;
 
 /**
- * Another prompt's end joins a batch only when it is this short. A batch's fixed cost (reading
- * every weight once, the graph) is worth only a few tokens' computation on a CPU, and every end in
- * a batch waits for all of its tokens: four 70-token ends in one batch all give their first token
- * after 280 tokens' work (llama-server's way); one a batch, shortest first, after 70, 140, 210
- * and 280, for the same total work and three more fixed costs.
+ * With `promptEnds` "shortest", another prompt's end joins a batch only when it is this short. A
+ * batch's fixed cost (reading every weight once, the graph) is worth only a few tokens'
+ * computation on a CPU, and every end in a batch waits for all of its tokens: four 70-token ends
+ * in one batch all give their first token after 280 tokens' work (llama-server's way); one a
+ * batch, shortest first, after 70, 140, 210 and 280, for the same total work and three more fixed
+ * costs. The first replies then pause while the later ends are evaluated: their first tokens come
+ * sooner, their last ones no later.
  */
 const SHARED_END_TOKENS = 4;
 
@@ -171,17 +179,19 @@ export class Scheduler {
   /** Replies' steps are running natively: work for the loop aborts them. */
   private stepping = false;
   private readonly promptChunk: number;
+  private readonly endsApart: boolean;
   private readonly kv: KvStore | undefined;
 
   constructor(
     private readonly context: LlamaContext,
     sequences: readonly LlamaContextSequence[],
-    { promptChunk, kv }: SchedulerOptions,
+    { promptChunk, kv, promptEnds = "together" }: SchedulerOptions,
   ) {
     // A prompt's end must fit a batch, or no batch could ever take it.
     if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);
     checkInternals(context, context.model, sequences[0]!);
     this.promptChunk = promptChunk;
+    this.endsApart = promptEnds === "shortest";
     this.kv = kv;
     this.slots = sequences.map((sequence) => new Slot(sequence));
   }
@@ -330,7 +340,8 @@ export class Scheduler {
         for (const job of ready) await this.ready(job);
         if (ready.length > 0) continue;
         const active = [...this.jobs].filter(({ slot }) => slot.state === SlotState.Prompt || slot.state === SlotState.Replying);
-        if (active.length === 0) {
+        const preparing = active.length < this.jobs.size;
+        if (active.length === 0 || (!this.endsApart && preparing && !active.some(({ slot }) => slot.state === SlotState.Replying))) {
           await new Promise<void>((resolve) => (this.wakeLoop = resolve));
           continue;
         }
@@ -395,7 +406,7 @@ export class Scheduler {
     for (const job of chosen) {
       const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, this.promptChunk) : job.pending;
       if (tokens.length > room) break;
-      if (first === PROMPT_END && batch.length > 0 && tokens.length > SHARED_END_TOKENS) break;
+      if (first === PROMPT_END && this.endsApart && batch.length > 0 && tokens.length > SHARED_END_TOKENS) break;
       batch.push({ job, tokens });
       room -= tokens.length;
     }

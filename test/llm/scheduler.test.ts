@@ -68,14 +68,20 @@ function greedy(slot: Slot, input: Token[] | Promise<Token[]>, onToken: (token: 
 }
 
 /** A greedy turn that stops after `count` tokens or at the end of generation; `then` runs at its first. */
-function turn(slot: Slot, input: Token[] | Promise<Token[]>, count: number, then?: () => void) {
+function turn(slot: Slot, input: Token[] | Promise<Token[]>, count: number, then?: () => void, runner = scheduler) {
   const tokens: Token[] = [];
-  const done = greedy(slot, input, (token) => {
-    if (tokens.length === 0) then?.();
-    if (model.isEogToken(token)) return false;
-    tokens.push(token);
-    return tokens.length < count;
-  });
+  const done = greedy(
+    slot,
+    input,
+    (token) => {
+      if (tokens.length === 0) then?.();
+      if (model.isEogToken(token)) return false;
+      tokens.push(token);
+      return tokens.length < count;
+    },
+    undefined,
+    runner,
+  );
   return done.then(() => tokens);
 }
 
@@ -105,12 +111,36 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
   ]);
 });
 
-test("a prompt's end goes once it is ready; ends go one a batch, shortest first, but for ends of a few tokens, which share one", async () => {
+test("while nothing replies, prompts wait for the slots still Preparing, so prompts arriving together share a batch; a reply never waits", async () => {
   const ids = sequences.map(sequenceIdOf);
   const fitted = Promise.withResolvers<Token[]>();
-  const waiting = turn(slots[0]!, fitted.promise, 2);
+  const first = turn(slots[0]!, fitted.promise, 2);
+  const second = turn(slots[1]!, promptOf(4, 11), 2);
+  await eventLoopTurns();
+  expect(batches).toEqual([]);
+  expect(slots.map((slot) => slot.state)).toEqual([SlotState.Preparing, SlotState.Prompt, SlotState.Idle, SlotState.Idle]);
+  fitted.resolve(promptOf(3, 10));
+  await Promise.all([first, second]);
+  expect(batches[0]).toEqual([[ids[0]!, 3], [ids[1]!, 4]]);
+  expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
+
+  // A slot Preparing once a reply runs: the reply's batches go on, and the turn joins when its prompt comes.
+  const late = Promise.withResolvers<Token[]>();
+  let joining: Promise<Token[]> | undefined;
+  const running = await turn(slots[2]!, promptOf(3, 12), 4, () => (joining = turn(slots[3]!, late.promise, 2)));
+  expect(running).toHaveLength(4);
+  late.resolve(promptOf(3, 13));
+  expect(await joining!).toHaveLength(2);
+});
+
+test("promptEnds shortest: an end goes once it is ready; ends go one a batch, shortest first, but for ends of a few tokens, which share one", async () => {
+  const ids = sequences.map(sequenceIdOf);
+  const apart = new Scheduler(context, sequences, { promptChunk: CHUNK, promptEnds: "shortest" });
+  const own = apart.slots;
+  const fitted = Promise.withResolvers<Token[]>();
+  const waiting = turn(own[0]!, fitted.promise, 2, undefined, apart);
   // Nothing replies, and the other slot's prompt is still being fitted: this one goes alone.
-  expect(await turn(slots[1]!, promptOf(4, 11), 2)).toHaveLength(2);
+  expect(await turn(own[1]!, promptOf(4, 11), 2, undefined, apart)).toHaveLength(2);
   expect(batches[0]).toEqual([[ids[1]!, 4]]);
   fitted.resolve(promptOf(3, 10));
   await waiting;
@@ -119,16 +149,16 @@ test("a prompt's end goes once it is ready; ends go one a batch, shortest first,
   const together = async (lengths: [number, number, number]) => {
     batches.length = 0;
     const joined: Promise<Token[]>[] = [];
-    await turn(slots[3]!, promptOf(5, 1), 4, () => {
-      for (const [i, length] of lengths.entries()) joined.push(turn(slots[i]!, promptOf(length, 20 + i), 2));
-    });
+    await turn(own[3]!, promptOf(5, 1), 4, () => {
+      for (const [i, length] of lengths.entries()) joined.push(turn(own[i]!, promptOf(length, 20 + i), 2, undefined, apart));
+    }, apart);
     await Promise.all(joined);
     return batches.slice(1, 4);
   };
   const replies = ids.map((id): [number, number] => [id, 1]);
   expect(await together([20, 2, 3])).toEqual([[[ids[1]!, 2], [ids[2]!, 3]], [[ids[0]!, 20]], replies]);
   expect(await together([20, 6, 5])).toEqual([[[ids[2]!, 5]], [[ids[1]!, 6]], [[ids[0]!, 20]]]);
-  expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
+  expect(own.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
 });
 
 test("work on a sequence asked for outside any turn is done between two batches, and a prompt readied joins the batch right after it", async () => {
