@@ -1,6 +1,6 @@
 /**
  * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]
- * [--chart docs/perf.svg] [--llama-server PATH] [--binary dist/parley]`: B1-B14, Parley
+ * [--chart docs/perf.svg] [--llama-server PATH] [--binary dist/parley] [--parley-env NAME=VALUE ...]`: B1-B14, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
@@ -8,6 +8,7 @@
  * files too. `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
  * `--llama-server` uses a llama-server built elsewhere (another checkout's `.bench/`). `--binary`
  * serves Parley from a built executable, installed alone as an operator would, instead of the source.
+ * `--parley-env` (repeatable) sets a variable for every Parley server, to measure a setting.
  */
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
@@ -37,8 +38,18 @@ const { values } = parseArgs({
     "llama-server": { type: "string" },
     "no-yardstick": { type: "boolean", default: false },
     binary: { type: "string" },
+    "parley-env": { type: "string", multiple: true, default: [] },
   },
 });
+const parleyEnv: Record<string, string> = {};
+for (const setting of values["parley-env"]!) {
+  const [name, ...value] = setting.split("=");
+  if (!name?.startsWith("PARLEY_") || value.length === 0) {
+    console.error(`--parley-env: expected PARLEY_NAME=VALUE (got "${setting}")`);
+    process.exit(2);
+  }
+  parleyEnv[name] = value.join("=");
+}
 const quick = values.quick!;
 mkdirSync(OUT, { recursive: true });
 
@@ -65,6 +76,7 @@ const ctx: Context = {
   decodeTokens: quick ? 16 : 128,
   llamaServer: quick || values["no-yardstick"] ? undefined : (values["llama-server"] ?? (await buildLlamaServer())),
   installed: values.binary === undefined ? undefined : installAlone(values.binary, "bench"),
+  parleyEnv,
 };
 
 const only = values.only?.split(",");

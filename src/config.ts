@@ -369,11 +369,11 @@ export const CONFIG_SPEC = {
   },
   promptEnds: {
     env: "PARLEY_PROMPT_ENDS",
-    doc: "prompts ready at once (turns that arrive together): `together` evaluates their ends in one batch, as llama-server does, so every new reply gets its first token once all are evaluated and then all stream evenly; `shortest` evaluates them one a batch, shortest first, so the first replies start sooner (the sum of their times to first token falls) and pause while the later prompts are evaluated (`bun run bench perf --only B8,B11` measures both sides of it)",
-    shownDefault: "`together`",
+    doc: "prompts ready at once (turns that arrive together): `shortest` evaluates their ends one a batch, shortest first, so the first replies start sooner (the sum of their times to first token falls; the last reply ends no later) and pause while the later prompts are evaluated; `together` evaluates them in one batch, as llama-server does, so every new reply gets its first token once all are evaluated and then all stream evenly (`bun run bench perf --only B8,B11` measures both sides of it)",
+    shownDefault: "`shortest`",
     flag: "--prompt-ends",
-    default: "together",
-    help: "Prompts ready at once: together (one batch; the default) or shortest (one a batch, shortest first: sooner first tokens)",
+    default: "shortest",
+    help: "Prompts ready at once: shortest (one a batch, shortest first: sooner first tokens; the default) or together (one batch, even streams)",
   },
   reasoning: {
     env: "PARLEY_REASONING",

@@ -24,6 +24,8 @@ export interface Context {
   llamaServer: string | undefined;
   /** Parley as a built executable installed alone (`--binary`), else from this checkout's source. */
   installed?: Installed;
+  /** Set for every Parley server (`--parley-env`). */
+  parleyEnv?: Record<string, string>;
 }
 
 export interface Row {
@@ -70,7 +72,7 @@ function isConnectionLost(error: unknown): boolean {
 }
 
 export const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>
-  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env, installed: ctx.installed });
+  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env: { ...ctx.parleyEnv, ...env }, installed: ctx.installed });
 
 export const yardstick = (ctx: Context, parallel: number) => () =>
   startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });

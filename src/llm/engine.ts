@@ -90,7 +90,7 @@ export interface EngineOptions {
   contextOverflow?: ContextOverflow;
   /** With `slack`, the share of the prompt's room a cut frees for the turns after it (default a half). */
   contextSlack?: number;
-  /** Prompts' ends ready at once: evaluated together (default) or one a batch, shortest first. */
+  /** Prompts' ends ready at once: one a batch, shortest first (default), or together. */
   promptEnds?: PromptEnds;
   /**
    * The operator's turns every conversation starts with (a system prompt): evaluated into every

@@ -19,8 +19,9 @@
  *
  * One kind of work per batch, in this order within a step:
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
- *    decode waits only for the batch in flight and its own prompt. With `promptEnds` "shortest",
- *    ends go one a batch, shortest first, but for ends of a few tokens (see `SHARED_END_TOKENS`).
+ *    decode waits only for the batch in flight and its own prompt. With `promptEnds` "shortest"
+ *    (the default), ends go one a batch, shortest first, but for ends of a few tokens (see
+ *    `SHARED_END_TOKENS`).
  * 2. Running replies' next tokens.
  * 3. Chunks of long prompts, one per prompt and step.
  * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
@@ -28,7 +29,7 @@
  * ascending id: node-llama-cpp keeps a KV cache per sequence, and llama.cpp computes a batch in one
  * piece only where the ids go up one by one (`split_equal`).
  *
- * With `promptEnds` "together" (the default), while nothing replies, prompts wait for the slots
+ * With `promptEnds` "together", while nothing replies, prompts wait for the slots
  * still Preparing: turns that arrive together share their prompts' batch instead of the first
  * going alone. A reply never waits for them.
  *
@@ -117,7 +118,7 @@ export interface SchedulerOptions {
   promptChunk: number;
   /** Where conversations' KV states are kept beyond their sequence. */
   kv?: KvStore;
-  /** How prompts' ends ready at once are evaluated: in one batch (default), or one a batch, shortest first. */
+  /** How prompts' ends ready at once are evaluated: one a batch, shortest first (default), or in one batch. */
   promptEnds?: PromptEnds;
 }
 
@@ -185,7 +186,7 @@ export class Scheduler {
   constructor(
     private readonly context: LlamaContext,
     sequences: readonly LlamaContextSequence[],
-    { promptChunk, kv, promptEnds = "together" }: SchedulerOptions,
+    { promptChunk, kv, promptEnds = "shortest" }: SchedulerOptions,
   ) {
     // A prompt's end must fit a batch, or no batch could ever take it.
     if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);

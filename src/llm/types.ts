@@ -227,10 +227,11 @@ export const CONTEXT_OVERFLOW_MODES = ["shift", "slack", "exact"] as const;
 export type ContextOverflow = (typeof CONTEXT_OVERFLOW_MODES)[number];
 
 /**
- * How the ends of prompts ready at once are evaluated. `together`: in one batch, as llama-server
- * does; every new reply gets its first token once all of them are evaluated, and then they all
- * stream evenly. `shortest`: one a batch, shortest first; the first replies start sooner (the sum
- * of their times to first token falls), then pause while the later prompts are evaluated.
+ * How the ends of prompts ready at once are evaluated. `shortest`: one a batch, shortest first;
+ * the first replies start sooner (the sum of their times to first token falls, the last reply
+ * ends no later), then pause while the later prompts are evaluated. `together`: in one batch, as
+ * llama-server does; every new reply gets its first token once all of them are evaluated, and
+ * then they all stream evenly.
  */
-export const PROMPT_ENDS_MODES = ["together", "shortest"] as const;
+export const PROMPT_ENDS_MODES = ["shortest", "together"] as const;
 export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];

@@ -43,7 +43,7 @@ beforeAll(async () => {
       return value.bind(target);
     },
   });
-  scheduler = new Scheduler(context, sequences, { promptChunk: CHUNK });
+  scheduler = new Scheduler(context, sequences, { promptChunk: CHUNK, promptEnds: "together" });
   slots = scheduler.slots;
 });
 
@@ -111,7 +111,7 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
   ]);
 });
 
-test("while nothing replies, prompts wait for the slots still Preparing, so prompts arriving together share a batch; a reply never waits", async () => {
+test("promptEnds together: while nothing replies, prompts wait for the slots still Preparing, so prompts arriving together share a batch; a reply never waits", async () => {
   const ids = sequences.map(sequenceIdOf);
   const fitted = Promise.withResolvers<Token[]>();
   const first = turn(slots[0]!, fitted.promise, 2);
