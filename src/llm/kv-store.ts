@@ -398,19 +398,34 @@ async function load(sequence: LlamaContextSequence, path: string, transcript: Tr
 const DIGEST_CHUNK_BYTES = 4 * 2 ** 20;
 
 /**
+ * Read at a time for the digest, a whole number of chunks: most states in one read (read chunk by
+ * chunk, each read waited in the thread pool behind the state files being written), while a
+ * large model's state of gigabytes never sits in memory whole.
+ */
+const READ_BYTES = 16 * DIGEST_CHUNK_BYTES;
+
+/**
  * A 64-bit xxHash3 chained over the state file's chunks, then the transcript: random damage goes
  * unnoticed once in 2^64, at memory speed.
  */
 async function digestOf(kvPath: string, transcriptJson: string): Promise<string> {
-  // Read in one call: in chunks, each read waited in the thread pool behind the state files being
-  // written. Not mapped: a mapping holds a deleted file's blocks until it is collected, and the
-  // disk-space reserve counts on an evicted state's space coming back at once.
-  const bytes = await Bun.file(kvPath).bytes();
-  let digest = 0n;
-  for (let position = 0; position < bytes.length; position += DIGEST_CHUNK_BYTES) {
-    digest = Bun.hash.xxHash3(bytes.subarray(position, position + DIGEST_CHUNK_BYTES), digest);
+  const file = await open(kvPath);
+  try {
+    const buffer = Buffer.allocUnsafe(Math.max(1, Math.min((await file.stat()).size, READ_BYTES)));
+    let digest = 0n;
+    for (let position = 0; ; ) {
+      let filled = 0;
+      for (let read = -1; read !== 0 && filled < buffer.length; filled += read) {
+        ({ bytesRead: read } = await file.read(buffer, filled, buffer.length - filled, position + filled));
+      }
+      if (filled === 0) break;
+      for (let at = 0; at < filled; at += DIGEST_CHUNK_BYTES) digest = Bun.hash.xxHash3(buffer.subarray(at, Math.min(at + DIGEST_CHUNK_BYTES, filled)), digest);
+      position += filled;
+    }
+    return Bun.hash.xxHash3(transcriptJson, digest).toString(16);
+  } finally {
+    await file.close();
   }
-  return Bun.hash.xxHash3(transcriptJson, digest).toString(16);
 }
 
 /**
