@@ -6,8 +6,8 @@
  * evaluating the whole window only once in several turns.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Engine, GenerateRequest, GenerateResult, Turn } from "../../src/llm/engine";
-import { testEngine } from "../support";
+import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
+import { presetModel, tempDir, testEngine } from "../support";
 
 const SYSTEM = "Answer in one short line.";
 const TURNS = 14;
@@ -20,8 +20,8 @@ async function run(engine: Engine, request: GenerateRequest): Promise<GenerateRe
   }
 }
 
-/** A conversation of `TURNS` turns on `engine` under one key; each turn's result. */
-async function converse(engine: Engine, key: string): Promise<{ history: Turn[]; results: GenerateResult[] }> {
+/** A conversation of `TURNS` turns on `engine` under one key; each turn's result. `between` runs after each turn. */
+async function converse(engine: Engine, key: string, between?: (t: number) => Promise<unknown>): Promise<{ history: Turn[]; results: GenerateResult[] }> {
   const history: Turn[] = [{ role: "system", content: SYSTEM }];
   const results: GenerateResult[] = [];
   for (let t = 1; t <= TURNS; t++) {
@@ -29,8 +29,16 @@ async function converse(engine: Engine, key: string): Promise<{ history: Turn[];
     const result = await run(engine, { conversationKey: key, cacheScope: "user", publicTurns: 1, history: [...history], temperature: 0, maxTokens: 16 });
     history.push({ role: "assistant", content: result.text });
     results.push(result);
+    await between?.(t);
   }
   return { history, results };
+}
+
+/** The turns past the first overflow that evaluated more than a new turn's worth: the window was cut and evaluated afresh. */
+function cutsOf(results: readonly GenerateResult[]): number {
+  const first = overflowAt(results);
+  const newTurn = results[1]!.promptTokens - results[0]!.promptTokens;
+  return results.filter((result, t) => t >= first && result.promptTokens - result.cachedTokens > newTurn + 8).length;
 }
 
 /** The first turn whose prompt reuses less than the whole previous prompt: the window moved. */
@@ -98,9 +106,7 @@ describe("a conversation past the context", () => {
     const { history, results } = await converse(slack, "slack");
     const first = overflowAt(results);
     expect(first).toBeGreaterThan(1);
-    const newTurn = results[1]!.promptTokens - results[0]!.promptTokens;
-    const evaluated = results.map((result) => result.promptTokens - result.cachedTokens);
-    const cuts = evaluated.filter((count, t) => t >= first && count > newTurn + 8).length;
+    const cuts = cutsOf(results);
     // The first overflow cuts; the turns after it fit in the room it left, until the next cut.
     expect(cuts).toBeGreaterThan(0);
     expect(cuts).toBeLessThan((TURNS - first) / 2);
@@ -110,5 +116,26 @@ describe("a conversation past the context", () => {
       expect(opens).toBeGreaterThan(1);
       await expectFresh([history[0]!, ...history.slice(1 + 2 * (opens - 1), 2 + 2 * t)], results[t]!, `slack-fresh-${t}`);
     }
+  });
+
+  test("slack: a conversation whose sequence another took comes back from its saved state and keeps its window", async () => {
+    await using saving = await Engine.load({
+      modelPath: await presetModel("demo"),
+      parallel: 1,
+      contextSize: 256,
+      threads: 1,
+      contextOverflow: "slack",
+      kvCache: { dir: tempDir("slack-kv"), maxBytes: 64 * 2 ** 20 },
+    });
+    // After each turn another conversation takes the only sequence: the next turn loads the saved state.
+    const other = (t: number) => run(saving, { conversationKey: `other-${t}`, cacheScope: "user", history: [{ role: "user", content: "hello" }], temperature: 0, maxTokens: 4 });
+    const { results } = await converse(saving, "slack-saved", other);
+    const { results: inMemory } = await converse(slack, "slack-in-memory");
+    expect(results.map((result) => result.text)).toEqual(inMemory.map((result) => result.text));
+    expect(results.map((result) => result.prompt)).toEqual(inMemory.map((result) => result.prompt));
+    // Loaded from disk, the window's start was found again: as few cuts as in memory (without the
+    // saved state, every turn would evaluate its whole window).
+    expect(cutsOf(results)).toBe(cutsOf(inMemory));
+    expect(cutsOf(results)).toBeLessThan((TURNS - overflowAt(results)) / 2);
   });
 });
