@@ -66,7 +66,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
   let engine: Engine | undefined;
   const runner = new TurnRunner(
     { current: () => engine },
-    { generationTimeoutMs: config.generationTimeoutS * 1000, shutdownGraceMs: config.shutdownGraceS * 1000 },
+    {
+      generationTimeoutMs: config.generationTimeoutS * 1000,
+      shutdownGraceMs: config.shutdownGraceS * 1000,
+      usage: storage.usage,
+      onUsageError: (error) => log.warn({ reason: String((error as Error)?.message ?? error) }, "a reply's tokens could not be added to its user's usage"),
+    },
   );
   const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns, responses: () => storage.responses.count() });
   ensureDataDir(config.dataDir);

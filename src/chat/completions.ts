@@ -75,7 +75,7 @@ export class CompletionService {
 
   /** Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities; undefined when the client left before generation began. */
   async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
-    const running = this.runner.begin(input.signal);
+    const running = this.runner.begin(input.userId, input.signal);
     try {
       const { engine } = running;
       await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs });

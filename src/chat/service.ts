@@ -237,7 +237,7 @@ export class ChatService {
    * what was stored. Undefined when the client left before its input was stored.
    */
   async *converse(input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
-    const running = this.runner.begin(input.signal);
+    const running = this.runner.begin(input.userId, input.signal);
     try {
       return yield* this.run(running, input);
     } finally {

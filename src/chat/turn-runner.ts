@@ -1,3 +1,4 @@
+import type { UsageStore } from "../db/storage";
 import { isAbort, Overloaded } from "../errors";
 import type { Engine, FinishReason, GenerateRequest, GenerateResult, TokenLogprob, ToolCallPart } from "../llm/engine";
 
@@ -58,7 +59,16 @@ export interface TurnRunnerOptions {
   generationTimeoutMs?: number;
   /** How long `close()` lets running replies finish before it cancels them. */
   shutdownGraceMs?: number;
+  /** Where every reply's tokens are added to its user's day, whatever protocol asked for it. */
+  usage?: Pick<UsageStore, "add">;
+  /** A reply's tokens that could not be added: the reply itself stands. */
+  onUsageError?: (error: unknown) => void;
+  /** The clock that dates replies' usage (tests set it). */
+  now?: () => number;
 }
+
+/** The UTC day of `ms`, as usage is kept: `YYYY-MM-DD`. */
+export const usageDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
 /**
  * One reply being generated. Its `signal` aborts when the caller's signal does (a client gone),
@@ -73,8 +83,10 @@ export class RunningTurn {
 
   constructor(
     readonly engine: Engine,
+    /** Whose reply it is: its tokens are counted to this user. */
+    private readonly userId: number,
     callerSignal: AbortSignal | undefined,
-    private readonly capMs: number,
+    private readonly options: TurnRunnerOptions,
     private readonly onEnd: (turn: RunningTurn) => void,
   ) {
     const signals = [this.cancelled.signal, this.capped.signal];
@@ -83,8 +95,9 @@ export class RunningTurn {
 
   /** Arms the generation cap at the reply's first token; later calls (every token) cost nothing. */
   tokenArrived(): void {
-    if (this.cap !== undefined || this.capMs <= 0) return;
-    this.cap = setTimeout(() => this.capped.abort(), this.capMs);
+    const capMs = this.options.generationTimeoutMs ?? 0;
+    if (this.cap !== undefined || capMs <= 0) return;
+    this.cap = setTimeout(() => this.capped.abort(), capMs);
   }
 
   /** A reply cut by the cap, not by its client or a shutdown, is as complete as it will get: `length`. */
@@ -116,6 +129,7 @@ export class RunningTurn {
           result = step.value;
           // Assigned, not spread: spreading would render the lazy `prompt`.
           result.finishReason = this.finishReason(result.finishReason);
+          await this.count(result);
           return result;
         }
         const piece = step.value;
@@ -133,6 +147,13 @@ export class RunningTurn {
     } finally {
       if (result === undefined) await generation.return(undefined as never);
     }
+  }
+
+  /** Adds the reply's tokens, a cancelled one's as far as it got, to its user's day. */
+  private async count({ promptTokens, completionTokens }: GenerateResult): Promise<void> {
+    const { usage, now = Date.now } = this.options;
+    if (!usage || promptTokens + completionTokens === 0) return;
+    await usage.add(this.userId, usageDay(now()), promptTokens, completionTokens).catch((error: unknown) => this.options.onUsageError?.(error));
   }
 
   cancel(reason: unknown): void {
@@ -162,15 +183,15 @@ export class TurnRunner {
     private readonly options: TurnRunnerOptions = {},
   ) {}
 
-  /** Admits a turn or refuses it up front: no engine yet, closing, or no room. Call `end()` when done. */
-  begin(signal?: AbortSignal): RunningTurn {
+  /** Admits a turn of `userId`'s or refuses it up front: no engine yet, closing, or no room. Call `end()` when done. */
+  begin(userId: number, signal?: AbortSignal): RunningTurn {
     const engine = this.engines.current();
     if (!engine) throw modelLoading();
     if (this.closing) throw shuttingDown();
     // Every admitted turn counts, also one waiting for its conversation's previous turn: otherwise
     // requests to one busy conversation would queue without bound.
     if (this.inFlight.size >= engine.capacity) throw new Overloaded("too many requests are waiting for the model", 2_000);
-    const turn = new RunningTurn(engine, signal, this.options.generationTimeoutMs ?? 0, (ended) => {
+    const turn = new RunningTurn(engine, userId, signal, this.options, (ended) => {
       this.inFlight.delete(ended);
       if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
     });

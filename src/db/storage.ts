@@ -150,11 +150,26 @@ export interface StreamSlots {
   release(holder: string): Promise<void>;
 }
 
+/** Tokens a user's replies used on one UTC day (`YYYY-MM-DD`). */
+export interface UsageDay {
+  day: string;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+export interface UsageStore {
+  /** Adds a reply's tokens to its user's `day`. */
+  add(userId: number, day: string, promptTokens: number, completionTokens: number): Promise<void>;
+  /** The user's days from `since` on (inclusive), oldest first; days without replies are absent. */
+  days(userId: number, since: string): Promise<UsageDay[]>;
+}
+
 export interface Storage extends AsyncDisposable {
   readonly keys: KeyStore;
   readonly conversations: ConversationStore;
   readonly messages: MessageStore;
   readonly responses: ResponseStore;
+  readonly usage: UsageStore;
   /**
    * Only storage that several processes share (PostgreSQL) has these; a single process (SQLite)
    * serializes turns with its own lock and keeps rate-limit buckets in memory.

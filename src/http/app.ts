@@ -15,6 +15,7 @@ import { requestContext } from "./request-context";
 import { RouteTable, routeGuard } from "./routing";
 import { chatRoutes } from "./routes/chat";
 import { conversationsRoutes } from "./routes/conversations";
+import { usageRoutes } from "./routes/usage";
 import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
@@ -96,6 +97,7 @@ export function createApp(deps: AppDeps) {
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
+    .use(usageRoutes({ usage: deps.storage.usage }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
     .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))

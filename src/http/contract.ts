@@ -13,6 +13,9 @@ import { CONVERSATION_ROLES, FINISH_REASONS } from "../vocabulary";
 
 const closed = { additionalProperties: false } as const;
 
+/** How many days `GET /api/v1.0/usage` reports. */
+export const USAGE_DAYS = 30;
+
 const oneOf = <const V extends readonly string[]>(values: V, options?: SchemaOptions) =>
   t.Union(
     values.map((value) => t.Literal(value as V[number])),
@@ -142,6 +145,26 @@ export type Conversation = Static<typeof Conversation>;
 
 export const ConversationPage = t.Object({ data: t.Array(Conversation), pagination: Pagination }, closed);
 export type ConversationPage = Static<typeof ConversationPage>;
+
+/** One UTC day of a user's replies' tokens, as their `usage` counted them. */
+export const UsageDayJson = t.Object(
+  {
+    date: t.String({ format: "date", description: "The UTC day" }),
+    prompt_tokens: t.Integer(),
+    completion_tokens: t.Integer(),
+    total_tokens: t.Integer(),
+  },
+  closed,
+);
+
+export const UsageReport = t.Object(
+  {
+    user_id: t.Integer(),
+    days: t.Array(UsageDayJson, { description: `The last ${USAGE_DAYS} UTC days, today's last; days without replies are absent` }),
+  },
+  closed,
+);
+export type UsageReport = Static<typeof UsageReport>;
 
 export const Health = t.Object({ status: t.Literal("ok") }, closed);
 export type Health = Static<typeof Health>;

@@ -7,7 +7,7 @@
  */
 import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
-import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready } from "./contract";
+import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready, UsageReport } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
@@ -21,6 +21,7 @@ export const SCHEMAS = {
   ChatReasoning,
   MessagePage,
   ConversationPage,
+  UsageReport,
   Health,
   Ready,
   OpenAiError: OpenAiErrorBody,

@@ -70,7 +70,7 @@ export function captureLog(lines: string[]): Logger {
 /** The real app on a real port, so tests speak HTTP like any client. */
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
-  const runner = options.runner ?? new TurnRunner({ current: () => engine });
+  const runner = options.runner ?? new TurnRunner({ current: () => engine }, { usage: storage.usage });
   const completions = options.completions ?? new CompletionService(runner);
   const chat = options.chat ?? new ChatService(storage.conversations, runner);
   const app = createApp({

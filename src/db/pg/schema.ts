@@ -173,3 +173,17 @@ export const responseEvents = pgTable(
   },
   (table) => [primaryKey({ columns: [table.responseId, table.seq] })],
 );
+
+/** Tokens each user's replies used, by UTC day; as in SQLite. */
+export const tokenUsage = pgTable(
+  "token_usage",
+  {
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    day: text("day").notNull(),
+    promptTokens: bigint("prompt_tokens", { mode: "number" }).notNull(),
+    completionTokens: bigint("completion_tokens", { mode: "number" }).notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.userId, table.day] })],
+);

@@ -8,6 +8,7 @@ import { PgMessageStore } from "./messages";
 import { OutageGuard } from "./outage";
 import { PgResponseStore } from "./responses";
 import { PgStreamSlots } from "./stream-slots";
+import { PgUsageStore } from "./usage";
 
 export interface PgOptions {
   /** Connections this process may hold. */
@@ -25,6 +26,7 @@ export class PgStorage implements Storage {
   readonly conversations: PgConversationStore;
   readonly messages: PgMessageStore;
   readonly responses: PgResponseStore;
+  readonly usage: PgUsageStore;
   readonly leases: PgConversationLeases;
   readonly buckets: PgTokenBuckets;
   readonly streams: PgStreamSlots;
@@ -43,6 +45,8 @@ export class PgStorage implements Storage {
     this.messages = guard.guard(new PgMessageStore(db), ["list"]);
     // A response is finished by id with the same end however often, an event kept once by its seq: repeatable too.
     this.responses = guard.guard(new PgResponseStore(db), ["get", "renew", "chain", "finish", "appendEvents", "events", "requestCancel", "cancelRequested", "expire", "count"]);
+    // Adding is not repeatable: a retried add after a lost answer would count a reply twice.
+    this.usage = guard.guard(new PgUsageStore(db), ["days"]);
     this.leases = guard.guard(new PgConversationLeases(db), ["lease", "release"]);
     this.buckets = guard.guard(new PgTokenBuckets(db), []);
     this.streams = guard.guard(new PgStreamSlots(db), ["renew", "release"]);

@@ -174,3 +174,20 @@ export const responseEvents = sqliteTable(
   },
   (table) => [primaryKey({ columns: [table.responseId, table.seq] })],
 );
+
+/**
+ * Tokens each user's replies used, by UTC day (`YYYY-MM-DD`): prompt and completion apart, as a
+ * reply's `usage` counts them. One row a user and day, added to as replies end.
+ */
+export const tokenUsage = sqliteTable(
+  "token_usage",
+  {
+    userId: integer("user_id")
+      .notNull()
+      .references(() => users.id),
+    day: text("day").notNull(),
+    promptTokens: integer("prompt_tokens").notNull(),
+    completionTokens: integer("completion_tokens").notNull(),
+  },
+  (table) => [primaryKey({ columns: [table.userId, table.day] })],
+);

@@ -9,6 +9,7 @@ import { SqliteKeyStore } from "./keys";
 import { SqliteMessageStore } from "./messages";
 import { failAbandoned, SqliteResponseStore } from "./responses";
 import { ServingLock } from "./serving-lock";
+import { SqliteUsageStore } from "./usage";
 
 /** Storage in one SQLite file. `db` and `sqlite` are for SQLite's own tools (tests, benchmarks). */
 export class SqliteStorage implements Storage {
@@ -16,6 +17,7 @@ export class SqliteStorage implements Storage {
   readonly conversations: SqliteConversationStore;
   readonly messages: SqliteMessageStore;
   readonly responses: SqliteResponseStore;
+  readonly usage: SqliteUsageStore;
   private closed = false;
 
   constructor(
@@ -26,6 +28,7 @@ export class SqliteStorage implements Storage {
     this.conversations = patient(new SqliteConversationStore(db));
     this.messages = patient(new SqliteMessageStore(db));
     this.responses = patient(new SqliteResponseStore(db));
+    this.usage = patient(new SqliteUsageStore(db));
   }
 
   get sqlite(): Database {

@@ -1,0 +1,28 @@
+import { and, asc, eq, gte, sql } from "drizzle-orm";
+import type { UsageDay, UsageStore } from "../storage";
+import type { Db } from "./client";
+import { tokenUsage } from "./schema";
+
+export class SqliteUsageStore implements UsageStore {
+  constructor(private readonly db: Db) {}
+
+  async add(userId: number, day: string, promptTokens: number, completionTokens: number): Promise<void> {
+    this.db
+      .insert(tokenUsage)
+      .values({ userId, day, promptTokens, completionTokens })
+      .onConflictDoUpdate({
+        target: [tokenUsage.userId, tokenUsage.day],
+        set: { promptTokens: sql`${tokenUsage.promptTokens} + excluded.prompt_tokens`, completionTokens: sql`${tokenUsage.completionTokens} + excluded.completion_tokens` },
+      })
+      .run();
+  }
+
+  async days(userId: number, since: string): Promise<UsageDay[]> {
+    return this.db
+      .select({ day: tokenUsage.day, promptTokens: tokenUsage.promptTokens, completionTokens: tokenUsage.completionTokens })
+      .from(tokenUsage)
+      .where(and(eq(tokenUsage.userId, userId), gte(tokenUsage.day, since)))
+      .orderBy(asc(tokenUsage.day))
+      .all();
+  }
+}
