@@ -398,29 +398,19 @@ async function load(sequence: LlamaContextSequence, path: string, transcript: Tr
 const DIGEST_CHUNK_BYTES = 4 * 2 ** 20;
 
 /**
- * Read at a time for the digest, a whole number of chunks: most states in one read (read chunk by
- * chunk, each read waited in the thread pool behind the state files being written), while a
- * large model's state of gigabytes never sits in memory whole.
- */
-const READ_BYTES = 16 * DIGEST_CHUNK_BYTES;
-
-/**
  * A 64-bit xxHash3 chained over the state file's chunks, then the transcript: random damage goes
  * unnoticed once in 2^64, at memory speed.
  */
 async function digestOf(kvPath: string, transcriptJson: string): Promise<string> {
   const file = await open(kvPath);
   try {
-    const buffer = Buffer.allocUnsafe(Math.max(1, Math.min((await file.stat()).size, READ_BYTES)));
+    const chunk = Buffer.allocUnsafe(DIGEST_CHUNK_BYTES);
     let digest = 0n;
     for (let position = 0; ; ) {
-      let filled = 0;
-      for (let read = -1; read !== 0 && filled < buffer.length; filled += read) {
-        ({ bytesRead: read } = await file.read(buffer, filled, buffer.length - filled, position + filled));
-      }
-      if (filled === 0) break;
-      for (let at = 0; at < filled; at += DIGEST_CHUNK_BYTES) digest = Bun.hash.xxHash3(buffer.subarray(at, Math.min(at + DIGEST_CHUNK_BYTES, filled)), digest);
-      position += filled;
+      const { bytesRead } = await file.read(chunk, 0, chunk.length, position);
+      if (bytesRead === 0) break;
+      digest = Bun.hash.xxHash3(chunk.subarray(0, bytesRead), digest);
+      position += bytesRead;
     }
     return Bun.hash.xxHash3(transcriptJson, digest).toString(16);
   } finally {
