@@ -63,8 +63,6 @@ export interface TurnRunnerOptions {
   usage?: Pick<UsageStore, "add">;
   /** A reply's tokens that could not be added: the reply itself stands. */
   onUsageError?: (error: unknown) => void;
-  /** The clock that dates replies' usage (tests set it). */
-  now?: () => number;
 }
 
 /** The UTC day of `ms`, as usage is kept: `YYYY-MM-DD`. */
@@ -151,9 +149,9 @@ export class RunningTurn {
 
   /** Adds the reply's tokens, a cancelled one's as far as it got, to its user's day. */
   private async count({ promptTokens, completionTokens }: GenerateResult): Promise<void> {
-    const { usage, now = Date.now } = this.options;
+    const { usage } = this.options;
     if (!usage || promptTokens + completionTokens === 0) return;
-    await usage.add(this.userId, usageDay(now()), promptTokens, completionTokens).catch((error: unknown) => this.options.onUsageError?.(error));
+    await usage.add(this.userId, usageDay(Date.now()), promptTokens, completionTokens).catch((error: unknown) => this.options.onUsageError?.(error));
   }
 
   cancel(reason: unknown): void {

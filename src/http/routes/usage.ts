@@ -10,17 +10,15 @@ const DAY_MS = 86_400_000;
 
 export interface UsageRouteDeps {
   usage: Pick<UsageStore, "days">;
-  /** The clock that says which days are the last ones (tests set it). */
-  now?: () => number;
 }
 
 /** What a user's replies used: tokens by UTC day, the caller's own (any user's for an admin key). */
-export const usageRoutes = ({ usage, now = Date.now }: UsageRouteDeps) =>
+export const usageRoutes = ({ usage }: UsageRouteDeps) =>
   new Elysia({ name: "parley/routes/usage" }).use(requireKey).get(
     "/api/v1.0/usage",
     async ({ query, principal }): Promise<UsageReport> => {
       const userId = listedUser(query, principal, "usage");
-      const days = await usage.days(userId, usageDay(now() - (USAGE_DAYS - 1) * DAY_MS));
+      const days = await usage.days(userId, usageDay(Date.now() - (USAGE_DAYS - 1) * DAY_MS));
       return {
         user_id: userId,
         days: days.map(({ day, promptTokens, completionTokens }) => ({
