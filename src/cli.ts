@@ -49,6 +49,27 @@ Keys live in the database (--db / PARLEY_DB), stored only as a hash.
 ${EXIT_CODES}`,
     run: async (config, args, flags) => (await import("./commands/keys")).keysCommand(config, args, flags),
   },
+  quota: {
+    summary: `parley quota set (--user <name> | --default) --tokens <n> --period day|month
+                                              a user's token budget, or every other user's
+  parley quota clear (--user <name> | --default)
+  parley quota list                           quotas, with each user's tokens used this period`,
+    help: `Usage:
+  parley quota set --user <name> --tokens <n> --period day|month
+                                              the user may use n tokens (prompt and completion) per
+                                              UTC day or month; replies stop where it ends, then 429
+  parley quota set --default --tokens <n> --period day|month
+                                              the same for every user without a quota of their own
+  parley quota clear --user <name>            the default applies to the user again
+  parley quota clear --default                users without their own quota have no limit
+  parley quota list                           user, limit, period, used, remaining, resets_at
+
+No quota at all means no limit. Quotas live in the database (--db / PARLEY_DB): every node sharing
+it applies them at once. The admin API does the same: /api/v1.0/admin/quotas (docs/API.md).
+
+${EXIT_CODES}`,
+    run: async (config, args, flags) => (await import("./commands/quota")).quotaCommand(config, args, flags),
+  },
   model: {
     summary: `parley model list                           GGUF files in the models directory
   parley model info <file>                    what a GGUF file's header says (exit 1 if unusable)
@@ -78,7 +99,7 @@ ${EXIT_CODES}
 
 const KNOWN_FLAGS = new Set([
   ...Object.values(CONFIG_SPEC).map((spec) => spec.flag),
-  ...["--admin", "--user", "--preset", "--type", "--out", "--help", "--version"],
+  ...["--admin", "--user", "--default", "--tokens", "--period", "--preset", "--type", "--out", "--help", "--version"],
 ]);
 
 async function main(argv: readonly string[]): Promise<number> {

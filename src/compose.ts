@@ -8,6 +8,7 @@ import { ResponseService } from "./chat/responses";
 import { ConversationItemService } from "./chat/conversation-item-service";
 import { BackgroundResponses } from "./http/background-responses";
 import { ChatService, preambleOf } from "./chat/service";
+import { TokenLedger } from "./chat/token-ledger";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
 import { shownPrefix } from "./db/api-keys";
@@ -64,13 +65,14 @@ export async function startService(config: Config, log: Logger, announce: Announ
   }
 
   let engine: Engine | undefined;
+  const ledger = new TokenLedger(storage.usage, storage.quotas);
   const runner = new TurnRunner(
     { current: () => engine },
     {
       generationTimeoutMs: config.generationTimeoutS * 1000,
       shutdownGraceMs: config.shutdownGraceS * 1000,
-      usage: storage.usage,
-      onUsageError: (error) => log.warn({ reason: String((error as Error)?.message ?? error) }, "a reply's tokens could not be added to its user's usage"),
+      ledger,
+      onLedgerError: (error) => log.warn({ reason: String((error as Error)?.message ?? error) }, "a reply's tokens could not be counted to its user"),
     },
   );
   const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns, responses: () => storage.responses.count() });
@@ -115,6 +117,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   const background = new BackgroundResponses(storage.responses, log, BACKGROUND);
   const app = createApp({
     storage,
+    ledger,
     node: config.nodeName,
     chat,
     background,

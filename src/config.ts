@@ -386,7 +386,7 @@ export const CONFIG_SPEC = {
 } satisfies Record<keyof Config, Spec>;
 
 /** Flags that stand alone; every other `--flag` takes a value. */
-const SWITCHES = new Set(["--admin", "--help", "--version"]);
+const SWITCHES = new Set(["--admin", "--default", "--help", "--version"]);
 
 export interface Argv {
   flags: Map<string, string>;

@@ -115,6 +115,19 @@ export class RateLimited extends ParleyError {
   }
 }
 
+/** The user's token quota for the period is spent (or too little is left for this reply's prompt). */
+export class QuotaExceeded extends ParleyError {
+  readonly kind = "quota_exceeded";
+
+  constructor(
+    message: string,
+    readonly retryAfterMs: number,
+    readonly quota: Quota,
+  ) {
+    super(message);
+  }
+}
+
 /** Parley cannot take the work now (loading, shutting down, queue full); worth retrying later. */
 export class Overloaded extends ParleyError {
   readonly kind = "overloaded";
@@ -149,6 +162,7 @@ export type DomainError =
   | UnsupportedMediaType
   | InvalidInput
   | RateLimited
+  | QuotaExceeded
   | Overloaded
   | Internal;
 

@@ -61,6 +61,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly quotaRequests = new Counter({
+    name: "parley_quota_requests_total",
+    help: "Generating requests of users under a token quota, by key role and outcome (served, or quota_exceeded)",
+    labelNames: ["role", "outcome"] as const,
+    registers: [this.registry],
+  });
+
   readonly modelLoadSeconds = new Gauge({
     name: "parley_model_load_seconds",
     help: "How long loading the model took",

@@ -1,7 +1,7 @@
 import type { FinishReason, GenerateResult, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
-import { type TurnEvent, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { type TurnEvent, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
-export interface CompletionInput {
+export interface CompletionInput extends TurnHooks {
   /** Whose request: only this user's earlier requests' KV state is reused. */
   userId: number;
   /**
@@ -20,7 +20,6 @@ export interface CompletionInput {
   /** Absent: as long as the context allows. */
   maxTokens?: number;
   stop?: readonly string[];
-  signal?: AbortSignal;
 }
 
 export interface CompletionStart {
@@ -75,13 +74,12 @@ export class CompletionService {
 
   /** Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities; undefined when the client left before generation began. */
   async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
-    const running = this.runner.begin(input.userId, input.signal);
+    const running = this.runner.begin(input.userId, input);
     try {
       const { engine } = running;
       await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs });
       const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
-      yield { type: "start", model: engine.modelName };
-      const result = yield* running.reply({
+      const request = {
         ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey } : {}),
         cacheScope: String(input.userId),
         history,
@@ -91,7 +89,10 @@ export class CompletionService {
         logprobs: input.logprobs,
         maxTokens: input.maxTokens ?? engine.contextSize,
         stop: input.stop,
-      });
+      };
+      await running.admit(request);
+      yield { type: "start", model: engine.modelName };
+      const result = yield* running.reply(request);
       return result && completionOf(result, engine.modelName);
     } finally {
       running.end();

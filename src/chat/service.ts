@@ -6,11 +6,12 @@ import { isAbort, NotFound } from "../errors";
 import { itemRows, rowItems } from "./conversation-items";
 import { KeyedLock } from "./keyed-lock";
 import { historyOf, newResponseId, outputItems } from "./response-items";
-import { type RunningTurn, shuttingDown, type TurnDelta, type TurnEvent, type TurnReasoning, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { type RunningTurn, shuttingDown, type TurnDelta, type TurnEvent, type TurnReasoning, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export type { TurnDelta, TurnReasoning, Usage } from "./turn-runner";
 
-export interface TurnInput {
+/** Its `signal` aborts when the client goes away: waiting stops, generation stops, the partial reply is kept. */
+export interface TurnInput extends TurnHooks {
   userId: number;
   conversationId: string;
   message: string;
@@ -18,8 +19,6 @@ export interface TurnInput {
   maxTokens: number;
   /** What the reply must be (JSON, or JSON of a schema); stored as the reply's text. */
   format?: ReplyFormat | undefined;
-  /** Aborts when the client goes away: waiting stops, generation stops, the partial reply is kept. */
-  signal?: AbortSignal;
 }
 
 export interface TurnStart {
@@ -43,7 +42,7 @@ export interface TurnResult {
  * A turn of a conversation in items (the Responses API's): what it adds before the reply, and how
  * the reply is stored. The native turn is one user message in, one assistant message out.
  */
-export interface ConversationTurnInput {
+export interface ConversationTurnInput extends TurnHooks {
   userId: number;
   conversationId: string;
   /** Stored first, in order, once the turn is admitted. */
@@ -59,7 +58,6 @@ export interface ConversationTurnInput {
   maxTokens?: number | undefined;
   format?: ReplyFormat | undefined;
   tools?: ToolRequest | undefined;
-  signal?: AbortSignal;
 }
 
 export interface ConversationTurnStart {
@@ -210,6 +208,7 @@ export class ChatService {
       maxTokens: input.maxTokens,
       format: input.format,
       ...(input.signal ? { signal: input.signal } : {}),
+      ...(input.onQuota ? { onQuota: input.onQuota } : {}),
     });
     for (;;) {
       const step = await turn.next();
@@ -237,7 +236,7 @@ export class ChatService {
    * what was stored. Undefined when the client left before its input was stored.
    */
   async *converse(input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
-    const running = this.runner.begin(input.userId, input.signal);
+    const running = this.runner.begin(input.userId, input);
     try {
       return yield* this.run(running, input);
     } finally {
@@ -263,21 +262,23 @@ export class ChatService {
       } catch (error) {
         return endedWaiting(error, running);
       }
-      const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
-      yield { type: "start", conversation, stored, model: engine.modelName };
-
       const rows = await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars });
       const instructions: Turn[] = input.instructions ? [{ role: "system", content: input.instructions }] : [];
-      const reply = yield* running.reply({
+      const request = {
         conversationKey: String(conversation.id),
         cacheScope: String(input.userId),
         publicTurns: this.preamble.length,
-        history: [...this.preamble, ...instructions, ...historyOf(undefined, rows.flatMap((row) => rowItems({ itemId: "", ...row })), [])],
+        history: [...this.preamble, ...instructions, ...historyOf(undefined, rows.flatMap((row) => rowItems({ itemId: "", ...row })), input.input)],
         ...input.sampling,
         maxTokens: input.maxTokens ?? engine.contextSize,
         format: input.format,
         tools: input.tools,
-      });
+      };
+      // The input is stored only once the reply may run: a turn over its user's quota keeps nothing.
+      await running.admit(request);
+      const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
+      yield { type: "start", conversation, stored, model: engine.modelName };
+      const reply = yield* running.reply(request);
       const done = { conversation, reply, stored, output: [] as MessageRecord[], usage: reply ? usageOf(reply) : usageOf(NOTHING), model: engine.modelName };
       if (reply === undefined) return done;
 

@@ -1,6 +1,6 @@
-import type { UsageStore } from "../db/storage";
 import { isAbort, Overloaded } from "../errors";
-import type { Engine, FinishReason, GenerateRequest, GenerateResult, TokenLogprob, ToolCallPart } from "../llm/engine";
+import { BudgetExceeded, type Engine, type FinishReason, type GenerateRequest, type GenerateResult, type TokenLogprob, type ToolCallPart } from "../llm/engine";
+import type { QuotaState, TokenHold, TokenLedger } from "./token-ledger";
 
 /** The next piece of a reply's answer. */
 export interface TurnDelta {
@@ -59,14 +59,22 @@ export interface TurnRunnerOptions {
   generationTimeoutMs?: number;
   /** How long `close()` lets running replies finish before it cancels them. */
   shutdownGraceMs?: number;
-  /** Where every reply's tokens are added to its user's day, whatever protocol asked for it. */
-  usage?: Pick<UsageStore, "add">;
-  /** A reply's tokens that could not be added: the reply itself stands. */
-  onUsageError?: (error: unknown) => void;
+  /** Where every reply's tokens are counted to its user, and budgets held, whatever protocol asked for it. */
+  ledger?: TokenLedger;
+  /** A reply's tokens that could not be counted (or its hold ended): the reply itself stands. */
+  onLedgerError?: (error: unknown) => void;
 }
 
-/** The UTC day of `ms`, as usage is kept: `YYYY-MM-DD`. */
-export const usageDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+/** What a turn's caller hands it besides its request. */
+export interface TurnHooks {
+  /** Aborts when the caller is gone. */
+  signal?: AbortSignal;
+  /** The user's budget, where a quota applies: once the turn holds its share, and after it settles. */
+  onQuota?: (state: QuotaState) => void;
+}
+
+/** What a reply is asked for, before the turn gives it its signal and budget. */
+export type ReplyRequest = Omit<GenerateRequest, "signal" | "budget">;
 
 /**
  * One reply being generated. Its `signal` aborts when the caller's signal does (a client gone),
@@ -78,17 +86,37 @@ export class RunningTurn {
   private readonly cancelled = new AbortController();
   private readonly capped = new AbortController();
   private cap: Timer | undefined;
+  private admitted = false;
+  /** Its share of the user's budget until settled; none when no quota applies. */
+  private hold: TokenHold | undefined;
 
   constructor(
     readonly engine: Engine,
     /** Whose reply it is: its tokens are counted to this user. */
     private readonly userId: number,
-    callerSignal: AbortSignal | undefined,
+    private readonly hooks: TurnHooks,
     private readonly options: TurnRunnerOptions,
     private readonly onEnd: (turn: RunningTurn) => void,
   ) {
     const signals = [this.cancelled.signal, this.capped.signal];
-    this.signal = AbortSignal.any(callerSignal ? [...signals, callerSignal] : signals);
+    this.signal = AbortSignal.any(hooks.signal ? [...signals, hooks.signal] : signals);
+  }
+
+  /**
+   * Holds the reply's share of its user's budget, or refuses it (`QuotaExceeded`): call before
+   * anything of the turn is stored, with the request `reply` will get. The share is the prompt and
+   * as many reply tokens as it asks, as far as the budget goes.
+   */
+  async admit(request: ReplyRequest): Promise<void> {
+    const { ledger } = this.options;
+    this.admitted = true;
+    const rule = await ledger?.rule(this.userId);
+    if (!ledger || !rule) return;
+    const prompt = await this.engine.measure(request);
+    const replyRoom = Math.max(1, Math.min(request.maxTokens, this.engine.contextSize - prompt - 1));
+    const { hold, state } = await ledger.hold(this.userId, rule, prompt + 1, prompt + replyRoom);
+    this.hold = hold;
+    this.hooks.onQuota?.(state);
   }
 
   /** Arms the generation cap at the reply's first token; later calls (every token) cost nothing. */
@@ -115,10 +143,12 @@ export class RunningTurn {
    * `close()` cancels while it waits for a sequence still ends in a reply: empty and `cancelled`.
    * A consumer that stops early hands the sequence back.
    */
-  reply(request: Omit<GenerateRequest, "signal" | "tools" | "logprobs">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void>;
-  reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnEvent, GenerateResult | undefined, void>;
-  async *reply(request: Omit<GenerateRequest, "signal">): AsyncGenerator<TurnEvent, GenerateResult | undefined, void> {
-    const generation = this.engine.generate({ ...request, signal: this.signal });
+  reply(request: Omit<ReplyRequest, "tools" | "logprobs">): AsyncGenerator<TurnDelta | TurnReasoning, GenerateResult | undefined, void>;
+  reply(request: ReplyRequest): AsyncGenerator<TurnEvent, GenerateResult | undefined, void>;
+  async *reply(request: ReplyRequest): AsyncGenerator<TurnEvent, GenerateResult | undefined, void> {
+    if (!this.admitted) throw new Error("a turn's reply runs once admitted");
+    const budget = this.hold?.tokens;
+    const generation = this.engine.generate({ ...request, signal: this.signal, ...(budget !== undefined ? { budget } : {}) });
     let result: GenerateResult | undefined;
     try {
       for (;;) {
@@ -139,6 +169,8 @@ export class RunningTurn {
         yield piece.kind === "toolCall" ? { type: "toolCall", part: piece.part } : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
       }
     } catch (error) {
+      // A prompt longer than measured (a held conversation's other window) that the hold cannot cover.
+      if (error instanceof BudgetExceeded && this.hold) throw this.options.ledger!.outgrown(this.hold, error.promptTokens);
       if (!isAbort(error)) throw error;
       if (!this.closed) return undefined;
       return { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };
@@ -147,20 +179,29 @@ export class RunningTurn {
     }
   }
 
-  /** Adds the reply's tokens, a cancelled one's as far as it got, to its user's day. */
+  /** Counts the reply's tokens, a cancelled one's as far as it got, to its user, and ends its hold. */
   private async count({ promptTokens, completionTokens }: GenerateResult): Promise<void> {
-    const { usage } = this.options;
-    if (!usage || promptTokens + completionTokens === 0) return;
-    await usage.add(this.userId, usageDay(Date.now()), promptTokens, completionTokens).catch((error: unknown) => this.options.onUsageError?.(error));
+    const { ledger } = this.options;
+    if (!ledger) return;
+    const hold = this.hold;
+    this.hold = undefined;
+    try {
+      const state = await ledger.settle(this.userId, hold, promptTokens, completionTokens);
+      if (state) this.hooks.onQuota?.(state);
+    } catch (error) {
+      this.options.onLedgerError?.(error);
+    }
   }
 
   cancel(reason: unknown): void {
     this.cancelled.abort(reason);
   }
 
-  /** Idempotent. */
+  /** Idempotent. A hold its reply never settled (refused, failed, left before it began) is given back. */
   end(): void {
     clearTimeout(this.cap);
+    if (this.hold) void this.options.ledger?.release(this.hold).catch((error: unknown) => this.options.onLedgerError?.(error));
+    this.hold = undefined;
     this.onEnd(this);
   }
 }
@@ -182,14 +223,14 @@ export class TurnRunner {
   ) {}
 
   /** Admits a turn of `userId`'s or refuses it up front: no engine yet, closing, or no room. Call `end()` when done. */
-  begin(userId: number, signal?: AbortSignal): RunningTurn {
+  begin(userId: number, hooks: TurnHooks = {}): RunningTurn {
     const engine = this.engines.current();
     if (!engine) throw modelLoading();
     if (this.closing) throw shuttingDown();
     // Every admitted turn counts, also one waiting for its conversation's previous turn: otherwise
     // requests to one busy conversation would queue without bound.
     if (this.inFlight.size >= engine.capacity) throw new Overloaded("too many requests are waiting for the model", 2_000);
-    const turn = new RunningTurn(engine, userId, signal, this.options, (ended) => {
+    const turn = new RunningTurn(engine, userId, hooks, this.options, (ended) => {
       this.inFlight.delete(ended);
       if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
     });

@@ -10,6 +10,7 @@ import type {
   ConversationRef,
   KeyListing,
   KeyRole,
+  QuotaPeriod,
   MessagePage,
   MessageQuery,
   MessageRecord,
@@ -164,12 +165,68 @@ export interface UsageStore {
   days(userId: number, since: string): Promise<UsageDay[]>;
 }
 
+/** Tokens (prompt and completion) a user's replies may use per period. */
+export interface QuotaRule {
+  tokens: number;
+  period: QuotaPeriod;
+}
+
+/** A configured quota: a user's own, or the default (`userId` null) for every user without one. */
+export interface QuotaEntry extends QuotaRule {
+  userId: number | null;
+  /** The user's name; null for the default. */
+  user: string | null;
+}
+
+/** A user's period so far: tokens their replies used, and tokens held for replies still generating. */
+export interface QuotaStanding {
+  used: number;
+  held: number;
+}
+
+/** Asked of `QuotaStore.hold`: at least `need` tokens of `limit` left, or nothing; at most `want`. */
+export interface HoldRequest {
+  userId: number;
+  /** The period's first day: usage from it on counts, and only holds made for it. */
+  since: string;
+  limit: number;
+  need: number;
+  want: number;
+  /** Names the hold: settled or released by it. */
+  holder: string;
+  /** A hold never settled (its node died) stops counting then. */
+  expiresAt: number;
+}
+
+export interface QuotaStore {
+  /** Sets the user's quota, or the default with `userId` null. */
+  set(userId: number | null, rule: QuotaRule): Promise<void>;
+  /** False when there was none. */
+  clear(userId: number | null): Promise<boolean>;
+  /** The default first, then users' quotas by user id. */
+  list(): Promise<QuotaEntry[]>;
+  /** The user's own quota, else the default; undefined: no limit. */
+  ruleFor(userId: number): Promise<QuotaRule | undefined>;
+  standing(userId: number, since: string, now: number): Promise<QuotaStanding>;
+  /**
+   * At once for every node: when used and held tokens leave at least `need` of the limit, holds
+   * what is left up to `want` and returns it; else holds nothing and returns 0. With the standing
+   * it saw, this hold included.
+   */
+  hold(request: HoldRequest, now: number): Promise<QuotaStanding & { granted: number }>;
+  /** Adds a reply's tokens to its user's day and ends its hold, in one transaction. */
+  settle(holder: string, userId: number, day: string, promptTokens: number, completionTokens: number): Promise<void>;
+  /** Ends a hold whose reply never ran. */
+  release(holder: string): Promise<void>;
+}
+
 export interface Storage extends AsyncDisposable {
   readonly keys: KeyStore;
   readonly conversations: ConversationStore;
   readonly messages: MessageStore;
   readonly responses: ResponseStore;
   readonly usage: UsageStore;
+  readonly quotas: QuotaStore;
   /**
    * Only storage that several processes share (PostgreSQL) has these; a single process (SQLite)
    * serializes turns with its own lock and keeps rate-limit buckets in memory.

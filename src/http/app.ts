@@ -4,6 +4,8 @@ import type { ResponseService } from "../chat/responses";
 import type { ConversationItemService } from "../chat/conversation-item-service";
 import type { BackgroundResponses } from "./background-responses";
 import type { ChatService } from "../chat/service";
+import { QuotaAdmin } from "../chat/quota-admin";
+import type { TokenLedger } from "../chat/token-ledger";
 import type { Storage } from "../db/storage";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
@@ -16,6 +18,7 @@ import { RouteTable, routeGuard } from "./routing";
 import { chatRoutes } from "./routes/chat";
 import { conversationsRoutes } from "./routes/conversations";
 import { usageRoutes } from "./routes/usage";
+import { quotaRoutes } from "./routes/quotas";
 import { docsRoutes } from "./routes/docs";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
@@ -50,6 +53,8 @@ export interface AppDeps {
   background: BackgroundResponses;
   /** OpenAI's Conversations API: stored conversations as items. */
   conversationItems: ConversationItemService;
+  /** Users' tokens and budgets: the one the turns' runner counts to. */
+  ledger: TokenLedger;
   /** Names this node in every response's `X-Parley-Node` (several nodes behind a balancer). */
   node?: string;
   /** True once the database is open and the model loaded. */
@@ -97,7 +102,8 @@ export function createApp(deps: AppDeps) {
     .use(webRoutes())
     .use(messagesRoutes({ messages: deps.storage.messages }))
     .use(conversationsRoutes({ conversations: deps.storage.conversations, chat: deps.chat }))
-    .use(usageRoutes({ usage: deps.storage.usage }))
+    .use(usageRoutes({ usage: deps.storage.usage, ledger: deps.ledger }))
+    .use(quotaRoutes({ admin: new QuotaAdmin(deps.storage.keys, deps.storage.quotas, deps.ledger), body: limits }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
     .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))

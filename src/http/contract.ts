@@ -35,6 +35,7 @@ export const ERROR_CODES = [
   "unsupported_media_type",
   "invalid_request",
   "rate_limited",
+  "quota_exceeded",
   "overloaded",
   "internal",
 ] as const;
@@ -157,14 +158,46 @@ export const UsageDayJson = t.Object(
   closed,
 );
 
+/** A user's token budget this period, where a quota applies. */
+export const QuotaJson = t.Object(
+  {
+    limit: t.Integer({ description: "Tokens (prompt and completion) per period" }),
+    period: t.Union([t.Literal("day"), t.Literal("month")], { description: "A UTC calendar day or month" }),
+    used: t.Integer({ description: "Tokens the user's replies used this period" }),
+    remaining: t.Integer({ description: "Of the limit, neither used nor held by replies still generating" }),
+    resets_at: t.String({ format: "date-time", description: "When the period ends and the budget is whole again" }),
+  },
+  closed,
+);
+export type QuotaJson = Static<typeof QuotaJson>;
+
 export const UsageReport = t.Object(
   {
     user_id: t.Integer(),
+    quota: t.Union([QuotaJson, t.Null()], { description: "The quota that applies (the user's own, else the default); null: no limit" }),
     days: t.Array(UsageDayJson, { description: `The last ${USAGE_DAYS} UTC days, today's last; days without replies are absent` }),
   },
   closed,
 );
 export type UsageReport = Static<typeof UsageReport>;
+
+/** A configured quota: a user's own, or the default for every user without one (`user_id` null). */
+export const QuotaEntryJson = t.Object(
+  {
+    user_id: t.Union([t.Integer(), t.Null()]),
+    user: t.Union([t.String(), t.Null()], { description: "The user's name; null for the default" }),
+    limit: t.Integer(),
+    period: t.Union([t.Literal("day"), t.Literal("month")]),
+    used: t.Union([t.Integer(), t.Null()], { description: "The user's tokens this period; null for the default" }),
+    remaining: t.Union([t.Integer(), t.Null()]),
+    resets_at: t.String({ format: "date-time" }),
+  },
+  closed,
+);
+export type QuotaEntryJson = Static<typeof QuotaEntryJson>;
+
+export const QuotaList = t.Object({ data: t.Array(QuotaEntryJson, { description: "The default first, then users' quotas by user id" }) }, closed);
+export type QuotaList = Static<typeof QuotaList>;
 
 export const Health = t.Object({ status: t.Literal("ok") }, closed);
 export type Health = Static<typeof Health>;

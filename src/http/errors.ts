@@ -3,7 +3,7 @@ import { type DomainError, type ErrorKind, Internal, InvalidInput, InvalidJson, 
 import type { Logger } from "../log";
 import type { ErrorBody, ErrorCode } from "./contract";
 import type { OpenAiErrorBody } from "./openai/contract";
-import { quotaHeaders } from "./rate-limit";
+import { quotaHeaders, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { noSuchEndpoint } from "./routing";
 
@@ -16,6 +16,7 @@ export type OpenAiErrorType =
   | "permission_error"
   | "not_found_error"
   | "rate_limit_error"
+  | "insufficient_quota"
   | "server_error";
 
 interface WireError<E> {
@@ -24,8 +25,8 @@ interface WireError<E> {
   /** When a client sees it, for the OpenAPI document. */
   when: string;
   headers?: (error: E) => HeaderMap;
-  /** The OpenAI-compatible API's type, and its status where it differs. */
-  openai: { type: OpenAiErrorType; status?: number };
+  /** The OpenAI-compatible API's type, and its status and code where they differ. */
+  openai: { type: OpenAiErrorType; status?: number; code?: string };
 }
 
 const retryAfter = (ms: number): HeaderMap => ({ "retry-after": String(Math.max(1, Math.ceil(ms / 1000))) });
@@ -93,6 +94,14 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     headers: (error) => ({ ...(error.quota && quotaHeaders(error.quota)), ...retryAfter(error.retryAfterMs) }),
     openai: { type: "rate_limit_error" },
   },
+  quota_exceeded: {
+    status: 429,
+    code: "quota_exceeded",
+    when: "The user's token quota for the period is spent, or too little is left for the prompt (Retry-After, X-Quota-*)",
+    headers: (error) => ({ ...tokenQuotaHeaders(error.quota), ...retryAfter(error.retryAfterMs) }),
+    // OpenAI's own answer to a spent quota, which clients (and its SDKs' users) look for.
+    openai: { type: "insufficient_quota", code: "insufficient_quota" },
+  },
   overloaded: {
     status: 503,
     code: "overloaded",
@@ -134,7 +143,7 @@ export const openAiErrorBody = (error: DomainError): OpenAiErrorBody => ({
     message: error.message,
     type: HTTP_ERRORS[error.kind].openai.type,
     param: "param" in error && error.param !== undefined ? error.param : null,
-    code: HTTP_ERRORS[error.kind].code,
+    code: HTTP_ERRORS[error.kind].openai.code ?? HTTP_ERRORS[error.kind].code,
   },
 });
 
@@ -191,6 +200,7 @@ export const errorHandler = (log: Logger) =>
   new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request, set }) => {
     const domainError = toDomainError(code, error);
     const context = contextOf(request);
+    if (domainError.kind === "quota_exceeded") context.quota = "quota_exceeded";
     if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
     const response = errorResponse(domainError, context.id, set.headers as HeaderMap, dialectOf(context.path));
     context.status = response.status;

@@ -64,6 +64,7 @@ export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
         const seconds = (performance.now() - context.startedAt) / 1000;
         const labels = { route: routeLabel, method: request.method };
         metrics.requests.inc({ ...labels, status: String(status) });
+        if (context.quota) metrics.quotaRequests.inc({ role: context.principal?.role ?? "none", outcome: context.quota });
         metrics.requestDuration.observe(labels, seconds);
         // A balancer's health checks come every second: they are no operator's reading.
         const level = routeLabel === "/healthz" || routeLabel === "/readyz" ? "debug" : "info";

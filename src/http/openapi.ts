@@ -7,7 +7,7 @@
  */
 import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
-import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, Ready, UsageReport } from "./contract";
+import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, QuotaEntryJson, QuotaList, Ready, UsageReport } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
@@ -22,6 +22,8 @@ export const SCHEMAS = {
   MessagePage,
   ConversationPage,
   UsageReport,
+  QuotaList,
+  QuotaEntry: QuotaEntryJson,
   Health,
   Ready,
   OpenAiError: OpenAiErrorBody,
@@ -46,14 +48,23 @@ export const jsonResponse = (description: string, schema: keyof typeof SCHEMAS) 
 
 /**
  * The error responses a route can give (and always 500), each narrowed to its status's code, so
- * a body with the wrong code for its status does not match.
+ * a body with the wrong code for its status does not match; kinds that share a status (429's two)
+ * share its entry.
  */
 export function errorResponses(...kinds: ErrorKind[]): Responses {
+  const byStatus = new Map<number, { codes: string[]; descriptions: string[] }>();
+  for (const kind of [...kinds, "internal" as const]) {
+    const { status, code, when } = HTTP_ERRORS[kind];
+    const entry = byStatus.get(status) ?? { codes: [], descriptions: [] };
+    entry.codes.push(code);
+    entry.descriptions.push(`${code}: ${when}`);
+    byStatus.set(status, entry);
+  }
   return Object.fromEntries(
-    [...kinds, "internal" as const].map((kind) => {
-      const { status, code, when } = HTTP_ERRORS[kind];
-      const schema = { allOf: [ref("Error"), { type: "object", properties: { error: { type: "object", properties: { code: { const: code } } } } }] };
-      return [String(status), { description: `${code}: ${when}`, content: { "application/json": { schema } } }];
+    [...byStatus].map(([status, { codes, descriptions }]) => {
+      const code = codes.length === 1 ? { const: codes[0] } : { enum: codes };
+      const schema = { allOf: [ref("Error"), { type: "object", properties: { error: { type: "object", properties: { code } } } }] };
+      return [String(status), { description: descriptions.join("; "), content: { "application/json": { schema } } }];
     }),
   ) as Responses;
 }

@@ -1,7 +1,9 @@
 /** Domain values as the API shows them: the shapes are src/http/contract.ts's. */
 import type { TurnResult, TurnStart } from "../chat/service";
 import type { ConversationSummary, MessageRecord } from "../db/types";
-import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination } from "./contract";
+import type { QuotaState } from "../chat/token-ledger";
+import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination, QuotaJson } from "./contract";
+import { tokenQuotaHeaders } from "./rate-limit";
 
 /** A stored message; `finish_reason` belongs to replies only, `reasoning` to a reasoning model's. */
 export function messageJson(message: MessageRecord): Message {
@@ -61,3 +63,15 @@ export const resultJson = (result: TurnResult): ChatReply => ({
   usage: result.usage,
   model: result.model,
 });
+
+/** A user's budget this period. */
+export const quotaJson = (state: QuotaState): QuotaJson => ({
+  limit: state.limit,
+  period: state.period,
+  used: state.used,
+  remaining: state.remaining,
+  resets_at: new Date(state.resetsAt).toISOString(),
+});
+
+/** The `X-Quota-*` headers of a response to a user a quota applies to. */
+export const quotaHeadersOf = (state: QuotaState) => tokenQuotaHeaders({ limit: state.limit, remaining: state.remaining, resetMs: state.resetInMs });

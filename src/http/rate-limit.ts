@@ -54,6 +54,13 @@ export const quotaHeaders = (quota: Quota): Record<string, string> => ({
   "x-ratelimit-reset": String(Math.ceil(quota.resetMs / 1000)),
 });
 
+/** A user's token budget, on the responses of a user a quota applies to. */
+export const tokenQuotaHeaders = (quota: Quota): Record<string, string> => ({
+  "x-quota-limit": String(quota.limit),
+  "x-quota-remaining": String(quota.remaining),
+  "x-quota-reset": String(Math.ceil(quota.resetMs / 1000)),
+});
+
 /**
  * Per-key admission: a token bucket of `perMinute` requests (refilled continuously, so a key
  * may burst up to the full minute's allowance) and a cap on concurrent streams. Buckets and stream

@@ -5,7 +5,8 @@ import { BadRequest } from "../errors";
 /**
  * What Parley knows about a request while it runs, for its log line and metrics. Each field
  * has one writer: the id, start and path are fixed when first asked for; `principal` is set by
- * authentication, `status` by the error handler, `tokens` by the turn driver. How a response
+ * authentication, `status` by the error handler, `tokens` by the turn driver, `quota` by the
+ * turn's hooks (served) or the error handler (quota_exceeded). How a response
  * ends (a stream's last event) is the observer's own business, not kept here.
  */
 export interface RequestContext {
@@ -20,6 +21,8 @@ export interface RequestContext {
   tokens?: number;
   /** The conversation a chat request is a turn of, for its log line. */
   conversationId?: string;
+  /** A generating request of a user under a token quota: how it ended, for the metrics. */
+  quota?: "served" | "quota_exceeded";
 }
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;

@@ -1,11 +1,12 @@
 import type { Server } from "elysia/universal";
 import type { Usage } from "../chat/service";
-import type { TurnEvent } from "../chat/turn-runner";
+import type { TurnEvent, TurnHooks } from "../chat/turn-runner";
 import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
 import { toDomainError } from "./errors";
+import { quotaHeadersOf } from "./present";
 import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
@@ -19,8 +20,11 @@ type ReplyEvent = TurnEvent;
 /** A turn as the chat layer runs it: one `start` once it is admitted, its reply's pieces, its result. */
 export type TurnEvents<Start, Result> = AsyncGenerator<Start | ReplyEvent, Result | undefined, void>;
 
-/** Starts the turn; `signal` aborts when the client goes away. */
-export type StartTurn<Start, Result> = (signal: AbortSignal) => TurnEvents<Start, Result>;
+/** What a turn's request gives it: `signal` aborts when the client goes away; `onQuota` shows the user's budget. */
+export type RequestHooks = Required<TurnHooks>;
+
+/** Starts the turn with its request's hooks. */
+export type StartTurn<Start, Result> = (hooks: RequestHooks) => TurnEvents<Start, Result>;
 
 /** How one protocol writes a turn's events on a stream. */
 export interface Framing<Start, Result> {
@@ -35,13 +39,29 @@ export interface Framing<Start, Result> {
   error(error: DomainError, requestId: string): SseChunk[];
 }
 
-/** What the driver needs from a request. */
-export interface Exchange {
+/** What a plain response's turn needs from its request. */
+export interface PlainExchange {
   request: Request;
   set: { headers: Record<string, unknown> };
+}
+
+/** What the driver needs from a request. */
+export interface Exchange extends PlainExchange {
   server: Server | null;
   keyId: number;
 }
+
+/**
+ * The request's hooks: the user's budget goes on its headers, the last word before they are sent
+ * winning. `signal`: a turn that outlives its request (a background response) has its own.
+ */
+export const hooksOf = ({ request, set }: PlainExchange, signal = request.signal): RequestHooks => ({
+  signal,
+  onQuota: (state) => {
+    contextOf(request).quota = "served";
+    Object.assign(set.headers, quotaHeadersOf(state));
+  },
+});
 
 export interface TurnDriverDeps {
   limiter: RateLimiter;
@@ -60,9 +80,9 @@ export class TurnDriver {
   constructor(private readonly deps: TurnDriverDeps) {}
 
   /** Runs the turn to its end for a plain response; undefined when the client left first. */
-  async complete<Start, Result extends { usage: Usage }>(request: Request, start: StartTurn<Start, Result>): Promise<Result | undefined> {
-    const meter = this.meter(request);
-    const turn = start(request.signal);
+  async complete<Start, Result extends { usage: Usage }>(exchange: PlainExchange, start: StartTurn<Start, Result>): Promise<Result | undefined> {
+    const meter = this.meter(exchange.request);
+    const turn = start(hooksOf(exchange));
     for (;;) {
       const step = await turn.next();
       if (step.done) {
@@ -89,7 +109,7 @@ export class TurnDriver {
       // Bun's idle timeout must not cut a long wait: for the conversation's previous turn (here or on
       // another node) before the first byte, for a sequence after it (then heartbeats run).
       server?.timeout(request, 0);
-      const turn = start(request.signal);
+      const turn = start(hooksOf(exchange));
       const first = await turn.next();
       if (first.done || isReply(first.value)) return;
       set.headers["content-type"] = "text/event-stream";
@@ -115,7 +135,9 @@ export class TurnDriver {
       } catch (error) {
         // Past the first byte Elysia would only log a throw; the client gets an error event.
         const failure = toDomainError(undefined, error);
-        const { id } = contextOf(request);
+        const context = contextOf(request);
+        const { id } = context;
+        if (failure.kind === "quota_exceeded") context.quota = "quota_exceeded";
         if (failure.kind === "internal") this.deps.log.error({ request_id: id, err: error }, "stream failed");
         yield* framing.error(failure, id);
       }

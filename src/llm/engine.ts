@@ -54,6 +54,7 @@ import {
 } from "./types";
 
 export type * from "./types";
+export { BudgetExceeded } from "./types";
 
 export interface EngineOptions {
   modelPath: string;
@@ -310,6 +311,17 @@ export class Engine {
   }
 
   /**
+   * The tokens of the request's prompt, as fitted to the context for a sequence that holds none of
+   * it. A sequence holding the conversation past its context may evaluate another window (shifted,
+   * or resumed with slack): a `budget` from this count is still enforced on the prompt evaluated.
+   */
+  async measure(request: Pick<GenerateRequest, "history" | "maxTokens" | "cacheScope" | "tools" | "conversationKey">): Promise<number> {
+    const keep = request.conversationKey === undefined ? 1 : this.keep;
+    const fitted = await this.prompts.fit(request.history, this.promptBudget(request.maxTokens), request.cacheScope, request.tools?.functions ?? [], keep);
+    return fitted.tokens.length;
+  }
+
+  /**
    * Waits for a free sequence, then yields the reply's text pieces as they are generated: a
    * reasoning model's thought first, tagged as such, then its answer.
    * An abort while queued throws an `AbortError`; an abort (or `return()`) during generation
@@ -361,6 +373,7 @@ export class Engine {
             sampling,
             signal,
             maxTokens: request.maxTokens,
+            ...(request.budget !== undefined ? { budget: request.budget } : {}),
             ...(request.logprobs !== undefined ? { logprobs: request.logprobs } : {}),
           },
           {

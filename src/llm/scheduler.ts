@@ -41,7 +41,7 @@ import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type Sampled, type TokenLogprobs } from "../natives/addon";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
-import type { PromptEnds, Sampling } from "./types";
+import { BudgetExceeded, type PromptEnds, type Sampling } from "./types";
 
 export enum SlotState {
   /** No turn: the sequence holds what its last turn left. */
@@ -105,6 +105,8 @@ export interface Turn {
   signal: AbortSignal;
   /** Reply tokens at most (`onToken` says false at the last): no call steps past it. */
   maxTokens?: number;
+  /** Prompt and reply tokens at most: see `GenerateRequest.budget`. */
+  budget?: number;
   /** Each token's log-probability, and this many most likely tokens' (0 to 20): the reply runs one step a batch. */
   logprobs?: number;
   /** Once the slot is readied, before the prompt's first batch. */
@@ -378,6 +380,8 @@ export class Scheduler {
       }
       const { tokens, reusable, drop } = plan(slot);
       if (tokens.length === 0) throw new Error("a turn evaluates at least one token");
+      // Before the slot changes: the sequence keeps what it held, and nothing is evaluated.
+      if (turn.budget !== undefined && tokens.length >= turn.budget) throw new BudgetExceeded(tokens.length, turn.budget);
       if (drop) await sequence.eraseContextTokenRanges([drop]);
       const cachedTokens = Math.min(sequence.compareContextTokens([...tokens]).firstDifferentIndex, tokens.length - 1, reusable);
       slot.transcript = undefined;
@@ -387,7 +391,7 @@ export class Scheduler {
       job.pending = tokens.slice(cachedTokens);
       // Capped to the room left in the context (at least 1, so a full context still answers): a
       // shift mid-reply would make the prompt's token counts stale.
-      job.maxTokens = Math.max(1, Math.min(turn.maxTokens ?? Infinity, this.context.contextSize - tokens.length - 1));
+      job.maxTokens = Math.max(1, Math.min(turn.maxTokens ?? Infinity, this.context.contextSize - tokens.length - 1, (turn.budget ?? Infinity) - tokens.length));
       slot.state = SlotState.Prompt;
       turn.onPrompt?.({ tokens, cachedTokens, maxTokens: job.maxTokens });
     } catch (error) {

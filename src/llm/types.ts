@@ -140,6 +140,11 @@ export interface GenerateRequest {
   /** Token id → value added to its logit. A token the model does not have is `InvalidInput` (`logit_bias`). */
   logitBias?: Readonly<Record<number, number>>;
   maxTokens: number;
+  /**
+   * Prompt and reply tokens together, at most: the reply ends (`length`) where they reach it, and a
+   * prompt that leaves no reply token is refused (`BudgetExceeded`) before it is evaluated.
+   */
+  budget?: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */
   stop?: readonly string[];
   /** Held to it token by token: see `Engine.check`, which refuses what cannot be held. */
@@ -235,3 +240,13 @@ export type ContextOverflow = (typeof CONTEXT_OVERFLOW_MODES)[number];
  */
 export const PROMPT_ENDS_MODES = ["shortest", "together"] as const;
 export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];
+
+/** A prompt that leaves no reply token of its request's `budget`: nothing was evaluated. */
+export class BudgetExceeded extends Error {
+  constructor(
+    readonly promptTokens: number,
+    readonly budget: number,
+  ) {
+    super(`the prompt's ${promptTokens} tokens leave no reply token of a budget of ${budget}`);
+  }
+}

@@ -1,8 +1,8 @@
 // The browser side of docs/API.md. The bodies' types are the server's own (type-only: nothing
 // of the server is bundled into the page).
-import type { ChatDelta, ChatReasoning, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage } from "../http/contract";
+import type { ChatDelta, ChatReasoning, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage, UsageReport } from "../http/contract";
 
-export type { Conversation, ConversationPage, Message, MessagePage };
+export type { Conversation, ConversationPage, Message, MessagePage, UsageReport };
 
 export interface ChatRequest {
   message: string;
@@ -66,6 +66,13 @@ export async function listConversations(key: string, page: number, rows: number)
   const response = await fetch(`${API}/chat/conversations?${query}`, { headers: { authorization: `Bearer ${key}` } });
   if (!response.ok) throw await failure(response);
   return (await response.json()) as ConversationPage;
+}
+
+/** The key's user's token budget this period (null: no quota) and usage. */
+export async function readUsage(key: string): Promise<UsageReport> {
+  const response = await fetch(`${API}/usage`, { headers: { authorization: `Bearer ${key}` } });
+  if (!response.ok) throw await failure(response);
+  return (await response.json()) as UsageReport;
 }
 
 /** Deletes one of the key's conversations; one already gone (404) counts as deleted. */

@@ -1,4 +1,4 @@
-import { type Conversation, deleteConversation, listConversations, listMessages, type Message, streamChat } from "./api";
+import { type Conversation, deleteConversation, listConversations, listMessages, type Message, readUsage, streamChat } from "./api";
 import { byId, describeError, MessageView } from "./view";
 
 const PAGE_ROWS = 20;
@@ -25,6 +25,7 @@ const composer = byId<HTMLFormElement>("composer");
 const messageInput = byId<HTMLTextAreaElement>("message");
 const sendButton = byId<HTMLButtonElement>("send");
 const stopButton = byId<HTMLButtonElement>("stop");
+const quotaLine = byId<HTMLParagraphElement>("quota");
 
 /** Ids already in the log: a page fetched after new turns were added overlaps the one before it. */
 let shown = new Set<number>();
@@ -87,6 +88,19 @@ async function reloadHistory(): Promise<void> {
     scroller.scrollTop = scroller.scrollHeight;
   } catch (error) {
     showError(error);
+  }
+}
+
+/** "N tokens left today" when a token quota applies to the key's user; nothing otherwise. */
+async function refreshQuota(): Promise<void> {
+  const key = keyInput.value.trim();
+  try {
+    const quota = key ? (await readUsage(key)).quota : null;
+    if (key !== keyInput.value.trim()) return;
+    quotaLine.hidden = quota === null;
+    if (quota) quotaLine.textContent = `${quota.remaining.toLocaleString("en-US")} tokens left ${quota.period === "day" ? "today" : "this month"}`;
+  } catch {
+    quotaLine.hidden = true;
   }
 }
 
@@ -231,6 +245,7 @@ async function send(): Promise<void> {
     stopButton.disabled = true;
   }
   void refreshConversations();
+  void refreshQuota();
 }
 
 function start(): void {
@@ -243,6 +258,7 @@ function start(): void {
     sessionStorage.setItem(KEY_ITEM, keyInput.value.trim());
     void reloadHistory();
     void refreshConversations();
+    void refreshQuota();
   });
   conversationInput.addEventListener("change", () => {
     if (!conversationInput.reportValidity()) return;
@@ -270,6 +286,7 @@ function start(): void {
   if (keyInput.value) {
     void reloadHistory();
     void refreshConversations();
+    void refreshQuota();
   } else keyInput.focus();
 }
 

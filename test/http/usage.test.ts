@@ -68,6 +68,7 @@ test("every reply's tokens are added to its user's day, as its usage counted the
   const completion = counted.reduce((sum, one) => sum + one.completion_tokens, 0);
   expect(report).toEqual({
     user_id: alice.userId,
+    quota: null,
     days: [{ date: new Date().toISOString().slice(0, 10), prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }],
   });
 });

@@ -7,6 +7,7 @@ import { ConversationItemService } from "../../src/chat/conversation-item-servic
 import { BackgroundResponses } from "../../src/http/background-responses";
 import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
+import { TokenLedger } from "../../src/chat/token-ledger";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
 import type { KeyStore, Storage } from "../../src/db/storage";
 import { createApp, type HttpLimits } from "../../src/http/app";
@@ -44,8 +45,10 @@ export interface ServeOptions {
   /** Captures the app's log lines (JSON) when given. */
   logLines?: string[];
   metrics?: Metrics;
-  /** Runs the turns of `chat` (give both, or neither). */
+  /** Runs the turns of `chat` (give both, or neither), counting to `ledger` (give both, or neither). */
   runner?: TurnRunner;
+  /** Users' tokens and budgets; by default on the storage and the real clock. */
+  ledger?: TokenLedger;
   chat?: ChatService;
   completions?: CompletionService;
   /** The node's name for `X-Parley-Node`. */
@@ -70,11 +73,13 @@ export function captureLog(lines: string[]): Logger {
 /** The real app on a real port, so tests speak HTTP like any client. */
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
-  const runner = options.runner ?? new TurnRunner({ current: () => engine }, { usage: storage.usage });
+  const ledger = options.ledger ?? new TokenLedger(storage.usage, storage.quotas);
+  const runner = options.runner ?? new TurnRunner({ current: () => engine }, { ledger });
   const completions = options.completions ?? new CompletionService(runner);
   const chat = options.chat ?? new ChatService(storage.conversations, runner);
   const app = createApp({
     storage,
+    ledger,
     chat,
     completions,
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),

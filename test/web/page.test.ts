@@ -190,6 +190,25 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(await page.locator("#log li").count()).toBe(0);
   });
 
+  test("under a token quota the page shows the tokens left today, less each reply's; without one, nothing", async () => {
+    const quinn = await db.keys.create("quinn", "user");
+    await db.storage.quotas.set(quinn.userId, { tokens: 100_000, period: "day" });
+    const page = await open();
+    await signIn(page, "quota-1", quinn.key);
+    const quota = page.locator("#quota");
+    await until(async () => (await quota.textContent()) === "100,000 tokens left today", "the budget to show");
+    await page.fill("#max-tokens", "8");
+    await send(page, "Count me");
+    await page.locator("#log .assistant[data-id]").waitFor();
+    const { quota: after } = (await (await fetch(`${served.url}/api/v1.0/usage`, { headers: bearer(quinn.key) })).json()) as { quota: { remaining: number } };
+    expect(after.remaining).toBeLessThan(100_000);
+    await until(async () => (await quota.textContent()) === `${after.remaining.toLocaleString("en-US")} tokens left today`, "the budget to drop by the reply");
+    expect(await quota.isVisible()).toBe(true);
+
+    await signIn(page, "quota-1", alice.key);
+    await until(async () => await quota.isHidden(), "no budget shown for a user without a quota");
+  });
+
   test("temperature and max tokens out of range cannot be sent", async () => {
     const page = await open();
     await signIn(page, "bounds-1");

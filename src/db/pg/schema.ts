@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { bigint, boolean, doublePrecision, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES, type MessageItem, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
+import { KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
 
 /**
  * Milliseconds since the epoch, as in SQLite, from the database's clock: several nodes share one
@@ -186,4 +186,23 @@ export const tokenUsage = pgTable(
     completionTokens: bigint("completion_tokens", { mode: "number" }).notNull(),
   },
   (table) => [primaryKey({ columns: [table.userId, table.day] })],
+);
+
+/** As in SQLite: user id 0 is the default quota. */
+export const tokenQuotas = pgTable("token_quotas", {
+  userId: integer("user_id").primaryKey(),
+  tokens: bigint("tokens", { mode: "number" }).notNull(),
+  period: text("period", { enum: QUOTA_PERIODS }).notNull(),
+});
+
+export const tokenHolds = pgTable(
+  "token_holds",
+  {
+    holder: text("holder").primaryKey(),
+    userId: integer("user_id").notNull(),
+    since: text("since").notNull(),
+    tokens: bigint("tokens", { mode: "number" }).notNull(),
+    expiresAt: epochMs("expires_at").notNull(),
+  },
+  (table) => [index("token_holds_user").on(table.userId, table.since)],
 );

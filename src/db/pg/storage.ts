@@ -8,6 +8,7 @@ import { PgMessageStore } from "./messages";
 import { OutageGuard } from "./outage";
 import { PgResponseStore } from "./responses";
 import { PgStreamSlots } from "./stream-slots";
+import { PgQuotaStore } from "./quotas";
 import { PgUsageStore } from "./usage";
 
 export interface PgOptions {
@@ -27,6 +28,7 @@ export class PgStorage implements Storage {
   readonly messages: PgMessageStore;
   readonly responses: PgResponseStore;
   readonly usage: PgUsageStore;
+  readonly quotas: PgQuotaStore;
   readonly leases: PgConversationLeases;
   readonly buckets: PgTokenBuckets;
   readonly streams: PgStreamSlots;
@@ -47,6 +49,8 @@ export class PgStorage implements Storage {
     this.responses = guard.guard(new PgResponseStore(db), ["get", "renew", "chain", "finish", "appendEvents", "events", "requestCancel", "cancelRequested", "expire", "count"]);
     // Adding is not repeatable: a retried add after a lost answer would count a reply twice.
     this.usage = guard.guard(new PgUsageStore(db), ["days"]);
+    // A hold taken twice would hold twice; a settlement twice would count twice.
+    this.quotas = guard.guard(new PgQuotaStore(db), ["set", "clear", "list", "ruleFor", "standing", "release"]);
     this.leases = guard.guard(new PgConversationLeases(db), ["lease", "release"]);
     this.buckets = guard.guard(new PgTokenBuckets(db), []);
     this.streams = guard.guard(new PgStreamSlots(db), ["renew", "release"]);

@@ -3,18 +3,24 @@ import type { UsageDay, UsageStore } from "../storage";
 import type { Db } from "./client";
 import { tokenUsage } from "./schema";
 
-/** As in SQLite; the upsert adds atomically whichever node's reply ends. */
+type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
+
+/** Adds to the user's day: an upsert, so whichever node's reply ends adds atomically. */
+export async function addTokens(db: Db | Tx, userId: number, day: string, promptTokens: number, completionTokens: number): Promise<void> {
+  await db
+    .insert(tokenUsage)
+    .values({ userId, day, promptTokens, completionTokens })
+    .onConflictDoUpdate({
+      target: [tokenUsage.userId, tokenUsage.day],
+      set: { promptTokens: sql`${tokenUsage.promptTokens} + excluded.prompt_tokens`, completionTokens: sql`${tokenUsage.completionTokens} + excluded.completion_tokens` },
+    });
+}
+
 export class PgUsageStore implements UsageStore {
   constructor(private readonly db: Db) {}
 
   async add(userId: number, day: string, promptTokens: number, completionTokens: number): Promise<void> {
-    await this.db
-      .insert(tokenUsage)
-      .values({ userId, day, promptTokens, completionTokens })
-      .onConflictDoUpdate({
-        target: [tokenUsage.userId, tokenUsage.day],
-        set: { promptTokens: sql`${tokenUsage.promptTokens} + excluded.prompt_tokens`, completionTokens: sql`${tokenUsage.completionTokens} + excluded.completion_tokens` },
-      });
+    await addTokens(this.db, userId, day, promptTokens, completionTokens);
   }
 
   async days(userId: number, since: string): Promise<UsageDay[]> {

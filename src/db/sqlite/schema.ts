@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES, type MessageItem, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
+import { KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () =>
@@ -190,4 +190,24 @@ export const tokenUsage = sqliteTable(
     completionTokens: integer("completion_tokens").notNull(),
   },
   (table) => [primaryKey({ columns: [table.userId, table.day] })],
+);
+
+/** Token budgets: user id 0 is the default for every user without one of their own (user ids start at 1). */
+export const tokenQuotas = sqliteTable("token_quotas", {
+  userId: integer("user_id").primaryKey(),
+  tokens: integer("tokens").notNull(),
+  period: text("period", { enum: QUOTA_PERIODS }).notNull(),
+});
+
+/** Tokens held for replies still generating, so that a user's concurrent replies share the budget. */
+export const tokenHolds = sqliteTable(
+  "token_holds",
+  {
+    holder: text("holder").primaryKey(),
+    userId: integer("user_id").notNull(),
+    since: text("since").notNull(),
+    tokens: integer("tokens").notNull(),
+    expiresAt: integer("expires_at", { mode: "number" }).notNull(),
+  },
+  (table) => [index("token_holds_user").on(table.userId, table.since)],
 );

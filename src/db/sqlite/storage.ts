@@ -9,6 +9,7 @@ import { SqliteKeyStore } from "./keys";
 import { SqliteMessageStore } from "./messages";
 import { failAbandoned, SqliteResponseStore } from "./responses";
 import { ServingLock } from "./serving-lock";
+import { SqliteQuotaStore } from "./quotas";
 import { SqliteUsageStore } from "./usage";
 
 /** Storage in one SQLite file. `db` and `sqlite` are for SQLite's own tools (tests, benchmarks). */
@@ -18,6 +19,7 @@ export class SqliteStorage implements Storage {
   readonly messages: SqliteMessageStore;
   readonly responses: SqliteResponseStore;
   readonly usage: SqliteUsageStore;
+  readonly quotas: SqliteQuotaStore;
   private closed = false;
 
   constructor(
@@ -29,6 +31,7 @@ export class SqliteStorage implements Storage {
     this.messages = patient(new SqliteMessageStore(db));
     this.responses = patient(new SqliteResponseStore(db));
     this.usage = patient(new SqliteUsageStore(db));
+    this.quotas = patient(new SqliteQuotaStore(db));
   }
 
   get sqlite(): Database {

@@ -15,9 +15,9 @@ export const OpenAiErrorBody = t.Object(
     error: t.Object(
       {
         message: t.String(),
-        type: t.String({ description: "invalid_request_error, authentication_error, permission_error, not_found_error, rate_limit_error or server_error" }),
+        type: t.String({ description: "invalid_request_error, authentication_error, permission_error, not_found_error, rate_limit_error, insufficient_quota or server_error" }),
         param: t.Union([t.String(), t.Null()]),
-        code: t.String({ description: "Parley's error code (see Errors)" }),
+        code: t.String({ description: "Parley's error code (see Errors); insufficient_quota for a spent token quota, as OpenAI's" }),
       },
       closed,
     ),

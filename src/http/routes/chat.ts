@@ -11,7 +11,7 @@ import { chatReplyResponse, errorResponses } from "../openapi";
 import { resultJson, startJson } from "../present";
 import { contextOf } from "../request-context";
 import { event } from "../sse";
-import type { Framing, TurnDriver } from "../turn-driver";
+import type { Framing, RequestHooks, TurnDriver } from "../turn-driver";
 
 const MAX_MESSAGE_CODE_POINTS = 16_000;
 const MESSAGE_RULE = `message must be a string of 1 to ${MAX_MESSAGE_CODE_POINTS} characters`;
@@ -71,7 +71,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
       checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);
       contextOf(request).conversationId = body.conversation_id;
       checkMessage(body.message);
-      const turn = (signal: AbortSignal) =>
+      const turn = (hooks: RequestHooks) =>
         deps.chat.turn({
           userId: principal.userId,
           conversationId: body.conversation_id,
@@ -79,10 +79,10 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
           sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
           maxTokens: body.max_tokens ?? 512,
           format: formatOf(body.response_format),
-          signal,
+          ...hooks,
         });
       if (body.stream !== true) {
-        const result = await deps.turns.complete(request, turn);
+        const result = await deps.turns.complete({ request, set }, turn);
         return result && resultJson(result);
       }
       yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, nativeFraming);

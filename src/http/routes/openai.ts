@@ -15,7 +15,7 @@ import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-for
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
 import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
-import type { TurnDriver } from "../turn-driver";
+import type { RequestHooks, TurnDriver } from "../turn-driver";
 import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS, toolRequestOf } from "../openai/tools";
 
 const MESSAGE_RULE =
@@ -162,10 +162,10 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
       "/v1/chat/completions",
       async function* ({ body, principal, request, server, set }) {
         const input = completionInput(body);
-        const turn = (signal: AbortSignal) => deps.completions.complete({ ...input, userId: principal.userId, signal });
+        const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const identity = newCompletion();
         if (body.stream !== true) {
-          const result = await deps.turns.complete(request, turn);
+          const result = await deps.turns.complete({ request, set }, turn);
           return result && completionJson(identity, result);
         }
         const framing = completionFraming(identity, body.stream_options?.include_usage === true);

@@ -16,7 +16,7 @@ import { ITEM, ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, itemsOf, QUERY_RULE } fro
 import { toolRequestOf } from "../openai/tools";
 import { optional, unsupported } from "../sampling-fields";
 import type { BackgroundResponses } from "../background-responses";
-import type { TurnDriver } from "../turn-driver";
+import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 
 const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
 
@@ -183,17 +183,17 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
       "/v1/responses",
       async function* ({ body, principal, request, server, set }) {
         const input = responseInput(body);
-        const turn = (signal: AbortSignal) => namedAsResponses(deps.responses.respond({ ...input, userId: principal.userId, signal }));
+        const turn = (hooks: RequestHooks) => namedAsResponses(deps.responses.respond({ ...input, userId: principal.userId, ...hooks }));
         const exchange = { request, set, server, keyId: principal.keyId };
         if (input.background) {
-          const started = await deps.background.start(turn);
+          const started = await deps.background.start((signal) => turn(hooksOf(exchange, signal)));
           if (body.stream !== true) return responseObject(started);
           // This stream is one follower of the response: leaving it stops nothing.
           yield* deps.turns.replay(exchange, (signal) => deps.background.events(principal.userId, started.id, -1, signal));
           return;
         }
         if (body.stream !== true) {
-          const ended = await deps.turns.complete(request, turn);
+          const ended = await deps.turns.complete(exchange, turn);
           return ended && responseObject(ended.response);
         }
         yield* deps.turns.stream(exchange, turn, responsesFraming());

@@ -1,26 +1,31 @@
 import { Elysia, t } from "elysia";
-import { usageDay } from "../../chat/turn-runner";
+import { type TokenLedger, usageDay } from "../../chat/token-ledger";
 import type { UsageStore } from "../../db/storage";
 import { requireKey } from "../auth";
 import { type UsageReport, USAGE_DAYS } from "../contract";
 import { listedUser } from "../listing-query";
 import { errorResponses, jsonResponse } from "../openapi";
+import { quotaHeadersOf, quotaJson } from "../present";
 
 const DAY_MS = 86_400_000;
 
 export interface UsageRouteDeps {
   usage: Pick<UsageStore, "days">;
+  ledger: TokenLedger;
 }
 
-/** What a user's replies used: tokens by UTC day, the caller's own (any user's for an admin key). */
-export const usageRoutes = ({ usage }: UsageRouteDeps) =>
+/** What a user's replies used: this period's budget and tokens by UTC day, the caller's own (any user's for an admin key). */
+export const usageRoutes = ({ usage, ledger }: UsageRouteDeps) =>
   new Elysia({ name: "parley/routes/usage" }).use(requireKey).get(
     "/api/v1.0/usage",
-    async ({ query, principal }): Promise<UsageReport> => {
+    async ({ query, principal, set }): Promise<UsageReport> => {
       const userId = listedUser(query, principal, "usage");
-      const days = await usage.days(userId, usageDay(Date.now() - (USAGE_DAYS - 1) * DAY_MS));
+      const now = ledger.now();
+      const [days, quota] = await Promise.all([usage.days(userId, usageDay(now - (USAGE_DAYS - 1) * DAY_MS)), ledger.state(userId)]);
+      if (quota) Object.assign(set.headers, quotaHeadersOf(quota));
       return {
         user_id: userId,
+        quota: quota ? quotaJson(quota) : null,
         days: days.map(({ day, promptTokens, completionTokens }) => ({
           date: day,
           prompt_tokens: promptTokens,
@@ -33,9 +38,9 @@ export const usageRoutes = ({ usage }: UsageRouteDeps) =>
       auth: "key",
       query: t.Object({ user_id: t.Optional(t.String({ description: "`:eq:<int>` or `<int>`; default: the key's own user (others: admin keys only)" })) }),
       detail: {
-        summary: `Tokens a user's replies used, by UTC day, over the last ${USAGE_DAYS} days`,
+        summary: `A user's token budget this period, and tokens their replies used by UTC day over the last ${USAGE_DAYS} days`,
         responses: {
-          "200": jsonResponse("Tokens by day", "UsageReport"),
+          "200": jsonResponse("Budget and tokens by day (X-Quota-* headers when a quota applies)", "UsageReport"),
           ...errorResponses("unauthorized", "forbidden", "invalid_input", "rate_limited"),
         },
       },
