@@ -199,6 +199,7 @@ export class ResponseService {
       format: turn.format,
       tools: turn.tools,
       ...(turn.signal ? { signal: turn.signal } : {}),
+      ...(turn.onQuota ? { onQuota: turn.onQuota } : {}),
     });
     try {
       for (;;) {

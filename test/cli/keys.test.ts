@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { openStorage } from "../../src/db/open";
+import type { UsageReport } from "../../src/http/contract";
 import { allowSlowTests, serveApp, tempDir } from "../support";
 
 allowSlowTests();
@@ -88,7 +89,7 @@ describe("parley quota", () => {
       ["(default)", "50000", "day", "-", "-"],
       ["quinn", "2000", "month", "42", "1958"],
     ]);
-    const usage = await (await fetch(`${server.url}/api/v1.0/usage`, { headers: { authorization: `Bearer ${key}` } })).json();
+    const usage = (await (await fetch(`${server.url}/api/v1.0/usage`, { headers: { authorization: `Bearer ${key}` } })).json()) as UsageReport;
     expect(usage.quota).toMatchObject({ limit: 2000, period: "month", used: 42, remaining: 1958, resets_at: rows[2]![5] });
 
     expect(parley("quota", "clear", "--user", "quinn").code).toBe(0);

@@ -1,12 +1,13 @@
 /**
  * Three `parley serve` nodes sharing one PostgreSQL behind the shipped HAProxy configuration:
  * conversations stay on one node, survive a node killed mid-traffic, a revoked key is refused
- * everywhere, and turns of one conversation sent to two nodes at once are serialized.
+ * everywhere, a user's token quota holds across them, and turns of one conversation sent to two
+ * nodes at once are serialized.
  */
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { join } from "node:path";
 import postgres from "postgres";
-import type { ChatReply } from "../../src/http/contract";
+import type { ChatReply, UsageReport } from "../../src/http/contract";
 import {
   type Balancer,
   bearer,
@@ -64,13 +65,14 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     await Promise.all(nodes.map((node) => node.stop()));
   });
 
-  /** `parley keys ...` against the same database. */
-  async function keysCli(...args: string[]): Promise<string> {
-    const child = Bun.spawn(["bun", "src/cli.ts", "keys", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: db }, stdout: "pipe", stderr: "pipe" });
+  /** `parley ...` against the same database. */
+  async function cli(...args: string[]): Promise<string> {
+    const child = Bun.spawn(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: db }, stdout: "pipe", stderr: "pipe" });
     const [out, err, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
-    if (code !== 0) throw new Error(`parley keys ${args.join(" ")} exited ${code}: ${err}`);
+    if (code !== 0) throw new Error(`parley ${args.join(" ")} exited ${code}: ${err}`);
     return out;
   }
+  const keysCli = (...args: string[]) => cli("keys", ...args);
 
   async function newKey(user: string): Promise<{ key: string; id: string }> {
     const out = await keysCli("create", "--user", user);
@@ -206,6 +208,32 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     for (const node of live) expect((await fetch(`${node.url}/api/v1.0/chat/messages`, { headers: bearer(doomed) })).status).toBe(200);
     await keysCli("revoke", id);
     for (const node of live) expect((await fetch(`${node.url}/api/v1.0/chat/messages`, { headers: bearer(doomed) })).status).toBe(401);
+  });
+
+  test("a user's token quota set with `parley quota` holds on every node: concurrent turns spread over them never pass it, and used is their usage's sum", async () => {
+    const { key: spender } = await newKey("quentin");
+    const limit = 600;
+    await cli("quota", "set", "--user", "quentin", "--tokens", String(limit), "--period", "day");
+    const live = nodes.filter((node) => node.child.exitCode === null && node.child.signalCode === null);
+    const answers = await Promise.all(
+      Array.from({ length: 24 }, async (_, i) => {
+        const response = await fetch(`${live[i % live.length]!.url}/api/v1.0/chat`, {
+          method: "POST",
+          headers: { ...bearer(spender), "content-type": "application/json" },
+          body: JSON.stringify({ conversation_id: `budget-${i}`, message: `spend ${i}`, max_tokens: random.int(4, 40), temperature: 0 }),
+        });
+        return { status: response.status, body: (await response.json()) as ChatReply & { error?: { code: string } } };
+      }),
+    );
+    const served = answers.filter((answer) => answer.status === 200);
+    const refused = answers.filter((answer) => answer.status !== 200);
+    expect(served.length).toBeGreaterThan(0);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const refusal of refused) expect(refusal).toMatchObject({ status: 429, body: { error: { code: "quota_exceeded" } } });
+    const report = (await (await fetch(`${live[0]!.url}/api/v1.0/usage`, { headers: bearer(spender) })).json()) as UsageReport;
+    expect(report.quota!.used).toBe(served.reduce((total, answer) => total + answer.body.usage.total_tokens, 0));
+    expect(report.quota!.used).toBeLessThanOrEqual(limit);
+    console.log(`quota across nodes: ${served.length} served, ${refused.length} refused, ${report.quota!.used} of ${limit} tokens used`);
   });
 
   test("two clients sending turns of one conversation to two nodes directly are serialized", async () => {

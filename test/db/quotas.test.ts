@@ -71,5 +71,30 @@ for (const backend of backends()) {
         expect((await storage.quotas.hold(hold(alice, "later", limit, 100, 100), NOW + 1_000)).granted).toBe(100);
       }),
     );
+
+    test(
+      "holds taken while others settle never pass the limit: each reply's tokens are counted as used or held, never neither",
+      withSeed(async (random) => {
+        const { storage } = await backend.open("quota-churn");
+        const alice = (await storage.keys.create("alice", "user")).userId;
+        const limit = 2_000;
+        let granted = 0;
+        const worker = async (w: number) => {
+          for (let i = 0; i < 15; i++) {
+            const holder = `w${w}-${i}`;
+            const taken = await storage.quotas.hold(hold(alice, holder, limit, random.int(1, 20), random.int(20, 120)), NOW);
+            if (taken.granted === 0) continue;
+            granted += taken.granted;
+            // A reply uses its hold, or less of it.
+            await storage.quotas.settle(holder, alice, "2026-11-26", random.int(0, taken.granted), 0);
+          }
+        };
+        await Promise.all(Array.from({ length: 12 }, (_, w) => worker(w)));
+        const { used, held } = await storage.quotas.standing(alice, "2026-11-26", NOW);
+        expect(held).toBe(0);
+        expect(granted).toBeGreaterThan(limit);
+        expect(used).toBeLessThanOrEqual(limit);
+      }),
+    );
   });
 }

@@ -181,3 +181,25 @@ test(
     expect(report.quota!.remaining).toBe(limit - report.quota!.used);
   }),
 );
+
+test("/v1/responses is held to the quota too, alone and in a conversation: refused before anything is kept, served with the budget's headers", async () => {
+  const erin = await user("erin");
+  await setQuota(erin.userId, 1_000);
+  await db.storage.usage.add(erin.userId, usageDay(now), 1_000, 0);
+  const client = openai(erin.key);
+  const conversation = await client.conversations.create({});
+  const asks = [{}, { conversation: conversation.id }];
+  for (const ask of asks) {
+    const refusal = await rejection(client.responses.create({ model: "any", input: "hello", max_output_tokens: 4, ...ask }));
+    expect(refusal).toMatchObject({ status: 429, type: "insufficient_quota", code: "insufficient_quota" });
+  }
+  expect((await client.conversations.items.list(conversation.id)).data).toEqual([]);
+
+  await setQuota(erin.userId, 2_000);
+  for (const ask of asks) {
+    const { data: response, response: raw } = await client.responses.create({ model: "any", input: "hello", max_output_tokens: 4, ...ask }).withResponse();
+    expect(response.usage!.output_tokens).toBe(4);
+    expect(Number(raw.headers.get("x-quota-remaining"))).toBe((await usage(erin.key)).quota!.remaining);
+  }
+  expect((await usage(erin.key)).quota!.used).toBeGreaterThan(1_000);
+});

@@ -12,23 +12,28 @@ const HOLDS_LOCK = 0x71756f74; // "quot"
 
 type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
+/**
+ * One statement, so one snapshot: a settlement committing meanwhile is seen whole (its tokens used,
+ * its hold gone) or not at all, never counted in neither sum.
+ */
 async function standingIn(tx: Db | Tx, userId: number, since: string, now: number): Promise<QuotaStanding> {
-  const [used] = await tx
-    .select({ tokens: sql<string>`coalesce(sum(${tokenUsage.promptTokens} + ${tokenUsage.completionTokens}), 0)` })
+  const used = tx
+    .select({ tokens: sql`coalesce(sum(${tokenUsage.promptTokens} + ${tokenUsage.completionTokens}), 0)` })
     .from(tokenUsage)
     .where(and(eq(tokenUsage.userId, userId), gte(tokenUsage.day, since)));
-  const [held] = await tx
-    .select({ tokens: sql<string>`coalesce(sum(${tokenHolds.tokens}), 0)` })
+  const held = tx
+    .select({ tokens: sql`coalesce(sum(${tokenHolds.tokens}), 0)` })
     .from(tokenHolds)
     .where(and(eq(tokenHolds.userId, userId), eq(tokenHolds.since, since), gt(tokenHolds.expiresAt, now)));
+  const [row] = await tx.execute<{ used: string; held: string }>(sql`SELECT (${used}) AS used, (${held}) AS held`);
   // sum() of bigint is numeric: it comes as text.
-  return { used: Number(used?.tokens ?? 0), held: Number(held?.tokens ?? 0) };
+  return { used: Number(row!.used), held: Number(row!.held) };
 }
 
 /**
  * Holds are taken under a transaction-scoped advisory lock of the user, so two nodes cannot both
  * take the last tokens; a settlement adds the reply's tokens and ends its hold in one transaction,
- * so a hold being taken sees either both or neither.
+ * which a hold being taken sees whole or not at all (`standingIn`).
  */
 export class PgQuotaStore implements QuotaStore {
   constructor(private readonly db: Db) {}
