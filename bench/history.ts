@@ -1,7 +1,8 @@
 /**
  * `bun run bench history`: every recorded run's ratios to llama-server as one table, from the data
  * under bench/results/: runs 1-32 as kept by hand then (`history-runs-1-32.json`), and each
- * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9, B14).
+ * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9, B14;
+ * B15 is Parley against itself without a quota).
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -21,6 +22,7 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B12 (≤ 0.3 is met)", history: "-", perf: ["B12", "Σ TTFT ms of the next turn of 8 conversations after both servers restarted (after turn 4)"] },
   { label: "B13 (≤ 1.3 is met)", history: "-", perf: ["B13", "Σ first-turn TTFT of 8 new conversations, a 1000-token system prompt ÷ none"] },
   { label: "B14, JSON schema", history: "B14 decode tok/s, a reply held to a JSON schema", perf: ["B14", "decode tok/s, a reply held to a JSON schema"] },
+  { label: "B15, a quota ÷ none (≤ 1.05 is met)", history: "-", perf: ["B15", "Σ turn ms to done of 12 turns (8 reply tokens), a quota ÷ none"] },
 ];
 
 interface Column {
