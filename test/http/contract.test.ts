@@ -18,6 +18,8 @@ const CHAT = "/api/v1.0/chat";
 const MESSAGES = "/api/v1.0/chat/messages";
 const CONVERSATIONS = "/api/v1.0/chat/conversations";
 const CONVERSATION = `${CONVERSATIONS}/{conversation_id}`;
+const QUOTAS = "/api/v1.0/admin/quotas";
+const USAGE = "/api/v1.0/usage";
 
 for (const backend of backends()) {
   describe.skipIf(backend.missing !== undefined)(`on ${backend.name}`, () => {
@@ -223,6 +225,35 @@ for (const backend of backends()) {
         const response = await list();
         expect(response.status).toBe(429);
         await expectDocumented(MESSAGES, "get", response);
+      });
+
+      test("token quotas: the admin routes, the usage report, and a chat refused over its user's quota", async () => {
+        const root = await db.storage.keys.create("root", "admin");
+        const carol = await db.storage.keys.create("carol", "user");
+        const quotas = (method: string, path: string, body?: unknown, key = root.key) =>
+          fetch(`${ready.url}${QUOTAS}${path}`, { method, headers: { ...bearer(key), "content-type": "application/json" }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+        const cases: [Promise<Response>, number, string, string][] = [
+          [quotas("PUT", `/${carol.userId}`, { tokens: 10, period: "day" }), 200, `${QUOTAS}/{user}`, "put"],
+          [quotas("PUT", "/999999", { tokens: 1, period: "day" }), 404, `${QUOTAS}/{user}`, "put"],
+          [quotas("PUT", "/carol", { tokens: 1, period: "day" }), 422, `${QUOTAS}/{user}`, "put"],
+          [quotas("GET", ""), 200, QUOTAS, "get"],
+          [quotas("GET", "", undefined, carol.key), 403, QUOTAS, "get"],
+        ];
+        for (const [sent, status, path, method] of cases) {
+          const response = await sent;
+          expect(response.status).toBe(status);
+          await expectDocumented(path, method, response);
+        }
+        await db.storage.usage.add(carol.userId, new Date().toISOString().slice(0, 10), 10, 0);
+        const usage = await fetch(`${ready.url}${USAGE}`, { headers: bearer(carol.key) });
+        expect(((await expectDocumented(USAGE, "get", usage)) as { quota: { remaining: number } }).quota.remaining).toBe(0);
+        const refused = await postChat(ready, carol.key, ask("over-quota"));
+        expect(refused.status).toBe(429);
+        await expectDocumented(CHAT, "post", refused);
+        expect((await quotas("DELETE", `/${carol.userId}`)).status).toBe(204);
+        const gone = await quotas("DELETE", `/${carol.userId}`);
+        expect(gone.status).toBe(404);
+        await expectDocumented(`${QUOTAS}/{user}`, "delete", gone);
       });
 
       test("errors outside any operation (404, 405) match the Error schema", async () => {

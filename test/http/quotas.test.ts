@@ -124,6 +124,13 @@ test("with 100 tokens left, a reply asking 500 is cut at the budget; then 429 un
   expect(renewed.status).toBe(200);
   expect(renewed.headers.get("x-quota-reset")).toBe("86400");
   expect(storedIn(alice.userId, "over").map((row) => row.role)).toEqual(["user", "assistant"]);
+
+  // Totals by role and outcome, no series per user: here two served, two refused.
+  const metrics = await (await fetch(`${served.url}/metrics`, { headers: bearer(admin.key) })).text();
+  const count = (outcome: string) => Number(new RegExp(`^parley_quota_requests_total\\{role="user",outcome="${outcome}"\\} (\\d+)$`, "m").exec(metrics)?.[1]);
+  expect(count("served")).toBeGreaterThanOrEqual(2);
+  expect(count("quota_exceeded")).toBeGreaterThanOrEqual(2);
+  expect(metrics).not.toContain(`user_id`);
 });
 
 test("a quota's used tokens equal the sum of every reply's usage: plain, streamed, cancelled and /v1", async () => {

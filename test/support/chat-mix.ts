@@ -111,7 +111,7 @@ async function nativeTurn(options: ChatMixOptions, random: Random, key: string, 
 type OpenAiKind = "openai" | "logprobs" | "structured" | "tools";
 
 /** What a client of each kind adds to its request. */
-function requestFields(kind: OpenAiKind, random: Random): Record<string, unknown> {
+function requestFields(kind: OpenAiKind, random: Random, turn: number): Record<string, unknown> {
   switch (kind) {
     case "openai":
       return { max_tokens: random.int(4, 63) };
@@ -121,11 +121,14 @@ function requestFields(kind: OpenAiKind, random: Random): Record<string, unknown
     case "structured":
       return { max_tokens: random.int(20, 120), response_format: { type: "json_schema", json_schema: { name: "work", schema: STRUCTURED_SCHEMA } } };
     case "tools": {
-      // Calls made more often than not: each level must see some end by themselves.
-      const choice = random.pick(["auto", "required", "required", { type: "function", function: { name: "get_weather" } }]);
+      // Calls made more often than not: each level must see some end by themselves, so a client's
+      // first request is a call with room enough whatever the draws after it (a short run may
+      // make only a few requests).
+      const choice = turn === 0 ? "required" : random.pick(["auto", "required", "required", { type: "function", function: { name: "get_weather" } }]);
       return {
-        // A call takes ~90 tokens of bench-small, which under "auto" writes words instead, at length.
-        max_tokens: choice === "auto" ? random.int(4, 63) : random.int(100, 260),
+        // A call takes ~90 tokens of bench-small (more with parallel calls), which under "auto"
+        // writes words instead, at length.
+        max_tokens: choice === "auto" ? random.int(4, 63) : turn === 0 ? 400 : random.int(100, 260),
         tools: [{ type: "function", function: { name: "get_weather", description: "The weather in a city", parameters: TOOL_PARAMETERS } }],
         tool_choice: choice,
         parallel_tool_calls: random.next() < 0.5,
@@ -195,10 +198,10 @@ function judge(kind: OpenAiKind, chunks: readonly Chunk[], reply: string, body: 
   return bad ? { failure: `tools: a call not valid against its schema: ${JSON.stringify(bad).slice(0, 200)}` } : { ok: "tool call" };
 }
 
-async function openaiTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal, kind: OpenAiKind): Promise<Ending> {
+async function openaiTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal, kind: OpenAiKind, turn: number): Promise<Ending> {
   const stream = random.next() < 0.5;
   history.push({ role: "user", content: message(random) });
-  const body = { model: "parley", messages: history, stream, temperature: 0.8, ...requestFields(kind, random), ...(stream ? { stream_options: { include_usage: true } } : {}) };
+  const body = { model: "parley", messages: history, stream, temperature: 0.8, ...requestFields(kind, random, turn), ...(stream ? { stream_options: { include_usage: true } } : {}) };
   const response = await fetch(`${options.url}/v1/chat/completions`, {
     method: "POST",
     headers: { ...bearer(key), "content-type": "application/json" },
@@ -327,7 +330,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
               : kind === "responses"
                 ? await responsesTurn(options, random, key, chain, signal)
-                : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind);
+                : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }

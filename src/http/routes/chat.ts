@@ -102,6 +102,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
             "unsupported_media_type",
             "invalid_input",
             "rate_limited",
+            "quota_exceeded",
             "overloaded",
           ),
         },

@@ -180,7 +180,7 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
           tags: ["OpenAI-compatible"],
           responses: {
             "200": chatCompletionResponse,
-            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "overloaded"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "quota_exceeded", "overloaded"),
           },
         },
       },

@@ -207,7 +207,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
           tags: TAGS,
           responses: {
             "200": jsonResponse("The response; with stream: true, text/event-stream of OpenAI's typed events (ResponseEvent), the last response.completed, response.incomplete or response.failed", "ResponseObject"),
-            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "overloaded"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "quota_exceeded", "overloaded"),
             "404": { ...openAiErrorResponses("not_found")["404"]!, description: "not_found: the caller has no kept response by the previous_response_id" },
           },
         },
