@@ -17,8 +17,9 @@ import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { expireResponses } from "./retention";
 import { Engine } from "./llm/engine";
-import { describeGguf, InvalidModelError } from "./gguf/describe";
-import { ModelNotFoundError, resolveModel } from "./llm/model";
+import { LoadedModels } from "./llm/loaded-models";
+import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
+import { ServedModels } from "./chat/served-models";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
 import { ensureDataDir, openConfiguredStorage, refuseBusy } from "./startup";
@@ -44,18 +45,17 @@ export interface Service extends AsyncDisposable {
  */
 export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
   await using stack = new AsyncDisposableStack();
-  // The model is checked first: a start refused for it must not have created (and shown) the
-  // first admin key already.
-  const model = await resolveConfiguredModel(config);
-  // Reading the header first turns a wrong, truncated or corrupt file into one clear line
-  // before anything listens, instead of a native loader error later.
-  const described = describeModel(model.path);
+  // The models are checked first: a start refused for them must not have created (and shown) the
+  // first admin key already. Reading their headers turns a wrong, truncated or corrupt file into
+  // one clear line before anything listens, instead of a native loader error later.
+  const registry = await openRegistry(config);
+  const model = registry.default;
   const storage = stack.use(
     await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool, timeoutMs: config.dbTimeoutMs, serving: true }, { waitS: config.dbWaitS, announce }),
   );
   await bootstrapAdminKey(storage.keys, config.adminKey, announce).catch(refuseBusy);
   stack.defer(expireResponses(storage.responses, config.responsesTtlDays, announce));
-  if (model.demo) {
+  if (registry.demo) {
     announce(
       "info",
       { model: model.path },
@@ -63,24 +63,11 @@ export async function startService(config: Config, log: Logger, announce: Announ
         "(e.g. Qwen2.5-0.5B-Instruct) in the models directory or set PARLEY_MODEL",
     );
   }
+  for (const { path, reason } of registry.unusable) announce("warn", { model_path: path, reason }, "a file in the models directory cannot be served");
 
-  let engine: Engine | undefined;
-  const ledger = new TokenLedger(storage.usage, storage.quotas);
-  const runner = new TurnRunner(
-    { current: () => engine },
-    {
-      generationTimeoutMs: config.generationTimeoutS * 1000,
-      shutdownGraceMs: config.shutdownGraceS * 1000,
-      ledger,
-      onLedgerError: (error) => log.warn({ reason: String((error as Error)?.message ?? error) }, "a reply's tokens could not be counted to its user"),
-    },
-  );
-  const metrics = new Metrics({ engine: () => engine, turns: () => runner.activeTurns, responses: () => storage.responses.count() });
   ensureDataDir(config.dataDir);
-  const started = performance.now();
-  // Started before the HTTP app is built: the native model loading overlaps that JS work.
-  const loading = Engine.load({
-    modelPath: model.path,
+  const engineOptions = (path: string) => ({
+    modelPath: path,
     contextSize: config.contextSize,
     parallel: config.parallel,
     threads: config.threads,
@@ -88,7 +75,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     queueMax: config.queueMax,
     cacheDir: config.dataDir,
     kvCache: { dir: join(config.dataDir, "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
-    onWarning: (message, error) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
+    onWarning: (message: string, error: unknown) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
     reasoning: config.reasoning,
     batchSize: config.batchSize,
     flashAttention: config.flashAttention,
@@ -97,13 +84,36 @@ export async function startService(config: Config, log: Logger, announce: Announ
     promptEnds: config.promptEnds,
     primedTurns: preambleOf(config.systemPrompt),
   });
-  stack.defer(() => loading.then((loaded) => loaded.close(), () => undefined));
-  const loadFailed = loading.then(
-    (loaded) => {
-      engine = loaded;
-      const seconds = (performance.now() - started) / 1000;
-      metrics.modelLoadSeconds.set(seconds);
-      announce("info", { model: loaded.modelName, ms: Math.round(seconds * 1000), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
+  let ready = false;
+  let metrics: Metrics | undefined;
+  const memory = new LoadedModels({
+    max: config.maxLoadedModels,
+    keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
+    queueMax: config.queueMax,
+    load: (entry) => Engine.load(engineOptions(entry.path)),
+    onLoaded: (entry, loaded, ms) => {
+      metrics?.modelLoaded(entry.id, ms / 1000);
+      announce("info", { model: entry.id, ms: Math.round(ms), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
+    },
+    onUnloaded: (entry) => announce("info", { model: entry.id }, "model unloaded"),
+    onError: (entry, error) => log.warn({ model: entry.id, reason: String((error as Error)?.message ?? error) }, "a model could not be loaded or unloaded"),
+  });
+  stack.defer(() => memory.close());
+  const models = new ServedModels(registry, memory, () => ready, join(config.dataDir, "kv"));
+  const ledger = new TokenLedger(storage.usage, storage.quotas);
+  const runner = new TurnRunner(models, {
+    generationTimeoutMs: config.generationTimeoutS * 1000,
+    shutdownGraceMs: config.shutdownGraceS * 1000,
+    ledger,
+    onLedgerError: (error) => log.warn({ reason: String((error as Error)?.message ?? error) }, "a reply's tokens could not be counted to its user"),
+  });
+  metrics = new Metrics({ engines: () => memory.engines(), turns: () => runner.activeTurns, responses: () => storage.responses.count() });
+  // Started before the HTTP app is built: the native model loading overlaps that JS work. The
+  // default model is loaded at the start, and the service is ready once it is.
+  const loadFailed = memory.hold(model).then(
+    (held) => {
+      held.release();
+      ready = true;
       return new Promise<never>(() => {});
     },
     (error: unknown) => error,
@@ -124,7 +134,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     completions,
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
-    isReady: () => engine !== undefined,
+    isReady: () => ready,
     log,
     metrics,
     limits: {
@@ -159,7 +169,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   stack.defer(() => void (drained = server.stop(false)));
   announce(
     "info",
-    { url: `http://${server.hostname}:${server.port}`, model: described.name, model_path: model.path, parallel: config.parallel, db: describeLocation(config.dbPath) },
+    { url: `http://${server.hostname}:${server.port}`, model: model.id, model_path: model.path, models: registry.models.length, parallel: config.parallel, db: describeLocation(config.dbPath) },
     "listening",
   );
 
@@ -167,20 +177,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
   return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
 }
 
-async function resolveConfiguredModel(config: Config) {
+async function openRegistry(config: Config): Promise<ModelRegistry> {
   try {
-    return await resolveModel({ modelPath: config.modelPath, modelsDir: config.modelsDir });
+    return await ModelRegistry.open({ paths: config.modelPaths, modelsDir: config.modelsDir, aliases: config.modelAliases });
   } catch (error) {
     if (error instanceof ModelNotFoundError) throw new Refusal(error.message, 2);
-    throw error;
-  }
-}
-
-function describeModel(path: string) {
-  try {
-    return describeGguf(path);
-  } catch (error) {
-    if (error instanceof InvalidModelError) throw new Refusal(`cannot serve this model: ${error.message}`);
+    if (error instanceof UnservableModelError) throw new Refusal(error.message);
     throw error;
   }
 }

@@ -29,9 +29,14 @@ export interface Config {
   dataDir: string;
   /** Used only when the database holds no keys yet (first start). */
   adminKey?: string;
-  /** A `.gguf` file; unset means the first `.gguf` in `modelsDir`, else the demo model. */
-  modelPath?: string;
+  /** `.gguf` files served besides those in `modelsDir`, the first the default; none: the directory's first, else the demo model. */
+  modelPaths: string[];
   modelsDir: string;
+  /** A name clients send → a model's id. */
+  modelAliases: Record<string, string>;
+  maxLoadedModels: number;
+  /** How long an idle model stays loaded: 0 unloads it at once, -1 never. */
+  keepAliveS: number;
   parallel: number;
   /** Unset means the model's training context, capped at 4096. */
   contextSize?: number;
@@ -183,13 +188,37 @@ export const CONFIG_SPEC = {
     default: "",
     help: "Admin key to create on first start (else a random one is printed)",
   },
-  modelPath: {
+  modelPaths: {
     env: "PARLEY_MODEL",
-    doc: "GGUF model file; unset: first `.gguf` in the models directory, else the demo model",
+    doc: "GGUF model files, comma-separated, served besides the models directory's; the first is the default model. Unset: the directory's first `.gguf` is the default, else the demo model",
     shownDefault: "—",
     flag: "--model",
     default: "",
-    help: "GGUF model file",
+    help: "GGUF model file(s), comma-separated; the first is the default",
+  },
+  modelAliases: {
+    env: "PARLEY_MODEL_ALIASES",
+    doc: "names clients send mapped onto models, `name=id,…` (e.g. `gpt-4o-mini=qwen2.5-0.5b-instruct`); with one model every name is that model",
+    shownDefault: "—",
+    flag: "--model-aliases",
+    default: "",
+    help: "Model names mapped onto model ids: name=id,…",
+  },
+  maxLoadedModels: {
+    env: "PARLEY_MAX_LOADED_MODELS",
+    doc: "models loaded at once; a request for another unloads the least recently used idle one",
+    shownDefault: "`1`",
+    flag: "--max-loaded-models",
+    default: "1",
+    help: "Models loaded at once",
+  },
+  keepAliveS: {
+    env: "PARLEY_KEEP_ALIVE_S",
+    doc: "seconds an idle model stays loaded; `0` unloads it as soon as it is idle, `-1` never",
+    shownDefault: "`300`",
+    flag: "--keep-alive",
+    default: "300",
+    help: "Seconds an idle model stays loaded (0: at once, -1: never)",
   },
   modelsDir: {
     env: "PARLEY_MODELS_DIR",
@@ -451,6 +480,19 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     return list;
   };
 
+  const list = (key: keyof Config): string[] =>
+    raw(key)
+      .value.split(",")
+      .map((item) => item.trim())
+      .filter(Boolean);
+  const aliases = (key: keyof Config): Record<string, string> => {
+    const { name } = raw(key);
+    const pairs = list(key).map((pair) => pair.split("="));
+    const bad = pairs.find((pair) => pair.length !== 2 || pair[0]!.trim() === "" || pair[1]!.trim() === "");
+    if (bad !== undefined) throw new ConfigError(`${name} must be name=id pairs, comma-separated (got "${bad.join("=")}")`);
+    return Object.fromEntries(pairs.map(([alias, id]) => [alias!.trim(), id!.trim()]));
+  };
+
   const adminKey = text("adminKey");
   if (adminKey !== undefined && !/^[A-Za-z0-9._~+/=-]{24,256}$/.test(adminKey)) {
     throw new ConfigError(`${raw("adminKey").name} must be 24 to 256 characters of A-Z a-z 0-9 . _ ~ + / = - (a bearer token)`);
@@ -476,8 +518,11 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     nodeName: nodeName(raw("nodeName")),
     dataDir: dataDir ?? (isPostgresUrl(dbPath) ? "./data" : dirname(dbPath)),
     adminKey,
-    modelPath: text("modelPath"),
+    modelPaths: list("modelPaths"),
     modelsDir: raw("modelsDir").value,
+    modelAliases: aliases("modelAliases"),
+    maxLoadedModels: int("maxLoadedModels", 1, 64),
+    keepAliveS: int("keepAliveS", -1, 30 * 86_400),
     parallel: int("parallel", 1, 64),
     contextSize: optionalInt("contextSize", 64, 1 << 20),
     threads: optionalInt("threads", 1, 1024),

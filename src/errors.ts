@@ -61,6 +61,12 @@ export class NotFound extends ParleyError {
   readonly kind = "not_found";
 }
 
+/** A request named a model the service does not have. */
+export class ModelNotFound extends ParleyError {
+  readonly kind = "model_not_found";
+  readonly param = "model";
+}
+
 /** The target exists, but not for this operation. */
 export class MethodNotAllowed extends ParleyError {
   readonly kind = "method_not_allowed";
@@ -157,6 +163,7 @@ export type DomainError =
   | Unauthorized
   | Forbidden
   | NotFound
+  | ModelNotFound
   | MethodNotAllowed
   | PayloadTooLarge
   | UnsupportedMediaType

@@ -70,12 +70,26 @@ export class Metrics {
 
   readonly modelLoadSeconds = new Gauge({
     name: "parley_model_load_seconds",
-    help: "How long loading the model took",
+    help: "How long the model's last load took, by model",
+    labelNames: ["model"] as const,
     registers: [this.registry],
   });
 
+  readonly modelLoads = new Counter({
+    name: "parley_model_loads_total",
+    help: "Models loaded, by model (at the start, and on demand)",
+    labelNames: ["model"] as const,
+    registers: [this.registry],
+  });
+
+  modelLoaded(model: string, seconds: number): void {
+    this.modelLoadSeconds.set({ model }, seconds);
+    this.modelLoads.inc({ model });
+  }
+
   /** The sources are read when scraped (queue depth, busy sequences, turns), not tracked twice. */
-  constructor({ engine, turns, responses }: { engine: () => EngineGauges | undefined; turns: () => number; responses?: () => Promise<number> }) {
+  constructor({ engines, turns, responses }: { engines: () => readonly EngineGauges[]; turns: () => number; responses?: () => Promise<number> }) {
+    const total = (field: "queued" | "busy") => engines().reduce((sum, engine) => sum + engine.stats()[field], 0);
     // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
     for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
     for (const source of ["cached", "evaluated"]) this.promptTokens.inc({ source }, 0);
@@ -84,7 +98,7 @@ export class Metrics {
       help: "Chat requests waiting for a free sequence",
       registers: [this.registry],
       collect() {
-        this.set(engine()?.stats().queued ?? 0);
+        this.set(total("queued"));
       },
     });
     new Gauge({
@@ -114,7 +128,15 @@ export class Metrics {
       help: "Sequences generating a reply",
       registers: [this.registry],
       collect() {
-        this.set(engine()?.stats().busy ?? 0);
+        this.set(total("busy"));
+      },
+    });
+    new Gauge({
+      name: "parley_models_loaded",
+      help: "Models loaded now (PARLEY_MAX_LOADED_MODELS at most)",
+      registers: [this.registry],
+      collect() {
+        this.set(engines().length);
       },
     });
   }

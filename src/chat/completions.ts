@@ -1,5 +1,5 @@
 import type { FinishReason, GenerateResult, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
-import { type TurnEvent, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { type ModelInfo, type TurnEvent, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput extends TurnHooks {
   /** Whose request: only this user's earlier requests' KV state is reused. */
@@ -51,13 +51,6 @@ export const completionOf = (result: GenerateResult, model: string): CompletionR
   model,
 });
 
-/** The model that answers, for listings. */
-export interface ModelInfo {
-  id: string;
-  /** Unix seconds. */
-  loadedAt: number;
-}
-
 /**
  * A stateless completion: the client sends the history, nothing is stored. Admission, the
  * generation cap, cancellation and shutdown are the turn runner's, as for stored conversations;
@@ -66,15 +59,14 @@ export interface ModelInfo {
 export class CompletionService {
   constructor(private readonly runner: TurnRunner) {}
 
-  /** Undefined while the model is still loading. */
-  model(): ModelInfo | undefined {
-    const engine = this.runner.engines.current();
-    return engine && { id: engine.modelName, loadedAt: engine.loadedAt };
+  /** Every model the service has, the default first. */
+  models(): ModelInfo[] {
+    return this.runner.engines.list();
   }
 
   /** Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities; undefined when the client left before generation began. */
   async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
-    const running = this.runner.begin(input.userId, input);
+    const running = await this.runner.begin(input.userId, input);
     try {
       const { engine } = running;
       await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs });

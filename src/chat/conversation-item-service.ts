@@ -99,7 +99,7 @@ export class ConversationItemService {
       const gone = (await this.conversations.row(conversation.id, own!))
         ? await this.conversations.deleteRow(conversation.id, own!, false)
         : message !== undefined && (await this.conversations.deleteRow(conversation.id, message, true));
-      if (gone) await this.engines.current()?.forget(String(conversation.id));
+      if (gone) await this.engines.forget(String(conversation.id));
       return gone ? conversation : undefined;
     });
     if (!deleted) throw new NotFound(`no item ${JSON.stringify(itemId)} in this conversation`);

@@ -200,6 +200,7 @@ export class ResponseService {
       tools: turn.tools,
       ...(turn.signal ? { signal: turn.signal } : {}),
       ...(turn.onQuota ? { onQuota: turn.onQuota } : {}),
+      ...(turn.model !== undefined ? { model: turn.model } : {}),
     });
     try {
       for (;;) {
@@ -241,7 +242,7 @@ export class ResponseService {
   async delete(userId: number, id: string): Promise<void> {
     const deleted = await this.responses.delete(userId, id);
     if (!deleted) throw new NotFound(`no response ${JSON.stringify(id)}`);
-    await this.engines.current()?.forget(deleted.chainKey);
+    await this.engines.forget(deleted.chainKey);
   }
 
   /** A page of the items a response was given. */

@@ -136,7 +136,7 @@ export class ChatService {
       const gone = await this.conversations.delete(userId, conversationId);
       // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
       // state is used only for a prompt that starts with exactly its text.
-      if (gone) await this.runner.engines.current()?.forget(String(gone.id));
+      if (gone) await this.runner.engines.forget(String(gone.id));
       return gone !== undefined;
     });
     return deleted === true;
@@ -209,6 +209,7 @@ export class ChatService {
       format: input.format,
       ...(input.signal ? { signal: input.signal } : {}),
       ...(input.onQuota ? { onQuota: input.onQuota } : {}),
+      ...(input.model !== undefined ? { model: input.model } : {}),
     });
     for (;;) {
       const step = await turn.next();
@@ -236,7 +237,7 @@ export class ChatService {
    * what was stored. Undefined when the client left before its input was stored.
    */
   async *converse(input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
-    const running = this.runner.begin(input.userId, input);
+    const running = await this.runner.begin(input.userId, input);
     try {
       return yield* this.run(running, input);
     } finally {

@@ -1,5 +1,6 @@
 import { isAbort, Overloaded } from "../errors";
 import { BudgetExceeded, type Engine, type FinishReason, type GenerateRequest, type GenerateResult, type TokenLogprob, type ToolCallPart } from "../llm/engine";
+import type { HeldEngine } from "../llm/loaded-models";
 import type { QuotaState, TokenHold, TokenLedger } from "./token-ledger";
 
 /** The next piece of a reply's answer. */
@@ -49,10 +50,52 @@ export const modelLoading = () => new Overloaded("the model is still loading", 5
 
 export const shuttingDown = () => new Overloaded("the server is shutting down", 5_000);
 
-/** Where turns find the engine: absent while the model is still loading. */
-export interface EngineSource {
-  current(): Engine | undefined;
+/** A model as listings show it. */
+export interface ModelInfo {
+  id: string;
+  /** Unix seconds: OpenAI's model listing shows when a model was "created". */
+  created: number;
+  loaded: boolean;
 }
+
+/**
+ * Where turns find the engine of the model they name: held for the turn (a model with replies in
+ * hand stays loaded).
+ */
+export interface EngineSource {
+  /**
+   * The engine of `model` (the default when absent), loaded if need be. Refuses with `Overloaded`
+   * while it cannot be had now (still loading at the start, shutting down), `NotFound` for a model
+   * the service does not have.
+   */
+  hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine>;
+  /** The engines loaded now. */
+  loaded(): readonly Engine[];
+  /** Drops what every model keeps of a conversation, loaded or not (see `Engine.forget`). */
+  forget(conversationKey: string): Promise<void>;
+  /** Every model the service has, the default first. */
+  list(): ModelInfo[];
+}
+
+/** One engine, or none yet (`modelLoading`): a service of one model loaded from the start. */
+export const oneEngine = (current: () => Engine | undefined): EngineSource => ({
+  async hold() {
+    const engine = current();
+    if (!engine) throw modelLoading();
+    return { engine, release() {} };
+  },
+  loaded: () => {
+    const engine = current();
+    return engine ? [engine] : [];
+  },
+  list: () => {
+    const engine = current();
+    return engine ? [{ id: engine.modelName, created: engine.loadedAt, loaded: true }] : [];
+  },
+  forget: async (conversationKey) => {
+    await current()?.forget(conversationKey);
+  },
+});
 
 export interface TurnRunnerOptions {
   /** Wall-clock cap on one reply, counted from its first token; 0 = none. The reply is kept as `length`. */
@@ -67,6 +110,8 @@ export interface TurnRunnerOptions {
 
 /** What a turn's caller hands it besides its request. */
 export interface TurnHooks {
+  /** The model to answer: its id (or an alias); absent, the default. */
+  model?: string | undefined;
   /** Aborts when the caller is gone. */
   signal?: AbortSignal;
   /** The user's budget, where a quota applies: once the turn holds its share, and after it settles. */
@@ -222,15 +267,31 @@ export class TurnRunner {
     private readonly options: TurnRunnerOptions = {},
   ) {}
 
-  /** Admits a turn of `userId`'s or refuses it up front: no engine yet, closing, or no room. Call `end()` when done. */
-  begin(userId: number, hooks: TurnHooks = {}): RunningTurn {
-    const engine = this.engines.current();
-    if (!engine) throw modelLoading();
+  /**
+   * Admits a turn of `userId`'s, with the engine of the model it names held for it, or refuses it
+   * up front: no such model, none loaded yet, closing, or no room. Call `end()` when done.
+   */
+  async begin(userId: number, hooks: TurnHooks = {}): Promise<RunningTurn> {
     if (this.closing) throw shuttingDown();
-    // Every admitted turn counts, also one waiting for its conversation's previous turn: otherwise
-    // requests to one busy conversation would queue without bound.
-    if (this.inFlight.size >= engine.capacity) throw new Overloaded("too many requests are waiting for the model", 2_000);
-    const turn = new RunningTurn(engine, userId, hooks, this.options, (ended) => {
+    const held = await this.engines.hold(hooks.model, hooks.signal);
+    try {
+      if (this.closing) throw shuttingDown();
+      const { engine } = held;
+      // Every admitted turn counts, also one waiting for its conversation's previous turn: otherwise
+      // requests to one busy conversation would queue without bound.
+      let onEngine = 0;
+      for (const turn of this.inFlight) if (turn.engine === engine) onEngine++;
+      if (onEngine >= engine.capacity) throw new Overloaded("too many requests are waiting for the model", 2_000);
+      return this.admitted(userId, hooks, held);
+    } catch (error) {
+      held.release();
+      throw error;
+    }
+  }
+
+  private admitted(userId: number, hooks: TurnHooks, held: HeldEngine): RunningTurn {
+    const turn = new RunningTurn(held.engine, userId, hooks, this.options, (ended) => {
+      held.release();
       this.inFlight.delete(ended);
       if (this.inFlight.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
     });

@@ -29,6 +29,7 @@ export const ERROR_CODES = [
   "unauthorized",
   "forbidden",
   "not_found",
+  "model_not_found",
   "method_not_allowed",
   "request_timeout",
   "payload_too_large",

@@ -58,7 +58,14 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     when: "The key's role does not allow it (a user key asked for another user's messages)",
     openai: { type: "permission_error" },
   },
-  not_found: { status: 404, code: "not_found", when: "Unknown path (or model)", openai: { type: "not_found_error" } },
+  not_found: { status: 404, code: "not_found", when: "Unknown path, or no such resource of the caller's", openai: { type: "not_found_error" } },
+  model_not_found: {
+    status: 404,
+    code: "model_not_found",
+    when: "The request names a model the service does not have (with several models; with one, any name is that model)",
+    // OpenAI's answer to an unknown model, which its SDKs' users look for.
+    openai: { type: "invalid_request_error", code: "model_not_found" },
+  },
   method_not_allowed: {
     status: 405,
     code: "method_not_allowed",

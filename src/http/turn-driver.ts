@@ -21,7 +21,7 @@ type ReplyEvent = TurnEvent;
 export type TurnEvents<Start, Result> = AsyncGenerator<Start | ReplyEvent, Result | undefined, void>;
 
 /** What a turn's request gives it: `signal` aborts when the client goes away; `onQuota` shows the user's budget. */
-export type RequestHooks = Required<TurnHooks>;
+export type RequestHooks = Required<Pick<TurnHooks, "signal" | "onQuota">>;
 
 /** Starts the turn with its request's hooks. */
 export type StartTurn<Start, Result> = (hooks: RequestHooks) => TurnEvents<Start, Result>;

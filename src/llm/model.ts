@@ -1,47 +1,194 @@
 /**
- * Which GGUF file the engine loads: an explicit path, else the first `.gguf` in the models
- * directory, else the built-in demo model (written on first use so a fresh checkout answers).
+ * Which GGUF files Parley serves: the files named (`PARLEY_MODEL`, a list; the first the default)
+ * and every `.gguf` in the models directory, each a model known by its id (`general.name`, else
+ * the file name), else the built-in demo model (written on first use so a fresh checkout answers).
+ * The directory is read again on demand (`rescan`): a file added while serving appears without a
+ * restart, and only a new or changed file's header is read.
  */
-import { readdir, stat } from "node:fs/promises";
+import { readdirSync, realpathSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../gguf/demo";
+import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
 import { DEMO_MODEL_NAME, writePresetModel } from "../gguf/presets";
 import { readGgufHeader } from "../gguf/reader";
 
 export interface ModelSource {
-  modelPath?: string;
+  /** Named files, the first the default; empty: the directory's, else the demo. */
+  paths: readonly string[];
   modelsDir: string;
+  /** A name clients send (`gpt-4o-mini`) → a model's id. */
+  aliases?: Readonly<Record<string, string>>;
 }
 
-export interface ResolvedModel {
+/** A model Parley can serve. */
+export interface ModelEntry {
+  id: string;
   path: string;
-  /** True when no model was configured or found and the demo model is used instead. */
-  demo: boolean;
+  description: ModelDescription;
+}
+
+/** A file in the models directory that cannot be served, and why. */
+export interface UnusableModel {
+  path: string;
+  reason: string;
 }
 
 const DEMO_FILE = `${DEMO_MODEL_NAME}.gguf`;
+/** A request naming no model of the service reads the directory again at most this often. */
+const RESCAN_GAP_MS = 1_000;
 
+/** A start given a model file that does not exist, or an alias of no model: the message names the setting. */
 export class ModelNotFoundError extends Error {
   override name = "ModelNotFoundError";
 }
 
-export async function resolveModel({ modelPath, modelsDir }: ModelSource): Promise<ResolvedModel> {
-  if (modelPath !== undefined && modelPath !== "") {
-    if (!(await isFile(modelPath))) {
-      throw new ModelNotFoundError(`PARLEY_MODEL (--model) is "${modelPath}", which is not a readable file`);
+/** A start given a model file it cannot serve (damaged, not GGUF, an id another file has): the message names the file. */
+export class UnservableModelError extends Error {
+  override name = "UnservableModelError";
+}
+
+/** A request named a model this service does not have. */
+export class UnknownModel extends Error {
+  override name = "UnknownModel";
+  constructor(
+    readonly requested: string,
+    readonly known: readonly string[],
+  ) {
+    super(`no model "${requested}": this service has ${known.map((id) => `"${id}"`).join(", ")}`);
+  }
+}
+
+export class ModelRegistry {
+  private entries: ModelEntry[] = [];
+  private broken: UnusableModel[] = [];
+  /** What each file's header said, by path, while its size and time are unchanged. */
+  private readonly seen = new Map<string, { stamp: string; described: ModelDescription | UnusableModel }>();
+  private scannedAt = -Infinity;
+
+  private constructor(
+    private readonly source: ModelSource,
+    /** The demo model, when nothing else was named or found at the start. */
+    readonly demo: boolean,
+  ) {}
+
+  /**
+   * The first reading. `ModelNotFoundError` when a named file is missing or unusable, or two
+   * models share an id: the start is refused with the reason.
+   */
+  static async open(source: ModelSource): Promise<ModelRegistry> {
+    for (const path of source.paths) {
+      if (!isFile(path)) throw new ModelNotFoundError(`PARLEY_MODEL (--model) is "${path}", which is not a readable file`);
     }
-    return { path: modelPath, demo: false };
+    const found = source.paths.length === 0 && dirModels(source.modelsDir).length === 0;
+    if (found) await ensureDemo(source.modelsDir);
+    const registry = new ModelRegistry(source, found);
+    registry.scan(true);
+    for (const [alias, id] of Object.entries(source.aliases ?? {})) {
+      if (!registry.entries.some((entry) => entry.id === id)) throw new ModelNotFoundError(`PARLEY_MODEL_ALIASES maps "${alias}" to "${id}", which is no model of this service`);
+    }
+    return registry;
   }
 
-  const found = await firstGguf(modelsDir);
-  if (found !== undefined) return { path: found, demo: false };
+  /** Reads the directory again: new files become models, removed ones go. */
+  rescan(): void {
+    this.scan(false);
+  }
 
-  // Written when missing or made by another version of the demo (its fingerprint differs), so it
-  // always matches this build; writePresetModel replaces the file atomically, so a concurrent start
-  // never reads half of it.
+  get models(): readonly ModelEntry[] {
+    return this.entries;
+  }
+
+  get unusable(): readonly UnusableModel[] {
+    return this.broken;
+  }
+
+  get default(): ModelEntry {
+    return this.entries[0]!;
+  }
+
+  /**
+   * The model a request names: the default when it names none; else by id or alias, the directory
+   * read again (at most once a second) when none matches; then, with one model, that one whatever
+   * the name (clients send a fixed name such as "gpt-4o-mini"); else `UnknownModel`.
+   */
+  resolve(requested: string | undefined): ModelEntry {
+    if (requested === undefined) return this.default;
+    const find = () => {
+      const id = this.source.aliases?.[requested] ?? requested;
+      return this.entries.find((entry) => entry.id === id);
+    };
+    let entry = find();
+    if (!entry && performance.now() - this.scannedAt >= RESCAN_GAP_MS) {
+      this.rescan();
+      entry = find();
+    }
+    if (entry) return entry;
+    if (this.entries.length === 1) return this.default;
+    throw new UnknownModel(requested, this.entries.map((known) => known.id));
+  }
+
+  private scan(starting: boolean): void {
+    this.scannedAt = performance.now();
+    const named = this.demo ? [join(this.source.modelsDir, DEMO_FILE)] : this.source.paths;
+    // One file by two names (PARLEY_MODEL naming a file of the directory, relatively or through a link) is one model.
+    const files = new Set<string>();
+    const paths = [...named, ...dirModels(this.source.modelsDir)].filter((path) => {
+      const file = realPath(path);
+      if (files.has(file)) return false;
+      files.add(file);
+      return true;
+    });
+    const entries: ModelEntry[] = [];
+    const broken: UnusableModel[] = [];
+    for (const path of paths) {
+      const described = this.describe(path);
+      if ("reason" in described) {
+        if (starting && named.includes(path)) throw new UnservableModelError(`cannot serve this model: ${path}: ${described.reason}`);
+        broken.push(described);
+        continue;
+      }
+      const clash = entries.find((entry) => entry.id === described.name);
+      if (clash) {
+        const reason = `its model id "${described.name}" is already ${clash.path}'s: rename one (general.name, else the file name)`;
+        if (starting) throw new UnservableModelError(`cannot serve this model: ${path}: ${reason}`);
+        broken.push({ path, reason });
+        continue;
+      }
+      entries.push({ id: described.name, path, description: described });
+    }
+    // A rescan keeps serving what it had when the named files went missing meanwhile.
+    if (entries.length === 0 && !starting) return;
+    this.entries = entries;
+    this.broken = broken;
+  }
+
+  private describe(path: string): ModelDescription | UnusableModel {
+    let stamp: string;
+    try {
+      const stat = statSync(path);
+      stamp = `${stat.size}:${stat.mtimeMs}`;
+    } catch (error) {
+      return { path, reason: `cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})` };
+    }
+    const cached = this.seen.get(path);
+    if (cached?.stamp === stamp) return cached.described;
+    let described: ModelDescription | UnusableModel;
+    try {
+      described = describeGguf(path);
+    } catch (error) {
+      if (!(error instanceof InvalidModelError)) throw error;
+      described = { path, reason: error.reason };
+    }
+    this.seen.set(path, { stamp, described });
+    return described;
+  }
+}
+
+/** The demo file, written when missing or made by another version of the demo (its fingerprint differs). */
+async function ensureDemo(modelsDir: string): Promise<void> {
   const path = join(modelsDir, DEMO_FILE);
+  // writePresetModel replaces the file atomically, so a concurrent start never reads half of it.
   if (!isCurrentDemo(path)) await writePresetModel("demo", path);
-  return { path, demo: true };
 }
 
 function isCurrentDemo(path: string): boolean {
@@ -53,28 +200,38 @@ function isCurrentDemo(path: string): boolean {
   }
 }
 
-async function firstGguf(dir: string): Promise<string | undefined> {
+/**
+ * The directory's `.gguf` files in plain code-point order (not the machine's locale). The demo file
+ * an earlier start left is not a model of the directory, nor is a hidden file (a partial write).
+ */
+function dirModels(dir: string): string[] {
   let names: string[];
   try {
-    names = await readdir(dir);
+    names = readdirSync(dir);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-  // The demo file left by an earlier start is not a configured model. Plain code-point order,
-  // so the choice does not depend on the machine's locale.
-  const candidates = names.filter((n) => n.toLowerCase().endsWith(".gguf") && n !== DEMO_FILE).sort();
-  for (const name of candidates) {
-    const path = join(dir, name);
-    if (await isFile(path)) return path;
-  }
-  return undefined;
+  return names
+    .filter((n) => n.toLowerCase().endsWith(".gguf") && n !== DEMO_FILE && !n.startsWith("."))
+    .sort()
+    .map((name) => join(dir, name))
+    .filter(isFile);
 }
 
-async function isFile(path: string): Promise<boolean> {
+function realPath(path: string): string {
   try {
-    return (await stat(path)).isFile();
+    return realpathSync(path);
+  } catch {
+    return path;
+  }
+}
+
+function isFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
   } catch {
     return false;
   }
 }
+

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { KeyedLock } from "../../src/chat/keyed-lock";
 import { ChatService, type TurnInput } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import { Overloaded } from "../../src/errors";
 import { wireError } from "../../src/http/errors";
 import type { Engine } from "../../src/llm/engine";
@@ -70,7 +70,7 @@ describe("ChatService admission", () => {
   }
 
   test("with no queue, a free sequence still serves; a busy one refuses before storing anything", async () => {
-    const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => engine }));
+    const service = new ChatService(db.storage.conversations, new TurnRunner(oneEngine(() => engine)));
     expect((await finish(service, input("free")))?.message.finishReason).toBe("length");
 
     const controller = new AbortController();
@@ -88,7 +88,7 @@ describe("ChatService admission", () => {
   });
 
   test("a delete waits behind the conversation's running turn, then removes its reply too", async () => {
-    const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => engine }));
+    const service = new ChatService(db.storage.conversations, new TurnRunner(oneEngine(() => engine)));
     const controller = new AbortController();
     const running = service.turn({ ...input("deleted-while-busy", controller.signal), maxTokens: 4096 });
     await running.next(); // start
@@ -109,7 +109,7 @@ describe("ChatService admission", () => {
   });
 
   test("while the model is loading, turns are refused with 503", async () => {
-    const service = new ChatService(db.storage.conversations, new TurnRunner({ current: () => undefined }));
+    const service = new ChatService(db.storage.conversations, new TurnRunner(oneEngine(() => undefined)));
     const error = await finish(service, input("early")).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(Overloaded);
     expect(wireError(error as Overloaded)).toMatchObject({ code: "overloaded", status: 503 });

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService, type TurnInput } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { ConversationLeases, Storage } from "../../src/db/storage";
 import type { Engine } from "../../src/llm/engine";
 import { allowSlowTests, postgresBackend, testEngine, until } from "../support";
@@ -31,7 +31,7 @@ describe.skipIf(backend.missing !== undefined)("deleting a conversation whose tu
     await storage.close();
   });
 
-  const node = (leases: ConversationLeases) => new ChatService(storage.conversations, new TurnRunner({ current: () => engine }), { shared: { leases, ttlMs: 60_000 } });
+  const node = (leases: ConversationLeases) => new ChatService(storage.conversations, new TurnRunner(oneEngine(() => engine)), { shared: { leases, ttlMs: 60_000 } });
 
   test("waits for the turn, then deletes the conversation with its reply", async () => {
     const counted: ConversationLeases = {

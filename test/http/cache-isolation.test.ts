@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
 import { allowSlowTests, bearer, postChat, serveApp, type Served, testDb, testEngine } from "../support";
 
@@ -21,7 +21,7 @@ let served: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ parallel: 4 });
-  const runner = new TurnRunner({ current: () => engine });
+  const runner = new TurnRunner(oneEngine(() => engine));
   const chat = new ChatService(db.storage.conversations, runner, { systemPrompt: "You are the operator's assistant. Answer briefly and kindly." });
   served = serveApp({ storage: db.storage, engine, runner, chat });
 });

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
 import addFormats from "ajv-formats";
 import { ChatService, type TurnInput } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
 import type { CreatedKey } from "../../src/db/types";
@@ -53,7 +53,7 @@ for (const backend of backends()) {
       engine = await testEngine({ parallel: 1 });
       ready = serveApp({ storage: db.storage, engine });
       loading = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 2 } });
-      failing = serveApp({ storage: db.storage, engine, chat: new FailingAfterStart(db.storage.conversations, new TurnRunner({ current: () => engine })) });
+      failing = serveApp({ storage: db.storage, engine, chat: new FailingAfterStart(db.storage.conversations, new TurnRunner(oneEngine(() => engine))) });
       const document = await (await fetch(`${ready.url}/openapi.json`)).json();
       ajv = new Ajv2020({ strict: false, allErrors: true });
       addFormats(ajv);

@@ -4,7 +4,7 @@ import { createHash } from "node:crypto";
 import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { ChatService } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import { Engine } from "../../src/llm/engine";
 import { allowSlowTests, bearer, postChat, presetModel, serveApp, type Served, testDb, until } from "../support";
@@ -178,12 +178,12 @@ describe("PARLEY_SYSTEM_PROMPT", () => {
   test("goes before the history of every turn, and is not stored", async () => {
     const prompts: string[] = [];
     const persona = "You are Captain Parley, a pirate.";
-    const spying = { current: () => engine && Object.assign(Object.create(engine), {
+    const spying = oneEngine(() => engine && Object.assign(Object.create(engine), {
       generate(this: Engine, request: Parameters<Engine["generate"]>[0]) {
         prompts.push(JSON.stringify(request.history));
         return engine.generate(request);
       },
-    }) as Engine };
+    }) as Engine);
     const withPersona = serveApp({ storage: db.storage, engine, chat: new ChatService(db.storage.conversations, new TurnRunner(spying), { systemPrompt: persona }) });
     try {
       const response = await postChat(withPersona.url, alice.key, { message: "Who are you?", conversation_id: "persona", temperature: 0, max_tokens: 4 });

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
 import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, testDb, testEngine, until } from "../support";
 
@@ -112,7 +112,7 @@ describe("streams per key and the time cap on a reply", () => {
   let server: Served;
   beforeAll(async () => {
     engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
-    const chat = new ChatService(db.storage.conversations, new TurnRunner({ current: () => engine }, { generationTimeoutMs: 300 }));
+    const chat = new ChatService(db.storage.conversations, new TurnRunner(oneEngine(() => engine), { generationTimeoutMs: 300 }));
     server = serveApp({ storage: db.storage, engine, chat, limits: { maxStreamsPerKey: 1 } });
   });
   afterAll(async () => {

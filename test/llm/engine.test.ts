@@ -8,7 +8,6 @@ import { wireError } from "../../src/http/errors";
 import { bridge } from "../../src/llm/bridge";
 import { Engine, type GenerateRequest, type GenerateResult, type ReplyPiece, type Turn } from "../../src/llm/engine";
 import { DEMO_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
-import { resolveModel } from "../../src/llm/model";
 import { SequencePool } from "../../src/llm/pool";
 
 const dir = mkdtempSync(join(tmpdir(), "parley-engine-"));
@@ -136,23 +135,6 @@ describe("bridge", () => {
     });
     expect((await gen.next()).value).toBe(1);
     await expect(gen.next()).rejects.toThrow("boom");
-  });
-});
-
-describe("resolveModel", () => {
-  test("an explicit path must be a file, naming PARLEY_MODEL", async () => {
-    await expect(resolveModel({ modelPath: join(dir, "missing.gguf"), modelsDir: dir })).rejects.toThrow("PARLEY_MODEL");
-  });
-
-  test("takes the first .gguf by name, and writes the demo model into an empty directory", async () => {
-    const models = join(dir, "models");
-    mkdirSync(models);
-    const demo = await resolveModel({ modelsDir: models });
-    expect(demo).toEqual({ path: join(models, `${DEMO_MODEL_NAME}.gguf`), demo: true });
-
-    writeFileSync(join(models, "b.gguf"), "");
-    writeFileSync(join(models, "a.gguf"), "");
-    expect(await resolveModel({ modelsDir: models })).toEqual({ path: join(models, "a.gguf"), demo: false });
   });
 });
 

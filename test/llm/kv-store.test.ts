@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import fc from "fast-check";
 import { getLlama, LlamaText } from "node-llama-cpp";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { writePresetModel } from "../../src/gguf/presets";
-import { KvStore, stateSizeBound } from "../../src/llm/kv-store";
+import { forgetSaved, KvStore, stateSizeBound } from "../../src/llm/kv-store";
 import { until } from "../support";
 
 const dir = mkdtempSync(join(tmpdir(), "parley-kv-"));
@@ -47,6 +47,8 @@ const kvPaths = () => new Set(kvFiles().map((f) => join(f.parentPath, f.name)));
 
 describe("saved KV states", () => {
   let engine: Engine;
+  /** The state files after the first test. */
+  let before = new Set<string>();
   const a = conversation(() => engine, "a");
   const b = conversation(() => engine, "b");
 
@@ -58,6 +60,24 @@ describe("saved KV states", () => {
     expect(kvFiles()).toHaveLength(1);
     const second = await a("tell me more");
     expect(second.cachedTokens).toBe(first.promptTokens + first.completionTokens);
+    before = kvPaths();
+  });
+
+  test("a deleted conversation's saved states go under every model's directory, also a model not loaded", async () => {
+    const c = conversation(() => engine, "c");
+    await c("remember me");
+    await b("take the sequence"); // c's state is written
+    await written();
+    const mine = [...kvPaths()].filter((path) => !before.has(path));
+    expect(mine).toHaveLength(1);
+    // Another model's directory, as a model loaded earlier and unloaded since left it.
+    const other = join(kvDir, "another-model");
+    mkdirSync(other, { recursive: true });
+    for (const ext of [".kv", ".json"]) copyFileSync(mine[0]!.replace(/\.kv$/, ext), join(other, basename(mine[0]!).replace(/\.kv$/, ext)));
+    await forgetSaved(kvDir, "c");
+    expect([...kvPaths()].sort()).toEqual([...before].sort());
+    expect(readdirSync(other)).toEqual([]);
+    rmSync(other, { recursive: true });
   });
 
   test("warm conversations survive a restart", async () => {

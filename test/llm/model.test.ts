@@ -1,24 +1,27 @@
 import { describe, expect, test } from "bun:test";
-import { statSync, utimesSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { copyFileSync, readFileSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/gguf/demo";
 import { readGgufHeader } from "../../src/gguf/reader";
-import { resolveModel } from "../../src/llm/model";
-import { tempDir } from "../support";
+import { ModelRegistry, UnknownModel } from "../../src/llm/model";
+import { presetModel, tempDir } from "../support";
+
+const open = (modelsDir: string, paths: string[] = [], aliases?: Record<string, string>) => ModelRegistry.open({ paths, modelsDir, ...(aliases ? { aliases } : {}) });
 
 describe("the built-in demo model on start-up", () => {
-  test("is written once, stamped with its fingerprint, and reused while it matches", async () => {
+  test("is written once into an empty directory, stamped with its fingerprint, and reused while it matches", async () => {
     const dir = tempDir("demo-reuse");
-    const first = await resolveModel({ modelsDir: dir });
-    expect(first).toEqual({ path: join(dir, "parley-demo.gguf"), demo: true });
-    expect(readGgufHeader(first.path).metadata[DEMO_FINGERPRINT_KEY]).toEqual({ type: "string", value: demoFingerprint() });
+    const first = await open(dir);
+    expect(first.demo).toBe(true);
+    expect(first.models.map((model) => [model.id, model.path])).toEqual([["parley-demo", join(dir, "parley-demo.gguf")]]);
+    expect(readGgufHeader(first.default.path).metadata[DEMO_FINGERPRINT_KEY]).toEqual({ type: "string", value: demoFingerprint() });
 
     // Dated back, so that a rewrite, even within the same millisecond, would show in the time.
     const past = new Date("2020-01-01T00:00:00Z");
-    utimesSync(first.path, past, past);
-    const written = statSync(first.path);
-    await resolveModel({ modelsDir: dir });
-    const again = statSync(first.path);
+    utimesSync(first.default.path, past, past);
+    const written = statSync(first.default.path);
+    await open(dir);
+    const again = statSync(first.default.path);
     expect([again.ino, again.mtimeMs]).toEqual([written.ino, written.mtimeMs]);
   });
 
@@ -26,8 +29,60 @@ describe("the built-in demo model on start-up", () => {
     const dir = tempDir("demo-replace");
     const path = join(dir, "parley-demo.gguf");
     writeFileSync(path, "GGUF but not really");
-    const resolved = await resolveModel({ modelsDir: dir });
-    expect(resolved.demo).toBe(true);
+    expect((await open(dir)).demo).toBe(true);
     expect(readGgufHeader(path).metadata[DEMO_FINGERPRINT_KEY]).toEqual({ type: "string", value: demoFingerprint() });
+  });
+});
+
+describe("the model registry", () => {
+  test("named files first (the first the default), then the directory's in name order; a named file that is missing refuses the start", async () => {
+    const dir = tempDir("registry");
+    copyFileSync(await presetModel("bench-small"), join(dir, "b.gguf"));
+    copyFileSync(await presetModel("qwen3-thinking"), join(dir, "a.gguf"));
+    const fromDir = await open(dir);
+    expect(fromDir.demo).toBe(false);
+    expect(fromDir.models.map((model) => model.id)).toEqual(["parley-qwen3-thinking", "parley-bench-small"]);
+
+    const named = await open(dir, [await presetModel("demo")]);
+    expect(named.models.map((model) => model.id)).toEqual(["parley-demo", "parley-qwen3-thinking", "parley-bench-small"]);
+    // A file of the directory named too, by another path to it, is one model.
+    const twice = await open(dir, [join(dir, "..", basename(dir), "b.gguf")]);
+    expect(twice.models.map((model) => model.id)).toEqual(["parley-bench-small", "parley-qwen3-thinking"]);
+    await expect(open(dir, [join(dir, "missing.gguf")])).rejects.toThrow("PARLEY_MODEL");
+  });
+
+  test("a request's model: the default when absent, by id or alias, else UnknownModel; with one model, any name", async () => {
+    const dir = tempDir("resolve");
+    copyFileSync(await presetModel("bench-small"), join(dir, "bench.gguf"));
+    const one = await open(dir);
+    expect(one.resolve("gpt-4o-mini").id).toBe("parley-bench-small");
+
+    const two = await open(dir, [await presetModel("demo")], { "gpt-4o-mini": "parley-bench-small" });
+    expect(two.resolve(undefined).id).toBe("parley-demo");
+    expect(two.resolve("parley-bench-small").id).toBe("parley-bench-small");
+    expect(two.resolve("gpt-4o-mini").id).toBe("parley-bench-small");
+    expect(() => two.resolve("gpt-5")).toThrow(UnknownModel);
+    await expect(open(dir, [await presetModel("demo")], { x: "nothing" })).rejects.toThrow("PARLEY_MODEL_ALIASES");
+  });
+
+  test("a corrupt or truncated file is listed as unusable with its reason and the rest serve; two files of one id refuse the start; a file added later is found", async () => {
+    const dir = tempDir("unusable");
+    const bench = await presetModel("bench-small");
+    copyFileSync(bench, join(dir, "good.gguf"));
+    writeFileSync(join(dir, "corrupt.gguf"), "GGUF but not really");
+    writeFileSync(join(dir, "truncated.gguf"), readFileSync(bench).subarray(0, 1024));
+    const registry = await open(dir);
+    expect(registry.models.map((model) => model.id)).toEqual(["parley-bench-small"]);
+    expect(registry.unusable.map((file) => file.path)).toEqual([join(dir, "corrupt.gguf"), join(dir, "truncated.gguf")]);
+    for (const file of registry.unusable) expect(file.reason.length).toBeGreaterThan(10);
+
+    copyFileSync(await presetModel("qwen3-thinking"), join(dir, "later.gguf"));
+    registry.rescan();
+    expect(registry.resolve("parley-qwen3-thinking").path).toBe(join(dir, "later.gguf"));
+
+    copyFileSync(bench, join(dir, "twin.gguf"));
+    registry.rescan();
+    expect(registry.unusable.find((file) => file.path === join(dir, "twin.gguf"))?.reason).toContain('"parley-bench-small" is already');
+    await expect(open(dir)).rejects.toThrow('"parley-bench-small" is already');
   });
 });

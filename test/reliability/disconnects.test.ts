@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
 import { allowSlowTests, postChat, readSse, serveApp, type Served, testDb, testEngine, until, withSeed } from "../support";
 
@@ -19,7 +19,7 @@ let server: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ preset: "bench-small", parallel: 2, queueMax: 64, contextSize: 512 });
-  runner = new TurnRunner({ current: () => engine });
+  runner = new TurnRunner(oneEngine(() => engine));
   chat = new ChatService(db.storage.conversations, runner);
   server = serveApp({ storage: db.storage, engine, chat, limits: { heartbeatMs: 100, maxStreamsPerKey: 64 } });
 });

@@ -6,7 +6,7 @@ import { ResponseService } from "../../src/chat/responses";
 import { ConversationItemService } from "../../src/chat/conversation-item-service";
 import { BackgroundResponses } from "../../src/http/background-responses";
 import { ChatService } from "../../src/chat/service";
-import { TurnRunner } from "../../src/chat/turn-runner";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import { TokenLedger } from "../../src/chat/token-ledger";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
 import type { KeyStore, Storage } from "../../src/db/storage";
@@ -74,7 +74,7 @@ export function captureLog(lines: string[]): Logger {
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
   const ledger = options.ledger ?? new TokenLedger(storage.usage, storage.quotas);
-  const runner = options.runner ?? new TurnRunner({ current: () => engine }, { ledger });
+  const runner = options.runner ?? new TurnRunner(oneEngine(() => engine), { ledger });
   const completions = options.completions ?? new CompletionService(runner);
   const chat = options.chat ?? new ChatService(storage.conversations, runner);
   const app = createApp({
@@ -88,7 +88,7 @@ export function serveApp(options: ServeOptions): Served {
     isReady: () => engine !== undefined,
     node: options.node,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
-    metrics: options.metrics ?? new Metrics({ engine: () => engine, turns: () => runner.activeTurns }),
+    metrics: options.metrics ?? new Metrics({ engines: () => runner.engines.loaded(), turns: () => runner.activeTurns }),
     limits: { ...DEFAULT_LIMITS, ...options.limits },
   }).listen({ hostname: "127.0.0.1", port: 0 });
   return {
@@ -106,6 +106,8 @@ export function serveApp(options: ServeOptions): Served {
 export async function testEngine(
   options: {
     preset?: ModelPreset;
+    /** A model file of its own instead of a preset's. */
+    modelPath?: string;
     fileType?: FileType;
     parallel?: number;
     queueMax?: number;
@@ -123,7 +125,7 @@ export async function testEngine(
     contextOverflow: options.contextOverflow,
     contextSlack: options.contextSlack,
     primedTurns: options.primedTurns,
-    modelPath: await presetModel(options.preset ?? "demo", options.fileType),
+    modelPath: options.modelPath ?? (await presetModel(options.preset ?? "demo", options.fileType)),
     parallel: options.parallel ?? 2,
     queueMax: options.queueMax ?? 64,
     contextSize: options.contextSize ?? 2048,

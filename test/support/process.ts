@@ -6,7 +6,7 @@ import type { Subprocess } from "bun";
 import { join } from "node:path";
 import type { ModelPreset } from "../../src/gguf/presets";
 import type { Installed } from "./binary";
-import { presetModel } from "./files";
+import { presetModel, tempDir } from "./files";
 import { until } from "./wait";
 
 const ROOT = join(import.meta.dir, "../..");
@@ -59,8 +59,10 @@ async function command(options: ServerOptions): Promise<{ argv: string[]; cwd: s
     return { argv: [binary, "serve", "--port", "0"], cwd: dir, env };
   }
   const model = options.env?.PARLEY_MODEL === undefined ? { PARLEY_MODEL: await presetModel(options.preset ?? "demo") } : {};
-  // A free port unless `env` names one. One thread: two test processes must not fight over the cores.
-  return { argv: ["bun", "src/cli.ts", "serve"], cwd: ROOT, env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_THREADS: "1", ...model } };
+  // A free port unless `env` names one. One thread: two test processes must not fight over the
+  // cores. An empty models directory: the checkout's `models/` may hold a developer's models,
+  // which would be served too.
+  return { argv: ["bun", "src/cli.ts", "serve"], cwd: ROOT, env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_THREADS: "1", PARLEY_MODELS_DIR: tempDir("no-models"), ...model } };
 }
 
 /** Spawns `parley serve` and resolves once it is ready; throws with its output if it exits or times out first. */

@@ -148,8 +148,9 @@ export const OpenAiModel = t.Object(
   {
     id: t.String(),
     object: t.Literal("model"),
-    created: t.Integer({ description: "Unix seconds: when the model was loaded" }),
+    created: t.Integer({ description: "Unix seconds: when the model's file last changed" }),
     owned_by: t.Literal("parley"),
+    loaded: t.Boolean({ description: "Parley's own: whether the model is in memory now (else the next request for it loads it)" }),
   },
   closed,
 );

@@ -1,6 +1,6 @@
 /** Completions as OpenAI's API shows them: the shapes are ./contract.ts's. */
-import type { CompletionResult, CompletionStart, ModelInfo } from "../../chat/completions";
-import type { Usage } from "../../chat/turn-runner";
+import type { CompletionResult, CompletionStart } from "../../chat/completions";
+import type { ModelInfo, Usage } from "../../chat/turn-runner";
 import type { FinishReason, TokenLogprob, ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { data } from "../sse";
@@ -114,4 +114,4 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
   };
 }
 
-export const modelJson = (model: ModelInfo): OpenAiModel => ({ id: model.id, object: "model", created: model.loadedAt, owned_by: "parley" });
+export const modelJson = (model: ModelInfo): OpenAiModel => ({ id: model.id, object: "model", created: model.created, owned_by: "parley", loaded: model.loaded });

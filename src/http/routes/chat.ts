@@ -24,6 +24,7 @@ const chatRequest = t.Object({
   temperature: t.Optional(t.Number({ minimum: 0, maximum: 1, error: "temperature must be a number from 0 to 1" })),
   max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 4096, error: "max_tokens must be an integer from 1 to 4096" })),
   seed: t.Optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
+  model: t.Optional(t.String({ minLength: 1, maxLength: 256, error: "model must be a model's id (GET /v1/models lists them)" })),
   response_format: t.Optional(t.Union([RESPONSE_FORMAT, t.Null()], { error: RESPONSE_FORMAT_RULE })),
   ...SAMPLING_FIELDS,
 });
@@ -79,6 +80,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
           sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
           maxTokens: body.max_tokens ?? 512,
           format: formatOf(body.response_format),
+          ...(body.model !== undefined ? { model: body.model } : {}),
           ...hooks,
         });
       if (body.stream !== true) {
@@ -101,6 +103,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
             "payload_too_large",
             "unsupported_media_type",
             "invalid_input",
+            "model_not_found",
             "rate_limited",
             "quota_exceeded",
             "overloaded",

@@ -7,7 +7,7 @@
 import { Elysia, t } from "elysia";
 import type { CompletionInput, CompletionService } from "../../chat/completions";
 import { modelLoading } from "../../chat/turn-runner";
-import { InvalidInput, NotFound } from "../../errors";
+import { InvalidInput, ModelNotFound } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { optional, SAMPLING_FIELDS, samplingFieldsOf, unsupported } from "../sampling-fields";
@@ -129,6 +129,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   if (body.top_logprobs != null && body.logprobs !== true) throw new InvalidInput("top_logprobs", "top_logprobs needs logprobs: true");
   return {
     messages,
+    ...(body.model != null ? { model: body.model } : {}),
     sampling: {
       // OpenAI's default.
       temperature: body.temperature ?? 1,
@@ -151,10 +152,11 @@ export interface OpenAiRouteDeps {
 }
 
 export const openAiRoutes = (deps: OpenAiRouteDeps) => {
-  const loadedModel = () => {
-    const model = deps.completions.model();
-    if (!model) throw modelLoading();
-    return model;
+  /** Every model, the default first; none while the only model is still loading. */
+  const models = () => {
+    const listed = deps.completions.models();
+    if (listed.length === 0) throw modelLoading();
+    return listed;
   };
   return new Elysia({ name: "parley/routes/openai" })
     .use(requireKey)
@@ -180,25 +182,25 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
           tags: ["OpenAI-compatible"],
           responses: {
             "200": chatCompletionResponse,
-            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "quota_exceeded", "overloaded"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "model_not_found", "rate_limited", "quota_exceeded", "overloaded"),
           },
         },
       },
     )
-    .get("/v1/models", () => ({ object: "list" as const, data: [modelJson(loadedModel())] }), {
+    .get("/v1/models", () => ({ object: "list" as const, data: models().map(modelJson) }), {
       auth: "key",
       detail: {
-        summary: "OpenAI-compatible: the loaded model",
+        summary: "OpenAI-compatible: the models Parley serves, the default first, each marked loaded or not",
         tags: ["OpenAI-compatible"],
-        responses: { "200": jsonResponse("The one model Parley serves", "OpenAiModelList"), ...openAiErrorResponses("unauthorized", "rate_limited", "overloaded") },
+        responses: { "200": jsonResponse("The models Parley serves", "OpenAiModelList"), ...openAiErrorResponses("unauthorized", "rate_limited", "overloaded") },
       },
     })
     // Clients encode a slash in a model's name (%2F), so one segment holds any name.
     .get(
       "/v1/models/:model",
       ({ params }) => {
-        const model = loadedModel();
-        if (params.model !== model.id) throw new NotFound("no such model: GET /v1/models lists the one Parley serves");
+        const model = models().find((listed) => listed.id === params.model);
+        if (!model) throw new ModelNotFound(`no model ${JSON.stringify(params.model)}: GET /v1/models lists them`);
         return modelJson(model);
       },
       {
@@ -206,7 +208,7 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
         detail: {
           summary: "OpenAI-compatible: one model, by id",
           tags: ["OpenAI-compatible"],
-          responses: { "200": jsonResponse("The model", "OpenAiModel"), ...openAiErrorResponses("not_found", "unauthorized", "rate_limited", "overloaded") },
+          responses: { "200": jsonResponse("The model", "OpenAiModel"), ...openAiErrorResponses("model_not_found", "unauthorized", "rate_limited", "overloaded") },
         },
       },
     );

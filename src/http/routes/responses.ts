@@ -123,6 +123,7 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
     conversation: conversation === undefined ? null : { id: conversation },
   };
   return {
+    ...(body.model != null ? { model: body.model } : {}),
     ...(body.instructions ? { instructions: body.instructions } : {}),
     input: itemsOf(body.input),
     ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
@@ -208,7 +209,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
           responses: {
             "200": jsonResponse("The response; with stream: true, text/event-stream of OpenAI's typed events (ResponseEvent), the last response.completed, response.incomplete or response.failed", "ResponseObject"),
             ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "quota_exceeded", "overloaded"),
-            "404": { ...openAiErrorResponses("not_found")["404"]!, description: "not_found: the caller has no kept response by the previous_response_id" },
+            "404": { ...openAiErrorResponses("not_found", "model_not_found")["404"]!, description: "not_found: the caller has no kept response by the previous_response_id; model_not_found: no such model" },
           },
         },
       },

@@ -1,0 +1,61 @@
+/**
+ * The models a service answers from, as turns ask for them: a request's `model` resolved in the
+ * registry (an unknown one is `ModelNotFound`), its engine held from the models in memory.
+ */
+import { statSync } from "node:fs";
+import { ModelNotFound } from "../errors";
+import type { Engine } from "../llm/engine";
+import { forgetSaved } from "../llm/kv-store";
+import type { HeldEngine, LoadedModels } from "../llm/loaded-models";
+import { type ModelRegistry, UnknownModel } from "../llm/model";
+import { type EngineSource, type ModelInfo, modelLoading } from "./turn-runner";
+
+export class ServedModels implements EngineSource {
+  constructor(
+    private readonly registry: ModelRegistry,
+    private readonly memory: LoadedModels,
+    /** False until the default model's first load has ended: turns are refused (503) until then. */
+    private readonly ready: () => boolean,
+    /** Where the models' KV states are saved, if anywhere. */
+    private readonly kvRoot?: string,
+  ) {}
+
+  async hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine> {
+    if (!this.ready()) throw modelLoading();
+    return this.memory.hold(this.entry(model), signal);
+  }
+
+  loaded(): readonly Engine[] {
+    return this.memory.engines();
+  }
+
+  /** The loaded models forget it (their sequences, their states), then every model's saved state goes. */
+  async forget(conversationKey: string): Promise<void> {
+    for (const engine of this.memory.engines()) await engine.forget(conversationKey);
+    if (this.kvRoot !== undefined) await forgetSaved(this.kvRoot, conversationKey);
+  }
+
+  /** Read afresh: a file added to the models directory is listed (and served) at once. */
+  list(): ModelInfo[] {
+    this.registry.rescan();
+    return this.registry.models.map((entry) => ({ id: entry.id, created: createdOf(entry.path), loaded: this.memory.isLoaded(entry.id) }));
+  }
+
+  private entry(model: string | undefined) {
+    try {
+      return this.registry.resolve(model);
+    } catch (error) {
+      if (!(error instanceof UnknownModel)) throw error;
+      throw new ModelNotFound(`${error.message} (GET /v1/models lists them)`);
+    }
+  }
+}
+
+/** Unix seconds of the file's last change: what OpenAI's listing calls a model's creation. */
+function createdOf(path: string): number {
+  try {
+    return Math.floor(statSync(path).mtimeMs / 1000);
+  } catch {
+    return 0;
+  }
+}
