@@ -16,8 +16,9 @@ import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { expireResponses } from "./retention";
-import { Engine } from "./llm/engine";
+import { DEFAULT_CONTEXT_CAP, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
+import { refuseUnlessFits } from "./llm/memory-need";
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
 import { ServedModels } from "./chat/served-models";
 import type { Logger } from "./log";
@@ -90,7 +91,10 @@ export async function startService(config: Config, log: Logger, announce: Announ
     max: config.maxLoadedModels,
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
     queueMax: config.queueMax,
-    load: (entry) => Engine.load(engineOptions(entry.path)),
+    load: (entry) => {
+      refuseUnlessFits(entry.description, config.contextSize ?? Math.min(entry.description.contextLength ?? DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP), config.parallel);
+      return Engine.load(engineOptions(entry.path));
+    },
     onLoaded: (entry, loaded, ms) => {
       metrics?.modelLoaded(entry.id, ms / 1000);
       announce("info", { model: entry.id, ms: Math.round(ms), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");

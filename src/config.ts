@@ -449,7 +449,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
   const int = (key: keyof Config, min: number, max: number): number => {
     const { value, name } = raw(key);
     const n = Number(value);
-    if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
       throw new ConfigError(`${name} must be an integer from ${min} to ${max} (got "${value}")`);
     }
     return n;

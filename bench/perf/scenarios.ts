@@ -1,4 +1,4 @@
-/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
@@ -14,6 +14,7 @@ import { sharedSystemPrompt } from "./system-prompt";
 import { manyConversations } from "./many";
 import { memory } from "./memory";
 import { quotaCost } from "./quotas";
+import { modelSwitch } from "./switch";
 import { userMessage } from "./text";
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
@@ -194,4 +195,4 @@ const history: Scenario = {
   },
 };
 
-export const scenarios: Scenario[] = [singleConversation, evicted, parallel, memory, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, manyConversations, sharedSystemPrompt, quotaCost];
+export const scenarios: Scenario[] = [singleConversation, evicted, parallel, memory, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, manyConversations, sharedSystemPrompt, quotaCost, modelSwitch];

@@ -96,6 +96,8 @@ export interface MessageRecord {
   createdAt: number;
   userId: number;
   finishReason: FinishReason | null;
+  /** The model that wrote a reply; null for user messages (and replies stored before models were named). */
+  model: string | null;
   conversationId: string;
 }
 

@@ -165,7 +165,7 @@ function text(value: GgufValue | undefined): string | undefined {
   return value?.type === "string" && value.value !== "" ? value.value : undefined;
 }
 
-function integer(value: GgufValue | undefined): number | undefined {
+export function integer(value: GgufValue | undefined): number | undefined {
   if (value === undefined || value.type === "array" || value.type === "string" || value.type === "bool") return undefined;
   const n = Number(value.value);
   return Number.isSafeInteger(n) ? n : undefined;

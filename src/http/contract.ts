@@ -70,6 +70,7 @@ export const Message = t.Object(
     conversation_id: t.String(),
     user_id: t.Integer(),
     finish_reason: t.Optional(oneOf(FINISH_REASONS, { description: "Assistant messages only" })),
+    model: t.Optional(t.String({ description: "Assistant messages only: the model that wrote the reply" })),
   },
   closed,
 );

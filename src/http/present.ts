@@ -16,6 +16,7 @@ export function messageJson(message: MessageRecord): Message {
     conversation_id: message.conversationId,
     user_id: message.userId,
     ...(message.role === "assistant" && message.finishReason !== null ? { finish_reason: message.finishReason } : {}),
+    ...(message.role === "assistant" && message.model !== null ? { model: message.model } : {}),
   };
 }
 

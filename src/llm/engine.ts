@@ -102,7 +102,8 @@ export interface EngineOptions {
 
 
 
-const DEFAULT_CONTEXT_CAP = 4096;
+/** Tokens per sequence when none is configured: the model's training context, capped at this. */
+export const DEFAULT_CONTEXT_CAP = 4096;
 const DEFAULT_BATCH_SIZE = 512;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";

@@ -1,6 +1,7 @@
 // The browser side of docs/API.md. The bodies' types are the server's own (type-only: nothing
 // of the server is bundled into the page).
 import type { ChatDelta, ChatReasoning, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage, UsageReport } from "../http/contract";
+import type { OpenAiModel, OpenAiModelList } from "../http/openai/contract";
 
 export type { Conversation, ConversationPage, Message, MessagePage, UsageReport };
 
@@ -9,6 +10,8 @@ export interface ChatRequest {
   conversation_id: string;
   temperature: number;
   max_tokens: number;
+  /** Absent: the service's default model. */
+  model?: string;
 }
 
 /** What a stream delivers; its `error` event is thrown as an ApiError instead. */
@@ -66,6 +69,13 @@ export async function listConversations(key: string, page: number, rows: number)
   const response = await fetch(`${API}/chat/conversations?${query}`, { headers: { authorization: `Bearer ${key}` } });
   if (!response.ok) throw await failure(response);
   return (await response.json()) as ConversationPage;
+}
+
+/** The models the service has, the default first. */
+export async function listModels(key: string): Promise<OpenAiModel[]> {
+  const response = await fetch("/v1/models", { headers: { authorization: `Bearer ${key}` } });
+  if (!response.ok) throw await failure(response);
+  return ((await response.json()) as OpenAiModelList).data;
 }
 
 /** The key's user's token budget this period (null: no quota) and usage. */

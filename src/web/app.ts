@@ -1,4 +1,4 @@
-import { type Conversation, deleteConversation, listConversations, listMessages, type Message, readUsage, streamChat } from "./api";
+import { type Conversation, deleteConversation, listConversations, listMessages, listModels, type Message, readUsage, streamChat } from "./api";
 import { byId, describeError, MessageView } from "./view";
 
 const PAGE_ROWS = 20;
@@ -26,6 +26,8 @@ const messageInput = byId<HTMLTextAreaElement>("message");
 const sendButton = byId<HTMLButtonElement>("send");
 const stopButton = byId<HTMLButtonElement>("stop");
 const quotaLine = byId<HTMLParagraphElement>("quota");
+const modelField = byId<HTMLLabelElement>("model-field");
+const modelSelect = byId<HTMLSelectElement>("model");
 
 /** Ids already in the log: a page fetched after new turns were added overlaps the one before it. */
 let shown = new Set<number>();
@@ -88,6 +90,21 @@ async function reloadHistory(): Promise<void> {
     scroller.scrollTop = scroller.scrollHeight;
   } catch (error) {
     showError(error);
+  }
+}
+
+/** The picker, when the service has several models: the default first and chosen unless another was. */
+async function refreshModels(): Promise<void> {
+  const key = keyInput.value.trim();
+  try {
+    const models = key ? await listModels(key) : [];
+    if (key !== keyInput.value.trim()) return;
+    const chosen = modelSelect.value;
+    modelSelect.replaceChildren(...models.map((model, i) => new Option(i === 0 ? `${model.id} (default)` : model.id, model.id)));
+    if (models.some((model) => model.id === chosen)) modelSelect.value = chosen;
+    modelField.hidden = models.length < 2;
+  } catch {
+    modelField.hidden = true;
   }
 }
 
@@ -212,7 +229,13 @@ async function send(): Promise<void> {
   let replyId: number | undefined;
   let finish: string | undefined;
   try {
-    const request = { message: text, conversation_id: conversationInput.value, temperature: temperature.valueAsNumber, max_tokens: maxTokens.valueAsNumber };
+    const request = {
+      message: text,
+      conversation_id: conversationInput.value,
+      temperature: temperature.valueAsNumber,
+      max_tokens: maxTokens.valueAsNumber,
+      ...(modelField.hidden || modelSelect.value === "" ? {} : { model: modelSelect.value }),
+    };
     for await (const item of streamChat(key, request, controller.signal)) {
       if (item.event === "start") {
         question.settle(item.data.user_message.id);
@@ -259,6 +282,7 @@ function start(): void {
     void reloadHistory();
     void refreshConversations();
     void refreshQuota();
+    void refreshModels();
   });
   conversationInput.addEventListener("change", () => {
     if (!conversationInput.reportValidity()) return;
@@ -287,6 +311,7 @@ function start(): void {
     void reloadHistory();
     void refreshConversations();
     void refreshQuota();
+    void refreshModels();
   } else keyInput.focus();
 }
 

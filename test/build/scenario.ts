@@ -1,7 +1,8 @@
 /**
  * The operator's path through the single executable, end to end: copied alone into an empty
  * directory, run with only HOME and PATH, issue a key, serve, chat (streamed), list, stop with
- * SIGTERM, start again on the same data and find the history. Uses node:assert, not bun:test,
+ * SIGTERM, start again on the same data and find the history, then serve a second model dropped
+ * into its models directory. Uses node:assert, not bun:test,
  * because it also runs as a plain script inside a network namespace with no network at all:
  * `bun test/build/scenario.ts <built executable>`.
  */
@@ -54,6 +55,15 @@ async function scenario(installed: Installed, servers: ChildServer[]): Promise<v
   const second = await startServer({ installed });
   servers.push(second);
   assert.deepEqual(await listMessages(second, key), before);
+
+  // A model dropped into models/ while serving is listed and answers, loaded in place of the other.
+  const wrote = runCli(installed, "model", "demo", "--preset", "llama3");
+  assert.equal(wrote.code, 0, wrote.stderr);
+  const listed = (await (await fetch(`${second.url}/v1/models`, { headers: bearer(key) })).json()) as { data: { id: string; loaded: boolean }[] };
+  assert.deepEqual(listed.data.map((model) => [model.id, model.loaded]), [["parley-demo", true], ["parley-llama3", false]]);
+  const other = await postChat(second.url, key, { message: "hi", conversation_id: "other", model: "parley-llama3", max_tokens: 4 });
+  assert.equal(other.status, 200);
+  assert.equal(((await other.json()) as { model: string }).model, "parley-llama3");
   await stop(second);
 }
 

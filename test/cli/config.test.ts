@@ -46,3 +46,17 @@ describe("PARLEY_REASONING", () => {
     expect(() => loadConfig({ PARLEY_REASONING: "shown" })).toThrow(new ConfigError(`PARLEY_REASONING must be one of separate, hide, inline (got "shown")`));
   });
 });
+
+describe("several models", () => {
+  test("PARLEY_MODEL is a list; aliases are name=id pairs; keep-alive takes -1 (never) to a month", () => {
+    expect(loadConfig({ PARLEY_MODEL: " a.gguf, b.gguf ," }).modelPaths).toEqual(["a.gguf", "b.gguf"]);
+    expect(loadConfig({}).modelPaths).toEqual([]);
+    expect(loadConfig({ PARLEY_MODEL_ALIASES: "gpt-4o-mini=qwen, gpt-4o = llama" }).modelAliases).toEqual({ "gpt-4o-mini": "qwen", "gpt-4o": "llama" });
+    expect(() => loadConfig({ PARLEY_MODEL_ALIASES: "gpt-4o-mini" })).toThrow(new ConfigError(`PARLEY_MODEL_ALIASES must be name=id pairs, comma-separated (got "gpt-4o-mini")`));
+    expect(loadConfig({}).keepAliveS).toBe(300);
+    expect(loadConfig({ PARLEY_KEEP_ALIVE_S: "-1" }).keepAliveS).toBe(-1);
+    expect(() => loadConfig({ PARLEY_KEEP_ALIVE_S: "-2" })).toThrow(new ConfigError(`PARLEY_KEEP_ALIVE_S must be an integer from -1 to 2592000 (got "-2")`));
+    expect(() => loadConfig({ PARLEY_MAX_LOADED_MODELS: "0" })).toThrow(new ConfigError(`PARLEY_MAX_LOADED_MODELS must be an integer from 1 to 64 (got "0")`));
+    expect(() => loadConfig({ PARLEY_PARALLEL: "-3" })).toThrow(new ConfigError(`PARLEY_PARALLEL must be an integer from 1 to 64 (got "-3")`));
+  });
+});

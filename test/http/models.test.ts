@@ -6,14 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { CompletionService } from "../../src/chat/completions";
-import { ChatService } from "../../src/chat/service";
-import { ServedModels } from "../../src/chat/served-models";
-import { TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply } from "../../src/http/contract";
-import { LoadedModels } from "../../src/llm/loaded-models";
-import { ModelRegistry } from "../../src/llm/model";
-import { postChat, presetModel, readSse, rejection, serveApp, type Served, tempDir, testDb, testEngine, until } from "../support";
+import { postChat, presetModel, readSse, rejection, type Served, type ServedModelsApp, serveModels, testDb, until } from "../support";
 
 const DEMO = "parley-demo";
 const BENCH = "parley-bench-small";
@@ -32,34 +26,8 @@ afterAll(async () => {
 });
 
 /** A service of the demo model (the default) and bench-small, `max` loaded at once. */
-async function serveModels(options: { max: number; keepAliveMs: number }) {
-  const registry = await ModelRegistry.open({ paths: [await presetModel("demo"), await presetModel("bench-small")], modelsDir: tempDir("no-models"), aliases: { "gpt-4o-mini": BENCH } });
-  let loadedAtOnce = 0;
-  let mostAtOnce = 0;
-  const loads: string[] = [];
-  const memory = new LoadedModels({
-    ...options,
-    queueMax: 8,
-    load: (entry) => testEngine({ modelPath: entry.path, parallel: 2, contextSize: 1024 }),
-    onLoaded: (entry) => {
-      loads.push(entry.id);
-      mostAtOnce = Math.max(mostAtOnce, ++loadedAtOnce);
-    },
-    onUnloaded: () => loadedAtOnce--,
-  });
-  const runner = new TurnRunner(new ServedModels(registry, memory, () => true));
-  const served = serveApp({ storage: db.storage, runner, chat: new ChatService(db.storage.conversations, runner), completions: new CompletionService(runner) });
-  return {
-    memory,
-    served,
-    loads,
-    mostAtOnce: () => mostAtOnce,
-    async stop() {
-      await served.stop();
-      await memory.close();
-    },
-  };
-}
+const serveBoth = async (options: { max: number; keepAliveMs: number }) =>
+  serveModels({ storage: db.storage, paths: [await presetModel("demo"), await presetModel("bench-small")], aliases: { "gpt-4o-mini": BENCH }, ...options });
 
 const chat = async (served: Served, body: Record<string, unknown>, as = key) => {
   const response = await postChat(served.url, as, { temperature: 0, max_tokens: 6, ...body });
@@ -72,10 +40,10 @@ async function streamed(served: Served, body: Record<string, unknown>): Promise<
 }
 
 describe("two models, both loaded", () => {
-  let service: Awaited<ReturnType<typeof serveModels>>;
+  let service: ServedModelsApp;
   let client: OpenAI;
   beforeAll(async () => {
-    service = await serveModels({ max: 2, keepAliveMs: -1 });
+    service = await serveBoth({ max: 2, keepAliveMs: -1 });
     client = new OpenAI({ apiKey: key, baseURL: `${service.served.url}/v1`, maxRetries: 0 });
   });
   afterAll(() => service.stop());
@@ -129,12 +97,16 @@ describe("two models, both loaded", () => {
     expect(moved.body.usage.cached_tokens).toBe(opening);
     expect(moved.body.usage.prompt_tokens).toBeGreaterThan(first.body.usage.prompt_tokens);
     const stays = await chat(service.served, { message: "More", conversation_id: "switch", model: BENCH }, bob);
+    // Each stored reply names the model that wrote it.
+    const listing = await fetch(`${service.served.url}/api/v1.0/chat/messages?conversation_id=switch&sort_by=id:asc`, { headers: { authorization: `Bearer ${bob}` } });
+    const replies = ((await listing.json()) as { data: { role: string; model?: string }[] }).data.filter((message) => message.role === "assistant");
+    expect(replies.map((message) => message.model)).toEqual([DEMO, DEMO, BENCH, BENCH]);
     expect(stays.body.usage.cached_tokens).toBeGreaterThanOrEqual(moved.body.usage.prompt_tokens);
   });
 });
 
 test("with a cap of one: alternating requests load and unload; a model with a running stream is not unloaded while another's request waits", async () => {
-  const service = await serveModels({ max: 1, keepAliveMs: -1 });
+  const service = await serveBoth({ max: 1, keepAliveMs: -1 });
   try {
     for (const model of [DEMO, BENCH, DEMO]) expect((await chat(service.served, { message: "Hi", conversation_id: `alt-${model}`, model })).body.model).toBe(model);
     expect(service.loads).toEqual([DEMO, BENCH, DEMO]);
@@ -159,7 +131,7 @@ test("with a cap of one: alternating requests load and unload; a model with a ru
 });
 
 test("an idle model is unloaded once its keep-alive has passed, and loaded again on demand", async () => {
-  const service = await serveModels({ max: 2, keepAliveMs: 150 });
+  const service = await serveBoth({ max: 2, keepAliveMs: 150 });
   try {
     expect((await chat(service.served, { message: "Hi", conversation_id: "idle", model: BENCH })).body.model).toBe(BENCH);
     await until(() => !service.memory.isLoaded(BENCH), "bench-small to be unloaded after its keep-alive");

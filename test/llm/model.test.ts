@@ -3,6 +3,8 @@ import { copyFileSync, readFileSync, statSync, utimesSync, writeFileSync } from 
 import { basename, join } from "node:path";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/gguf/demo";
 import { readGgufHeader } from "../../src/gguf/reader";
+import { describeGguf } from "../../src/gguf/describe";
+import { memoryNeed, refuseUnlessFits } from "../../src/llm/memory-need";
 import { ModelRegistry, UnknownModel } from "../../src/llm/model";
 import { presetModel, tempDir } from "../support";
 
@@ -84,5 +86,19 @@ describe("the model registry", () => {
     registry.rescan();
     expect(registry.unusable.find((file) => file.path === join(dir, "twin.gguf"))?.reason).toContain('"parley-bench-small" is already');
     await expect(open(dir)).rejects.toThrow('"parley-bench-small" is already');
+  });
+});
+
+describe("a model's memory need", () => {
+  test("is its weights and every sequence's KV cache; a load the memory cannot hold is refused with the figures", async () => {
+    const bench = describeGguf(await presetModel("bench-small"));
+    const one = memoryNeed(bench, 1024, 1);
+    expect(one).toBeGreaterThan(bench.sizeBytes);
+    // The KV cache grows with the context and the sequences alike: a cell is a cell.
+    const cells1024 = memoryNeed(bench, 2048, 1) - one;
+    expect(cells1024).toBeGreaterThan(0);
+    expect(memoryNeed(bench, 1024, 4) - one).toBe(3 * cells1024);
+    expect(() => refuseUnlessFits(bench, 1024, 1, one)).not.toThrow();
+    expect(() => refuseUnlessFits(bench, 1024, 1, one - 1)).toThrow(/parley-bench-small needs about \d+ MiB .* \d+ MiB of memory are available/);
   });
 });

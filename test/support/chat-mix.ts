@@ -264,9 +264,12 @@ const RESPONSE_ENDINGS = ["response.completed", "response.incomplete"];
  * not; in the background a third of the time, its stream left after a few deltas and resumed.
  * A stream it cancels ends its chain. The text streamed must be the text kept.
  */
-async function responsesTurn(options: ChatMixOptions, random: Random, key: string, chain: { previous?: string }, signal: AbortSignal): Promise<Ending> {
-  const background = random.next() < 0.35;
-  const stream = background || random.next() < 0.6;
+async function responsesTurn(options: ChatMixOptions, random: Random, key: string, chain: { previous?: string }, signal: AbortSignal, turn: number): Promise<Ending> {
+  // A client's first three requests are a plain reply, a background stream and a stream, whatever
+  // the draws after them: a short run may make only a few.
+  const drawn = turn > 2;
+  const background = drawn ? random.next() < 0.35 : turn === 1;
+  const stream = background || (drawn ? random.next() < 0.6 : turn === 2);
   const body = { model: "parley", input: message(random), temperature: 0.8, max_output_tokens: random.int(4, 48), stream, background, ...(chain.previous ? { previous_response_id: chain.previous } : {}) };
   const post = (path: string, method = "GET", sent?: unknown) =>
     fetch(`${options.url}/v1${path}`, { method, headers: { ...bearer(key), "content-type": "application/json" }, body: sent === undefined ? undefined : JSON.stringify(sent), signal });
@@ -278,7 +281,7 @@ async function responsesTurn(options: ChatMixOptions, random: Random, key: strin
     chain.previous = kept.id;
     return { ok: "responses reply" };
   }
-  const leaveAfter = random.next() < 0.5 ? random.int(1, 4) : undefined;
+  const leaveAfter = drawn && random.next() < 0.5 ? random.int(1, 4) : undefined;
   const deltasIn = (events: ResponseEventData[]) => events.filter((event) => event.type === "response.output_text.delta").length;
   // Leaving the loop closes the body: the client is gone.
   const events = await responseEvents(response, (seen) => deltasIn(seen) === leaveAfter);
@@ -329,7 +332,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
             kind === "native"
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
               : kind === "responses"
-                ? await responsesTurn(options, random, key, chain, signal)
+                ? await responsesTurn(options, random, key, chain, signal, turn)
                 : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };

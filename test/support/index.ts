@@ -11,6 +11,7 @@ export * from "./files";
 export * from "./haproxy";
 export * from "./http";
 export * from "./load";
+export * from "./models";
 export * from "./natives";
 export * from "./postgres";
 export * from "./process";

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, serveApp, type Served, type TestDb, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, presetModel, serveApp, serveModels, type Served, type TestDb, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -25,6 +25,7 @@ interface Stored {
   content: string;
   reasoning?: string;
   finish_reason?: string;
+  model?: string;
 }
 
 describe.skipIf(skipped || !installed)("the web page at /", () => {
@@ -207,6 +208,31 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
     await signIn(page, "quota-1", alice.key);
     await until(async () => await quota.isHidden(), "no budget shown for a user without a quota");
+  });
+
+  test("with several models a picker lists them, the default first; the reply comes from the model picked", async () => {
+    const both = await serveModels({ storage: db.storage, paths: [await presetModel("bench-small"), await presetModel("demo")], max: 2, keepAliveMs: -1 });
+    try {
+      const page = await open({ server: both.served });
+      await signIn(page, "picked-1");
+      await until(async () => await page.locator("#model-field").isVisible(), "the model picker to show");
+      expect(await texts(page, "#model option")).toEqual(["parley-bench-small (default)", "parley-demo"]);
+      await page.selectOption("#model", "parley-demo");
+      await page.fill("#max-tokens", "6");
+      await send(page, "Hello");
+      await page.locator("#log .assistant[data-id]").waitFor();
+      const [reply] = await stored("picked-1");
+      expect(reply).toMatchObject({ role: "assistant", model: "parley-demo" });
+    } finally {
+      await both.stop();
+    }
+  });
+
+  test("with one model there is no picker", async () => {
+    const page = await open();
+    await signIn(page, "one-model");
+    await until(async () => (await page.locator("#model option").count()) === 1, "the models to be listed");
+    expect(await page.locator("#model-field").isHidden()).toBe(true);
   });
 
   test("temperature and max tokens out of range cannot be sent", async () => {

@@ -45,6 +45,7 @@ function pageQuery(db: Db, shape: Shape) {
       createdAt: messages.createdAt,
       userId: messages.userId,
       finishReason: messages.finishReason,
+      model: messages.model,
       conversationId: conversations.externalId,
     })
     .from(page)

@@ -47,6 +47,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
       createdAt: messages.createdAt,
       userId: messages.userId,
       finishReason: messages.finishReason,
+      model: messages.model,
       conversation: messages.conversationId,
     })
     .from(messages)
@@ -65,6 +66,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
         createdAt: page.createdAt,
         userId: page.userId,
         finishReason: page.finishReason,
+        model: page.model,
         conversationId: conversations.externalId,
       })
       .from(page)
@@ -102,7 +104,8 @@ const toRecord = (values: unknown[]): MessageRecord => ({
   createdAt: values[4] as number,
   userId: values[5] as number,
   finishReason: values[6] as MessageRecord["finishReason"],
-  conversationId: values[7] as string,
+  model: values[7] as string | null,
+  conversationId: values[8] as string,
 });
 
 /** The listing, its statements prepared once per shape: eight page shapes, two totals. */

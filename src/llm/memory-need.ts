@@ -1,0 +1,44 @@
+/**
+ * What a model takes in memory before it is loaded, so that a load that cannot fit is refused with
+ * the figures rather than ended by the kernel's OOM killer: its weights (the file, mapped) and its
+ * KV cache (every sequence's context, 16-bit keys and values), and a margin for llama.cpp's compute
+ * buffers. An estimate from the GGUF header: a model whose header lacks the attention sizes counts
+ * its weights only.
+ */
+import { readFileSync } from "node:fs";
+import { freemem } from "node:os";
+import { Overloaded } from "../errors";
+import { integer, type ModelDescription } from "../gguf/describe";
+
+const COMPUTE_MARGIN_BYTES = 64 * 2 ** 20;
+const KV_BYTES_PER_VALUE = 2;
+
+export function memoryNeed(model: ModelDescription, contextSize: number, sequences: number): number {
+  const arch = model.architecture;
+  const of = (key: string) => (arch === undefined ? undefined : integer(model.metadata[`${arch}.${key}`]));
+  const [layers, width, heads] = [of("block_count"), of("embedding_length"), of("attention.head_count")];
+  if (layers === undefined || width === undefined || heads === undefined || heads === 0) return model.sizeBytes + COMPUTE_MARGIN_BYTES;
+  const kvHeads = of("attention.head_count_kv") ?? heads;
+  const keyWidth = (of("attention.key_length") ?? width / heads) * kvHeads;
+  const valueWidth = (of("attention.value_length") ?? width / heads) * kvHeads;
+  const kvBytes = contextSize * sequences * layers * (keyWidth + valueWidth) * KV_BYTES_PER_VALUE;
+  return model.sizeBytes + kvBytes + COMPUTE_MARGIN_BYTES;
+}
+
+const mib = (bytes: number) => Math.ceil(bytes / 2 ** 20);
+
+/** Refuses (`Overloaded`, with the figures) a load of `model` that `available` bytes cannot hold. */
+export function refuseUnlessFits(model: ModelDescription, contextSize: number, sequences: number, available = availableMemory()): void {
+  const need = memoryNeed(model, contextSize, sequences);
+  if (need <= available) return;
+  throw new Overloaded(`the model ${model.name} needs about ${mib(need)} MiB (its weights and KV cache), and ${mib(available)} MiB of memory are available: it is not loaded`, 30_000);
+}
+
+/** Memory the system can give without swapping: Linux's MemAvailable, else the free memory. */
+export function availableMemory(): number {
+  try {
+    const kib = /^MemAvailable:\s+(\d+) kB$/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1];
+    if (kib !== undefined) return Number(kib) * 1024;
+  } catch {}
+  return freemem();
+}
