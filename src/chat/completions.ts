@@ -29,6 +29,8 @@ export interface CompletionStart {
 
 export interface CompletionResult {
   text: string;
+  /** The request's stop string that ended the reply, when one did. */
+  stopSequence?: string;
   /** A reasoning model's thought; absent for other models. */
   reasoning?: string;
   finishReason: FinishReason;
@@ -45,6 +47,7 @@ export const completionOf = (result: GenerateResult, model: string): CompletionR
   text: result.text,
   ...(result.reasoning !== undefined ? { reasoning: result.reasoning } : {}),
   finishReason: result.finishReason,
+  ...(result.stopSequence !== undefined ? { stopSequence: result.stopSequence } : {}),
   ...(result.toolCalls ? { toolCalls: result.toolCalls } : {}),
   ...(result.logprobs ? { logprobs: result.logprobs } : {}),
   usage: usageOf(result),
@@ -58,6 +61,20 @@ export const completionOf = (result: GenerateResult, model: string): CompletionR
  */
 export class CompletionService {
   constructor(private readonly runner: TurnRunner) {}
+
+  /**
+   * The tokens the prompt of `messages` takes on the model named (as a fresh sequence would
+   * evaluate it, the chat template applied), without generating.
+   */
+  async countTokens(input: Pick<CompletionInput, "userId" | "model" | "messages" | "tools" | "signal">): Promise<number> {
+    const held = await this.runner.engines.hold(input.model, input.signal);
+    try {
+      const history = typeof input.messages === "function" ? await input.messages(held.engine.historyChars) : input.messages;
+      return await held.engine.measure({ history, cacheScope: String(input.userId), maxTokens: 1, tools: input.tools });
+    } finally {
+      held.release();
+    }
+  }
 
   /** Every model the service has, the default first. */
   models(): ModelInfo[] {

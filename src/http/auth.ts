@@ -3,6 +3,7 @@ import type { KeyStore } from "../db/storage";
 import type { Principal } from "../db/types";
 import { Forbidden, Unauthorized } from "../errors";
 import type { RateLimiter } from "./rate-limit";
+import { dialectOf } from "./errors";
 import { contextOf } from "./request-context";
 import type { RouteTable } from "./routing";
 
@@ -38,6 +39,15 @@ export async function authenticate(keys: KeyStore, header: string | null): Promi
   const principal = await keys.verify(credentials.token);
   if (!principal) throw new Unauthorized("the API key is unknown or revoked", true);
   return principal;
+}
+
+/**
+ * Anthropic's clients send their key as `x-api-key`: taken as the bearer token on its Messages API
+ * only, where those clients speak (a header elsewhere would be one more way for a key to leak).
+ */
+function anthropicKey(request: Request, path: string): string | null {
+  const key = dialectOf(path) === "anthropic" ? request.headers.get("x-api-key") : null;
+  return key === null ? null : `Bearer ${key.trim()}`;
 }
 
 /**
@@ -80,7 +90,7 @@ export const authGate = (keys: KeyStore, limiter: RateLimiter, routes: RouteTabl
     const context = contextOf(request);
     const access = routes.match(context.path, request.method);
     if (access === undefined) return;
-    const principal = await authenticate(keys, request.headers.get("authorization"));
+    const principal = await authenticate(keys, request.headers.get("authorization") ?? anthropicKey(request, context.path));
     context.principal = principal;
     Object.assign(set.headers, await limiter.take(principal.keyId));
     if (access === "admin" && principal.role !== "admin") throw new Forbidden("this endpoint needs an admin key");

@@ -2,8 +2,8 @@ import { Elysia } from "elysia";
 import { contextOf } from "./request-context";
 import type { RouteTable } from "./routing";
 
-/** What a browser page may send: the key, JSON, and the ids Parley reads. */
-const ALLOW_HEADERS = "authorization, content-type, x-request-id, x-conversation-id";
+/** What a browser page may send: the key (also as Anthropic's clients send it), JSON, and the ids and versions Parley reads. */
+const ALLOW_HEADERS = "authorization, content-type, x-request-id, x-conversation-id, x-api-key, anthropic-version, anthropic-beta";
 /** What a browser page may read besides the simple headers: the id to quote, and when to retry. */
 const EXPOSE_HEADERS = "x-request-id, retry-after, x-ratelimit-limit, x-ratelimit-remaining, x-ratelimit-reset";
 const PREFLIGHT_MAX_AGE_S = 600;

@@ -3,6 +3,7 @@ import { type DomainError, type ErrorKind, Internal, InvalidInput, InvalidJson, 
 import type { Logger } from "../log";
 import type { ErrorBody, ErrorCode } from "./contract";
 import type { OpenAiErrorBody } from "./openai/contract";
+import type { AnthropicErrorBody, AnthropicErrorType } from "./anthropic/contract";
 import { quotaHeaders, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { noSuchEndpoint } from "./routing";
@@ -119,19 +120,45 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
   internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log", openai: { type: "server_error" } },
 };
 
-/** Which shape an error takes: the contract's, or OpenAI's for its compatible API. */
-export type ErrorDialect = "parley" | "openai";
+/**
+ * Anthropic's error `type` of each kind, for its Messages API (its SDK picks a typed error by the
+ * status): the statuses are the OpenAI-compatible API's, 503 included (Anthropic's own overload
+ * is 529, which no other client of Parley knows; its SDK retries both).
+ */
+export const ANTHROPIC_ERROR_TYPE: { [K in ErrorKind]: AnthropicErrorType } = {
+  bad_request: "invalid_request_error",
+  invalid_json: "invalid_request_error",
+  unauthorized: "authentication_error",
+  forbidden: "permission_error",
+  not_found: "not_found_error",
+  model_not_found: "not_found_error",
+  method_not_allowed: "invalid_request_error",
+  request_timeout: "invalid_request_error",
+  payload_too_large: "request_too_large",
+  unsupported_media_type: "invalid_request_error",
+  invalid_input: "invalid_request_error",
+  rate_limited: "rate_limit_error",
+  quota_exceeded: "rate_limit_error",
+  overloaded: "overloaded_error",
+  internal: "api_error",
+};
+
+/** Which shape an error takes: the contract's, OpenAI's for its compatible API, or Anthropic's for its Messages API. */
+export type ErrorDialect = "parley" | "openai" | "anthropic";
 
 /** Requests under this prefix are OpenAI's API: its errors take OpenAI's shape, so its SDKs raise their typed errors. */
 export const OPENAI_PREFIX = "/v1/";
+/** Anthropic's Messages API, within the same prefix. */
+export const ANTHROPIC_PREFIX = "/v1/messages";
 
-export const dialectOf = (path: string): ErrorDialect => (path.startsWith(OPENAI_PREFIX) ? "openai" : "parley");
+export const dialectOf = (path: string): ErrorDialect =>
+  path === ANTHROPIC_PREFIX || path.startsWith(`${ANTHROPIC_PREFIX}/`) ? "anthropic" : path.startsWith(OPENAI_PREFIX) ? "openai" : "parley";
 
 /** The status, contract code and headers `error` is answered with. */
 export function wireError(error: DomainError, dialect: ErrorDialect = "parley"): { status: number; code: ErrorCode; headers: HeaderMap } {
   // One kind, one entry: the cast only forgoes correlating the two unions.
   const entry = HTTP_ERRORS[error.kind] as WireError<DomainError>;
-  const status = dialect === "openai" ? (entry.openai.status ?? entry.status) : entry.status;
+  const status = dialect === "parley" ? entry.status : (entry.openai.status ?? entry.status);
   return { status, code: entry.code, headers: entry.headers?.(error) ?? {} };
 }
 
@@ -154,12 +181,18 @@ export const openAiErrorBody = (error: DomainError): OpenAiErrorBody => ({
   },
 });
 
+/** Anthropic's error body, which has no field for the parameter at fault: the message leads with it. */
+export const anthropicErrorBody = (error: DomainError): AnthropicErrorBody => ({
+  type: "error",
+  error: { type: ANTHROPIC_ERROR_TYPE[error.kind], message: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message },
+});
+
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 /** `headers` are what the request already earned (request id, rate-limit state); the error's own win. */
 export function errorResponse(error: DomainError, requestId: string, headers: HeaderMap = {}, dialect: ErrorDialect = "parley"): Response {
   const wire = wireError(error, dialect);
-  const body = dialect === "openai" ? openAiErrorBody(error) : errorBody(error, requestId);
+  const body = dialect === "openai" ? openAiErrorBody(error) : dialect === "anthropic" ? anthropicErrorBody(error) : errorBody(error, requestId);
   return new Response(JSON.stringify(body), {
     status: wire.status,
     headers: { ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...wire.headers },

@@ -47,6 +47,8 @@ export interface Decoded {
    */
   spelled: { tokens: Token[]; text: string };
   stopReason: StopReason;
+  /** The stop string that ended the reply, when one did. */
+  stopString?: string;
   /** The prompt as the slot was readied for it; none when the turn ended before. */
   prompt?: ReadyPrompt;
 }
@@ -131,5 +133,6 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   release();
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
-  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(prompt ? { prompt } : {}) };
+  const stopString = stopReason === "stop" ? replyText.stopString : undefined;
+  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(stopString !== undefined ? { stopString } : {}), ...(prompt ? { prompt } : {}) };
 }

@@ -412,6 +412,7 @@ export class Engine {
         text: said.content,
         ...(said.reasoning !== "" ? { reasoning: said.reasoning } : {}),
         finishReason: finishReason(decoded.stopReason),
+        ...(decoded.stopString !== undefined && request.stop?.includes(decoded.stopString) ? { stopSequence: decoded.stopString } : {}),
         promptTokens: tokens.length,
         cachedTokens: decoded.prompt?.cachedTokens ?? 0,
         completionTokens: decoded.tokens.length,

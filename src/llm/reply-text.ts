@@ -56,6 +56,11 @@ export class ReplyText {
     return start === undefined ? 0 : start.at + shown - start.answer;
   }
 
+  /** The stop string that ended the reply, once one has matched. */
+  get stopString(): string | undefined {
+    return this.stops.matched;
+  }
+
   /** Where in the generated text a stop string begins, once one has matched. */
   get stoppedAt(): number | undefined {
     const stop = this.stops.stoppedAt;

@@ -10,6 +10,8 @@ export class StopText {
   private released = 0;
   /** The index in the reply where a stop string begins, once one has matched. */
   stoppedAt: number | undefined;
+  /** The stop string that matched (the first in the reply; of two there, the first given). */
+  matched: string | undefined;
 
   /** Characters of the reply shown so far. */
   get shown(): number {
@@ -25,8 +27,9 @@ export class StopText {
     const match = this.firstMatch(text);
     if (match !== undefined) {
       this.held = "";
-      this.stoppedAt = this.released + match;
-      return this.release(text.slice(0, match));
+      this.stoppedAt = this.released + match.index;
+      this.matched = match.stop;
+      return this.release(text.slice(0, match.index));
     }
     const keep = this.partialSuffix(text);
     this.held = text.slice(text.length - keep);
@@ -45,11 +48,11 @@ export class StopText {
     return text;
   }
 
-  private firstMatch(text: string): number | undefined {
-    let first: number | undefined;
+  private firstMatch(text: string): { index: number; stop: string } | undefined {
+    let first: { index: number; stop: string } | undefined;
     for (const stop of this.stops) {
       const index = text.indexOf(stop);
-      if (index >= 0 && (first === undefined || index < first)) first = index;
+      if (index >= 0 && (first === undefined || index < first.index)) first = { index, stop };
     }
     return first;
   }

@@ -164,6 +164,8 @@ export interface GenerateResult {
   /** The thought, exactly the concatenation of the yielded reasoning pieces; absent when there were none. */
   reasoning?: string;
   finishReason: FinishReason;
+  /** The request's stop string that ended the reply, when one did (not the chat format's own). */
+  stopSequence?: string;
   /** Tokens of the whole prompt the reply was conditioned on, history included. */
   promptTokens: number;
   /** Of `promptTokens`, how many were reused from the sequence's KV cache. */

@@ -1,0 +1,118 @@
+/**
+ * Anthropic's Messages API shapes, as its SDK's types have them: the request Parley takes and the
+ * message, events and errors it answers with.
+ */
+import { type Static, t } from "elysia";
+import { optional, unsupported } from "../sampling-fields";
+
+const closed = { additionalProperties: false } as const;
+
+const CONTENT_RULE = "content must be a string or text blocks [{type: \"text\", text}] (tool_use, tool_result, images and documents are not supported yet)";
+
+/** A text block; its cache hint is accepted (Parley's prefix cache needs none) and its citations are none. */
+export const TextBlockParam = t.Object({
+  type: t.Literal("text"),
+  text: t.String(),
+  cache_control: optional(t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }), "cache_control must be {type: \"ephemeral\"}"),
+  citations: optional(t.Array(t.Unknown(), { maxItems: 0 }), "citations are not supported"),
+});
+
+const MessageParam = t.Object(
+  {
+    role: t.Union([t.Literal("user"), t.Literal("assistant")], { error: "role must be user or assistant (the system prompt is the system field)" }),
+    content: t.Union([t.String(), t.Array(TextBlockParam)], { error: CONTENT_RULE }),
+  },
+  { error: `each message needs a role (user or assistant) and content; ${CONTENT_RULE}` },
+);
+
+export const MessagesRequest = t.Object(
+  {
+    model: t.String({ error: "model is required: a model's id (GET /v1/models lists them), or any name when Parley serves one model" }),
+    max_tokens: t.Integer({ minimum: 1, error: "max_tokens is required: a positive integer" }),
+    messages: t.Array(MessageParam, { minItems: 1, error: "messages must be a non-empty array of {role, content}" }),
+    system: optional(t.Union([t.String(), t.Array(TextBlockParam)]), "system must be a string or text blocks"),
+    stop_sequences: optional(t.Array(t.String({ minLength: 1 })), "stop_sequences must be an array of non-empty strings"),
+    temperature: optional(t.Number({ minimum: 0, maximum: 1 }), "temperature must be a number from 0 to 1"),
+    top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
+    top_k: optional(t.Integer({ minimum: 0 }), "top_k must be a non-negative integer"),
+    stream: optional(t.Boolean(), "stream must be true or false"),
+    metadata: optional(t.Object({ user_id: optional(t.String(), "metadata.user_id must be a string") }), "metadata must be {user_id}"),
+    service_tier: optional(t.Union([t.Literal("auto"), t.Literal("standard_only")]), "service_tier must be auto or standard_only"),
+    thinking: optional(t.Object({ type: t.Literal("disabled") }), "thinking must be {type: \"disabled\"}: a reasoning model's thought as thinking blocks is not supported yet"),
+    tools: unsupported("tools are not supported on /v1/messages yet: /v1/chat/completions has them"),
+    tool_choice: unsupported("tool_choice is not supported on /v1/messages yet: /v1/chat/completions has it"),
+    container: unsupported("container is not supported"),
+    mcp_servers: unsupported("mcp_servers are not supported: Parley has no network"),
+  },
+  { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) },
+);
+export type MessagesRequest = Static<typeof MessagesRequest>;
+
+export const CountTokensRequest = t.Object(
+  {
+    model: MessagesRequest.properties.model,
+    messages: MessagesRequest.properties.messages,
+    system: MessagesRequest.properties.system,
+    thinking: MessagesRequest.properties.thinking,
+    tools: MessagesRequest.properties.tools,
+    tool_choice: MessagesRequest.properties.tool_choice,
+  },
+  { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) },
+);
+export type CountTokensRequest = Static<typeof CountTokensRequest>;
+
+export const STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence"] as const;
+export type StopReason = (typeof STOP_REASONS)[number];
+
+/** Anthropic's fields that tell of its own service (tools on its servers, regions, tiers): none here. */
+const NONE = t.Null();
+
+export const MessageUsage = t.Object(
+  {
+    input_tokens: t.Integer({ description: "Prompt tokens evaluated now (not read from the cache)" }),
+    output_tokens: t.Integer(),
+    cache_read_input_tokens: t.Integer({ description: "Prompt tokens reused from the KV cache" }),
+    cache_creation_input_tokens: t.Integer({ description: "Always 0: Parley's cache needs no writes asked for" }),
+    cache_creation: NONE,
+    inference_geo: NONE,
+    output_tokens_details: NONE,
+    server_tool_use: NONE,
+    service_tier: t.Literal("standard"),
+    speed: NONE,
+  },
+  closed,
+);
+export type MessageUsage = Static<typeof MessageUsage>;
+
+export const AnthropicMessage = t.Object(
+  {
+    id: t.String(),
+    type: t.Literal("message"),
+    role: t.Literal("assistant"),
+    model: t.String(),
+    content: t.Array(t.Object({ type: t.Literal("text"), text: t.String(), citations: NONE }, closed)),
+    stop_reason: t.Union(STOP_REASONS.map((reason) => t.Literal(reason))),
+    stop_sequence: t.Union([t.String(), t.Null()]),
+    usage: MessageUsage,
+    container: NONE,
+    diagnostics: NONE,
+    stop_details: NONE,
+  },
+  closed,
+);
+export type AnthropicMessage = Static<typeof AnthropicMessage>;
+
+export const ANTHROPIC_ERROR_TYPES = ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "request_too_large", "rate_limit_error", "api_error", "overloaded_error"] as const;
+export type AnthropicErrorType = (typeof ANTHROPIC_ERROR_TYPES)[number];
+
+export const AnthropicErrorBody = t.Object(
+  {
+    type: t.Literal("error"),
+    error: t.Object({ type: t.Union(ANTHROPIC_ERROR_TYPES.map((type) => t.Literal(type))), message: t.String() }, closed),
+  },
+  closed,
+);
+export type AnthropicErrorBody = Static<typeof AnthropicErrorBody>;
+
+export const TokenCount = t.Object({ input_tokens: t.Integer() }, closed);
+export type TokenCount = Static<typeof TokenCount>;

@@ -1,0 +1,134 @@
+/**
+ * Anthropic's Messages API, spoken by the official @anthropic-ai/sdk: replies plain and streamed
+ * (the final message equal to its deltas), stop sequences and max_tokens as stop reasons, the
+ * prompt cache, count_tokens, x-api-key and Bearer keys, every refusal as the SDK's typed error,
+ * and one rate limit shared with the other protocols.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
+import type { Engine } from "../../src/llm/engine";
+import { bearer, rejection, serveApp, type Served, testDb, testEngine } from "../support";
+
+const GREEDY_REPLY = "I am happy to help you.";
+const db = testDb("anthropic");
+const alice = await db.keys.create("alice", "user");
+let engine: Engine;
+let served: Served;
+/** Two requests a minute. */
+let limited: Served;
+/** No model yet: every turn is refused as overloaded. */
+let loading: Served;
+let client: Anthropic;
+
+const clientFor = (server: Served, apiKey = alice.key) => new Anthropic({ apiKey, baseURL: server.url, maxRetries: 0 });
+const hello: Anthropic.MessageParam[] = [{ role: "user", content: "Hello" }];
+/** Greedy: the SDK's types no longer name temperature, which Parley (and Anthropic's API) still take. */
+const greedy = { temperature: 0 } as object;
+
+beforeAll(async () => {
+  engine = await testEngine({ parallel: 2 });
+  served = serveApp({ storage: db.storage, engine });
+  limited = serveApp({ storage: db.storage, engine, limits: { rateLimitPerMinute: 2 } });
+  loading = serveApp({ storage: db.storage });
+  client = clientFor(served);
+});
+afterAll(async () => {
+  await Promise.all([served.stop(), limited.stop(), loading.stop()]);
+  await engine.close();
+  await db.storage.close();
+});
+
+describe("messages.create", () => {
+  test("a message with one text block, its stop reason and usage; the same reply as the other protocols give", async () => {
+    const message = await client.messages.create({ model: "claude-sonnet-4-5", max_tokens: 64, messages: hello, ...greedy });
+    expect(message).toMatchObject({ type: "message", role: "assistant", model: engine.modelName, stop_reason: "end_turn", stop_sequence: null });
+    expect(message.id).toStartWith("msg_");
+    expect(message.content).toEqual([{ type: "text", text: GREEDY_REPLY, citations: null }]);
+    expect(message.usage.output_tokens).toBeGreaterThan(0);
+    expect(message.usage.input_tokens + message.usage.cache_read_input_tokens!).toBeGreaterThan(0);
+  });
+
+  test("a system prompt, max_tokens and a stop sequence end it as Anthropic says", async () => {
+    const cut = await client.messages.create({ model: "any", max_tokens: 2, messages: hello, ...greedy });
+    expect(cut).toMatchObject({ stop_reason: "max_tokens", content: [{ type: "text", text: "I am" }] });
+    expect(cut.usage.output_tokens).toBe(2);
+    const stopped = await client.messages.create({ model: "any", max_tokens: 64, messages: hello, ...greedy, stop_sequences: ["zzz", "help"] });
+    expect(stopped).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: "help", content: [{ type: "text", text: "I am happy to " }] });
+    const system = await client.messages.create({ model: "any", max_tokens: 8, system: [{ type: "text", text: "You are terse." }], messages: hello, ...greedy });
+    const bare = await client.messages.create({ model: "any", max_tokens: 8, messages: hello, ...greedy });
+    expect(system.usage.input_tokens + system.usage.cache_read_input_tokens!).toBeGreaterThan(bare.usage.input_tokens + bare.usage.cache_read_input_tokens!);
+  });
+
+  test("a follow-up repeating the history reads it from the cache; count_tokens counts the same prompt", async () => {
+    const history: Anthropic.MessageParam[] = [{ role: "user", content: "Tell me about the sea" }];
+    const first = await client.messages.create({ model: "any", max_tokens: 16, messages: history, ...greedy });
+    const next: Anthropic.MessageParam[] = [...history, { role: "assistant", content: first.content }, { role: "user", content: "And the mountains?" }];
+    const second = await client.messages.create({ model: "any", max_tokens: 16, messages: next, ...greedy });
+    expect(second.usage.cache_read_input_tokens).toBeGreaterThan(first.usage.input_tokens);
+    const counted = await client.messages.countTokens({ model: "any", messages: next });
+    expect(counted.input_tokens).toBe(second.usage.input_tokens + second.usage.cache_read_input_tokens!);
+  });
+});
+
+describe("messages.stream", () => {
+  test("Anthropic's events in order; the final message is the deltas together", async () => {
+    const stream = client.messages.stream({ model: "any", max_tokens: 64, messages: hello, ...greedy });
+    const types: string[] = [];
+    let text = "";
+    stream.on("streamEvent", (event) => types.push(event.type));
+    stream.on("text", (delta) => (text += delta));
+    const final = await stream.finalMessage();
+    expect(text).toBe(GREEDY_REPLY);
+    expect(final.content as unknown[]).toEqual([{ type: "text", text: GREEDY_REPLY, citations: null }]);
+    expect(final).toMatchObject({ stop_reason: "end_turn", model: engine.modelName });
+    expect(final.usage.output_tokens).toBeGreaterThan(0);
+    expect(types[0]).toBe("message_start");
+    expect(types.slice(-3)).toEqual(["content_block_stop", "message_delta", "message_stop"]);
+    expect(new Set(types.slice(2, -3))).toEqual(new Set(["content_block_delta"]));
+  });
+});
+
+describe("keys and refusals", () => {
+  test("x-api-key as Anthropic's clients send it, or Bearer; no key or a wrong one is AuthenticationError", async () => {
+    const bearerClient = new Anthropic({ authToken: alice.key, apiKey: null, baseURL: served.url, maxRetries: 0 });
+    expect((await bearerClient.messages.create({ model: "any", max_tokens: 2, messages: hello })).type).toBe("message");
+    expect(await rejection(clientFor(served, "pk_not_a_key_00000000000000000000000000").messages.create({ model: "any", max_tokens: 2, messages: hello }))).toBeInstanceOf(Anthropic.AuthenticationError);
+    // x-api-key is Anthropic's, taken on its API only.
+    expect((await fetch(`${served.url}/v1/models`, { headers: { "x-api-key": alice.key } })).status).toBe(401);
+  });
+
+  test("a field Parley cannot honour, a missing one or an unknown one is BadRequestError naming it, in Anthropic's shape", async () => {
+    for (const [params, named] of [
+      [{ tools: [{ name: "f", input_schema: { type: "object" } }] }, "tools"],
+      [{ thinking: { type: "enabled", budget_tokens: 1024 } }, "thinking"],
+      [{ temperature: 1.5 }, "temperature"],
+      [{ output_config: { effort: "high" } }, "output_config"],
+      [{ frequency_penalty: 1 }, "frequency_penalty"],
+    ] as const) {
+      const refusal = await rejection(client.messages.create({ model: "any", max_tokens: 8, messages: hello, ...(params as object) } as Anthropic.MessageCreateParamsNonStreaming));
+      expect(refusal).toBeInstanceOf(Anthropic.BadRequestError);
+      expect((refusal as InstanceType<typeof Anthropic.BadRequestError>).error).toMatchObject({ type: "error", error: { type: "invalid_request_error" } });
+      expect((refusal as Error).message).toContain(named);
+    }
+    const response = await fetch(`${served.url}/v1/messages`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify({ model: "any", messages: hello }) });
+    expect(response.status).toBe(400);
+    expect(await response.json()).toEqual({ type: "error", error: { type: "invalid_request_error", message: expect.stringContaining("max_tokens") } });
+  });
+
+  test("an unknown path is NotFoundError; no model yet is overloaded_error (503)", async () => {
+    expect(await rejection(client.get("/v1/messages/nowhere"))).toBeInstanceOf(Anthropic.NotFoundError);
+    const overloaded = await rejection(clientFor(loading).messages.create({ model: "any", max_tokens: 2, messages: hello }));
+    expect(overloaded).toBeInstanceOf(Anthropic.InternalServerError);
+    expect(overloaded).toMatchObject({ status: 503, error: { type: "error", error: { type: "overloaded_error" } } });
+  });
+
+  test("one key's rate limit is shared with the other protocols: RateLimitError once it is spent", async () => {
+    const openai = new OpenAI({ apiKey: alice.key, baseURL: `${limited.url}/v1`, maxRetries: 0 });
+    const openAiHello = [{ role: "user" as const, content: "Hello" }];
+    await openai.chat.completions.create({ model: "any", messages: openAiHello, max_tokens: 2 });
+    await clientFor(limited).messages.create({ model: "any", max_tokens: 2, messages: hello });
+    expect(await rejection(clientFor(limited).messages.create({ model: "any", max_tokens: 2, messages: hello }))).toBeInstanceOf(Anthropic.RateLimitError);
+    expect(await rejection(openai.chat.completions.create({ model: "any", messages: openAiHello, max_tokens: 2 }))).toBeInstanceOf(OpenAI.RateLimitError);
+  });
+});
