@@ -89,6 +89,49 @@ describe("messages.stream", () => {
   });
 });
 
+describe("tools", () => {
+  const weather: Anthropic.Tool = {
+    name: "get_weather",
+    description: "The weather in a city",
+    input_schema: { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["c", "f"] } }, required: ["city", "unit"], additionalProperties: false },
+  };
+  const ask: Anthropic.MessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
+  const forced = { model: "any", max_tokens: 300, messages: ask, tools: [weather], tool_choice: { type: "tool" as const, name: "get_weather" }, ...greedy };
+  const validInput = (input: unknown) => {
+    const { city, unit, ...rest } = input as Record<string, unknown>;
+    expect(typeof city).toBe("string");
+    expect(["c", "f"]).toContain(unit as string);
+    expect(rest).toEqual({});
+  };
+
+  test("a forced call is a tool_use block whose input is valid against input_schema, stop_reason tool_use; streamed, the same", async () => {
+    const message = await client.messages.create(forced);
+    expect(message.stop_reason).toBe("tool_use");
+    const calls = message.content.filter((block) => block.type === "tool_use");
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({ name: "get_weather", caller: { type: "direct" } });
+    validInput(calls[0]!.input);
+
+    const streamed = await client.messages.stream(forced).finalMessage();
+    expect(streamed.stop_reason).toBe("tool_use");
+    const streamedCall = streamed.content.find((block) => block.type === "tool_use");
+    expect(streamedCall?.input).toEqual(calls[0]!.input);
+  });
+
+  test("a tool_result round trip: the call and its result in the history, the model answers; a result answering no call is refused", async () => {
+    const called = await client.messages.create(forced);
+    const call = called.content.find((block) => block.type === "tool_use")!;
+    const history: Anthropic.MessageParam[] = [...ask, { role: "assistant", content: called.content }, { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "18 degrees and sunny" }] }];
+    const answer = await client.messages.create({ model: "any", max_tokens: 16, messages: history, tools: [weather], ...greedy });
+    expect(answer.content[0]?.type).toBe("text");
+    // The history the model was given holds the call and its result: more tokens than the question alone.
+    expect(answer.usage.input_tokens + answer.usage.cache_read_input_tokens!).toBeGreaterThan(called.usage.input_tokens + called.usage.cache_read_input_tokens! + 10);
+    const orphan = await rejection(client.messages.create({ model: "any", max_tokens: 16, messages: [...ask, { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_nothing", content: "?" }] }] }));
+    expect(orphan).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((orphan as Error).message).toContain("messages[1].content[0].tool_use_id");
+  });
+});
+
 describe("keys and refusals", () => {
   test("x-api-key as Anthropic's clients send it, or Bearer; no key or a wrong one is AuthenticationError", async () => {
     const bearerClient = new Anthropic({ authToken: alice.key, apiKey: null, baseURL: served.url, maxRetries: 0 });
@@ -100,7 +143,7 @@ describe("keys and refusals", () => {
 
   test("a field Parley cannot honour, a missing one or an unknown one is BadRequestError naming it, in Anthropic's shape", async () => {
     for (const [params, named] of [
-      [{ tools: [{ name: "f", input_schema: { type: "object" } }] }, "tools"],
+      [{ tool_choice: { type: "tool", name: "get_weather" } }, "tool_choice"],
       [{ thinking: { type: "enabled", budget_tokens: 1024 } }, "thinking"],
       [{ temperature: 1.5 }, "temperature"],
       [{ output_config: { effort: "high" } }, "output_config"],

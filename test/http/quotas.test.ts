@@ -5,6 +5,7 @@
  * that never pass the budget and store nothing when refused.
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { TokenLedger, usageDay } from "../../src/chat/token-ledger";
 import type { ChatReply, QuotaEntryJson, QuotaList, UsageReport } from "../../src/http/contract";
@@ -188,6 +189,18 @@ test(
     expect(report.quota!.remaining).toBe(limit - report.quota!.used);
   }),
 );
+
+test("Anthropic's Messages API is held to the quota too: a spent one is the SDK's RateLimitError", async () => {
+  const frank = await user("frank");
+  await setQuota(frank.userId, 1_000);
+  const client = new Anthropic({ apiKey: frank.key, baseURL: served.url, maxRetries: 0 });
+  const { data: message, response } = await client.messages.create({ model: "any", max_tokens: 4, messages: [{ role: "user", content: "hello" }] }).withResponse();
+  expect(Number(response.headers.get("x-quota-remaining"))).toBe(1_000 - message.usage.input_tokens - message.usage.cache_read_input_tokens! - message.usage.output_tokens);
+  await db.storage.usage.add(frank.userId, usageDay(now), 1_000, 0);
+  const refusal = await rejection(client.messages.create({ model: "any", max_tokens: 4, messages: [{ role: "user", content: "again" }] }));
+  expect(refusal).toBeInstanceOf(Anthropic.RateLimitError);
+  expect(refusal).toMatchObject({ error: { type: "error", error: { type: "rate_limit_error" } } });
+});
 
 test("/v1/responses is held to the quota too, alone and in a conversation: refused before anything is kept, served with the budget's headers", async () => {
   const erin = await user("erin");

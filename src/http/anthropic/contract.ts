@@ -7,22 +7,71 @@ import { optional, unsupported } from "../sampling-fields";
 
 const closed = { additionalProperties: false } as const;
 
-const CONTENT_RULE = "content must be a string or text blocks [{type: \"text\", text}] (tool_use, tool_result, images and documents are not supported yet)";
+const CONTENT_RULE =
+  "content must be a string or blocks: text {type, text}, tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} (a user's); images and documents are not supported";
+
+/** A cache hint: accepted, since Parley's prefix cache needs none. */
+const CacheControl = optional(t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }), "cache_control must be {type: \"ephemeral\"}");
 
 /** A text block; its cache hint is accepted (Parley's prefix cache needs none) and its citations are none. */
 export const TextBlockParam = t.Object({
   type: t.Literal("text"),
   text: t.String(),
-  cache_control: optional(t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }), "cache_control must be {type: \"ephemeral\"}"),
+  cache_control: CacheControl,
   citations: optional(t.Array(t.Unknown(), { maxItems: 0 }), "citations are not supported"),
+});
+
+export const ToolUseBlockParam = t.Object({
+  type: t.Literal("tool_use"),
+  id: t.String({ minLength: 1 }),
+  name: t.String(),
+  input: t.Record(t.String(), t.Unknown()),
+  cache_control: CacheControl,
+  caller: optional(t.Object({ type: t.Literal("direct") }), "caller must be {type: \"direct\"}: Parley runs no tools of its own"),
+});
+
+export const ToolResultBlockParam = t.Object({
+  type: t.Literal("tool_result"),
+  tool_use_id: t.String(),
+  content: optional(t.Union([t.String(), t.Array(TextBlockParam)]), "a tool_result's content must be a string or text blocks"),
+  is_error: optional(t.Boolean(), "is_error must be true or false"),
+  cache_control: CacheControl,
 });
 
 const MessageParam = t.Object(
   {
     role: t.Union([t.Literal("user"), t.Literal("assistant")], { error: "role must be user or assistant (the system prompt is the system field)" }),
-    content: t.Union([t.String(), t.Array(TextBlockParam)], { error: CONTENT_RULE }),
+    content: t.Union([t.String(), t.Array(t.Union([TextBlockParam, ToolUseBlockParam, ToolResultBlockParam]))], { error: CONTENT_RULE }),
   },
   { error: `each message needs a role (user or assistant) and content; ${CONTENT_RULE}` },
+);
+
+const TOOL_RULE = "each tool must be {name, description?, input_schema}, its name of letters, digits, _ and - (at most 64)";
+
+/** A client's tool; Parley holds a forced call to its schema (strict or not). */
+const Tool = t.Object(
+  {
+    name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$", error: TOOL_RULE }),
+    description: optional(t.String(), "a tool's description must be a string"),
+    input_schema: t.Record(t.String(), t.Unknown(), { error: "a tool's input_schema must be a JSON Schema object" }),
+    type: optional(t.Literal("custom"), "a tool's type must be custom: Parley runs no tools of its own"),
+    strict: optional(t.Boolean(), "a tool's strict must be true or false"),
+    cache_control: CacheControl,
+  },
+  { error: TOOL_RULE },
+);
+
+const TOOL_CHOICE_RULE = 'tool_choice must be {type: "auto" | "any" | "none"} or {type: "tool", name}, with disable_parallel_tool_use?';
+const parallelOff = optional(t.Boolean(), "disable_parallel_tool_use must be true or false");
+
+export const ToolChoiceParam = t.Union(
+  [
+    t.Object({ type: t.Literal("auto"), disable_parallel_tool_use: parallelOff }),
+    t.Object({ type: t.Literal("any"), disable_parallel_tool_use: parallelOff }),
+    t.Object({ type: t.Literal("tool"), name: t.String(), disable_parallel_tool_use: parallelOff }),
+    t.Object({ type: t.Literal("none") }),
+  ],
+  { error: TOOL_CHOICE_RULE },
 );
 
 export const MessagesRequest = t.Object(
@@ -39,8 +88,8 @@ export const MessagesRequest = t.Object(
     metadata: optional(t.Object({ user_id: optional(t.String(), "metadata.user_id must be a string") }), "metadata must be {user_id}"),
     service_tier: optional(t.Union([t.Literal("auto"), t.Literal("standard_only")]), "service_tier must be auto or standard_only"),
     thinking: optional(t.Object({ type: t.Literal("disabled") }), "thinking must be {type: \"disabled\"}: a reasoning model's thought as thinking blocks is not supported yet"),
-    tools: unsupported("tools are not supported on /v1/messages yet: /v1/chat/completions has them"),
-    tool_choice: unsupported("tool_choice is not supported on /v1/messages yet: /v1/chat/completions has it"),
+    tools: optional(t.Array(Tool, { maxItems: 128 }), `tools must be an array of up to 128; ${TOOL_RULE}`),
+    tool_choice: optional(ToolChoiceParam, TOOL_CHOICE_RULE),
     container: unsupported("container is not supported"),
     mcp_servers: unsupported("mcp_servers are not supported: Parley has no network"),
   },
@@ -61,7 +110,7 @@ export const CountTokensRequest = t.Object(
 );
 export type CountTokensRequest = Static<typeof CountTokensRequest>;
 
-export const STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence"] as const;
+export const STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence", "tool_use"] as const;
 export type StopReason = (typeof STOP_REASONS)[number];
 
 /** Anthropic's fields that tell of its own service (tools on its servers, regions, tiers): none here. */
@@ -90,7 +139,12 @@ export const AnthropicMessage = t.Object(
     type: t.Literal("message"),
     role: t.Literal("assistant"),
     model: t.String(),
-    content: t.Array(t.Object({ type: t.Literal("text"), text: t.String(), citations: NONE }, closed)),
+    content: t.Array(
+      t.Union([
+        t.Object({ type: t.Literal("text"), text: t.String(), citations: NONE }, closed),
+        t.Object({ type: t.Literal("tool_use"), id: t.String(), name: t.String(), input: t.Record(t.String(), t.Unknown()), caller: t.Object({ type: t.Literal("direct") }, closed) }, closed),
+      ]),
+    ),
     stop_reason: t.Union(STOP_REASONS.map((reason) => t.Literal(reason))),
     stop_sequence: t.Union([t.String(), t.Null()]),
     usage: MessageUsage,

@@ -1,8 +1,9 @@
 /** Replies as Anthropic's Messages API shows them: the shapes are ./contract.ts's. */
 import type { CompletionResult, CompletionStart } from "../../chat/completions";
 import type { Usage } from "../../chat/turn-runner";
+import type { ToolCall } from "../../llm/engine";
 import { anthropicErrorBody } from "../errors";
-import { event } from "../sse";
+import { event, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
 import type { AnthropicMessage, MessageUsage, StopReason } from "./contract";
 
@@ -12,7 +13,10 @@ export const newMessageId = () => `msg_${crypto.randomUUID().replaceAll("-", "")
  * A reply cut by its `max_tokens` (or the generation cap, or a shutdown) ended before its natural
  * end, which `max_tokens` tells a client; one ended by a stop string of the request names it.
  */
-const stopReasonOf = (result: CompletionResult): StopReason => (result.finishReason !== "stop" ? "max_tokens" : result.stopSequence !== undefined ? "stop_sequence" : "end_turn");
+const stopReasonOf = (result: CompletionResult): StopReason =>
+  result.finishReason !== "stop" ? "max_tokens" : result.toolCalls ? "tool_use" : result.stopSequence !== undefined ? "stop_sequence" : "end_turn";
+
+const toolUseJson = (call: ToolCall) => ({ type: "tool_use" as const, id: call.id, name: call.name, input: JSON.parse(call.arguments) as Record<string, unknown>, caller: { type: "direct" as const } });
 
 /** Anthropic counts input apart from what its cache read: the two add up to the prompt. */
 export const usageJson = (usage: Usage): MessageUsage => ({
@@ -39,7 +43,8 @@ export const messageJson = (id: string, result: CompletionResult): AnthropicMess
   type: "message",
   role: "assistant",
   model: result.model,
-  content: [{ type: "text", text: result.text, citations: null }],
+  // The text block, unless the reply is only calls.
+  content: [...(result.text !== "" || !result.toolCalls ? [{ type: "text" as const, text: result.text, citations: null }] : []), ...(result.toolCalls ?? []).map(toolUseJson)],
   stop_reason: stopReasonOf(result),
   stop_sequence: result.stopSequence ?? null,
   usage: usageJson(result.usage),
@@ -49,24 +54,46 @@ export const messageJson = (id: string, result: CompletionResult): AnthropicMess
 });
 
 /**
- * Anthropic's stream: `message_start`, one text block (`content_block_start`, its `text_delta`s,
- * `content_block_stop`), then `message_delta` with the stop reason and usage, and `message_stop`.
- * A reasoning model's thought is not asked for (thinking blocks are not supported yet): it is left out.
+ * Anthropic's stream: `message_start`, then each block in turn (`content_block_start`, its
+ * deltas, `content_block_stop`): the answer's text, then each tool call with its input as JSON
+ * text; then `message_delta` with the stop reason and usage, and `message_stop`. A reasoning
+ * model's thought is not asked for (thinking blocks are not supported yet): it is left out.
  */
-export const messagesFraming = (id: string): Framing<CompletionStart, CompletionResult> => ({
-  start: ({ model }) => [
-    event("message_start", {
-      type: "message_start",
-      message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: usageJson({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 }), container: null, diagnostics: null, stop_details: null },
-    }),
-    event("content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "", citations: null } }),
-  ],
-  reasoning: () => [],
-  delta: (text) => [event("content_block_delta", { type: "content_block_delta", index: 0, delta: { type: "text_delta", text } })],
-  done: (result) => [
-    event("content_block_stop", { type: "content_block_stop", index: 0 }),
-    event("message_delta", { type: "message_delta", delta: { stop_reason: stopReasonOf(result), stop_sequence: result.stopSequence ?? null }, usage: deltaUsageJson(result.usage) }),
-    event("message_stop", { type: "message_stop" }),
-  ],
-  error: (error) => [event("error", anthropicErrorBody(error))],
-});
+export function messagesFraming(id: string): Framing<CompletionStart, CompletionResult> {
+  let index = -1;
+  let open: "text" | "tool_use" | undefined;
+  const close = (): SseChunk[] => {
+    if (open === undefined) return [];
+    open = undefined;
+    return [event("content_block_stop", { type: "content_block_stop", index })];
+  };
+  const begin = (block: object, kind: "text" | "tool_use"): SseChunk[] => {
+    const closed = close();
+    open = kind;
+    return [...closed, event("content_block_start", { type: "content_block_start", index: ++index, content_block: block })];
+  };
+  const text = (): SseChunk[] => (open === "text" ? [] : begin({ type: "text", text: "", citations: null }, "text"));
+  return {
+    start: ({ model }) => [
+      event("message_start", {
+        type: "message_start",
+        message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: usageJson({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 }), container: null, diagnostics: null, stop_details: null },
+      }),
+    ],
+    reasoning: () => [],
+    delta: (delta) => [...text(), event("content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: delta } })],
+    toolCall: (part) => {
+      if (part.part === "open") return begin({ type: "tool_use", id: part.id, name: part.name, input: {}, caller: { type: "direct" } }, "tool_use");
+      if (part.part === "arguments") return [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: part.text } })];
+      return close();
+    },
+    done: (result) => [
+      // A reply with no text and no call still has its (empty) text block, as when not streamed.
+      ...(index === -1 ? text() : []),
+      ...close(),
+      event("message_delta", { type: "message_delta", delta: { stop_reason: stopReasonOf(result), stop_sequence: result.stopSequence ?? null }, usage: deltaUsageJson(result.usage) }),
+      event("message_stop", { type: "message_stop" }),
+    ],
+    error: (error) => [event("error", anthropicErrorBody(error))],
+  };
+}

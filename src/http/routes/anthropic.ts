@@ -12,28 +12,70 @@ import { requireKey } from "../auth";
 import { AnthropicErrorBody, AnthropicMessage, CountTokensRequest, MessagesRequest, TokenCount } from "../anthropic/contract";
 import { messageJson, messagesFraming, newMessageId } from "../anthropic/present";
 import { type BodyLimits, jsonBody } from "../json-body";
+import { toolRequestOf } from "../openai/tools";
 import type { RequestHooks, TurnDriver } from "../turn-driver";
 
 const TAGS = ["Anthropic-compatible"];
 
-type Blocks = MessagesRequest["system"];
+type TextBlocks = NonNullable<MessagesRequest["system"]>;
+type Message = MessagesRequest["messages"][number];
 
-const textOf = (content: string | NonNullable<Blocks>) => (typeof content === "string" ? content : content.map((block) => block.text).join(""));
+const textOf = (content: string | TextBlocks) => (typeof content === "string" ? content : content.map((block) => block.text).join(""));
+
+/**
+ * One message as turns. An assistant's text and `tool_use` blocks are one turn with its calls; a
+ * user's `tool_result` blocks are each a tool's turn (answering a call an earlier assistant turn
+ * made; an error's text marked so), then its text, if any, is a user turn.
+ */
+function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>): Turn[] {
+  if (typeof content === "string") return [{ role, content }];
+  const text = content.flatMap((block) => (block.type === "text" ? [block.text] : [])).join("");
+  if (role === "assistant") {
+    const toolCalls = content.flatMap((block, j) => {
+      if (block.type === "tool_result") throw new InvalidInput(`${at}.content[${j}]`, "a tool_result belongs to a user message");
+      return block.type === "tool_use" ? [{ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }] : [];
+    });
+    for (const call of toolCalls) calls.set(call.id, call.name);
+    return [{ role, content: text, ...(toolCalls.length > 0 ? { toolCalls } : {}) }];
+  }
+  const results = content.flatMap((block, j): Turn[] => {
+    if (block.type === "tool_use") throw new InvalidInput(`${at}.content[${j}]`, "a tool_use belongs to an assistant message");
+    if (block.type !== "tool_result") return [];
+    const name = calls.get(block.tool_use_id);
+    if (name === undefined) throw new InvalidInput(`${at}.content[${j}].tool_use_id`, `a tool_result must answer a tool_use of an earlier assistant message (${JSON.stringify(block.tool_use_id)} answers none)`);
+    const output = textOf(block.content ?? "");
+    return [{ role: "tool", content: block.is_error === true ? `Error: ${output}` : output, toolCallId: block.tool_use_id, name }];
+  });
+  return text !== "" || results.length === 0 ? [...results, { role, content: text }] : results;
+}
 
 /** The history as turns: the system prompt first, then the messages, whose text must be valid Unicode. */
 function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] {
+  const calls = new Map<string, string>();
   const turns: Turn[] = [
     ...(request.system != null ? [{ role: "system" as const, content: textOf(request.system) }] : []),
-    ...request.messages.map(({ role, content }) => ({ role, content: textOf(content) })),
+    ...request.messages.flatMap((message, i) => messageTurns(message, `messages[${i}]`, calls)),
   ];
   // A lone surrogate is no text the model can be given (the other APIs refuse it the same way).
   if (!turns.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("messages", "messages and system must be valid Unicode text (one has a lone surrogate)");
   return turns;
 }
 
+/** The tools offered and the choice, as the engine takes them; none when none are offered or the choice is `none`. */
+function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">) {
+  const choice = body.tool_choice ?? undefined;
+  return toolRequestOf({
+    functions: (body.tools ?? []).map((tool) => ({ name: tool.name, description: tool.description, parameters: tool.input_schema })),
+    choice: choice === undefined ? undefined : choice.type === "any" ? "required" : choice.type === "tool" ? { name: choice.name } : choice.type,
+    parallel: choice !== undefined && choice.type !== "none" && choice.disable_parallel_tool_use === true ? false : true,
+    nameParam: (i) => `tools[${i}].name`,
+  });
+}
+
 function completionInput(body: MessagesRequest): Omit<CompletionInput, "signal" | "userId"> {
   const stop = body.stop_sequences ?? undefined;
   if (stop && !stop.every((text) => text.isWellFormed())) throw new InvalidInput("stop_sequences", "stop_sequences must be valid Unicode text");
+  const tools = toolsOf(body);
   return {
     messages: turnsOf(body),
     model: body.model,
@@ -45,6 +87,7 @@ function completionInput(body: MessagesRequest): Omit<CompletionInput, "signal" 
     },
     maxTokens: body.max_tokens,
     ...(stop && stop.length > 0 ? { stop } : {}),
+    ...(tools ? { tools } : {}),
   };
 }
 
@@ -85,7 +128,11 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
     )
     .post(
       "/v1/messages/count_tokens",
-      async ({ body, principal, request }) => ({ input_tokens: await deps.completions.countTokens({ userId: principal.userId, model: body.model, messages: turnsOf(body), signal: request.signal }) }),
+      async ({ body, principal, request }) => {
+        const tools = toolsOf(body);
+        const count = await deps.completions.countTokens({ userId: principal.userId, model: body.model, messages: turnsOf(body), signal: request.signal, ...(tools ? { tools } : {}) });
+        return { input_tokens: count };
+      },
       {
         auth: "key",
         body: CountTokensRequest,
