@@ -31,8 +31,10 @@ const SUBCOMMANDS: Record<string, Subcommand> = {
     summary: "GGUF files in the models directory, with what their headers say",
     usage: "parley model list [--models-dir <dir>]",
     details: `Lists the .gguf files in the models directory (PARLEY_MODELS_DIR or --models-dir, default
-./models) with name, architecture, parameters, size, context length and quantization, all read
-from each file's GGUF header. A file that cannot be used is listed with the reason.`,
+./models) with the id requests name them by, architecture, parameters, size, context length,
+quantization and whether the file carries a chat template, all read from each file's GGUF header.
+A file that cannot be used is listed with the reason. Which models a running server has loaded
+is GET /v1/models's "loaded".`,
     positionals: 0,
     flags: [],
     run: (config) => list(config.modelsDir),
@@ -172,13 +174,14 @@ function list(dir: string): number {
   const rows = names.map((file): string[] => {
     try {
       const m = describeGguf(join(dir, file));
-      return [file, m.name, m.architecture ?? "?", formatCount(m.parameters), formatBytes(m.sizeBytes), String(m.contextLength ?? "?"), m.quantization];
+      const template = m.metadata["tokenizer.chat_template"] === undefined ? "no" : "yes";
+      return [file, m.name, m.architecture ?? "?", formatCount(m.parameters), formatBytes(m.sizeBytes), String(m.contextLength ?? "?"), m.quantization, template];
     } catch (err) {
       if (!(err instanceof InvalidModelError)) throw err;
       return [file, `unusable: ${err.reason}`];
     }
   });
-  const header = ["FILE", "NAME", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT"];
+  const header = ["FILE", "ID", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT", "TEMPLATE"];
   // An unusable file's reason starts in the NAME column and does not widen it.
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r.length === header.length || i === 0 ? r[i]!.length : 0))));
   for (const row of [header, ...rows]) console.log(row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join("  "));

@@ -150,7 +150,8 @@ describe("parley model list / info", () => {
     const run = await parley("list");
     expect(run.code).toBe(0);
     const line = (file: string) => run.stdout.split("\n").find((l) => l.startsWith(file)) ?? "";
-    expect(line("parley-demo.gguf").split(/\s+/)).toEqual(["parley-demo.gguf", "parley-demo", "llama", "861.4K", "3.5", "MB", "4096", "F32"]);
+    expect(run.stdout.split("\n")[0]!.split(/\s+/)).toEqual(["FILE", "ID", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT", "TEMPLATE"]);
+    expect(line("parley-demo.gguf").split(/\s+/)).toEqual(["parley-demo.gguf", "parley-demo", "llama", "861.4K", "3.5", "MB", "4096", "F32", "yes"]);
     expect(line("truncated.gguf")).toMatch(/unusable: is truncated: its tensor data ends at byte \d+ but the file has only \d+ bytes/);
     expect(line("notes.gguf")).toContain('unusable: is not a GGUF file (it starts with "thes", not "GGUF")');
   });

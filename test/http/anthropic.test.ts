@@ -159,6 +159,17 @@ describe("keys and refusals", () => {
     expect(await response.json()).toEqual({ type: "error", error: { type: "invalid_request_error", message: expect.stringContaining("max_tokens") } });
   });
 
+  test("a body over the limit is request_too_large (413)", async () => {
+    const small = serveApp({ storage: db.storage, engine, limits: { bodyLimitBytes: 1024 } });
+    try {
+      const refusal = await rejection(clientFor(small).messages.create({ model: "any", max_tokens: 2, messages: [{ role: "user", content: "x".repeat(4096) }] }));
+      expect(refusal).toBeInstanceOf(Anthropic.APIError);
+      expect(refusal).toMatchObject({ status: 413, error: { type: "error", error: { type: "request_too_large" } } });
+    } finally {
+      await small.stop();
+    }
+  });
+
   test("an unknown path is NotFoundError; no model yet is overloaded_error (503)", async () => {
     expect(await rejection(client.get("/v1/messages/nowhere"))).toBeInstanceOf(Anthropic.NotFoundError);
     const overloaded = await rejection(clientFor(loading).messages.create({ model: "any", max_tokens: 2, messages: hello }));
