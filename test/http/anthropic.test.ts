@@ -177,6 +177,25 @@ describe("keys and refusals", () => {
     expect(overloaded).toMatchObject({ status: 503, error: { type: "error", error: { type: "overloaded_error" } } });
   });
 
+  test("one key's stream cap is shared with the other protocols: an Anthropic stream beside an open OpenAI one is RateLimitError", async () => {
+    // bench-small never ends a reply by itself: the OpenAI stream holds its slot until it is left.
+    const endless = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
+    const capped = serveApp({ storage: db.storage, engine: endless, limits: { maxStreamsPerKey: 1 } });
+    const leaving = new AbortController();
+    try {
+      const openai = new OpenAI({ apiKey: alice.key, baseURL: `${capped.url}/v1`, maxRetries: 0 });
+      const open = await openai.chat.completions.create({ model: "any", messages: [{ role: "user", content: "Talk" }], max_tokens: 400, stream: true }, { signal: leaving.signal });
+      await open[Symbol.asyncIterator]().next();
+      const refusal = await rejection(clientFor(capped).messages.create({ model: "any", max_tokens: 4, messages: hello, stream: true }));
+      expect(refusal).toBeInstanceOf(Anthropic.RateLimitError);
+      expect(refusal).toMatchObject({ error: { type: "error", error: { type: "rate_limit_error" } } });
+    } finally {
+      leaving.abort();
+      await capped.stop();
+      await endless.close();
+    }
+  });
+
   test("one key's rate limit is shared with the other protocols: RateLimitError once it is spent", async () => {
     const openai = new OpenAI({ apiKey: alice.key, baseURL: `${limited.url}/v1`, maxRetries: 0 });
     const openAiHello = [{ role: "user" as const, content: "Hello" }];
