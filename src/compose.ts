@@ -86,7 +86,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     primedTurns: preambleOf(config.systemPrompt),
   });
   let ready = false;
-  let metrics: Metrics | undefined;
+  const metrics = new Metrics({ engines: () => memory.engines(), turns: () => runner.activeTurns, responses: () => storage.responses.count() });
   const memory = new LoadedModels({
     max: config.maxLoadedModels,
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
@@ -96,7 +96,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
       return Engine.load(engineOptions(entry.path));
     },
     onLoaded: (entry, loaded, ms) => {
-      metrics?.modelLoaded(entry.id, ms / 1000);
+      metrics.modelLoaded(entry.id, ms / 1000);
       announce("info", { model: entry.id, ms: Math.round(ms), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
     },
     onUnloaded: (entry) => announce("info", { model: entry.id }, "model unloaded"),
@@ -111,7 +111,6 @@ export async function startService(config: Config, log: Logger, announce: Announ
     ledger,
     onLedgerError: (error) => log.warn({ reason: String((error as Error)?.message ?? error) }, "a reply's tokens could not be counted to its user"),
   });
-  metrics = new Metrics({ engines: () => memory.engines(), turns: () => runner.activeTurns, responses: () => storage.responses.count() });
   // Started before the HTTP app is built: the native model loading overlaps that JS work. The
   // default model is loaded at the start, and the service is ready once it is.
   const loadFailed = memory.hold(model).then(

@@ -28,6 +28,11 @@ interface WireError<E> {
   headers?: (error: E) => HeaderMap;
   /** The OpenAI-compatible API's type, and its status and code where they differ. */
   openai: { type: OpenAiErrorType; status?: number; code?: string };
+  /**
+   * Anthropic's type, for its Messages API, at the OpenAI-compatible API's status (503 included:
+   * Anthropic's own overload is 529, which no other client of Parley knows; its SDK retries both).
+   */
+  anthropic: AnthropicErrorType;
 }
 
 const retryAfter = (ms: number): HeaderMap => ({ "retry-after": String(Math.max(1, Math.ceil(ms / 1000))) });
@@ -43,8 +48,9 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     code: "bad_request",
     when: "The request is not valid HTTP for Parley (e.g. an invalid Host header)",
     openai: { type: "invalid_request_error" },
+    anthropic: "invalid_request_error",
   },
-  invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON", openai: { type: "invalid_request_error" } },
+  invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON", openai: { type: "invalid_request_error" }, anthropic: "invalid_request_error" },
   unauthorized: {
     status: 401,
     code: "unauthorized",
@@ -52,20 +58,23 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     // RFC 6750: `invalid_token` only when a token was presented.
     headers: (error) => ({ "www-authenticate": error.tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"' }),
     openai: { type: "authentication_error" },
+    anthropic: "authentication_error",
   },
   forbidden: {
     status: 403,
     code: "forbidden",
     when: "The key's role does not allow it (a user key asked for another user's messages)",
     openai: { type: "permission_error" },
+    anthropic: "permission_error",
   },
-  not_found: { status: 404, code: "not_found", when: "Unknown path, or no such resource of the caller's", openai: { type: "not_found_error" } },
+  not_found: { status: 404, code: "not_found", when: "Unknown path, or no such resource of the caller's", openai: { type: "not_found_error" }, anthropic: "not_found_error" },
   model_not_found: {
     status: 404,
     code: "model_not_found",
     when: "The request names a model the service does not have (with several models; with one, any name is that model)",
     // OpenAI's answer to an unknown model, which its SDKs' users look for.
     openai: { type: "invalid_request_error", code: "model_not_found" },
+    anthropic: "not_found_error",
   },
   method_not_allowed: {
     status: 405,
@@ -73,6 +82,7 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     when: "Known path, wrong method (see Allow)",
     headers: (error) => ({ allow: error.allowed.join(", ") }),
     openai: { type: "invalid_request_error" },
+    anthropic: "invalid_request_error",
   },
   request_timeout: {
     status: 408,
@@ -80,13 +90,15 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     when: "The body did not arrive in time; the connection is closed",
     headers: () => ({ connection: "close" }),
     openai: { type: "invalid_request_error" },
+    anthropic: "invalid_request_error",
   },
-  payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit", openai: { type: "invalid_request_error" } },
+  payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit", openai: { type: "invalid_request_error" }, anthropic: "request_too_large" },
   unsupported_media_type: {
     status: 415,
     code: "unsupported_media_type",
     when: "Body is not application/json",
     openai: { type: "invalid_request_error" },
+    anthropic: "invalid_request_error",
   },
   invalid_input: {
     status: 422,
@@ -94,6 +106,7 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     when: "A field or parameter is missing, of the wrong type or out of range; param names it",
     // OpenAI answers every invalid request with 400, and its SDKs expect it.
     openai: { type: "invalid_request_error", status: 400 },
+    anthropic: "invalid_request_error",
   },
   rate_limited: {
     status: 429,
@@ -101,6 +114,7 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     when: "Per-key rate limit or stream cap hit (Retry-After)",
     headers: (error) => ({ ...(error.quota && quotaHeaders(error.quota)), ...retryAfter(error.retryAfterMs) }),
     openai: { type: "rate_limit_error" },
+    anthropic: "rate_limit_error",
   },
   quota_exceeded: {
     status: 429,
@@ -109,6 +123,7 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     headers: (error) => ({ ...tokenQuotaHeaders(error.quota), ...retryAfter(error.retryAfterMs) }),
     // OpenAI's own answer to a spent quota, which clients (and its SDKs' users) look for.
     openai: { type: "insufficient_quota", code: "insufficient_quota" },
+    anthropic: "rate_limit_error",
   },
   overloaded: {
     status: 503,
@@ -116,32 +131,11 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     when: "Model loading, shutting down, or queue full (Retry-After)",
     headers: (error) => retryAfter(error.retryAfterMs),
     openai: { type: "server_error" },
+    anthropic: "overloaded_error",
   },
-  internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log", openai: { type: "server_error" } },
+  internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log", openai: { type: "server_error" }, anthropic: "api_error" },
 };
 
-/**
- * Anthropic's error `type` of each kind, for its Messages API (its SDK picks a typed error by the
- * status): the statuses are the OpenAI-compatible API's, 503 included (Anthropic's own overload
- * is 529, which no other client of Parley knows; its SDK retries both).
- */
-export const ANTHROPIC_ERROR_TYPE: { [K in ErrorKind]: AnthropicErrorType } = {
-  bad_request: "invalid_request_error",
-  invalid_json: "invalid_request_error",
-  unauthorized: "authentication_error",
-  forbidden: "permission_error",
-  not_found: "not_found_error",
-  model_not_found: "not_found_error",
-  method_not_allowed: "invalid_request_error",
-  request_timeout: "invalid_request_error",
-  payload_too_large: "request_too_large",
-  unsupported_media_type: "invalid_request_error",
-  invalid_input: "invalid_request_error",
-  rate_limited: "rate_limit_error",
-  quota_exceeded: "rate_limit_error",
-  overloaded: "overloaded_error",
-  internal: "api_error",
-};
 
 /** Which shape an error takes: the contract's, OpenAI's for its compatible API, or Anthropic's for its Messages API. */
 export type ErrorDialect = "parley" | "openai" | "anthropic";
@@ -184,7 +178,7 @@ export const openAiErrorBody = (error: DomainError): OpenAiErrorBody => ({
 /** Anthropic's error body, which has no field for the parameter at fault: the message leads with it. */
 export const anthropicErrorBody = (error: DomainError): AnthropicErrorBody => ({
   type: "error",
-  error: { type: ANTHROPIC_ERROR_TYPE[error.kind], message: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message },
+  error: { type: HTTP_ERRORS[error.kind].anthropic, message: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message },
 });
 
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";

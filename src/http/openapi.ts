@@ -10,6 +10,7 @@ import type { ErrorKind } from "../errors";
 import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, QuotaEntryJson, QuotaList, Ready, UsageReport } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
+import { AnthropicErrorBody, AnthropicMessage, TokenCount } from "./anthropic/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
@@ -38,6 +39,9 @@ export const SCHEMAS = {
   DeletedResponse,
   ConversationObject,
   DeletedConversation,
+  AnthropicMessage,
+  AnthropicError: AnthropicErrorBody,
+  TokenCount,
 };
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });

@@ -47,19 +47,18 @@ export class MemoryStreamSlots implements StreamSlots {
 /** How long a stream's slot outlives its process when that process dies: renewed at a third of it. */
 const SLOT_TTL_MS = 30_000;
 
-/** The `X-RateLimit-*` headers: every response to a limited key carries its quota. */
-export const quotaHeaders = (quota: Quota): Record<string, string> => ({
-  "x-ratelimit-limit": String(quota.limit),
-  "x-ratelimit-remaining": String(quota.remaining),
-  "x-ratelimit-reset": String(Math.ceil(quota.resetMs / 1000)),
+/** An allowance as headers: `<prefix>-limit`, `-remaining`, and `-reset` in seconds. */
+const allowanceHeaders = (prefix: string, quota: Quota): Record<string, string> => ({
+  [`${prefix}-limit`]: String(quota.limit),
+  [`${prefix}-remaining`]: String(quota.remaining),
+  [`${prefix}-reset`]: String(Math.ceil(quota.resetMs / 1000)),
 });
 
-/** A user's token budget, on the responses of a user a quota applies to. */
-export const tokenQuotaHeaders = (quota: Quota): Record<string, string> => ({
-  "x-quota-limit": String(quota.limit),
-  "x-quota-remaining": String(quota.remaining),
-  "x-quota-reset": String(Math.ceil(quota.resetMs / 1000)),
-});
+/** The `X-RateLimit-*` headers: every response to a limited key carries its quota. */
+export const quotaHeaders = (quota: Quota) => allowanceHeaders("x-ratelimit", quota);
+
+/** The `X-Quota-*` headers: a user's token budget, on the responses of a user a quota applies to. */
+export const tokenQuotaHeaders = (quota: Quota) => allowanceHeaders("x-quota", quota);
 
 /**
  * Per-key admission: a token bucket of `perMinute` requests (refilled continuously, so a key

@@ -79,9 +79,9 @@ export class ModelRegistry {
     for (const path of source.paths) {
       if (!isFile(path)) throw new ModelNotFoundError(`PARLEY_MODEL (--model) is "${path}", which is not a readable file`);
     }
-    const found = source.paths.length === 0 && dirModels(source.modelsDir).length === 0;
-    if (found) await ensureDemo(source.modelsDir);
-    const registry = new ModelRegistry(source, found);
+    const demo = source.paths.length === 0 && dirModels(source.modelsDir).length === 0;
+    if (demo) await ensureDemo(source.modelsDir);
+    const registry = new ModelRegistry(source, demo);
     registry.scan(true);
     for (const [alias, id] of Object.entries(source.aliases ?? {})) {
       if (!registry.entries.some((entry) => entry.id === id)) throw new ModelNotFoundError(`PARLEY_MODEL_ALIASES maps "${alias}" to "${id}", which is no model of this service`);

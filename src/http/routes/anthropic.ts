@@ -9,7 +9,8 @@ import type { CompletionInput, CompletionService } from "../../chat/completions"
 import { InvalidInput } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
-import { AnthropicErrorBody, AnthropicMessage, CountTokensRequest, MessagesRequest, TokenCount } from "../anthropic/contract";
+import { CountTokensRequest, MessagesRequest } from "../anthropic/contract";
+import { jsonResponse } from "../openapi";
 import { messageJson, messagesFraming, newMessageId } from "../anthropic/present";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { toolRequestOf } from "../openai/tools";
@@ -91,8 +92,7 @@ function completionInput(body: MessagesRequest): Omit<CompletionInput, "signal" 
   };
 }
 
-const jsonResponse = (description: string, schema: object) => ({ description, content: { "application/json": { schema } } });
-const errorResponse = { description: "Anthropic's error shape: invalid_request_error (400, 413 request_too_large), authentication_error (401), permission_error (403), not_found_error (404), rate_limit_error (429), api_error (500), overloaded_error (503)", content: { "application/json": { schema: AnthropicErrorBody } } };
+const errorResponse = jsonResponse("Anthropic's error shape: invalid_request_error (400, 413 request_too_large), authentication_error (401), permission_error (403), not_found_error (404), rate_limit_error (429), api_error (500), overloaded_error (503)", "AnthropicError");
 
 export interface AnthropicRouteDeps {
   completions: CompletionService;
@@ -122,7 +122,7 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible Messages: the reply as a message (JSON, or Anthropic's named events with stream: true)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The message", AnthropicMessage), "4XX": errorResponse, "5XX": errorResponse },
+          responses: { "200": jsonResponse("The message", "AnthropicMessage"), "4XX": errorResponse, "5XX": errorResponse },
         },
       },
     )
@@ -140,7 +140,7 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible: the prompt's tokens with the model's chat template, without generating",
           tags: TAGS,
-          responses: { "200": jsonResponse("The count", TokenCount), "4XX": errorResponse, "5XX": errorResponse },
+          responses: { "200": jsonResponse("The count", "TokenCount"), "4XX": errorResponse, "5XX": errorResponse },
         },
       },
     );
