@@ -20,6 +20,8 @@ export interface CompletionInput extends TurnHooks {
   /** Absent: as long as the context allows. */
   maxTokens?: number;
   stop?: readonly string[];
+  /** A reasoning model's thought at most this many tokens (`GenerateRequest.thoughtTokens`). */
+  thoughtTokens?: number;
 }
 
 export interface CompletionStart {
@@ -86,7 +88,7 @@ export class CompletionService {
     const running = await this.runner.begin(input.userId, input);
     try {
       const { engine } = running;
-      await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs });
+      await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs, thoughtTokens: input.thoughtTokens });
       const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       const request = {
         ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey } : {}),
@@ -98,6 +100,7 @@ export class CompletionService {
         logprobs: input.logprobs,
         maxTokens: input.maxTokens ?? engine.contextSize,
         stop: input.stop,
+        thoughtTokens: input.thoughtTokens,
       };
       await running.admit(request);
       yield { type: "start", model: engine.modelName };

@@ -35,6 +35,8 @@ export interface Framing<Start, Result> {
   toolCall?(part: ToolCallPart): SseChunk[];
   /** For a protocol whose replies tell their tokens' log-probabilities. */
   logprobs?(entries: TokenLogprob[]): SseChunk[];
+  /** What keeps a silent stream alive, for a protocol that has its own event for it; a comment line otherwise. */
+  ping?: SseChunk;
   done(result: Result): SseChunk[];
   error(error: DomainError, requestId: string): SseChunk[];
 }
@@ -126,7 +128,7 @@ export class TurnDriver {
             }
             return;
           }
-          if (step.value === PING) yield PING;
+          if (step.value === PING) yield framing.ping ?? PING;
           else if (isReply(step.value)) {
             if (step.value.type !== "logprobs") meter.token();
             yield* frame(framing, step.value);

@@ -36,6 +36,11 @@ export interface DecodeOptions {
   lazyGrammar?: { armed: boolean };
   /** The reply's tokens' log-probabilities as a client is shown them: asked for, the answer's go out as its text is shown. */
   spell?: (token: Token, logprobs: TokenLogprobs) => TokenLogprob;
+  /**
+   * The thought (see `thought`) at most `tokens` tokens, then `close` (its close marker's tokens)
+   * taken as if generated, so the answer follows; 0 closes it as it opens.
+   */
+  thoughtBudget?: { tokens: number; close: readonly Token[] };
 }
 
 export interface Decoded {
@@ -74,11 +79,11 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   // Answer tokens' log-probabilities, each out once the text up to its end has been shown; the
   // thought's, a call's and those past a stop string never are. A token's end is known once its
   // text is out of the text stream (a split character holds it).
-  const logprobs: { end?: number; entry: TokenLogprob }[] = [];
+  const logprobs: { token: number; end?: number; entry: TokenLogprob }[] = [];
   const release = () => {
     const spelledOut = tokens.length - text.held;
-    for (let i = logprobs.length - 1, token = tokens.length - 1; i >= 0 && logprobs[i]!.end === undefined; i--, token--) {
-      if (token < spelledOut) logprobs[i]!.end = spelled.length;
+    for (let i = logprobs.length - 1; i >= 0 && logprobs[i]!.end === undefined; i--) {
+      if (logprobs[i]!.token < spelledOut) logprobs[i]!.end = spelled.length;
     }
     const start = replyText.answerStart;
     if (start === undefined) return;
@@ -88,12 +93,32 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
     const entries = logprobs.splice(0, count).flatMap(({ end, entry }) => (end! > start ? [entry] : []));
     if (entries.length > 0) emit({ kind: "logprobs", entries });
   };
+  const budget = options.thoughtBudget;
+  // Reply tokens before the thought's first, once it has opened; closing once its close is forced.
+  let thoughtFrom: number | undefined;
+  let closing = false;
+  /** The close marker's tokens, once the open thought has had its budget. */
+  const closeThought = (): readonly Token[] | undefined => {
+    if (!budget || closing || replyText.thoughtPhase !== "thought") return undefined;
+    thoughtFrom ??= tokens.length;
+    if (tokens.length - thoughtFrom < budget.tokens) return undefined;
+    closing = true;
+    return budget.close;
+  };
   let stopReason: StopReason | undefined;
   await scheduler.run({
     ...turn,
     onPrompt(ready) {
       prompt = ready;
       maxTokens = ready.maxTokens;
+      // A thought the prompt opens is open before the first token.
+      return closeThought();
+    },
+    mayForceAt() {
+      if (!budget || closing) return Infinity;
+      const phase = replyText.thoughtPhase;
+      // Before the thought opens, each token may open it.
+      return phase === "before" ? tokens.length + 1 : phase === "thought" ? (thoughtFrom ?? tokens.length) + budget.tokens : Infinity;
     },
     onToken(token, probabilities) {
       // Checked before the token is used: an abort during the prompt yields an empty reply.
@@ -110,7 +135,7 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
         take(shown);
       }
       if (probabilities && options.spell) {
-        logprobs.push({ entry: options.spell(token, probabilities) });
+        logprobs.push({ token: tokens.length - 1, entry: options.spell(token, probabilities) });
         release();
       }
       if (replyText.stoppedAt !== undefined) {
@@ -119,9 +144,11 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
       }
       const { lazyGrammar, calls } = options;
       if (lazyGrammar && !lazyGrammar.armed && calls?.openedAt === spelled.length) lazyGrammar.armed = true;
-      if (tokens.length < maxTokens) return true;
-      stopReason = "maxTokens";
-      return false;
+      if (tokens.length >= maxTokens) {
+        stopReason = "maxTokens";
+        return false;
+      }
+      return closeThought() ?? true;
     },
   });
   // Ended by the signal, between batches or at a token.

@@ -9,8 +9,10 @@
 import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import {
+  type ChatWrapper,
   getLlama,
   getModuleVersion,
+  LlamaText,
   type Llama,
   type LlamaContext,
   type LlamaModel,
@@ -111,6 +113,8 @@ const NO_CONVERSATION = "";
 /** How replies' thoughts are told apart, for a chat format that has them and unless they stay inline. */
 interface Thoughts {
   markers: ThoughtMarkers;
+  /** The close marker as the chat format writes it (its whitespace too): what ends a thought at its budget. */
+  close: readonly Token[];
   /** Told apart, then left out of what the engine yields and returns. */
   hidden: boolean;
 }
@@ -197,7 +201,7 @@ export class Engine {
         scheduler,
         new PromptRenderer(model, chatWrapper, TemplateChat.of(model)),
         chatStops(model, chatWrapper),
-        markers && { markers, hidden: reasoning === "hide" },
+        markers && { markers, close: thoughtCloseOf(model, chatWrapper), hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt"),
         options.contextOverflow ?? "shift",
@@ -278,7 +282,11 @@ export class Engine {
    * not have), `response_format` or a tool's parameters (a schema keyword the grammar cannot
    * enforce), `tool_choice` (a function not offered).
    */
-  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs">): Promise<void> {
+  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens">): Promise<void> {
+    // None (0) is what a model without thoughts gives anyway.
+    if (request.thoughtTokens !== undefined && request.thoughtTokens > 0 && !this.thoughts) {
+      throw new InvalidInput("thinking", `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`);
+    }
     if (request.logprobs !== undefined && !hasLogprobs(this.context)) {
       throw new InvalidInput("logprobs", "logprobs need Parley's compiled natives (bun run natives), which this build runs without");
     }
@@ -384,6 +392,7 @@ export class Engine {
             ...(callText ? { calls: callText, shown: this.callOpeners } : {}),
             ...(sampling.lazyGrammar ? { lazyGrammar: sampling.lazyGrammar } : {}),
             ...(request.logprobs !== undefined ? { spell: this.spell } : {}),
+            ...(request.thoughtTokens !== undefined && this.thoughts ? { thoughtBudget: { tokens: request.thoughtTokens, close: this.thoughts.close } } : {}),
           },
           (piece) => {
             if (piece.kind === "toolCall") {
@@ -550,6 +559,11 @@ function finishReason(stop: StopReason): FinishReason {
     case "stop":
       return "stop";
   }
+}
+
+/** The tokens of the chat format's thought close marker, with the whitespace it writes around it. */
+function thoughtCloseOf(model: LlamaModel, chatWrapper: ChatWrapper): Token[] {
+  return LlamaText(chatWrapper.settings.segments!.thought!.suffix!).tokenize(model.tokenizer);
 }
 
 /** Those of `texts` that are one special token of the model, which detokenizes to nothing as text. */

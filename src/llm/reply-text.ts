@@ -5,7 +5,7 @@
  * call's arguments may hold one without ending the reply.
  */
 import { StopText } from "./stop-text";
-import { type PlacedPiece, type ThoughtMarkers, ThoughtText } from "./thought-text";
+import { type PlacedPiece, type ThoughtMarkers, type ThoughtPhase, ThoughtText } from "./thought-text";
 import type { SplitText, ToolCallText } from "./tool-call-text";
 import type { ReplyPiece } from "./types";
 
@@ -42,6 +42,11 @@ export class ReplyText {
     const rest = this.stops.flush();
     if (rest !== "") shown.push({ kind: "content", text: rest });
     return shown;
+  }
+
+  /** Where the reply is in its thought; "after" for a model without thoughts. */
+  get thoughtPhase(): ThoughtPhase {
+    return this.thought?.phase ?? "after";
   }
 
   /** Where in the generated text the answer begins; undefined before it has (in a thought). */

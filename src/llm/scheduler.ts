@@ -109,10 +109,20 @@ export interface Turn {
   budget?: number;
   /** Each token's log-probability, and this many most likely tokens' (0 to 20): the reply runs one step a batch. */
   logprobs?: number;
-  /** Once the slot is readied, before the prompt's first batch. */
-  onPrompt?(prompt: ReadyPrompt): void;
-  /** Each sampled token, at once (with its log-probabilities when asked); false ends the turn (the token is then not evaluated). */
-  onToken(token: Token, logprobs?: TokenLogprobs): boolean;
+  /**
+   * Once the slot is readied, before the prompt's first batch. May answer with the reply's first
+   * tokens, taken without sampling them (see `onToken`).
+   */
+  onPrompt?(prompt: ReadyPrompt): readonly Token[] | void;
+  /**
+   * Each sampled token, at once (with its log-probabilities when asked). True goes on; false ends
+   * the turn (the token is then not evaluated); tokens go on with these after it, taken without
+   * sampling them: each is handed here in turn (answered true or false), and the sampler counts
+   * them as its own. Tokens may answer only the token that brings the reply to `mayForceAt`.
+   */
+  onToken(token: Token, logprobs?: TokenLogprobs): boolean | readonly Token[];
+  /** The count of reply tokens at which `onToken` may answer with tokens: a native run of steps stops there. */
+  mayForceAt?(): number;
 }
 
 export interface SchedulerOptions {
@@ -393,7 +403,8 @@ export class Scheduler {
       // shift mid-reply would make the prompt's token counts stale.
       job.maxTokens = Math.max(1, Math.min(turn.maxTokens ?? Infinity, this.context.contextSize - tokens.length - 1, (turn.budget ?? Infinity) - tokens.length));
       slot.state = SlotState.Prompt;
-      turn.onPrompt?.({ tokens, cachedTokens, maxTokens: job.maxTokens });
+      const forced = turn.onPrompt?.({ tokens, cachedTokens, maxTokens: job.maxTokens });
+      if (forced && forced.length > 0 && !this.force(job, forced)) job.end();
     } catch (error) {
       job.end(error);
     }
@@ -446,7 +457,6 @@ export class Scheduler {
         continue;
       }
       job.slot.state = SlotState.Replying;
-      job.pending = [taken.token];
       let more: boolean;
       try {
         more = this.give(job, taken.token, taken.logprobs);
@@ -458,11 +468,30 @@ export class Scheduler {
     }
   }
 
-  /** Hands a sampled token to its reply, which may arm a lazy grammar for the next (see `Sampler.prepare`). */
+  /**
+   * Hands a sampled token to its reply, which may arm a lazy grammar for the next (see
+   * `Sampler.prepare`) or force tokens after it: the job's pending tokens are then all of them.
+   * False once the reply ends.
+   */
   private give(job: Job, token: Token, logprobs?: TokenLogprobs): boolean {
     job.given++;
     job.sampler.sampled(token);
-    return job.turn.onToken(token, logprobs);
+    job.pending = [token];
+    const next = job.turn.onToken(token, logprobs);
+    return typeof next === "boolean" ? next : this.force(job, next);
+  }
+
+  /** Hands the reply tokens it takes without sampling them, after its pending ones; false once it ends. */
+  private force(job: Job, tokens: readonly Token[]): boolean {
+    job.sampler.forced(tokens);
+    for (const token of tokens) {
+      job.given++;
+      const next = job.turn.onToken(token);
+      if (typeof next !== "boolean") throw new Error("a forced token cannot force more");
+      if (!next) return false;
+      job.pending = [...job.pending, token];
+    }
+    return true;
   }
 
   /**
@@ -475,7 +504,11 @@ export class Scheduler {
       batch.length === active.length &&
       batch.every(
         ({ job }) =>
-          job.slot.state === SlotState.Replying && job.sampler.settled && job.turn.logprobs === undefined && canDecodeSteps(this.context, job.slot.sequence),
+          job.slot.state === SlotState.Replying &&
+          job.pending.length === 1 &&
+          job.sampler.settled &&
+          job.turn.logprobs === undefined &&
+          canDecodeSteps(this.context, job.slot.sequence),
       )
     );
   }
@@ -493,7 +526,7 @@ export class Scheduler {
     try {
       const entries = jobs.map((job) => ({ sequence: job.slot.sequence, token: job.pending[0]!, sampler: job.sampler }));
       // Asked once the lock is taken: an abort before the call began would not reach it.
-      const steps = () => (this.needsLoop() ? 0 : Math.max(1, Math.min(STEPS_PER_CALL, ...jobs.map((job) => job.maxTokens - job.given))));
+      const steps = () => (this.needsLoop() ? 0 : Math.max(1, Math.min(STEPS_PER_CALL, ...jobs.map((job) => Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given))));
       tokens = await decodeSteps(this.context, entries, steps);
     } catch (error) {
       for (const job of jobs) job.end(error);
@@ -517,10 +550,11 @@ export class Scheduler {
           continue;
         }
         const token = tokens[i]![step]!;
-        job.pending = [token];
         // Ending the reply, this token is unevaluated; the ones after it were decoded.
         try {
           if (!this.give(job, token)) ended.set(job, { decodedPast: taken - 1 - step });
+          // `mayForceAt` ends the run where tokens may be forced: the steps past them would be wrong.
+          else if (job.pending.length > 1 && step < taken - 1) throw new Error("a reply forced tokens inside a native run of steps");
         } catch (failure) {
           ended.set(job, { decodedPast: taken - 1 - step, failure });
         }

@@ -41,6 +41,8 @@ export interface PlacedPiece extends TextPiece {
 
 type State = "start" | "thoughtStart" | "thought" | "answerStart" | "answer";
 
+export type ThoughtPhase = "before" | "thought" | "after";
+
 const leadingSpace = (text: string) => text.length - text.trimStart().length;
 
 /** Splits one reply's generated text, given in pieces, into reasoning and answer. */
@@ -52,6 +54,11 @@ export class ThoughtText {
 
   constructor(private readonly markers: ThoughtMarkers) {
     this.state = markers.open === undefined ? "thoughtStart" : "start";
+  }
+
+  /** Where the reply is: before a thought may open, in it, or past it (its answer begun, or never a thought). */
+  get phase(): ThoughtPhase {
+    return this.state === "start" ? "before" : this.state === "thoughtStart" || this.state === "thought" ? "thought" : "after";
   }
 
   /** What of `text` (with what was held) is known to be reasoning or answer, in order. */

@@ -147,6 +147,13 @@ export interface GenerateRequest {
   budget?: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */
   stop?: readonly string[];
+  /**
+   * A reasoning model's thought, at most this many tokens: its close marker then follows as if the
+   * model wrote it, and the answer after it (0: the thought closes as it opens). Absent: as long as
+   * the model thinks. `Engine.check` refuses a budget above 0 for a model whose thoughts are not
+   * told apart.
+   */
+  thoughtTokens?: number;
   /** Held to it token by token: see `Engine.check`, which refuses what cannot be held. */
   format?: ReplyFormat;
   /** Tools the reply may call (see tools.ts); `Engine.check` refuses what cannot be held. */

@@ -34,11 +34,16 @@ interface AddonSampler {
   dispose(): void;
 }
 
+interface AddonSamplerClass {
+  new (model: unknown): AddonSampler;
+  acceptGrammarEvaluationStateToken(state: unknown, token: Token): void;
+}
+
 interface ContextInternals {
   _ctx: AddonContext;
   /** Disposal of the native context waits while a handle is held; creating one throws once it began. */
   _backendContextDisposeGuard: { createPreventDisposalHandle(): { dispose(): void } };
-  _llama: { _bindings: { AddonSampler: new (model: unknown) => AddonSampler } };
+  _llama: { _bindings: { AddonSampler: AddonSamplerClass } };
 }
 
 interface SequenceInternals {
@@ -63,6 +68,7 @@ export function checkInternals(context: LlamaContext, model: LlamaModel, sequenc
   const missing = [
     ...(["initBatch", "addToBatch", "decodeBatch", "sampleToken", "removeTokenCellsFromSequence"] as const).filter((name) => typeof ctx._ctx?.[name] !== "function").map((name) => `context._ctx.${name}`),
     ...(typeof ctx._llama?._bindings?.AddonSampler === "function" ? [] : ["context._llama._bindings.AddonSampler"]),
+    ...(typeof ctx._llama?._bindings?.AddonSampler?.acceptGrammarEvaluationStateToken === "function" ? [] : ["AddonSampler.acceptGrammarEvaluationStateToken"]),
     ...(typeof ctx._backendContextDisposeGuard?.createPreventDisposalHandle === "function" ? [] : ["context._backendContextDisposeGuard"]),
     ...(internals<{ _model?: unknown }>(model)._model === undefined ? ["model._model"] : []),
     ...(typeof seq._sequenceId === "number" ? [] : ["sequence._sequenceId"]),
@@ -97,6 +103,7 @@ export interface SamplerConfig {
  */
 export class Sampler {
   readonly native: AddonSampler;
+  private readonly natives: AddonSamplerClass;
   /** The last tokens sampled, as many as the penalties count: given again when the configuration changes. */
   private readonly recent: Token[] = [];
   private constrained = false;
@@ -106,9 +113,14 @@ export class Sampler {
     model: LlamaModel,
     private readonly config: SamplerConfig,
   ) {
-    const { AddonSampler } = internals<ContextInternals>(context)._llama._bindings;
-    this.native = new AddonSampler(internals<{ _model: unknown }>(model)._model);
+    this.natives = internals<ContextInternals>(context)._llama._bindings.AddonSampler;
+    this.native = new this.natives(internals<{ _model: unknown }>(model)._model);
     this.native.applyConfig(this.nativeConfig(config.grammar));
+  }
+
+  /** The grammar that holds the reply now: its own, or its lazy one once armed. */
+  private get grammar(): object | undefined {
+    return this.constrained ? this.config.lazyGrammar!.state : this.config.grammar;
   }
 
   /** Whether the configuration stays as it is: none waits for its lazy grammar to be armed. */
@@ -122,6 +134,20 @@ export class Sampler {
     if (window === 0) return;
     this.recent.push(token);
     if (this.recent.length > window) this.recent.shift();
+  }
+
+  /**
+   * Notes tokens the reply took without sampling them (a thought's close at its budget): the
+   * grammar moves past them and the penalties count them, as if the sampler had sampled them.
+   */
+  forced(tokens: readonly Token[]): void {
+    const { grammar } = this;
+    for (const token of tokens) {
+      if (grammar) this.natives.acceptGrammarEvaluationStateToken(grammarStateOf(grammar), token);
+      this.sampled(token);
+    }
+    // The addon's penalties hold only what it sampled: the configuration again gives them the rest.
+    if ((this.config.penalties?.window ?? 0) > 0) this.native.applyConfig(this.nativeConfig(grammar));
   }
 
   /** Before the next token is sampled: a lazy grammar armed since holds from now on. */

@@ -270,6 +270,53 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     expect(declared.stepCounts).toEqual([4, 4, 1]);
   });
 
+  test("tokens a reply forces (after its prompt, and at mayForceAt) are evaluated as its own: the calls stop where it may force, and the reply is the one it gets one step a batch", async () => {
+    const [sequence] = sequences;
+    const input = model.tokenize(LONG.text);
+    const [a, b, c, d] = model.tokenize(" a ship sailed");
+    const FORCE_AT = 5;
+    const outcomes = [];
+    for (const context_ of [context, stepwise]) {
+      await sequence!.clearHistory();
+      stepCounts.length = 0;
+      const scheduler = new Scheduler(context_, sequences, { promptChunk: 16 });
+      const given: Token[] = [];
+      let forcing = true;
+      await scheduler.run({
+        slot: scheduler.slots.find((slot) => slot.sequence === sequence)!,
+        scope: "",
+        prompt: () => ({ tokens: input, reusable: 0 }),
+        sampling: samplingOf(LONG.sampling),
+        signal: new AbortController().signal,
+        onPrompt: () => [a!, b!],
+        mayForceAt: () => (forcing ? FORCE_AT : Infinity),
+        onToken: (token) => {
+          if (model.isEogToken(token)) return false;
+          given.push(token);
+          if (given.length === FORCE_AT && forcing) {
+            forcing = false;
+            return [c!, d!];
+          }
+          return given.length < 14;
+        },
+      });
+      outcomes.push({ given, held: [...sequence!.contextTokens], stepCounts: [...stepCounts] });
+    }
+    const [stepped, alone] = outcomes as [(typeof outcomes)[number], (typeof outcomes)[number]];
+    // Past the forced tokens, sampling went on.
+    expect(stepped.given.length).toBeGreaterThan(FORCE_AT + 2);
+    expect(stepped.given.slice(0, 2)).toEqual([a!, b!]);
+    expect(stepped.given.slice(FORCE_AT, FORCE_AT + 2)).toEqual([c!, d!]);
+    expect(stepped.given).toEqual(alone.given);
+    // The sequence holds the prompt, then every token given: but the 14th, which ended the reply unevaluated.
+    expect(stepped.held).toEqual([...input, ...(stepped.given.length === 14 ? stepped.given.slice(0, -1) : stepped.given)]);
+    expect(alone.held).toEqual(stepped.held);
+    // The prompt's batch samples the third token; a call then takes the fourth and fifth and stops
+    // where the reply may force; the forced tokens go in a batch, which samples the eighth.
+    expect(stepped.stepCounts[0]).toBe(2);
+    expect(stepped.stepCounts.slice(1).every((count) => count === 4)).toBe(true);
+  });
+
   /** The reply's tokens one step a batch, with nothing beside it. */
   async function alone(sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) {
     await sequence.clearHistory();

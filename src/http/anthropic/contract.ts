@@ -8,7 +8,7 @@ import { optional, unsupported } from "../sampling-fields";
 const closed = { additionalProperties: false } as const;
 
 const CONTENT_RULE =
-  "content must be a string or blocks: text {type, text}, tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} (a user's); images and documents are not supported";
+  "content must be a string or blocks: text {type, text}, thinking {type, thinking, signature} and tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} (a user's); images and documents are not supported";
 
 /** A cache hint: accepted, since Parley's prefix cache needs none. */
 const CacheControl = optional(t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }), "cache_control must be {type: \"ephemeral\"}");
@@ -30,6 +30,17 @@ export const ToolUseBlockParam = t.Object({
   caller: optional(t.Object({ type: t.Literal("direct") }), "caller must be {type: \"direct\"}: Parley runs no tools of its own"),
 });
 
+/** A thought of an earlier reply, sent back: the chat template decides whether the model sees it. Its signature is not checked (Parley signs none). */
+export const ThinkingBlockParam = t.Object({
+  type: t.Literal("thinking"),
+  thinking: t.String(),
+  signature: t.String(),
+  cache_control: CacheControl,
+});
+
+/** Another service's encrypted thought: taken so that the refusal can say why (Parley cannot read it). */
+export const RedactedThinkingBlockParam = t.Object({ type: t.Literal("redacted_thinking"), data: t.String() });
+
 export const ToolResultBlockParam = t.Object({
   type: t.Literal("tool_result"),
   tool_use_id: t.String(),
@@ -41,7 +52,7 @@ export const ToolResultBlockParam = t.Object({
 const MessageParam = t.Object(
   {
     role: t.Union([t.Literal("user"), t.Literal("assistant")], { error: "role must be user or assistant (the system prompt is the system field)" }),
-    content: t.Union([t.String(), t.Array(t.Union([TextBlockParam, ToolUseBlockParam, ToolResultBlockParam]))], { error: CONTENT_RULE }),
+    content: t.Union([t.String(), t.Array(t.Union([TextBlockParam, ThinkingBlockParam, RedactedThinkingBlockParam, ToolUseBlockParam, ToolResultBlockParam]))], { error: CONTENT_RULE }),
   },
   { error: `each message needs a role (user or assistant) and content; ${CONTENT_RULE}` },
 );
@@ -74,6 +85,20 @@ export const ToolChoiceParam = t.Union(
   { error: TOOL_CHOICE_RULE },
 );
 
+const THINKING_RULE = 'thinking must be {type: "enabled", budget_tokens (a positive integer below max_tokens), display?}, {type: "adaptive", display?} or {type: "disabled"}';
+/** Parley shows a thought whole: "summarized" is taken as that; "omitted" leaves the block's text empty. */
+const ThinkingDisplay = optional(t.Union([t.Literal("summarized"), t.Literal("omitted")]), "thinking.display must be summarized or omitted");
+
+export const ThinkingParam = t.Union(
+  [
+    t.Object({ type: t.Literal("enabled"), budget_tokens: t.Integer({ minimum: 1 }), display: ThinkingDisplay }),
+    t.Object({ type: t.Literal("adaptive"), display: ThinkingDisplay }),
+    t.Object({ type: t.Literal("disabled") }),
+  ],
+  { error: THINKING_RULE },
+);
+export type ThinkingParam = Static<typeof ThinkingParam>;
+
 export const MessagesRequest = t.Object(
   {
     model: t.String({ error: "model is required: a model's id (GET /v1/models lists them), or any name when Parley serves one model" }),
@@ -87,7 +112,7 @@ export const MessagesRequest = t.Object(
     stream: optional(t.Boolean(), "stream must be true or false"),
     metadata: optional(t.Object({ user_id: optional(t.String(), "metadata.user_id must be a string") }), "metadata must be {user_id}"),
     service_tier: optional(t.Union([t.Literal("auto"), t.Literal("standard_only")]), "service_tier must be auto or standard_only"),
-    thinking: optional(t.Object({ type: t.Literal("disabled") }), "thinking must be {type: \"disabled\"}: a reasoning model's thought as thinking blocks is not supported yet"),
+    thinking: optional(ThinkingParam, THINKING_RULE),
     tools: optional(t.Array(Tool, { maxItems: 128 }), `tools must be an array of up to 128; ${TOOL_RULE}`),
     tool_choice: optional(ToolChoiceParam, TOOL_CHOICE_RULE),
     container: unsupported("container is not supported"),
@@ -141,6 +166,7 @@ export const AnthropicMessage = t.Object(
     model: t.String(),
     content: t.Array(
       t.Union([
+        t.Object({ type: t.Literal("thinking"), thinking: t.String(), signature: t.String({ description: "Always empty: Parley signs no thought" }) }, closed),
         t.Object({ type: t.Literal("text"), text: t.String(), citations: NONE }, closed),
         t.Object({ type: t.Literal("tool_use"), id: t.String(), name: t.String(), input: t.Record(t.String(), t.Unknown()), caller: t.Object({ type: t.Literal("direct") }, closed) }, closed),
       ]),

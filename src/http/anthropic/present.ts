@@ -7,6 +7,8 @@ import { event, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
 import type { AnthropicMessage, MessageUsage, StopReason } from "./contract";
 
+type Block = "thinking" | "text" | "tool_use";
+
 export const newMessageId = () => `msg_${crypto.randomUUID().replaceAll("-", "")}`;
 
 /**
@@ -38,13 +40,21 @@ const deltaUsageJson = (usage: Usage) => {
   return { input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, output_tokens_details: null, server_tool_use: null };
 };
 
-export const messageJson = (id: string, result: CompletionResult): AnthropicMessage => ({
+/** A thought's block: Parley signs none, so its signature is empty; `shown` false omits its text (`display: "omitted"`). */
+const thinkingJson = (thinking: string) => ({ type: "thinking" as const, thinking, signature: "" });
+
+/** @param shown whether a reasoning model's thought shows its text */
+export const messageJson = (id: string, result: CompletionResult, shown: boolean): AnthropicMessage => ({
   id,
   type: "message",
   role: "assistant",
   model: result.model,
-  // The text block, unless the reply is only calls.
-  content: [...(result.text !== "" || !result.toolCalls ? [{ type: "text" as const, text: result.text, citations: null }] : []), ...(result.toolCalls ?? []).map(toolUseJson)],
+  // The thought, if any; the text block, unless the reply is only calls; the calls.
+  content: [
+    ...(result.reasoning !== undefined ? [thinkingJson(shown ? result.reasoning : "")] : []),
+    ...(result.text !== "" || !result.toolCalls ? [{ type: "text" as const, text: result.text, citations: null }] : []),
+    ...(result.toolCalls ?? []).map(toolUseJson),
+  ],
   stop_reason: stopReasonOf(result),
   stop_sequence: result.stopSequence ?? null,
   usage: usageJson(result.usage),
@@ -53,23 +63,29 @@ export const messageJson = (id: string, result: CompletionResult): AnthropicMess
   stop_details: null,
 });
 
+const PING = event("ping", { type: "ping" });
+
 /**
- * Anthropic's stream: `message_start`, then each block in turn (`content_block_start`, its
- * deltas, `content_block_stop`): the answer's text, then each tool call with its input as JSON
- * text; then `message_delta` with the stop reason and usage, and `message_stop`. A reasoning
- * model's thought is not asked for (thinking blocks are not supported yet): it is left out.
+ * Anthropic's stream: `message_start` and a `ping`, then each block in turn
+ * (`content_block_start`, its deltas, `content_block_stop`): a reasoning model's thought
+ * (`thinking_delta`s, none when its text is not `shown`), the answer's text, then each tool call
+ * with its input as JSON text; then `message_delta` with the stop reason and usage, and
+ * `message_stop`. `ping` events keep a silent stream alive, as Anthropic's do.
  */
-export function messagesFraming(id: string): Framing<CompletionStart, CompletionResult> {
+export function messagesFraming(id: string, shown: boolean): Framing<CompletionStart, CompletionResult> {
   let index = -1;
-  let open: "text" | "tool_use" | undefined;
+  let open: Block | undefined;
   const close = (): SseChunk[] => {
     if (open === undefined) return [];
     open = undefined;
     return [event("content_block_stop", { type: "content_block_stop", index })];
   };
-  const begin = (block: object, kind: "text" | "tool_use"): SseChunk[] => {
+  // A text or tool_use block began: the reply has its answer's block.
+  let answered = false;
+  const begin = (block: object, kind: Block): SseChunk[] => {
     const closed = close();
     open = kind;
+    if (kind !== "thinking") answered = true;
     return [...closed, event("content_block_start", { type: "content_block_start", index: ++index, content_block: block })];
   };
   const text = (): SseChunk[] => (open === "text" ? [] : begin({ type: "text", text: "", citations: null }, "text"));
@@ -79,8 +95,13 @@ export function messagesFraming(id: string): Framing<CompletionStart, Completion
         type: "message_start",
         message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: usageJson({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 }), container: null, diagnostics: null, stop_details: null },
       }),
+      PING,
     ],
-    reasoning: () => [],
+    ping: PING,
+    reasoning: (thought) => [
+      ...(open === "thinking" ? [] : begin(thinkingJson(""), "thinking")),
+      ...(shown ? [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "thinking_delta", thinking: thought } })] : []),
+    ],
     delta: (delta) => [...text(), event("content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: delta } })],
     toolCall: (part) => {
       if (part.part === "open") return begin({ type: "tool_use", id: part.id, name: part.name, input: {}, caller: { type: "direct" } }, "tool_use");
@@ -89,7 +110,7 @@ export function messagesFraming(id: string): Framing<CompletionStart, Completion
     },
     done: (result) => [
       // A reply with no text and no call still has its (empty) text block, as when not streamed.
-      ...(index === -1 ? text() : []),
+      ...(answered ? [] : text()),
       ...close(),
       event("message_delta", { type: "message_delta", delta: { stop_reason: stopReasonOf(result), stop_sequence: result.stopSequence ?? null }, usage: deltaUsageJson(result.usage) }),
       event("message_stop", { type: "message_stop" }),

@@ -20,6 +20,7 @@ const TAGS = ["Anthropic-compatible"];
 
 type TextBlocks = NonNullable<MessagesRequest["system"]>;
 type Message = MessagesRequest["messages"][number];
+type Block = Exclude<Message["content"], string>[number];
 
 const textOf = (content: string | TextBlocks) => (typeof content === "string" ? content : content.map((block) => block.text).join(""));
 
@@ -30,17 +31,20 @@ const textOf = (content: string | TextBlocks) => (typeof content === "string" ? 
  */
 function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>): Turn[] {
   if (typeof content === "string") return [{ role, content }];
-  const text = content.flatMap((block) => (block.type === "text" ? [block.text] : [])).join("");
+  const blocksOf = <T extends Block["type"]>(type: T) => content.filter((block): block is Extract<Block, { type: T }> => block.type === type);
+  const redacted = content.findIndex((block) => block.type === "redacted_thinking");
+  if (redacted >= 0) throw new InvalidInput(`${at}.content[${redacted}]`, "redacted_thinking blocks are another service's encrypted thoughts, which Parley cannot read (it writes none)");
+  const text = blocksOf("text").map((block) => block.text).join("");
   if (role === "assistant") {
-    const toolCalls = content.flatMap((block, j) => {
-      if (block.type === "tool_result") throw new InvalidInput(`${at}.content[${j}]`, "a tool_result belongs to a user message");
-      return block.type === "tool_use" ? [{ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }] : [];
-    });
+    const result = content.findIndex((block) => block.type === "tool_result");
+    if (result >= 0) throw new InvalidInput(`${at}.content[${result}]`, "a tool_result belongs to a user message");
+    const toolCalls = blocksOf("tool_use").map((block) => ({ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }));
     for (const call of toolCalls) calls.set(call.id, call.name);
-    return [{ role, content: text, ...(toolCalls.length > 0 ? { toolCalls } : {}) }];
+    const thought = blocksOf("thinking").map((block) => block.thinking).join("");
+    return [{ role, content: text, ...(thought !== "" ? { reasoning: thought } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) }];
   }
   const results = content.flatMap((block, j): Turn[] => {
-    if (block.type === "tool_use") throw new InvalidInput(`${at}.content[${j}]`, "a tool_use belongs to an assistant message");
+    if (block.type === "tool_use" || block.type === "thinking") throw new InvalidInput(`${at}.content[${j}]`, `a ${block.type} block belongs to an assistant message`);
     if (block.type !== "tool_result") return [];
     const name = calls.get(block.tool_use_id);
     if (name === undefined) throw new InvalidInput(`${at}.content[${j}].tool_use_id`, `a tool_result must answer a tool_use of an earlier assistant message (${JSON.stringify(block.tool_use_id)} answers none)`);
@@ -73,7 +77,21 @@ function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">) {
   });
 }
 
-function completionInput(body: MessagesRequest): Omit<CompletionInput, "signal" | "userId"> {
+/**
+ * The request's `thinking` as the engine honours it: the thought's budget in tokens (0: none; absent:
+ * as long as the model thinks, as `adaptive`) and whether the reply shows its text (`display`).
+ * Without `thinking`, a reasoning model thinks as it would, and its thought is shown.
+ */
+function thinkingOf({ thinking, max_tokens }: Pick<MessagesRequest, "thinking" | "max_tokens">): { tokens?: number; shown: boolean } {
+  if (thinking == null) return { shown: true };
+  if (thinking.type === "disabled") return { tokens: 0, shown: true };
+  const shown = thinking.display !== "omitted";
+  if (thinking.type === "adaptive") return { shown };
+  if (thinking.budget_tokens >= max_tokens) throw new InvalidInput("thinking.budget_tokens", `thinking.budget_tokens must be less than max_tokens (${max_tokens}): the thought's tokens are part of the reply's`);
+  return { tokens: thinking.budget_tokens, shown };
+}
+
+function completionInput(body: MessagesRequest, thoughtTokens: number | undefined): Omit<CompletionInput, "signal" | "userId"> {
   const stop = body.stop_sequences ?? undefined;
   if (stop && !stop.every((text) => text.isWellFormed())) throw new InvalidInput("stop_sequences", "stop_sequences must be valid Unicode text");
   const tools = toolsOf(body);
@@ -87,6 +105,7 @@ function completionInput(body: MessagesRequest): Omit<CompletionInput, "signal" 
       ...(body.top_k != null ? { topK: body.top_k } : {}),
     },
     maxTokens: body.max_tokens,
+    ...(thoughtTokens !== undefined ? { thoughtTokens } : {}),
     ...(stop && stop.length > 0 ? { stop } : {}),
     ...(tools ? { tools } : {}),
   };
@@ -106,14 +125,15 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
     .post(
       "/v1/messages",
       async function* ({ body, principal, request, server, set }) {
-        const input = completionInput(body);
+        const thinking = thinkingOf(body);
+        const input = completionInput(body, thinking.tokens);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const id = newMessageId();
         if (body.stream !== true) {
           const result = await deps.turns.complete({ request, set }, turn);
-          return result && messageJson(id, result);
+          return result && messageJson(id, result, thinking.shown);
         }
-        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, messagesFraming(id));
+        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, messagesFraming(id, thinking.shown));
       },
       {
         auth: "key",
