@@ -155,6 +155,10 @@ describe("keys and refusals", () => {
       expect((refusal as InstanceType<typeof Anthropic.BadRequestError>).error).toMatchObject({ type: "error", error: { type: "invalid_request_error" } });
       expect((refusal as Error).message).toContain(named);
     }
+    // A prefill (a final assistant message) would be continued by Anthropic: refused, not answered as a new turn.
+    const prefill = await rejection(client.messages.create({ model: "any", max_tokens: 8, messages: [...hello, { role: "assistant", content: "Sure," }] }));
+    expect(prefill).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((prefill as Error).message).toContain("messages[1]");
     const response = await fetch(`${served.url}/v1/messages`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify({ model: "any", messages: hello }) });
     expect(response.status).toBe(400);
     expect(await response.json()).toEqual({ type: "error", error: { type: "invalid_request_error", message: expect.stringContaining("max_tokens") } });

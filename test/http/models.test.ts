@@ -5,6 +5,7 @@
  * unloaded after their keep-alive; a conversation continued on another model evaluated afresh.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import type { ChatReply } from "../../src/http/contract";
 import { postChat, presetModel, readSse, rejection, type Served, type ServedModelsApp, serveModels, testDb, until } from "../support";
@@ -42,9 +43,11 @@ async function streamed(served: Served, body: Record<string, unknown>): Promise<
 describe("two models, both loaded", () => {
   let service: ServedModelsApp;
   let client: OpenAI;
+  let anthropic: Anthropic;
   beforeAll(async () => {
     service = await serveBoth({ max: 2, keepAliveMs: -1 });
     client = new OpenAI({ apiKey: key, baseURL: `${service.served.url}/v1`, maxRetries: 0 });
+    anthropic = new Anthropic({ apiKey: key, baseURL: service.served.url, maxRetries: 0 });
   });
   afterAll(() => service.stop());
 
@@ -64,6 +67,10 @@ describe("two models, both loaded", () => {
     let text = "";
     for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
     expect(text).toBe(bench.choices[0]!.message.content!);
+    // Anthropic's Messages API picks the same way.
+    const message = await anthropic.messages.create({ model: "gpt-4o-mini", max_tokens: 6, messages: [{ role: "user", content: "Hello" }], temperature: 0 } as Anthropic.MessageCreateParamsNonStreaming);
+    expect(message.model).toBe(BENCH);
+    expect(message.content).toEqual([{ type: "text", text: bench.choices[0]!.message.content!, citations: null }]);
 
     const listed = [];
     for await (const model of client.models.list()) listed.push(model);
@@ -80,6 +87,9 @@ describe("two models, both loaded", () => {
     const sdk = await rejection(client.chat.completions.create({ model: "gpt-5", messages: [{ role: "user", content: "Hello" }] }));
     expect(sdk).toBeInstanceOf(OpenAI.NotFoundError);
     expect(sdk).toMatchObject({ code: "model_not_found" });
+    const messages = await rejection(anthropic.messages.create({ model: "claude-opus-4-1", max_tokens: 6, messages: [{ role: "user", content: "Hello" }] }));
+    expect(messages).toBeInstanceOf(Anthropic.NotFoundError);
+    expect(messages).toMatchObject({ error: { type: "error", error: { type: "not_found_error", message: expect.stringContaining("model") } } });
     const listing = await fetch(`${service.served.url}/api/v1.0/chat/messages?conversation_id=unknown`, { headers: { authorization: `Bearer ${key}` } });
     expect(((await listing.json()) as { data: unknown[] }).data).toEqual([]);
   });

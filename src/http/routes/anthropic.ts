@@ -54,8 +54,16 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
   return text !== "" || results.length === 0 ? [...results, { role, content: text }] : results;
 }
 
-/** The history as turns: the system prompt first, then the messages, whose text must be valid Unicode. */
+/**
+ * The history as turns: the system prompt first, then the messages, whose text must be valid
+ * Unicode. A final assistant message would be a prefill, whose reply continues it: Parley's
+ * prompts always open a new reply, so it is refused rather than answered as a new turn.
+ */
 function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] {
+  const last = request.messages.length - 1;
+  if (request.messages[last]!.role === "assistant") {
+    throw new InvalidInput(`messages[${last}]`, `messages[${last}] is an assistant's: a final assistant message (a prefill for the reply to continue) is not supported; end with a user message`);
+  }
   const calls = new Map<string, string>();
   const turns: Turn[] = [
     ...(request.system != null ? [{ role: "system" as const, content: textOf(request.system) }] : []),
