@@ -1,7 +1,7 @@
 /**
  * A service raised to several sequences, under a chat service's mixed load: native streams of
- * random lengths arriving at random moments, a quarter of them cancelled, beside OpenAI-API
- * clients resending growing histories. Turns arrive while replies step natively, so the steps are
+ * random lengths arriving at random moments, a quarter of them cancelled, beside OpenAI- and
+ * Anthropic-API clients resending growing histories (and structured, tool and Responses clients). Turns arrive while replies step natively, so the steps are
  * aborted at every moment of a batch (the pieces of a batch of non-consecutive sequence ids
  * included), and every request must still end cleanly with nothing logged at error level.
  * Runs on bench-small with the compiled natives where they are built (always under CI).
@@ -43,6 +43,7 @@ describe("mixed load on several sequences", () => {
         structuredClients: 2,
         toolClients: 2,
         responsesClients: 2,
+        anthropicClients: 2,
         durationMs: DURATION_MS,
         deadlineMs: 30_000,
         random,
@@ -50,7 +51,7 @@ describe("mixed load on several sequences", () => {
       console.log(`steps-load parallel ${parallel}: ${result.requests} requests ${JSON.stringify(result.ok)}, ${result.failures.length} failed; cached tokens on /v1: ${result.cachedTokens}`);
       expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
       // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
-      for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
+      for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs", "anthropic stream", "anthropic reply"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
       expect((result.ok["structured"] ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
       expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
       expect(Object.keys(result.ok).filter((kind) => kind.startsWith("responses")).length).toBeGreaterThan(2);

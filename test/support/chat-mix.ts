@@ -6,8 +6,10 @@
  * for log-probabilities, structured-output clients ask for replies held to a JSON schema, and
  * tool clients offer a tool whose call may be required, named or up to the model, Responses-API
  * clients chain kept responses, some generated in the background and resumed after leaving their
- * stream, some streams cancelled. Every request must end cleanly: 200 and a
- * whole reply (`done`, or `[DONE]` with no error chunk), or a stream this client cancelled; a
+ * stream, some streams cancelled, and Anthropic-API clients resend a growing history, some streams
+ * cancelled. Every request must end cleanly: 200 and a
+ * whole reply (`done`, `[DONE]` with no error chunk, or `message_stop` after blocks each started
+ * and stopped), or a stream this client cancelled; a
  * structured reply or a call that ended by itself must be valid against its schema, and a call
  * that had to be made must have been.
  */
@@ -33,6 +35,8 @@ export interface ChatMixOptions {
    * deltas and resumed with `starting_after`; some foreground streams cancelled (a new chain then).
    */
   responsesClients?: number;
+  /** Anthropic-API clients resending a growing history, streamed or not, some streams cancelled. */
+  anthropicClients?: number;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -46,7 +50,7 @@ export interface ChatMixResult {
   ok: Record<string, number>;
   /** Every other ending, described. */
   failures: string[];
-  /** Prompt tokens the OpenAI-API replies reported as reused. */
+  /** Prompt tokens the OpenAI- and Anthropic-API replies reported as reused. */
   cachedTokens: number;
 }
 
@@ -239,6 +243,75 @@ async function openaiTurn(options: ChatMixOptions, random: Random, key: string, 
   return { ok, cached: chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
+interface AnthropicEventData {
+  type: string;
+  delta?: { type: string; text?: string };
+  error?: unknown;
+}
+
+/**
+ * One turn of an Anthropic-API client: its history with a new message, streamed half the time (a
+ * quarter of the streams left after a few text deltas) once its first two requests are made. A stream must run from `message_start` to
+ * `message_stop`, each block started and stopped, with no error event.
+ */
+async function anthropicTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal, turn: number): Promise<Ending> {
+  // A client's first two requests are a plain reply and a whole stream, whatever the draws after
+  // them: a short run may make only a few.
+  const drawn = turn > 1;
+  const stream = drawn ? random.next() < 0.5 : turn === 1;
+  const cancelAfter = drawn && stream && random.next() < 0.25 ? random.int(1, 5) : undefined;
+  const cancel = new AbortController();
+  history.push({ role: "user", content: message(random) });
+  const body = { model: "parley", messages: history, stream, temperature: 0.8, max_tokens: random.int(4, 63) };
+  const response = await fetch(`${options.url}/v1/messages`, {
+    method: "POST",
+    headers: { "x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal: AbortSignal.any([signal, cancel.signal]),
+  });
+  if (response.status !== 200) return { failure: `anthropic ${response.status}: ${(await response.text()).slice(0, 200)}` };
+  let reply = "";
+  let cached = 0;
+  if (stream) {
+    const events: AnthropicEventData[] = [];
+    let deltas = 0;
+    try {
+      for await (const event of sseEvents(response)) {
+        if (event.event === "comment") return { failure: "anthropic stream: a comment line where Anthropic's ping events go" };
+        const data = JSON.parse(event.data) as AnthropicEventData;
+        if (data.type !== event.event) return { failure: `anthropic stream: event ${event.event} carries ${data.type}` };
+        if (data.type === "error") return { failure: `anthropic stream error: ${JSON.stringify(data.error).slice(0, 200)}` };
+        events.push(data);
+        if (data.delta?.type !== "text_delta") continue;
+        reply += data.delta.text;
+        if (++deltas === cancelAfter) {
+          cancel.abort();
+          history.pop();
+          return { ok: "anthropic cancelled" };
+        }
+      }
+    } catch (error) {
+      if (!cancel.signal.aborted) throw error;
+      history.pop();
+      return { ok: "anthropic cancelled" };
+    }
+    const types = events.map((event) => event.type).filter((type) => type !== "ping");
+    const count = (type: string) => types.filter((seen) => seen === type).length;
+    if (types[0] !== "message_start" || types.at(-1) !== "message_stop" || count("content_block_start") !== count("content_block_stop")) {
+      return { failure: `anthropic stream out of shape: ${types.join(",").slice(0, 200)}` };
+    }
+  } else {
+    const message = (await response.json()) as { type: string; stop_reason: string; content: { type: string; text?: string }[]; usage: { cache_read_input_tokens: number } };
+    if (message.type !== "message" || !["end_turn", "max_tokens"].includes(message.stop_reason)) return { failure: `anthropic reply ${message.type} ${message.stop_reason}` };
+    reply = message.content.flatMap((block) => (block.type === "text" ? [block.text!] : [])).join("");
+    cached = message.usage.cache_read_input_tokens;
+  }
+  history.push({ role: "assistant", content: reply });
+  // A history that outgrows the context starts over, as a user's new chat would.
+  if (history.length > 16) history.splice(0);
+  return { ok: stream ? "anthropic stream" : "anthropic reply", cached };
+}
+
 interface ResponseEventData {
   type: string;
   sequence_number: number;
@@ -315,6 +388,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
     ...Array<OpenAiKind>(options.structuredClients ?? 0).fill("structured"),
     ...Array<OpenAiKind>(options.toolClients ?? 0).fill("tools"),
     ...Array<"responses">(options.responsesClients ?? 0).fill("responses"),
+    ...Array<"anthropic">(options.anthropicClients ?? 0).fill("anthropic"),
   ];
   await Promise.all(
     kinds.map(async (kind, client) => {
@@ -333,7 +407,9 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
               : kind === "responses"
                 ? await responsesTurn(options, random, key, chain, signal, turn)
-                : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
+                : kind === "anthropic"
+                  ? await anthropicTurn(options, random, key, history, signal, turn)
+                  : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }
