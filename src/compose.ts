@@ -8,7 +8,7 @@ import { ResponseService } from "./chat/responses";
 import { ConversationItemService } from "./chat/conversation-item-service";
 import { BackgroundResponses } from "./http/background-responses";
 import { ChatService, preambleOf } from "./chat/service";
-import { TokenLedger } from "./chat/token-ledger";
+import { HOLD_TTL_MS, TokenLedger } from "./chat/token-ledger";
 import { TurnRunner } from "./chat/turn-runner";
 import { type Config, Refusal } from "./config";
 import { shownPrefix } from "./db/api-keys";
@@ -16,7 +16,7 @@ import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { expireResponses } from "./retention";
-import { DEFAULT_CONTEXT_CAP, Engine } from "./llm/engine";
+import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
 import { refuseUnlessFits } from "./llm/memory-need";
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
@@ -67,6 +67,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   for (const { path, reason } of registry.unusable) announce("warn", { model_path: path, reason }, "a file in the models directory cannot be served");
 
   ensureDataDir(config.dataDir);
+  const kvRoot = join(config.dataDir, "kv");
   const engineOptions = (path: string) => ({
     modelPath: path,
     contextSize: config.contextSize,
@@ -75,7 +76,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     gpu: config.gpu,
     queueMax: config.queueMax,
     cacheDir: config.dataDir,
-    kvCache: { dir: join(config.dataDir, "kv"), maxBytes: config.kvCacheMb * 2 ** 20 },
+    kvCache: { dir: kvRoot, maxBytes: config.kvCacheMb * 2 ** 20 },
     onWarning: (message: string, error: unknown) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
     reasoning: config.reasoning,
     batchSize: config.batchSize,
@@ -92,7 +93,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
     queueMax: config.queueMax,
     load: (entry) => {
-      refuseUnlessFits(entry.description, config.contextSize ?? Math.min(entry.description.contextLength ?? DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP), config.parallel);
+      refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel);
       return Engine.load(engineOptions(entry.path));
     },
     onLoaded: (entry, loaded, ms) => {
@@ -103,8 +104,9 @@ export async function startService(config: Config, log: Logger, announce: Announ
     onError: (entry, error) => log.warn({ model: entry.id, reason: String((error as Error)?.message ?? error) }, "a model could not be loaded or unloaded"),
   });
   stack.defer(() => memory.close());
-  const models = new ServedModels(registry, memory, () => ready, join(config.dataDir, "kv"));
-  const ledger = new TokenLedger(storage.usage, storage.quotas);
+  const models = new ServedModels(registry, memory, () => ready, kvRoot);
+  // A hold must outlast the longest reply the generation cap allows.
+  const ledger = new TokenLedger(storage.usage, storage.quotas, Date.now, Math.max(HOLD_TTL_MS, config.generationTimeoutS * 1000 + 60_000));
   const runner = new TurnRunner(models, {
     generationTimeoutMs: config.generationTimeoutS * 1000,
     shutdownGraceMs: config.shutdownGraceS * 1000,

@@ -469,22 +469,18 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     return value as T;
   };
 
-  const origins = (key: keyof Config): string[] => {
-    const { value, name } = raw(key);
-    const list = value
-      .split(",")
-      .map((origin) => origin.trim())
-      .filter(Boolean);
-    const bad = list.find((origin) => origin !== "*" && !/^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/.test(origin));
-    if (bad !== undefined) throw new ConfigError(`${name} must list origins like https://app.example.com (or *), comma-separated (got "${bad}")`);
-    return list;
-  };
-
   const list = (key: keyof Config): string[] =>
     raw(key)
       .value.split(",")
       .map((item) => item.trim())
       .filter(Boolean);
+  const origins = (key: keyof Config): string[] => {
+    const { name } = raw(key);
+    const given = list(key);
+    const bad = given.find((origin) => origin !== "*" && !/^https?:\/\/[A-Za-z0-9.-]+(:\d{1,5})?$/.test(origin));
+    if (bad !== undefined) throw new ConfigError(`${name} must list origins like https://app.example.com (or *), comma-separated (got "${bad}")`);
+    return given;
+  };
   const aliases = (key: keyof Config): Record<string, string> => {
     const { name } = raw(key);
     const pairs = list(key).map((pair) => pair.split("="));

@@ -68,11 +68,10 @@ export class CompletionService {
    * The tokens the prompt of `messages` takes on the model named (as a fresh sequence would
    * evaluate it, the chat template applied), without generating.
    */
-  async countTokens(input: Pick<CompletionInput, "userId" | "model" | "messages" | "tools" | "signal">): Promise<number> {
+  async countTokens(input: Pick<CompletionInput, "userId" | "model" | "tools" | "signal"> & { messages: Turn[] }): Promise<number> {
     const held = await this.runner.engines.hold(input.model, input.signal);
     try {
-      const history = typeof input.messages === "function" ? await input.messages(held.engine.historyChars) : input.messages;
-      return await held.engine.measure({ history, cacheScope: String(input.userId), maxTokens: 1, tools: input.tools });
+      return await held.engine.measure({ history: input.messages, cacheScope: String(input.userId), maxTokens: 1, tools: input.tools });
     } finally {
       held.release();
     }

@@ -44,7 +44,7 @@ export class QuotaAdmin {
 
   private async listing(entry: QuotaEntry): Promise<QuotaListing> {
     if (entry.userId === null) return { ...entry, resetsAt: periodOf(entry.period, this.ledger.now()).resetsAt };
-    const state = (await this.ledger.state(entry.userId, entry))!;
+    const state = await this.ledger.standingOf(entry.userId, entry);
     return { ...entry, used: state.used, remaining: state.remaining, resetsAt: state.resetsAt };
   }
 

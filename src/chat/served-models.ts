@@ -2,12 +2,10 @@
  * The models a service answers from, as turns ask for them: a request's `model` resolved in the
  * registry (an unknown one is `ModelNotFound`), its engine held from the models in memory.
  */
-import { statSync } from "node:fs";
-import { ModelNotFound } from "../errors";
 import type { Engine } from "../llm/engine";
 import { forgetSaved } from "../llm/kv-store";
 import type { HeldEngine, LoadedModels } from "../llm/loaded-models";
-import { type ModelRegistry, UnknownModel } from "../llm/model";
+import type { ModelRegistry } from "../llm/model";
 import { type EngineSource, type ModelInfo, modelLoading } from "./turn-runner";
 
 export class ServedModels implements EngineSource {
@@ -22,7 +20,7 @@ export class ServedModels implements EngineSource {
 
   async hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine> {
     if (!this.ready()) throw modelLoading();
-    return this.memory.hold(this.entry(model), signal);
+    return this.memory.hold(this.registry.resolve(model), signal);
   }
 
   loaded(): readonly Engine[] {
@@ -38,24 +36,6 @@ export class ServedModels implements EngineSource {
   /** Read afresh: a file added to the models directory is listed (and served) at once. */
   list(): ModelInfo[] {
     this.registry.rescan();
-    return this.registry.models.map((entry) => ({ id: entry.id, created: createdOf(entry.path), loaded: this.memory.isLoaded(entry.id) }));
-  }
-
-  private entry(model: string | undefined) {
-    try {
-      return this.registry.resolve(model);
-    } catch (error) {
-      if (!(error instanceof UnknownModel)) throw error;
-      throw new ModelNotFound(`${error.message} (GET /v1/models lists them)`);
-    }
-  }
-}
-
-/** Unix seconds of the file's last change: what OpenAI's listing calls a model's creation. */
-function createdOf(path: string): number {
-  try {
-    return Math.floor(statSync(path).mtimeMs / 1000);
-  } catch {
-    return 0;
+    return this.registry.models.map((entry) => ({ id: entry.id, created: entry.created, loaded: this.memory.isLoaded(entry.id) }));
   }
 }

@@ -134,8 +134,7 @@ export class ChatService {
   async delete(userId: number, conversationId: string, signal?: AbortSignal): Promise<boolean> {
     const deleted = await this.exclusive(userId, conversationId, signal, async () => {
       const gone = await this.conversations.delete(userId, conversationId);
-      // Without an engine yet, a saved state stays until evicted. It is never wrongly reused: a
-      // state is used only for a prompt that starts with exactly its text.
+      // Every model's saved states go too, loaded or not, so a model loaded later finds none.
       if (gone) await this.runner.engines.forget(String(gone.id));
       return gone !== undefined;
     });

@@ -5,22 +5,21 @@
  * and the rest given back, so a user's concurrent replies, on any node, share the budget without
  * passing it.
  */
-import { QuotaExceeded } from "../errors";
-import type { QuotaRule, QuotaStore, UsageStore } from "../db/storage";
+import { type Quota, QuotaExceeded } from "../errors";
+import type { QuotaRule, QuotaStanding, QuotaStore, UsageStore } from "../db/storage";
 import type { QuotaPeriod } from "../db/types";
 import { NODE_ID } from "../node-id";
 
-/** A budget as a client is shown it. */
-export interface QuotaState {
-  limit: number;
+/**
+ * A budget as a client is shown it: `remaining` is what of the limit is neither used nor held for
+ * replies still generating; `resetMs` runs from when this was read until `resetsAt`, the period's
+ * end (the ledger's clock may not be the wall's).
+ */
+export interface QuotaState extends Quota {
   period: QuotaPeriod;
-  /** Of the limit: what is neither used nor held for replies still generating. */
-  remaining: number;
   used: number;
   /** When the period ends (ms since the epoch). */
   resetsAt: number;
-  /** How long from when this was read until then: the ledger's clock may not be the wall's. */
-  resetInMs: number;
 }
 
 /** A reply's share of its user's budget, held until it settles. */
@@ -33,10 +32,11 @@ export interface TokenHold {
 }
 
 /**
- * A hold whose node died stops counting after this. No reply runs this long on the hardware
- * Parley serves from; one that did could let its user pass the budget by its own hold.
+ * A hold whose node died stops counting after this, unless the generation cap allows longer
+ * replies (`TokenLedger`'s `holdTtlMs`): a hold that expired while its reply still ran would let
+ * its user's other replies pass the budget.
  */
-const HOLD_TTL_MS = 60 * 60_000;
+export const HOLD_TTL_MS = 60 * 60_000;
 
 /** The UTC day of `ms`, as usage is kept: `YYYY-MM-DD`. */
 export const usageDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
@@ -50,6 +50,12 @@ export function periodOf(period: QuotaPeriod, ms: number): { since: string; rese
   return { since: usageDay(start), resetsAt };
 }
 
+/** The budget `rule` leaves at `now`, given the user's standing in its period. */
+function stateOf(rule: QuotaRule, { used, held }: QuotaStanding, now: number): QuotaState {
+  const { resetsAt } = periodOf(rule.period, now);
+  return { limit: rule.tokens, period: rule.period, remaining: Math.max(0, rule.tokens - used - held), used, resetsAt, resetMs: resetsAt - now };
+}
+
 export class TokenLedger {
   private holds = 0;
 
@@ -58,6 +64,8 @@ export class TokenLedger {
     private readonly quotas: QuotaStore,
     /** The clock periods and days are read from: a test moves it past a period's end. */
     readonly now: () => number = Date.now,
+    /** How long a hold counts: at least as long as a reply may run (see `HOLD_TTL_MS`). */
+    private readonly holdTtlMs = HOLD_TTL_MS,
   ) {}
 
   /** The user's budget: undefined when no quota applies. */
@@ -71,12 +79,12 @@ export class TokenLedger {
    */
   async hold(userId: number, rule: QuotaRule, need: number, want: number): Promise<{ hold: TokenHold; state: QuotaState }> {
     const now = this.now();
-    const { since, resetsAt } = periodOf(rule.period, now);
+    const { since } = periodOf(rule.period, now);
     const holder = `${NODE_ID}-q${++this.holds}`;
-    const request = { userId, since, limit: rule.tokens, need, want: Math.max(need, want), holder, expiresAt: now + HOLD_TTL_MS };
-    const { granted, used, held } = await this.quotas.hold(request, now);
-    const state = { limit: rule.tokens, period: rule.period, remaining: Math.max(0, rule.tokens - used - held), used, resetsAt, resetInMs: resetsAt - now };
-    if (granted === 0) throw refusal(state, need, rule.tokens - used >= need);
+    const request = { userId, since, limit: rule.tokens, need, want, holder, expiresAt: now + this.holdTtlMs };
+    const { granted, ...standing } = await this.quotas.hold(request, now);
+    const state = stateOf(rule, standing, now);
+    if (granted === 0) throw refusal(state, need, rule.tokens - standing.used >= need);
     return { hold: { holder, userId, tokens: granted, rule }, state };
   }
 
@@ -88,16 +96,12 @@ export class TokenLedger {
       return undefined;
     }
     await this.quotas.settle(hold.holder, userId, day, promptTokens, completionTokens);
-    return this.state(userId, hold.rule);
+    return this.standingOf(userId, hold.rule);
   }
 
   /** The refusal of a reply whose prompt outgrew its hold, which was then all that was left. */
   outgrown(hold: TokenHold, promptTokens: number): QuotaExceeded {
-    const now = this.now();
-    const { limit, period } = { limit: hold.rule.tokens, period: hold.rule.period };
-    const { resetsAt } = periodOf(period, now);
-    const state = { limit, period, remaining: hold.tokens, used: limit - hold.tokens, resetsAt, resetInMs: resetsAt - now };
-    return refusal(state, promptTokens + 1, false);
+    return refusal(stateOf(hold.rule, { used: hold.rule.tokens - hold.tokens, held: 0 }, this.now()), promptTokens + 1, false);
   }
 
   release(hold: TokenHold): Promise<void> {
@@ -105,13 +109,15 @@ export class TokenLedger {
   }
 
   /** The user's budget now; undefined when no quota applies. */
-  async state(userId: number, rule?: QuotaRule): Promise<QuotaState | undefined> {
-    const applied = rule ?? (await this.quotas.ruleFor(userId));
-    if (!applied) return undefined;
+  async state(userId: number): Promise<QuotaState | undefined> {
+    const rule = await this.quotas.ruleFor(userId);
+    return rule && this.standingOf(userId, rule);
+  }
+
+  /** The budget `rule` leaves the user now. */
+  async standingOf(userId: number, rule: QuotaRule): Promise<QuotaState> {
     const now = this.now();
-    const { since, resetsAt } = periodOf(applied.period, now);
-    const { used, held } = await this.quotas.standing(userId, since, now);
-    return { limit: applied.tokens, period: applied.period, remaining: Math.max(0, applied.tokens - used - held), used, resetsAt, resetInMs: resetsAt - now };
+    return stateOf(rule, await this.quotas.standing(userId, periodOf(rule.period, now).since, now), now);
   }
 }
 
@@ -121,12 +127,11 @@ const HELD_RETRY_MS = 1_000;
 /** `heldBack`: what is left would do, but replies still generating hold it. */
 function refusal(state: QuotaState, need: number, heldBack: boolean): QuotaExceeded {
   const resets = new Date(state.resetsAt).toISOString();
-  const quota = { limit: state.limit, remaining: state.remaining, resetMs: state.resetInMs };
   const of = `this user's token quota (${state.limit} a ${state.period})`;
-  if (heldBack) return new QuotaExceeded(`the rest of ${of} is held by replies still generating; try again when they end`, HELD_RETRY_MS, quota);
+  if (heldBack) return new QuotaExceeded(`the rest of ${of} is held by replies still generating; try again when they end`, HELD_RETRY_MS, state);
   const message =
     state.used >= state.limit
       ? `${of} is used up until ${resets}`
       : `this reply's prompt needs ${need - 1} tokens and a reply token; ${state.limit - state.used} of ${of} are left until ${resets}`;
-  return new QuotaExceeded(message, quota.resetMs, quota);
+  return new QuotaExceeded(message, state.resetMs, state);
 }

@@ -1,5 +1,5 @@
 import { isAbort, Overloaded } from "../errors";
-import { BudgetExceeded, type Engine, type FinishReason, type GenerateRequest, type GenerateResult, type TokenLogprob, type ToolCallPart } from "../llm/engine";
+import { BudgetExceeded, type Engine, replyRoom, type FinishReason, type GenerateRequest, type GenerateResult, type TokenLogprob, type ToolCallPart } from "../llm/engine";
 import type { HeldEngine } from "../llm/loaded-models";
 import type { QuotaState, TokenHold, TokenLedger } from "./token-ledger";
 
@@ -65,8 +65,8 @@ export interface ModelInfo {
 export interface EngineSource {
   /**
    * The engine of `model` (the default when absent), loaded if need be. Refuses with `Overloaded`
-   * while it cannot be had now (still loading at the start, shutting down), `NotFound` for a model
-   * the service does not have.
+   * while it cannot be had now (still loading at the start, shutting down), `ModelNotFound` for a
+   * model the service does not have.
    */
   hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine>;
   /** The engines loaded now. */
@@ -158,8 +158,7 @@ export class RunningTurn {
     const rule = await ledger?.rule(this.userId);
     if (!ledger || !rule) return;
     const prompt = await this.engine.measure(request);
-    const replyRoom = Math.max(1, Math.min(request.maxTokens, this.engine.contextSize - prompt - 1));
-    const { hold, state } = await ledger.hold(this.userId, rule, prompt + 1, prompt + replyRoom);
+    const { hold, state } = await ledger.hold(this.userId, rule, prompt + 1, prompt + replyRoom(request.maxTokens, this.engine.contextSize, prompt));
     this.hold = hold;
     this.hooks.onQuota?.(state);
   }

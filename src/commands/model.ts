@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
@@ -12,6 +12,7 @@ import {
   writePresetModel,
 } from "../gguf/presets";
 import type { GgufValue } from "../gguf/values";
+import { ggufNames } from "../llm/model";
 import { formatBytes, formatCount } from "./units";
 
 interface Subcommand {
@@ -159,14 +160,7 @@ async function demo(config: Config, flags: Map<string, string>): Promise<number>
 }
 
 function list(dir: string): number {
-  let names: string[];
-  try {
-    // Hidden files are partial writes (the demo writer's temp files), not models.
-    names = readdirSync(dir).filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".")).sort();
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-    names = [];
-  }
+  const names = ggufNames(dir);
   if (names.length === 0) {
     console.log(`No GGUF files in ${dir}`);
     return 0;
@@ -182,7 +176,7 @@ function list(dir: string): number {
     }
   });
   const header = ["FILE", "ID", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT", "TEMPLATE"];
-  // An unusable file's reason starts in the NAME column and does not widen it.
+  // An unusable file's reason starts in the ID column and does not widen it.
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r.length === header.length || i === 0 ? r[i]!.length : 0))));
   for (const row of [header, ...rows]) console.log(row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join("  "));
   console.log(`\n${dir}: ${names.length} file(s)`);

@@ -11,9 +11,7 @@ export const KEY_ROLES = ["user", "admin"] as const;
 
 export type KeyRole = (typeof KEY_ROLES)[number];
 
-/** A token budget's calendar period, in UTC. */
-export const QUOTA_PERIODS = ["day", "month"] as const;
-export type QuotaPeriod = (typeof QUOTA_PERIODS)[number];
+export { QUOTA_PERIODS, type QuotaPeriod } from "../vocabulary";
 /** Who speaks in a stored conversation (the engine's roles, less the system prompt). */
 export type Role = (typeof CONVERSATION_ROLES)[number];
 

@@ -9,7 +9,7 @@
  * page's typecheck, which must not see server APIs.
  */
 import { type SchemaOptions, type Static, Type as t } from "@sinclair/typebox";
-import { CONVERSATION_ROLES, FINISH_REASONS } from "../vocabulary";
+import { CONVERSATION_ROLES, FINISH_REASONS, QUOTA_PERIODS } from "../vocabulary";
 
 const closed = { additionalProperties: false } as const;
 
@@ -164,7 +164,7 @@ export const UsageDayJson = t.Object(
 export const QuotaJson = t.Object(
   {
     limit: t.Integer({ description: "Tokens (prompt and completion) per period" }),
-    period: t.Union([t.Literal("day"), t.Literal("month")], { description: "A UTC calendar day or month" }),
+    period: oneOf(QUOTA_PERIODS, { description: "A UTC calendar day or month" }),
     used: t.Integer({ description: "Tokens the user's replies used this period" }),
     remaining: t.Integer({ description: "Of the limit, neither used nor held by replies still generating" }),
     resets_at: t.String({ format: "date-time", description: "When the period ends and the budget is whole again" }),
@@ -189,7 +189,7 @@ export const QuotaEntryJson = t.Object(
     user_id: t.Union([t.Integer(), t.Null()]),
     user: t.Union([t.String(), t.Null()], { description: "The user's name; null for the default" }),
     limit: t.Integer(),
-    period: t.Union([t.Literal("day"), t.Literal("month")]),
+    period: oneOf(QUOTA_PERIODS),
     used: t.Union([t.Integer(), t.Null()], { description: "The user's tokens this period; null for the default" }),
     remaining: t.Union([t.Integer(), t.Null()]),
     resets_at: t.String({ format: "date-time" }),

@@ -143,7 +143,7 @@ export type ErrorDialect = "parley" | "openai" | "anthropic";
 /** Requests under this prefix are OpenAI's API: its errors take OpenAI's shape, so its SDKs raise their typed errors. */
 export const OPENAI_PREFIX = "/v1/";
 /** Anthropic's Messages API, within the same prefix. */
-export const ANTHROPIC_PREFIX = "/v1/messages";
+const ANTHROPIC_PREFIX = "/v1/messages";
 
 export const dialectOf = (path: string): ErrorDialect =>
   path === ANTHROPIC_PREFIX || path.startsWith(`${ANTHROPIC_PREFIX}/`) ? "anthropic" : path.startsWith(OPENAI_PREFIX) ? "openai" : "parley";

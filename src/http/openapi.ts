@@ -74,10 +74,11 @@ export function errorResponses(...kinds: ErrorKind[]): Responses {
 }
 
 /**
- * The errors of an OpenAI-compatible route, in OpenAI's shape and statuses (several kinds can
- * share a status there: 400), each narrowed to the types its status can carry.
+ * The errors of a route of another protocol, in its shape (the schema `body`) and the statuses
+ * compatible APIs answer with (several kinds can share a status there: 400), each narrowed to
+ * the `error.type`s its status can carry.
  */
-export function openAiErrorResponses(...kinds: ErrorKind[]): Responses {
+function protocolErrorResponses(body: "OpenAiError" | "AnthropicError", typeOf: (kind: ErrorKind) => string, kinds: ErrorKind[]): Responses {
   const byStatus = new Map<number, ErrorKind[]>();
   for (const kind of [...kinds, "internal" as const]) {
     const { status, openai } = HTTP_ERRORS[kind];
@@ -86,13 +87,19 @@ export function openAiErrorResponses(...kinds: ErrorKind[]): Responses {
   }
   return Object.fromEntries(
     [...byStatus].map(([status, shared]) => {
-      const types = [...new Set(shared.map((kind) => HTTP_ERRORS[kind].openai.type))];
-      const schema = { allOf: [ref("OpenAiError"), { type: "object", properties: { error: { type: "object", properties: { type: { enum: types } } } } }] };
+      const types = [...new Set(shared.map(typeOf))];
+      const schema = { allOf: [ref(body), { type: "object", properties: { error: { type: "object", properties: { type: { enum: types } } } } }] };
       const description = shared.map((kind) => `${HTTP_ERRORS[kind].code}: ${HTTP_ERRORS[kind].when}`).join("; ");
       return [String(status), { description, content: { "application/json": { schema } } }];
     }),
   ) as Responses;
 }
+
+/** The errors of an OpenAI-compatible route, in OpenAI's shape. */
+export const openAiErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("OpenAiError", (kind) => HTTP_ERRORS[kind].openai.type, kinds);
+
+/** The errors of an Anthropic-compatible route, in Anthropic's shape. */
+export const anthropicErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("AnthropicError", (kind) => HTTP_ERRORS[kind].anthropic, kinds);
 
 const COMPLETION_SSE = [
   "With `stream: true`: `text/event-stream` of unnamed events, each `data` one `chat.completion.chunk`:",

@@ -3,7 +3,6 @@ import type { TurnResult, TurnStart } from "../chat/service";
 import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { QuotaState } from "../chat/token-ledger";
 import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination, QuotaJson } from "./contract";
-import { tokenQuotaHeaders } from "./rate-limit";
 
 /** A stored message; `finish_reason` belongs to replies only, `reasoning` to a reasoning model's. */
 export function messageJson(message: MessageRecord): Message {
@@ -74,5 +73,3 @@ export const quotaJson = (state: QuotaState): QuotaJson => ({
   resets_at: new Date(state.resetsAt).toISOString(),
 });
 
-/** The `X-Quota-*` headers of a response to a user a quota applies to. */
-export const quotaHeadersOf = (state: QuotaState) => tokenQuotaHeaders({ limit: state.limit, remaining: state.remaining, resetMs: state.resetInMs });

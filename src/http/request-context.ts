@@ -6,7 +6,7 @@ import { BadRequest } from "../errors";
  * What Parley knows about a request while it runs, for its log line and metrics. Each field
  * has one writer: the id, start and path are fixed when first asked for; `principal` is set by
  * authentication, `status` by the error handler, `tokens` by the turn driver, `quota` by the
- * turn's hooks (served) or the error handler (quota_exceeded). How a response
+ * turn's hooks (served), or by the error handler or a stream's error event (quota_exceeded). How a response
  * ends (a stream's last event) is the observer's own business, not kept here.
  */
 export interface RequestContext {

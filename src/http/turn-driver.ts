@@ -6,8 +6,7 @@ import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
 import { toDomainError } from "./errors";
-import { quotaHeadersOf } from "./present";
-import type { RateLimiter } from "./rate-limit";
+import { type RateLimiter, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
 
@@ -61,7 +60,7 @@ export const hooksOf = ({ request, set }: PlainExchange, signal = request.signal
   signal,
   onQuota: (state) => {
     contextOf(request).quota = "served";
-    Object.assign(set.headers, quotaHeadersOf(state));
+    Object.assign(set.headers, tokenQuotaHeaders(state));
   },
 });
 

@@ -56,7 +56,7 @@ import {
 } from "./types";
 
 export type * from "./types";
-export { BudgetExceeded } from "./types";
+export { BudgetExceeded, replyRoom } from "./types";
 
 export interface EngineOptions {
   modelPath: string;
@@ -104,8 +104,14 @@ export interface EngineOptions {
 
 
 
-/** Tokens per sequence when none is configured: the model's training context, capped at this. */
-export const DEFAULT_CONTEXT_CAP = 4096;
+const DEFAULT_CONTEXT_CAP = 4096;
+/**
+ * Tokens per sequence: the configured size, else the model's training context, capped because
+ * every sequence's KV cache grows with it. One rule for the load and for the memory check made
+ * before it, so that the check counts the context the load will take.
+ */
+export const contextSizeFor = (configured: number | undefined, trained: number | undefined): number =>
+  configured ?? Math.min(trained ?? DEFAULT_CONTEXT_CAP, DEFAULT_CONTEXT_CAP);
 const DEFAULT_BATCH_SIZE = 512;
 /** A stateless prompt's transcript key: it belongs to no conversation (and is never saved). */
 const NO_CONVERSATION = "";
@@ -175,7 +181,7 @@ export class Engine {
       const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
       llama.maxThreads = threads;
       const context = await model.createContext({
-        contextSize: options.contextSize ?? Math.min(model.trainContextSize, DEFAULT_CONTEXT_CAP),
+        contextSize: contextSizeFor(options.contextSize, model.trainContextSize),
         sequences: parallel,
         threads,
         // A batch holds prompt chunks or every sequence's next token (scheduler.ts); the sum is

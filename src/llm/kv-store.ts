@@ -101,16 +101,15 @@ const SIDECAR_BYTES_PER_TOKEN = 1024;
 
 const hash = (value: string) => createHash("sha256").update(value).digest("hex").slice(0, 32);
 
-const modelDirs = async (root: string) => (await readdir(root).catch(() => [] as string[])).map((name) => join(root, name));
-
 /**
  * Deletes the conversation's saved states under `root`, of every model, loaded or not: a deleted
  * conversation leaves no state for a model loaded later to find. A loaded model's store forgets
  * its own (`KvStore.forget`), waiting for its writes.
  */
 export async function forgetSaved(root: string, key: string): Promise<void> {
-  for (const dir of await modelDirs(root)) {
-    for (const path of [`${join(dir, hash(key))}.kv`, `${join(dir, hash(key))}.json`]) await rm(path, { force: true }).catch(() => undefined);
+  for (const model of await readdir(root).catch(() => [] as string[])) {
+    const base = join(root, model, hash(key));
+    for (const path of [`${base}.kv`, `${base}.json`]) await rm(path, { force: true }).catch(() => undefined);
   }
 }
 
@@ -315,12 +314,12 @@ export class KvStore {
   }
 
   /**
-   * Deletes the conversation's saved state, under every model's directory: older models', and
-   * those of models loaded beside this one (whose files this store may not have seen).
+   * Deletes the conversation's saved state, under every model's directory this store has seen
+   * (older models' too); `forgetSaved` reaches those of models loaded beside it.
    */
   async forget(key: string): Promise<void> {
     await this.writing.get(this.pathOf(key));
-    const dirs = new Set([this.modelDir, ...[...this.entries.keys()].map(dirname), ...(await modelDirs(this.options.root))]);
+    const dirs = new Set([this.modelDir, ...[...this.entries.keys()].map(dirname)]);
     for (const dir of dirs) await this.remove(join(dir, hash(key)));
   }
 

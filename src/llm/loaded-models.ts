@@ -4,9 +4,10 @@
  * replies in hand (held) is never unloaded; a request for another model then waits until one is
  * idle, at most `queueMax` of them at once.
  */
-import { isAbort, Overloaded } from "../errors";
+import { Overloaded } from "../errors";
 import type { Engine } from "./engine";
 import type { ModelEntry } from "./model";
+import { abortError } from "./pool";
 
 /** A loaded model's engine, held for a turn: it stays loaded until `release`. */
 export interface HeldEngine {
@@ -81,7 +82,7 @@ export class LoadedModels {
   /** Unloads every model; waiting requests are refused. Call once no reply runs. */
   async close(): Promise<void> {
     this.closed = true;
-    for (const wake of this.waiters.splice(0)) wake();
+    this.roomMade();
     await Promise.all([...this.slots.values()].map((slot) => this.unload(slot)));
     await Promise.all(this.unloading);
   }
@@ -170,7 +171,7 @@ export class LoadedModels {
   /** Until a model is released or unloaded; `Overloaded` when too many wait already. */
   private roomFreed(signal?: AbortSignal): Promise<void> {
     if (this.waiters.length >= this.options.queueMax) throw new Overloaded("too many requests are waiting for a model to be loaded", 2_000);
-    signal?.throwIfAborted();
+    if (signal?.aborted) throw abortError(signal);
     return new Promise((resolve, reject) => {
       const wake = () => {
         signal?.removeEventListener("abort", aborted);
@@ -178,7 +179,7 @@ export class LoadedModels {
       };
       const aborted = () => {
         this.waiters = this.waiters.filter((waiter) => waiter !== wake);
-        reject(signal!.reason instanceof Error && isAbort(signal!.reason) ? signal!.reason : new DOMException("the request was aborted", "AbortError"));
+        reject(abortError(signal!));
       };
       signal?.addEventListener("abort", aborted, { once: true });
       this.waiters.push(wake);

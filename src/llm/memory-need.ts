@@ -35,7 +35,7 @@ export function refuseUnlessFits(model: ModelDescription, contextSize: number, s
 }
 
 /** Memory the system can give without swapping: Linux's MemAvailable, else the free memory. */
-export function availableMemory(): number {
+function availableMemory(): number {
   try {
     const kib = /^MemAvailable:\s+(\d+) kB$/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1];
     if (kib !== undefined) return Number(kib) * 1024;

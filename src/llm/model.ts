@@ -7,6 +7,7 @@
  */
 import { readdirSync, realpathSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { ModelNotFound } from "../errors";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../gguf/demo";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
 import { DEMO_MODEL_NAME, writePresetModel } from "../gguf/presets";
@@ -25,6 +26,8 @@ export interface ModelEntry {
   id: string;
   path: string;
   description: ModelDescription;
+  /** Unix seconds of the file's last change: what OpenAI's listing calls a model's creation. */
+  created: number;
 }
 
 /** A file in the models directory that cannot be served, and why. */
@@ -32,6 +35,8 @@ export interface UnusableModel {
   path: string;
   reason: string;
 }
+
+type Described = Pick<ModelEntry, "description" | "created"> | UnusableModel;
 
 const DEMO_FILE = `${DEMO_MODEL_NAME}.gguf`;
 /** A request naming no model of the service reads the directory again at most this often. */
@@ -47,14 +52,11 @@ export class UnservableModelError extends Error {
   override name = "UnservableModelError";
 }
 
-/** A request named a model this service does not have. */
-export class UnknownModel extends Error {
+/** A request named a model this service does not have: its client is told `ModelNotFound`. */
+export class UnknownModel extends ModelNotFound {
   override name = "UnknownModel";
-  constructor(
-    readonly requested: string,
-    readonly known: readonly string[],
-  ) {
-    super(`no model "${requested}": this service has ${known.map((id) => `"${id}"`).join(", ")}`);
+  constructor(requested: string, known: readonly string[]) {
+    super(`no model "${requested}": this service has ${known.map((id) => `"${id}"`).join(", ")} (GET /v1/models lists them)`);
   }
 }
 
@@ -62,7 +64,7 @@ export class ModelRegistry {
   private entries: ModelEntry[] = [];
   private broken: UnusableModel[] = [];
   /** What each file's header said, by path, while its size and time are unchanged. */
-  private readonly seen = new Map<string, { stamp: string; described: ModelDescription | UnusableModel }>();
+  private readonly seen = new Map<string, { stamp: string; described: Described }>();
   private scannedAt = -Infinity;
 
   private constructor(
@@ -72,8 +74,9 @@ export class ModelRegistry {
   ) {}
 
   /**
-   * The first reading. `ModelNotFoundError` when a named file is missing or unusable, or two
-   * models share an id: the start is refused with the reason.
+   * The first reading. `ModelNotFoundError` when a named file is missing or an alias names no
+   * model; `UnservableModelError` when a named file cannot be served or two models share an id:
+   * the start is refused with the reason.
    */
   static async open(source: ModelSource): Promise<ModelRegistry> {
     for (const path of source.paths) {
@@ -147,34 +150,39 @@ export class ModelRegistry {
         broken.push(described);
         continue;
       }
-      const clash = entries.find((entry) => entry.id === described.name);
+      const { description, created } = described;
+      const clash = entries.find((entry) => entry.id === description.name);
       if (clash) {
-        const reason = `its model id "${described.name}" is already ${clash.path}'s: rename one (general.name, else the file name)`;
+        const reason = `its model id "${description.name}" is already ${clash.path}'s: rename one (general.name, else the file name)`;
         if (starting) throw new UnservableModelError(`cannot serve this model: ${path}: ${reason}`);
         broken.push({ path, reason });
         continue;
       }
-      entries.push({ id: described.name, path, description: described });
+      entries.push({ id: description.name, path, description, created });
     }
+    // A file gone (or renamed) must not keep its header in memory for the life of the process.
+    for (const path of this.seen.keys()) if (!paths.includes(path)) this.seen.delete(path);
     // A rescan keeps serving what it had when the named files went missing meanwhile.
     if (entries.length === 0 && !starting) return;
     this.entries = entries;
     this.broken = broken;
   }
 
-  private describe(path: string): ModelDescription | UnusableModel {
+  private describe(path: string): Described {
     let stamp: string;
+    let created: number;
     try {
       const stat = statSync(path);
       stamp = `${stat.size}:${stat.mtimeMs}`;
+      created = Math.floor(stat.mtimeMs / 1000);
     } catch (error) {
       return { path, reason: `cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})` };
     }
     const cached = this.seen.get(path);
     if (cached?.stamp === stamp) return cached.described;
-    let described: ModelDescription | UnusableModel;
+    let described: Described;
     try {
-      described = describeGguf(path);
+      described = { description: withoutArrays(describeGguf(path)), created };
     } catch (error) {
       if (!(error instanceof InvalidModelError)) throw error;
       described = { path, reason: error.reason };
@@ -201,10 +209,10 @@ function isCurrentDemo(path: string): boolean {
 }
 
 /**
- * The directory's `.gguf` files in plain code-point order (not the machine's locale). The demo file
- * an earlier start left is not a model of the directory, nor is a hidden file (a partial write).
+ * The names of the directory's `.gguf` files in plain code-point order (not the machine's locale);
+ * none when it does not exist. A hidden file is a partial write (the demo writer's), not a model.
  */
-function dirModels(dir: string): string[] {
+export function ggufNames(dir: string): string[] {
   let names: string[];
   try {
     names = readdirSync(dir);
@@ -212,11 +220,24 @@ function dirModels(dir: string): string[] {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-  return names
-    .filter((n) => n.toLowerCase().endsWith(".gguf") && n !== DEMO_FILE && !n.startsWith("."))
-    .sort()
+  return names.filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".")).sort();
+}
+
+/** The directory's models: the demo file an earlier start left is not one of them. */
+function dirModels(dir: string): string[] {
+  return ggufNames(dir)
+    .filter((name) => name !== DEMO_FILE)
     .map((name) => join(dir, name))
     .filter(isFile);
+}
+
+/**
+ * The description as the registry keeps it, for as long as the file is served: without its array
+ * values (the tokenizer's vocabulary, most of a header), which no reader of an entry needs; the
+ * loader reads the file itself.
+ */
+function withoutArrays(description: ModelDescription): ModelDescription {
+  return { ...description, metadata: Object.fromEntries(Object.entries(description.metadata).filter(([, value]) => value.type !== "array")) };
 }
 
 function realPath(path: string): string {

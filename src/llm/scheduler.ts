@@ -41,7 +41,7 @@ import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type Sampled, type TokenLogprobs } from "../natives/addon";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
-import { BudgetExceeded, type PromptEnds, type Sampling } from "./types";
+import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling } from "./types";
 
 export enum SlotState {
   /** No turn: the sequence holds what its last turn left. */
@@ -165,7 +165,7 @@ interface Job {
   inputs?: { plan: Prompter; found?: Found };
   /** The save of the conversation the slot held: announced at once, captured by the loop's next task. */
   leaving?: Promise<void>;
-  /** What the next batch evaluates for it: the prompt's rest, or the reply's last token. */
+  /** What the next batch evaluates for it: the prompt's rest, or the reply's last token; then any tokens the reply forced. */
   pending: readonly Token[];
   maxTokens: number;
   sampler: Sampler;
@@ -399,9 +399,8 @@ export class Scheduler {
       slot.saved = turn.key === undefined;
       if (cachedTokens < sequence.nextTokenIndex) await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
       job.pending = tokens.slice(cachedTokens);
-      // Capped to the room left in the context (at least 1, so a full context still answers): a
-      // shift mid-reply would make the prompt's token counts stale.
-      job.maxTokens = Math.max(1, Math.min(turn.maxTokens ?? Infinity, this.context.contextSize - tokens.length - 1, (turn.budget ?? Infinity) - tokens.length));
+      // Capped to the room left in the context: a shift mid-reply would make the prompt's token counts stale.
+      job.maxTokens = replyRoom(Math.min(turn.maxTokens ?? Infinity, (turn.budget ?? Infinity) - tokens.length), this.context.contextSize, tokens.length);
       slot.state = SlotState.Prompt;
       const forced = turn.onPrompt?.({ tokens, cachedTokens, maxTokens: job.maxTokens });
       if (forced && forced.length > 0 && !this.force(job, forced)) job.end();
@@ -495,9 +494,10 @@ export class Scheduler {
   }
 
   /**
-   * The batch holds every job not Preparing, each a running reply the natives can step, none whose
-   * sampler may still change between two of its tokens (a lazy grammar not yet armed) and none
-   * that wants its tokens' log-probabilities (the steps sample without them).
+   * The batch holds every job not Preparing, each a running reply the natives can step with one
+   * token pending (none with forced tokens still to evaluate), none whose sampler may still change
+   * between two of its tokens (a lazy grammar not yet armed) and none that wants its tokens'
+   * log-probabilities (the steps sample without them).
    */
   private steady(batch: Batch, active: readonly Job[]): boolean {
     return (
@@ -516,7 +516,7 @@ export class Scheduler {
 
   /**
    * Replies with nothing else to decode beside them: several steps a native call, no more than the
-   * closest reply's `maxTokens` needs, aborted by new work for the loop. Where a reply ends inside
+   * closest reply's `maxTokens` or `mayForceAt` allows, aborted by new work for the loop. Where a reply ends inside
    * them, the tokens decoded past its end are taken back out of its sequence before its turn ends,
    * so it holds what one step a batch leaves.
    */

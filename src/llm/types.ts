@@ -250,6 +250,12 @@ export type ContextOverflow = (typeof CONTEXT_OVERFLOW_MODES)[number];
 export const PROMPT_ENDS_MODES = ["shortest", "together"] as const;
 export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];
 
+/**
+ * Reply tokens a prompt of `promptTokens` leaves room for: `maxTokens`, within what the context has
+ * left (one token stays free at its end), and at least 1, so a full context still answers.
+ */
+export const replyRoom = (maxTokens: number, contextSize: number, promptTokens: number) => Math.max(1, Math.min(maxTokens, contextSize - promptTokens - 1));
+
 /** A prompt that leaves no reply token of its request's `budget`: nothing was evaluated. */
 export class BudgetExceeded extends Error {
   constructor(

@@ -279,10 +279,7 @@ function start(): void {
 
   keyInput.addEventListener("change", () => {
     sessionStorage.setItem(KEY_ITEM, keyInput.value.trim());
-    void reloadHistory();
-    void refreshConversations();
-    void refreshQuota();
-    void refreshModels();
+    loadForKey();
   });
   conversationInput.addEventListener("change", () => {
     if (!conversationInput.reportValidity()) return;
@@ -307,12 +304,16 @@ function start(): void {
   });
   stopButton.addEventListener("click", () => inFlight?.abort());
 
-  if (keyInput.value) {
-    void reloadHistory();
-    void refreshConversations();
-    void refreshQuota();
-    void refreshModels();
-  } else keyInput.focus();
+  if (keyInput.value) loadForKey();
+  else keyInput.focus();
+}
+
+/** Everything the page shows depends on the key: another key sees other conversations, quota and models. */
+function loadForKey(): void {
+  void reloadHistory();
+  void refreshConversations();
+  void refreshQuota();
+  void refreshModels();
 }
 
 start();

@@ -2,10 +2,8 @@ import { and, count, eq, isNull, sql } from "drizzle-orm";
 import { generateKey, hashKey, isLastUsedStale, shownPrefix } from "../api-keys";
 import type { KeyStore } from "../storage";
 import type { CreatedKey, KeyListing, KeyRole, Principal } from "../types";
-import type { Db } from "./client";
+import type { Db, Tx } from "./client";
 import { apiKeys, NOW_MS, users } from "./schema";
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 /** Any constant: serializes first starts, so two nodes starting at once create one admin key. */
 const BOOTSTRAP_LOCK = 0x70617232; // "par2"

@@ -1,16 +1,12 @@
 import { and, asc, eq, gt, gte, lte, sql } from "drizzle-orm";
 import type { HoldRequest, QuotaEntry, QuotaRule, QuotaStanding, QuotaStore } from "../storage";
-import type { Db } from "./client";
+import type { Db, Tx } from "./client";
 import { tokenHolds, tokenQuotas, tokenUsage, users } from "./schema";
 import { addTokens } from "./usage";
-
-/** The row of the default quota, as in SQLite. */
-const DEFAULT_QUOTA_ROW = 0;
+import { DEFAULT_QUOTA_ROW, grant, quotaEntry, quotaRow } from "../quota-rows";
 
 /** Any constant the nodes agree on: with the user id, the advisory lock that makes one node's hold at a time. */
 const HOLDS_LOCK = 0x71756f74; // "quot"
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 /**
  * One statement, so one snapshot: a settlement committing meanwhile is seen whole (its tokens used,
@@ -41,14 +37,14 @@ export class PgQuotaStore implements QuotaStore {
   async set(userId: number | null, rule: QuotaRule): Promise<void> {
     await this.db
       .insert(tokenQuotas)
-      .values({ userId: userId ?? DEFAULT_QUOTA_ROW, ...rule })
+      .values({ userId: quotaRow(userId), ...rule })
       .onConflictDoUpdate({ target: tokenQuotas.userId, set: rule });
   }
 
   async clear(userId: number | null): Promise<boolean> {
     const cleared = await this.db
       .delete(tokenQuotas)
-      .where(eq(tokenQuotas.userId, userId ?? DEFAULT_QUOTA_ROW))
+      .where(eq(tokenQuotas.userId, quotaRow(userId)))
       .returning({ userId: tokenQuotas.userId });
     return cleared.length > 0;
   }
@@ -59,7 +55,7 @@ export class PgQuotaStore implements QuotaStore {
       .from(tokenQuotas)
       .leftJoin(users, eq(users.id, tokenQuotas.userId))
       .orderBy(asc(tokenQuotas.userId));
-    return rows.map((row) => ({ ...row, userId: row.userId === DEFAULT_QUOTA_ROW ? null : row.userId }));
+    return rows.map(quotaEntry);
   }
 
   async ruleFor(userId: number): Promise<QuotaRule | undefined> {
@@ -77,15 +73,13 @@ export class PgQuotaStore implements QuotaStore {
   }
 
   async hold(request: HoldRequest, now: number): Promise<QuotaStanding & { granted: number }> {
-    const { userId, since, limit, need, want, holder, expiresAt } = request;
+    const { userId, since, holder, expiresAt } = request;
     return await this.db.transaction(async (tx) => {
       await tx.execute(sql`SELECT pg_advisory_xact_lock(${HOLDS_LOCK}, ${userId})`);
       await tx.delete(tokenHolds).where(and(eq(tokenHolds.userId, userId), lte(tokenHolds.expiresAt, now)));
-      const { used, held } = await standingIn(tx, userId, since, now);
-      const left = limit - used - held;
-      const granted = left >= need ? Math.min(want, left) : 0;
-      if (granted > 0) await tx.insert(tokenHolds).values({ holder, userId, since, tokens: granted, expiresAt });
-      return { used, held: held + granted, granted };
+      const result = grant(request, await standingIn(tx, userId, since, now));
+      if (result.granted > 0) await tx.insert(tokenHolds).values({ holder, userId, since, tokens: result.granted, expiresAt });
+      return result;
     });
   }
 

@@ -1,9 +1,7 @@
 import { and, asc, eq, gte, sql } from "drizzle-orm";
 import type { UsageDay, UsageStore } from "../storage";
-import type { Db } from "./client";
+import type { Db, Tx } from "./client";
 import { tokenUsage } from "./schema";
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 /** Adds to the user's day: an upsert, so whichever node's reply ends adds atomically. */
 export async function addTokens(db: Db | Tx, userId: number, day: string, promptTokens: number, completionTokens: number): Promise<void> {

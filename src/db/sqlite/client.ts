@@ -7,6 +7,9 @@ import * as schema from "./schema";
 
 export type Db = BunSQLiteDatabase<typeof schema> & { $client: Database };
 
+/** A transaction of `Db`, as its callback is given it. */
+export type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
+
 // Also right inside the single executable: there this module's directory is /$bunfs/root, and the
 // build embeds the folder as /$bunfs/root/migrations (src/build/build.ts).
 const MIGRATIONS_DIR = join(import.meta.dir, "migrations");

@@ -3,7 +3,7 @@ import { generateKey, hashKey, isLastUsedStale, shownPrefix } from "../api-keys"
 import type { KeyStore } from "../storage";
 import type { CreatedKey, KeyListing, KeyRole, Principal } from "../types";
 import { isBusy } from "./busy";
-import type { Db } from "./client";
+import type { Db, Tx } from "./client";
 import { RawSelect } from "./raw-select";
 import { apiKeys, users } from "./schema";
 
@@ -120,8 +120,6 @@ export class SqliteKeyStore implements KeyStore {
     }
   }
 }
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 /** The user (created if new) and its key, inside the caller's transaction. */
 function insertKey(tx: Tx, userName: string, role: KeyRole, key: string): CreatedKey {

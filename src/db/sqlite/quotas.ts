@@ -1,13 +1,9 @@
 import { and, asc, eq, gt, gte, lte, sql } from "drizzle-orm";
 import type { HoldRequest, QuotaEntry, QuotaRule, QuotaStanding, QuotaStore } from "../storage";
-import type { Db } from "./client";
+import type { Db, Tx } from "./client";
 import { addTokens } from "./usage";
+import { DEFAULT_QUOTA_ROW, grant, quotaEntry, quotaRow } from "../quota-rows";
 import { tokenHolds, tokenQuotas, tokenUsage, users } from "./schema";
-
-/** The row of the default quota: no user has id 0. */
-const DEFAULT_QUOTA_ROW = 0;
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 function standingIn(tx: Db | Tx, userId: number, since: string, now: number): QuotaStanding {
   const used = tx
@@ -30,7 +26,7 @@ export class SqliteQuotaStore implements QuotaStore {
   async set(userId: number | null, rule: QuotaRule): Promise<void> {
     this.db
       .insert(tokenQuotas)
-      .values({ userId: userId ?? DEFAULT_QUOTA_ROW, ...rule })
+      .values({ userId: quotaRow(userId), ...rule })
       .onConflictDoUpdate({ target: tokenQuotas.userId, set: rule })
       .run();
   }
@@ -38,7 +34,7 @@ export class SqliteQuotaStore implements QuotaStore {
   async clear(userId: number | null): Promise<boolean> {
     const cleared = this.db
       .delete(tokenQuotas)
-      .where(eq(tokenQuotas.userId, userId ?? DEFAULT_QUOTA_ROW))
+      .where(eq(tokenQuotas.userId, quotaRow(userId)))
       .returning({ userId: tokenQuotas.userId })
       .all();
     return cleared.length > 0;
@@ -51,11 +47,11 @@ export class SqliteQuotaStore implements QuotaStore {
       .leftJoin(users, eq(users.id, tokenQuotas.userId))
       .orderBy(asc(tokenQuotas.userId))
       .all();
-    return rows.map((row) => ({ ...row, userId: row.userId === DEFAULT_QUOTA_ROW ? null : row.userId }));
+    return rows.map(quotaEntry);
   }
 
   async ruleFor(userId: number): Promise<QuotaRule | undefined> {
-    // The user's own row sorts after the default's (0).
+    // A user's id is above the default's (0): descending, their own row comes first.
     return this.db
       .select({ tokens: tokenQuotas.tokens, period: tokenQuotas.period })
       .from(tokenQuotas)
@@ -69,15 +65,13 @@ export class SqliteQuotaStore implements QuotaStore {
   }
 
   async hold(request: HoldRequest, now: number): Promise<QuotaStanding & { granted: number }> {
-    const { userId, since, limit, need, want, holder, expiresAt } = request;
+    const { userId, since, holder, expiresAt } = request;
     return this.db.transaction(
       (tx) => {
         tx.delete(tokenHolds).where(and(eq(tokenHolds.userId, userId), lte(tokenHolds.expiresAt, now))).run();
-        const { used, held } = standingIn(tx, userId, since, now);
-        const left = limit - used - held;
-        const granted = left >= need ? Math.min(want, left) : 0;
-        if (granted > 0) tx.insert(tokenHolds).values({ holder, userId, since, tokens: granted, expiresAt }).run();
-        return { used, held: held + granted, granted };
+        const result = grant(request, standingIn(tx, userId, since, now));
+        if (result.granted > 0) tx.insert(tokenHolds).values({ holder, userId, since, tokens: result.granted, expiresAt }).run();
+        return result;
       },
       { behavior: "immediate" },
     );

@@ -1,9 +1,7 @@
 import { and, asc, eq, gte, sql } from "drizzle-orm";
 import type { UsageDay, UsageStore } from "../storage";
-import type { Db } from "./client";
+import type { Db, Tx } from "./client";
 import { tokenUsage } from "./schema";
-
-type Tx = Parameters<Parameters<Db["transaction"]>[0]>[0];
 
 /** Adds to the user's day: an upsert, so concurrent replies add up. */
 export function addTokens(db: Db | Tx, userId: number, day: string, promptTokens: number, completionTokens: number): void {

@@ -3,7 +3,7 @@
  * message, events and errors it answers with.
  */
 import { type Static, t } from "elysia";
-import { optional, unsupported } from "../sampling-fields";
+import { optional, SAMPLING_FIELDS, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 
 const closed = { additionalProperties: false } as const;
 
@@ -14,14 +14,14 @@ const CONTENT_RULE =
 const CacheControl = optional(t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }), "cache_control must be {type: \"ephemeral\"}");
 
 /** A text block; its cache hint is accepted (Parley's prefix cache needs none) and its citations are none. */
-export const TextBlockParam = t.Object({
+const TextBlockParam = t.Object({
   type: t.Literal("text"),
   text: t.String(),
   cache_control: CacheControl,
   citations: optional(t.Array(t.Unknown(), { maxItems: 0 }), "citations are not supported"),
 });
 
-export const ToolUseBlockParam = t.Object({
+const ToolUseBlockParam = t.Object({
   type: t.Literal("tool_use"),
   id: t.String({ minLength: 1 }),
   name: t.String(),
@@ -31,7 +31,7 @@ export const ToolUseBlockParam = t.Object({
 });
 
 /** A thought of an earlier reply, sent back: the chat template decides whether the model sees it. Its signature is not checked (Parley signs none). */
-export const ThinkingBlockParam = t.Object({
+const ThinkingBlockParam = t.Object({
   type: t.Literal("thinking"),
   thinking: t.String(),
   signature: t.String(),
@@ -39,9 +39,9 @@ export const ThinkingBlockParam = t.Object({
 });
 
 /** Another service's encrypted thought: taken so that the refusal can say why (Parley cannot read it). */
-export const RedactedThinkingBlockParam = t.Object({ type: t.Literal("redacted_thinking"), data: t.String() });
+const RedactedThinkingBlockParam = t.Object({ type: t.Literal("redacted_thinking"), data: t.String() });
 
-export const ToolResultBlockParam = t.Object({
+const ToolResultBlockParam = t.Object({
   type: t.Literal("tool_result"),
   tool_use_id: t.String(),
   content: optional(t.Union([t.String(), t.Array(TextBlockParam)]), "a tool_result's content must be a string or text blocks"),
@@ -75,7 +75,7 @@ const Tool = t.Object(
 const TOOL_CHOICE_RULE = 'tool_choice must be {type: "auto" | "any" | "none"} or {type: "tool", name}, with disable_parallel_tool_use?';
 const parallelOff = optional(t.Boolean(), "disable_parallel_tool_use must be true or false");
 
-export const ToolChoiceParam = t.Union(
+const ToolChoiceParam = t.Union(
   [
     t.Object({ type: t.Literal("auto"), disable_parallel_tool_use: parallelOff }),
     t.Object({ type: t.Literal("any"), disable_parallel_tool_use: parallelOff }),
@@ -89,7 +89,7 @@ const THINKING_RULE = 'thinking must be {type: "enabled", budget_tokens (a posit
 /** Parley shows a thought whole: "summarized" is taken as that; "omitted" leaves the block's text empty. */
 const ThinkingDisplay = optional(t.Union([t.Literal("summarized"), t.Literal("omitted")]), "thinking.display must be summarized or omitted");
 
-export const ThinkingParam = t.Union(
+const ThinkingParam = t.Union(
   [
     t.Object({ type: t.Literal("enabled"), budget_tokens: t.Integer({ minimum: 1 }), display: ThinkingDisplay }),
     t.Object({ type: t.Literal("adaptive"), display: ThinkingDisplay }),
@@ -97,7 +97,6 @@ export const ThinkingParam = t.Union(
   ],
   { error: THINKING_RULE },
 );
-export type ThinkingParam = Static<typeof ThinkingParam>;
 
 export const MessagesRequest = t.Object(
   {
@@ -107,8 +106,8 @@ export const MessagesRequest = t.Object(
     system: optional(t.Union([t.String(), t.Array(TextBlockParam)]), "system must be a string or text blocks"),
     stop_sequences: optional(t.Array(t.String({ minLength: 1 })), "stop_sequences must be an array of non-empty strings"),
     temperature: optional(t.Number({ minimum: 0, maximum: 1 }), "temperature must be a number from 0 to 1"),
-    top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
-    top_k: optional(t.Integer({ minimum: 0 }), "top_k must be a non-negative integer"),
+    top_p: SAMPLING_FIELDS.top_p,
+    top_k: SAMPLING_FIELDS.top_k,
     stream: optional(t.Boolean(), "stream must be true or false"),
     metadata: optional(t.Object({ user_id: optional(t.String(), "metadata.user_id must be a string") }), "metadata must be {user_id}"),
     service_tier: optional(t.Union([t.Literal("auto"), t.Literal("standard_only")]), "service_tier must be auto or standard_only"),
@@ -118,7 +117,7 @@ export const MessagesRequest = t.Object(
     container: unsupported("container is not supported"),
     mcp_servers: unsupported("mcp_servers are not supported: Parley has no network"),
   },
-  { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) },
+  UNKNOWN_FIELD,
 );
 export type MessagesRequest = Static<typeof MessagesRequest>;
 
@@ -131,11 +130,10 @@ export const CountTokensRequest = t.Object(
     tools: MessagesRequest.properties.tools,
     tool_choice: MessagesRequest.properties.tool_choice,
   },
-  { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) },
+  UNKNOWN_FIELD,
 );
-export type CountTokensRequest = Static<typeof CountTokensRequest>;
 
-export const STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence", "tool_use"] as const;
+const STOP_REASONS = ["end_turn", "max_tokens", "stop_sequence", "tool_use"] as const;
 export type StopReason = (typeof STOP_REASONS)[number];
 
 /** Anthropic's fields that tell of its own service (tools on its servers, regions, tiers): none here. */
@@ -182,7 +180,7 @@ export const AnthropicMessage = t.Object(
 );
 export type AnthropicMessage = Static<typeof AnthropicMessage>;
 
-export const ANTHROPIC_ERROR_TYPES = ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "request_too_large", "rate_limit_error", "api_error", "overloaded_error"] as const;
+const ANTHROPIC_ERROR_TYPES = ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "request_too_large", "rate_limit_error", "api_error", "overloaded_error"] as const;
 export type AnthropicErrorType = (typeof ANTHROPIC_ERROR_TYPES)[number];
 
 export const AnthropicErrorBody = t.Object(
@@ -195,4 +193,3 @@ export const AnthropicErrorBody = t.Object(
 export type AnthropicErrorBody = Static<typeof AnthropicErrorBody>;
 
 export const TokenCount = t.Object({ input_tokens: t.Integer() }, closed);
-export type TokenCount = Static<typeof TokenCount>;

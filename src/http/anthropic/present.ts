@@ -21,7 +21,7 @@ const stopReasonOf = (result: CompletionResult): StopReason =>
 const toolUseJson = (call: ToolCall) => ({ type: "tool_use" as const, id: call.id, name: call.name, input: JSON.parse(call.arguments) as Record<string, unknown>, caller: { type: "direct" as const } });
 
 /** Anthropic counts input apart from what its cache read: the two add up to the prompt. */
-export const usageJson = (usage: Usage): MessageUsage => ({
+const usageJson = (usage: Usage): MessageUsage => ({
   input_tokens: usage.prompt_tokens - usage.cached_tokens,
   output_tokens: usage.completion_tokens,
   cache_read_input_tokens: usage.cached_tokens,
@@ -40,7 +40,7 @@ const deltaUsageJson = (usage: Usage) => {
   return { input_tokens, output_tokens, cache_read_input_tokens, cache_creation_input_tokens, output_tokens_details: null, server_tool_use: null };
 };
 
-/** A thought's block: Parley signs none, so its signature is empty; `shown` false omits its text (`display: "omitted"`). */
+/** A thought's block: Parley signs none, so its signature is empty. */
 const thinkingJson = (thinking: string) => ({ type: "thinking" as const, thinking, signature: "" });
 
 /** @param shown whether a reasoning model's thought shows its text */

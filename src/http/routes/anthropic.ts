@@ -5,16 +5,18 @@
  * Anthropic's shape (errors.ts). Every field is honoured or refused.
  */
 import { Elysia } from "elysia";
-import type { CompletionInput, CompletionService } from "../../chat/completions";
+import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { CountTokensRequest, MessagesRequest } from "../anthropic/contract";
-import { jsonResponse } from "../openapi";
+import { anthropicErrorResponses, jsonResponse } from "../openapi";
 import { messageJson, messagesFraming, newMessageId } from "../anthropic/present";
-import { type BodyLimits, jsonBody } from "../json-body";
+import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../openai/tools";
-import type { RequestHooks, TurnDriver } from "../turn-driver";
+import { samplingFieldsOf } from "../sampling-fields";
+import type { RequestHooks } from "../turn-driver";
+import type { OpenAiRouteDeps } from "./openai";
 
 const TAGS = ["Anthropic-compatible"];
 
@@ -70,7 +72,9 @@ function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] 
     ...request.messages.flatMap((message, i) => messageTurns(message, `messages[${i}]`, calls)),
   ];
   // A lone surrogate is no text the model can be given (the other APIs refuse it the same way).
-  if (!turns.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("messages", "messages and system must be valid Unicode text (one has a lone surrogate)");
+  if (!turns.every((turn) => turn.content.isWellFormed() && (turn.reasoning ?? "").isWellFormed())) {
+    throw new InvalidInput("messages", "messages, their thinking and system must be valid Unicode text (one has a lone surrogate)");
+  }
   return turns;
 }
 
@@ -109,8 +113,7 @@ function completionInput(body: MessagesRequest, thoughtTokens: number | undefine
     sampling: {
       // Anthropic's default.
       temperature: body.temperature ?? 1,
-      ...(body.top_p != null ? { topP: body.top_p } : {}),
-      ...(body.top_k != null ? { topK: body.top_k } : {}),
+      ...samplingFieldsOf(body),
     },
     maxTokens: body.max_tokens,
     ...(thoughtTokens !== undefined ? { thoughtTokens } : {}),
@@ -119,15 +122,10 @@ function completionInput(body: MessagesRequest, thoughtTokens: number | undefine
   };
 }
 
-const errorResponse = jsonResponse("Anthropic's error shape: invalid_request_error (400, 413 request_too_large), authentication_error (401), permission_error (403), not_found_error (404), rate_limit_error (429), api_error (500), overloaded_error (503)", "AnthropicError");
+/** What a turn's request can be refused for, the quota aside (`count_tokens` generates nothing). */
+const REFUSALS = ["invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "model_not_found", "rate_limited", "overloaded"] as const;
 
-export interface AnthropicRouteDeps {
-  completions: CompletionService;
-  turns: TurnDriver;
-  body: BodyLimits;
-}
-
-export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
+export const anthropicRoutes = (deps: OpenAiRouteDeps) =>
   new Elysia({ name: "parley/routes/anthropic" })
     .use(requireKey)
     .post(
@@ -137,11 +135,12 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
         const input = completionInput(body, thinking.tokens);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const id = newMessageId();
+        const exchange = { request, set, server, keyId: principal.keyId };
         if (body.stream !== true) {
-          const result = await deps.turns.complete({ request, set }, turn);
+          const result = await deps.turns.complete(exchange, turn);
           return result && messageJson(id, result, thinking.shown);
         }
-        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, messagesFraming(id, thinking.shown));
+        yield* deps.turns.stream(exchange, turn, messagesFraming(id, thinking.shown));
       },
       {
         auth: "key",
@@ -150,7 +149,7 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible Messages: the reply as a message (JSON, or Anthropic's named events with stream: true)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The message", "AnthropicMessage"), "4XX": errorResponse, "5XX": errorResponse },
+          responses: { "200": jsonResponse("The message", "AnthropicMessage"), ...anthropicErrorResponses(...REFUSALS, "quota_exceeded") },
         },
       },
     )
@@ -168,7 +167,7 @@ export const anthropicRoutes = (deps: AnthropicRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible: the prompt's tokens with the model's chat template, without generating",
           tags: TAGS,
-          responses: { "200": jsonResponse("The count", "TokenCount"), "4XX": errorResponse, "5XX": errorResponse },
+          responses: { "200": jsonResponse("The count", "TokenCount"), ...anthropicErrorResponses(...REFUSALS) },
         },
       },
     );

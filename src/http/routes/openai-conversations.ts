@@ -11,7 +11,7 @@ import { type BodyLimits, jsonBody } from "../json-body";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { ITEM, ITEM_PAGE_QUERY, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
 import { conversationJson, inputItemJson, inputItemList } from "../openai/responses-present";
-import { optional } from "../sampling-fields";
+import { optional, UNKNOWN_FIELD } from "../sampling-fields";
 
 export interface OpenAiConversationRouteDeps {
   conversationItems: ConversationItemService;
@@ -19,7 +19,6 @@ export interface OpenAiConversationRouteDeps {
 }
 
 const TAGS = ["OpenAI-compatible"];
-const UNKNOWN_FIELD = { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) };
 const METADATA = t.Record(t.String({ maxLength: 64 }), t.String({ maxLength: 512 }), { maxProperties: 16 });
 const METADATA_RULE = "metadata must map up to 16 keys (at most 64 characters) to strings (at most 512)";
 const ITEMS = t.Array(ITEM, { maxItems: 20, error: "items must be an array of at most 20 items" });

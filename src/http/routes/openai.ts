@@ -10,7 +10,7 @@ import { modelLoading } from "../../chat/turn-runner";
 import { InvalidInput, ModelNotFound } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
-import { optional, SAMPLING_FIELDS, samplingFieldsOf, unsupported } from "../sampling-fields";
+import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
@@ -80,11 +80,8 @@ const completionRequest = t.Object({
   reasoning_effort: unsupported("reasoning_effort is not supported: the model's chat template decides how it reasons"),
   verbosity: unsupported("verbosity is not supported"),
   web_search_options: unsupported("web_search_options are not supported: Parley has no network"),
-}, {
-  // A field OpenAI does not define (nor llama-server's top_k, min_p, repeat_penalty): refused, never
-  // ignored, since it may be a sampling choice of another server that the reply would not honour.
-  additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }),
-});
+  // A field OpenAI does not define (nor llama-server's top_k, min_p, repeat_penalty) is refused.
+}, UNKNOWN_FIELD);
 
 type CompletionRequest = typeof completionRequest.static;
 

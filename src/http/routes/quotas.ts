@@ -1,6 +1,7 @@
 import { Elysia, t } from "elysia";
 import type { QuotaAdmin, QuotaListing, QuotaSubject } from "../../chat/quota-admin";
 import { InvalidInput } from "../../errors";
+import { QUOTA_PERIODS } from "../../vocabulary";
 import { requireKey } from "../auth";
 import type { QuotaEntryJson, QuotaList } from "../contract";
 import { type BodyLimits, jsonBody } from "../json-body";
@@ -10,7 +11,7 @@ const SUBJECT_RULE = "the path names a user id (an integer) or default";
 
 const quotaRequest = t.Object({
   tokens: t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, error: "tokens must be an integer from 0" }),
-  period: t.Union([t.Literal("day"), t.Literal("month")], { error: "period must be day or month" }),
+  period: t.Union(QUOTA_PERIODS.map((period) => t.Literal(period)), { error: "period must be day or month" }),
 });
 
 function subjectOf(raw: string): QuotaSubject {

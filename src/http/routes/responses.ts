@@ -14,7 +14,7 @@ import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
 import { ITEM, ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
 import { toolRequestOf } from "../openai/tools";
-import { optional, unsupported } from "../sampling-fields";
+import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { BackgroundResponses } from "../background-responses";
 import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 
@@ -88,7 +88,7 @@ const responseRequest = t.Object(
     prompt: unsupported("prompt templates are not supported"),
     stream_options: unsupported("stream_options is not supported"),
   },
-  { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) },
+  UNKNOWN_FIELD,
 );
 
 type ResponseRequest = typeof responseRequest.static;

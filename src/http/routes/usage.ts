@@ -5,7 +5,8 @@ import { requireKey } from "../auth";
 import { type UsageReport, USAGE_DAYS } from "../contract";
 import { listedUser } from "../listing-query";
 import { errorResponses, jsonResponse } from "../openapi";
-import { quotaHeadersOf, quotaJson } from "../present";
+import { quotaJson } from "../present";
+import { tokenQuotaHeaders } from "../rate-limit";
 
 const DAY_MS = 86_400_000;
 
@@ -22,7 +23,7 @@ export const usageRoutes = ({ usage, ledger }: UsageRouteDeps) =>
       const userId = listedUser(query, principal, "usage");
       const now = ledger.now();
       const [days, quota] = await Promise.all([usage.days(userId, usageDay(now - (USAGE_DAYS - 1) * DAY_MS)), ledger.state(userId)]);
-      if (quota) Object.assign(set.headers, quotaHeadersOf(quota));
+      if (quota) Object.assign(set.headers, tokenQuotaHeaders(quota));
       return {
         user_id: userId,
         quota: quota ? quotaJson(quota) : null,
