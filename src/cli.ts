@@ -4,7 +4,7 @@ import pkg from "../package.json";
 
 const NAMES = Object.values(CONFIG_SPEC).map((spec) => `${spec.flag} / ${spec.env}`);
 /** Wide enough for the longest name and two spaces, so no name runs into its help. */
-const NAME_WIDTH = Math.max(...NAMES.map((name) => name.length)) + 2;
+const NAME_WIDTH = NAMES.reduce((widest, name) => Math.max(widest, name.length), 0) + 2;
 const OPTIONS = Object.values(CONFIG_SPEC)
   .map((spec, i) => `  ${NAMES[i]!.padEnd(NAME_WIDTH)}${spec.help}${spec.default ? ` (default ${spec.default})` : ""}`)
   .join("\n");

@@ -177,7 +177,7 @@ function list(dir: string): number {
   });
   const header = ["FILE", "ID", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT", "TEMPLATE"];
   // An unusable file's reason starts in the ID column and does not widen it.
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r.length === header.length || i === 0 ? r[i]!.length : 0))));
+  const widths = header.map((h, i) => rows.reduce((widest, r) => Math.max(widest, r.length === header.length || i === 0 ? r[i]!.length : 0), h.length));
   for (const row of [header, ...rows]) console.log(row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join("  "));
   console.log(`\n${dir}: ${names.length} file(s)`);
   return 0;

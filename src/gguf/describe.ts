@@ -126,7 +126,7 @@ function checkPreamble(path: string, size: number): void {
 
 /** Text as text (an HTML error page shows as "<!DO"), anything else as hex. */
 function preview(bytes: Uint8Array): string {
-  if (bytes.every((b) => b >= 0x20 && b < 0x7f)) return JSON.stringify(String.fromCharCode(...bytes));
+  if (bytes.every((b) => b >= 0x20 && b < 0x7f)) return JSON.stringify(new TextDecoder("latin1").decode(bytes));
   return `0x${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
 

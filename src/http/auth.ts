@@ -42,12 +42,19 @@ export async function authenticate(keys: KeyStore, header: string | null): Promi
 }
 
 /**
- * Anthropic's clients send their key as `x-api-key`: taken as the bearer token on its Messages API
- * only, where those clients speak (a header elsewhere would be one more way for a key to leak).
+ * The request's credential as an `Authorization` value. Anthropic's clients send their key as
+ * `x-api-key`: taken as the bearer token on its Messages API only, where those clients speak (a
+ * header elsewhere would be one more way for a key to leak). A request that names two different
+ * keys there is refused: answering it as either user would bill one for what the other asked.
  */
-function anthropicKey(request: Request, path: string): string | null {
-  const key = dialectOf(path) === "anthropic" ? request.headers.get("x-api-key") : null;
-  return key === null ? null : `Bearer ${key.trim()}`;
+function credentialOf(request: Request, path: string): string | null {
+  const authorization = request.headers.get("authorization");
+  const apiKey = dialectOf(path) === "anthropic" ? request.headers.get("x-api-key")?.trim() : undefined;
+  if (apiKey === undefined || apiKey === "") return authorization;
+  if (authorization === null) return `Bearer ${apiKey}`;
+  const credentials = readCredentials(authorization);
+  if ("token" in credentials && credentials.token === apiKey) return authorization;
+  throw new Unauthorized("the Authorization and x-api-key headers name different keys: send one key, in either header", true);
 }
 
 /**
@@ -90,7 +97,7 @@ export const authGate = (keys: KeyStore, limiter: RateLimiter, routes: RouteTabl
     const context = contextOf(request);
     const access = routes.match(context.path, request.method);
     if (access === undefined) return;
-    const principal = await authenticate(keys, request.headers.get("authorization") ?? anthropicKey(request, context.path));
+    const principal = await authenticate(keys, credentialOf(request, context.path));
     context.principal = principal;
     Object.assign(set.headers, await limiter.take(principal.keyId));
     if (access === "admin" && principal.role !== "admin") throw new Forbidden("this endpoint needs an admin key");

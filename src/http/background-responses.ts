@@ -5,10 +5,10 @@
  */
 import type { ResponseResult, ResponseStart } from "../chat/responses";
 import type { ResponseStore } from "../db/storage";
-import type { ResponseEvent, ResponseRecord } from "../db/types";
+import { ABANDONED, type ResponseEvent, type ResponseRecord } from "../db/types";
 import type { Logger } from "../log";
 import { toDomainError } from "./errors";
-import { responsesFraming } from "./openai/responses-present";
+import { endingEvent, responsesFraming } from "./openai/responses-present";
 import type { SseChunk } from "./sse";
 import { frame, type TurnEvents } from "./turn-driver";
 
@@ -160,11 +160,15 @@ export class BackgroundResponses {
         await local.changed();
         continue;
       }
-      // Ended on another node (or a node that died): its last events come within moments, or never.
+      // Ended on another node, whose last events come within moments; or its node died, and they never come.
       const record = await this.store.get(userId, id);
-      if (!record || (record.status !== "queued" && record.status !== "in_progress")) {
+      if (!record) return;
+      if (record.status !== "queued" && record.status !== "in_progress") {
         endedAt ??= performance.now();
-        if (performance.now() - endedAt > LAST_EVENTS_MS) return;
+        if (record.error === ABANDONED || performance.now() - endedAt > LAST_EVENTS_MS) {
+          yield endingEvent(record, next);
+          return;
+        }
       }
       await sleep(this.options.pollMs);
     }

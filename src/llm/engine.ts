@@ -18,6 +18,7 @@ import {
   type LlamaModel,
   type Token,
 } from "node-llama-cpp";
+import { append } from "../append";
 import { InvalidInput } from "../errors";
 import { ReplyGrammars } from "./reply-grammar";
 import { resolveModelChatWrapper } from "./chat-wrapper";
@@ -404,7 +405,7 @@ export class Engine {
             if (piece.kind === "toolCall") {
               if (piece.part.part === "close") calls.push(piece.part.call);
             }
-            else if (piece.kind === "logprobs") logprobs.push(...piece.entries);
+            else if (piece.kind === "logprobs") append(logprobs, piece.entries);
             else if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
             else said[piece.kind] += piece.text;
             emit(piece);

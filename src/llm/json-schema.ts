@@ -33,18 +33,49 @@ type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type SchemaObject = { [key: string]: Json };
 
 /**
+ * What a schema may hold, so that its grammar is built in milliseconds and enforces what it says:
+ * llama.cpp's grammar parser refuses a repetition of over 2,000 and takes a larger maximum as none
+ * at all, node-llama-cpp's converter gives up past 512 nested scopes, and the grammar's size grows
+ * with the schema's. docs/API.md lists them.
+ */
+export const SCHEMA_LIMITS = {
+  /** Schemas nested in one another, the root's 1, counted through `$ref`s. */
+  depth: 32,
+  /** `minLength`, `maxLength`, `minItems`, `maxItems`, `minProperties`, `maxProperties`. */
+  repetition: 1000,
+  /** Subschemas, properties and `enum` values of one request's schemas together. */
+  elements: 10_000,
+} as const;
+
+const REPETITIONS = ["minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"] as const;
+
+/** How many more elements a request's schemas may have: one budget for all of a request's tools. */
+export interface SchemaBudget {
+  elements: number;
+}
+
+export const schemaBudget = (): SchemaBudget => ({ elements: SCHEMA_LIMITS.elements });
+
+/**
  * The schema as node-llama-cpp's grammar takes it, or `InvalidInput` naming `param` and the
  * keyword it cannot enforce. `anyOf` becomes the grammar's alternatives; `oneOf` is refused, since
- * no grammar can check that exactly one alternative matches.
+ * no grammar can check that exactly one alternative matches. A schema beyond `SCHEMA_LIMITS`, or
+ * one that refers to itself (no grammar of a fixed size holds it), is refused as well.
  */
-export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema {
+export function grammarSchemaOf(schema: unknown, param: string, budget: SchemaBudget = schemaBudget()): GbnfJsonSchema {
   const refuse = (at: string, why: string): never => {
     throw new InvalidInput(param, `${param}: the schema ${at === "" ? "" : `at ${at} `}${why}`);
   };
+  const spend = (at: string, elements: number) => {
+    budget.elements -= elements;
+    if (budget.elements < 0) refuse(at, `takes the request's schemas past ${SCHEMA_LIMITS.elements} elements (subschemas, properties and enum values), the most Parley holds a reply to`);
+  };
   if (!isObject(schema)) return refuse("", "must be a JSON object");
   const defs = isObject(schema.$defs) ? schema.$defs : {};
-  const convert = (node: Json, at: string): Json => {
+  const convert = (node: Json, at: string, depth: number): Json => {
     if (!isObject(node)) return refuse(at, "must be an object (true and false are not enforceable)");
+    if (depth > SCHEMA_LIMITS.depth) return refuse(at, `is nested past the depth limit of ${SCHEMA_LIMITS.depth} schemas`);
+    spend(at, 1);
     const out: SchemaObject = {};
     for (const [keyword, value] of Object.entries(node)) {
       if (ANNOTATIONS.has(keyword)) {
@@ -53,14 +84,20 @@ export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema 
       }
       if (keyword === "$defs") {
         if (!isObject(value)) return refuse(at, "has $defs that is not an object");
-        out.$defs = Object.fromEntries(Object.entries(value).map(([name, def]) => [name, convert(def, `${at}/$defs/${name}`)]));
+        out.$defs = Object.fromEntries(Object.entries(value).map(([name, def]) => [name, convert(def, `${at}/$defs/${name}`, depth + 1)]));
         continue;
       }
       out[keyword] = value;
     }
-    return shape(out, at);
+    for (const keyword of REPETITIONS) {
+      const count = out[keyword];
+      if (count === undefined) continue;
+      if (typeof count !== "number" || !Number.isInteger(count) || count < 0) return refuse(at, `has "${keyword}" ${JSON.stringify(count)}, which is not a count`);
+      if (count > SCHEMA_LIMITS.repetition) return refuse(at, `has "${keyword}" ${count}: at most ${SCHEMA_LIMITS.repetition} repetitions are enforced`);
+    }
+    return shape(out, at, depth);
   };
-  const shape = (node: SchemaObject, at: string): Json => {
+  const shape = (node: SchemaObject, at: string, depth: number): Json => {
     const { type, $defs, description } = node;
     const keep = { ...($defs !== undefined ? { $defs } : {}), ...(description !== undefined ? { description } : {}) };
     const only = (allowed: readonly string[]) => {
@@ -81,12 +118,13 @@ export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema 
     if ("enum" in node) {
       only(["enum", "type"]);
       if (!Array.isArray(node.enum) || node.enum.length === 0 || !node.enum.every(isScalar)) return refuse(at, "has an enum that is not a non-empty list of strings, numbers, booleans or null");
+      spend(at, node.enum.length);
       return { ...keep, enum: node.enum };
     }
     if ("anyOf" in node) {
       only(["anyOf"]);
       if (!Array.isArray(node.anyOf) || node.anyOf.length === 0) return refuse(at, "has an anyOf that is not a non-empty list");
-      return { ...keep, oneOf: node.anyOf.map((option, i) => convert(option, `${at}/anyOf/${i}`)) };
+      return { ...keep, oneOf: node.anyOf.map((option, i) => convert(option, `${at}/anyOf/${i}`, depth + 1)) };
     }
     if (Array.isArray(type)) {
       only(["type"]);
@@ -104,13 +142,13 @@ export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema 
         only([...ENFORCED.object!]);
         const properties = node.properties ?? {};
         if (!isObject(properties)) return refuse(at, "has properties that are not an object");
-        const converted = Object.fromEntries(Object.entries(properties).map(([name, property]) => [name, convert(property, `${at}/properties/${name}`)]));
+        const converted = Object.fromEntries(Object.entries(properties).map(([name, property]) => [name, convert(property, `${at}/properties/${name}`, depth + 1)]));
         const additional = node.additionalProperties;
         return {
           ...keep,
           ...node,
           properties: converted,
-          ...(additional !== undefined && typeof additional !== "boolean" ? { additionalProperties: convert(additional, `${at}/additionalProperties`) } : {}),
+          ...(additional !== undefined && typeof additional !== "boolean" ? { additionalProperties: convert(additional, `${at}/additionalProperties`, depth + 1) } : {}),
         };
       }
       case "array":
@@ -118,8 +156,8 @@ export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema 
         return {
           ...keep,
           ...node,
-          ...(node.items !== undefined ? { items: convert(node.items, `${at}/items`) } : {}),
-          ...(Array.isArray(node.prefixItems) ? { prefixItems: node.prefixItems.map((item, i) => convert(item, `${at}/prefixItems/${i}`)) } : {}),
+          ...(node.items !== undefined ? { items: convert(node.items, `${at}/items`, depth + 1) } : {}),
+          ...(Array.isArray(node.prefixItems) ? { prefixItems: node.prefixItems.map((item, i) => convert(item, `${at}/prefixItems/${i}`, depth + 1)) } : {}),
         };
       case "integer":
         only([...ENFORCED.scalar!, "minimum", "maximum"]);
@@ -132,7 +170,46 @@ export function grammarSchemaOf(schema: unknown, param: string): GbnfJsonSchema 
         return { ...keep, type };
     }
   };
-  return convert(schema, "") as GbnfJsonSchema;
+  const converted = convert(schema, "", 1) as SchemaObject;
+  checkRefs(converted, refuse);
+  return converted as GbnfJsonSchema;
+}
+
+/**
+ * Refuses a schema whose `$ref`s lead back to where they start (a recursive schema: a grammar
+ * would be built without end) or whose nesting passes the depth limit once they are followed.
+ */
+function checkRefs(root: SchemaObject, refuse: (at: string, why: string) => never): void {
+  const defs = isObject(root.$defs) ? root.$defs : {};
+  /** Each definition's own nesting, its references followed. */
+  const heights = new Map<string, number>();
+  const following: string[] = [];
+  const height = (node: Json, at: string): number => {
+    if (Array.isArray(node)) return node.reduce<number>((most, item, i) => Math.max(most, height(item, `${at}/${i}`)), 0);
+    if (!isObject(node)) return 0;
+    if (typeof node.$ref === "string") {
+      const name = node.$ref.slice("#/$defs/".length);
+      if (following.includes(name)) refuse(at, `has a $ref that leads back to ${node.$ref} (${[...following, name].join(" → ")}): a recursive schema cannot be held`);
+      let own = heights.get(name);
+      if (own === undefined) {
+        following.push(name);
+        own = height(defs[name]!, `/$defs/${name}`);
+        following.pop();
+        heights.set(name, own);
+      }
+      return own;
+    }
+    let below = 0;
+    for (const [keyword, value] of Object.entries(node)) {
+      // The grammar's alternatives (`oneOf`) are the client's `anyOf`.
+      if (keyword === "properties" && isObject(value)) below = Object.entries(value).reduce((most, [name, property]) => Math.max(most, height(property, `${at}/properties/${name}`)), below);
+      else if (keyword === "items" || keyword === "additionalProperties" || keyword === "prefixItems" || keyword === "oneOf") below = Math.max(below, height(value, `${at}/${keyword === "oneOf" ? "anyOf" : keyword}`));
+    }
+    return below + 1;
+  };
+  for (const name of Object.keys(defs)) height({ $ref: `#/$defs/${name}` }, `/$defs/${name}`);
+  const depth = height(root, "");
+  if (depth > SCHEMA_LIMITS.depth) refuse("", `is nested past the depth limit of ${SCHEMA_LIMITS.depth} schemas once its $refs are followed (${depth})`);
 }
 
 function isObject(value: unknown): value is SchemaObject {

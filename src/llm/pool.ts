@@ -127,14 +127,14 @@ export class SequencePool<T> {
     const free = this.slots.filter((slot) => !slot.busy);
     if (typeof preference === "string") return free.find((slot) => slot.key === preference) ?? this.nextToBusy(free);
     const scores = free.map((slot) => preference(slot.item));
-    const top = Math.max(0, ...scores);
+    const top = scores.reduce((best, score) => Math.max(best, score), 0);
     return this.nextToBusy(top > 0 ? free.filter((_, i) => scores[i] === top) : free);
   }
 
   /** Of `candidates`, one that keeps the busy items in as few runs as it can; the least recently used of those. */
   private nextToBusy(candidates: readonly Slot<T>[]): Slot<T> | undefined {
     const busyNeighbours = ({ at }: Slot<T>) => [at - 1, at + 1].filter((i) => this.slots[i]?.busy).length;
-    const most = Math.max(0, ...candidates.map(busyNeighbours));
+    const most = candidates.reduce((best, slot) => Math.max(best, busyNeighbours(slot)), 0);
     return leastRecentlyUsed(candidates.filter((slot) => busyNeighbours(slot) === most));
   }
 

@@ -23,6 +23,7 @@ import {
   type Token,
   type Tokenizer,
 } from "node-llama-cpp";
+import { append } from "../append";
 import { InvalidInput } from "../errors";
 import { TOKEN_TYPE } from "../gguf/vocab";
 import type { TemplateChat } from "./template-chat";
@@ -114,11 +115,11 @@ export class PromptRenderer {
     const whole = await render(reachable);
     if (whole.tokens.length <= budget) return whole;
 
-    // Outside the contract (the new user message, or a tool's result, comes last): nothing sensible to cut.
+    // Whatever comes last (a question, a tool's result, a client's own reply or system message) is
+    // the newest turn: it is kept, cut if it must be; leading system turns stay while they fit.
     const newest = reachable.at(-1);
-    if (newest?.role !== "user" && newest?.role !== "tool") return whole;
-
-    const pinned = leadingSystemCount(reachable);
+    if (newest === undefined) return whole;
+    const pinned = Math.min(leadingSystemCount(reachable), reachable.length - 1);
     const head = reachable.slice(0, pinned);
     const dialogue = reachable.slice(pinned);
     const last = dialogue.length - 1;
@@ -276,7 +277,7 @@ async function tokenizeRendered(rendered: string, controls: RegExp | undefined, 
       await nextMacrotask();
       sliceStart = performance.now();
     }
-    tokens.push(...tokenizer(run, true));
+    append(tokens, tokenizer(run, true));
   }
   return tokens;
 }

@@ -64,7 +64,7 @@ export class ReplyGrammars {
   private callsGrammar(tools: ToolRequest): Promise<LlamaGrammar> {
     const call = callSchema(callableFunctions(tools), tools.functions, this.syntax.argumentsKey);
     const lazy = tools.choice === "auto";
-    return this.jsonGrammar(call, (one) => callsGrammar(this.syntax, one, tools.parallel, lazy), !lazy);
+    return this.jsonGrammar("tools", call, (one) => callsGrammar(this.syntax, one, tools.parallel, lazy), !lazy);
   }
 
   /**
@@ -72,16 +72,40 @@ export class ReplyGrammars {
    * whitespace between values, which the free JSON grammar does not, and a model can loop on it.
    */
   private formatGrammar(format: ReplyFormat): Promise<LlamaGrammar> {
-    return this.jsonGrammar(format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format"));
+    return this.jsonGrammar("response_format", format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format"));
   }
 
   /**
    * node-llama-cpp's grammar for the schema, bounded, as the answer `shape` makes of it; after a
-   * thought for a model that reasons, if it holds `fromStart`.
+   * thought for a model that reasons, if it holds `fromStart`. The schema was checked against
+   * `SCHEMA_LIMITS`; one that still builds no grammar is the request's fault, refused naming `param`.
    */
-  private async jsonGrammar(schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
-    // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
-    const answer = shape(boundedJsonGrammar((await this.llama.createGrammarForJsonSchema(schema as never)).grammar));
-    return await this.llama.createGrammar({ grammar: this.thought && fromStart ? thoughtThen(answer, this.thought) : answer });
+  private async jsonGrammar(param: string, schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
+    let json: string;
+    try {
+      // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
+      json = (await this.llama.createGrammarForJsonSchema(schema as never)).grammar;
+    } catch (error) {
+      throw unbuildable(param, error);
+    }
+    const answer = shape(boundedJsonGrammar(json));
+    if (answer.length > MAX_GRAMMAR_CHARS) throw new InvalidInput(param, `${param}: the schema makes a grammar of ${answer.length} characters, more than the ${MAX_GRAMMAR_CHARS} Parley builds`);
+    try {
+      return await this.llama.createGrammar({ grammar: this.thought && fromStart ? thoughtThen(answer, this.thought) : answer });
+    } catch (error) {
+      throw unbuildable(param, error);
+    }
   }
+}
+
+/**
+ * A grammar's text past which building it (llama.cpp parses it on the event loop's thread) would
+ * hold up other requests; schemas within `SCHEMA_LIMITS` stay well below it.
+ */
+const MAX_GRAMMAR_CHARS = 1 << 20;
+
+/** node-llama-cpp's or llama.cpp's refusal of a grammar, as the request's error. */
+function unbuildable(param: string, error: unknown): InvalidInput {
+  const reason = error instanceof Error ? error.message : String(error);
+  return new InvalidInput(param, `${param}: no grammar can be built from the schema (${reason.slice(0, 300)})`);
 }

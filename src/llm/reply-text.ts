@@ -4,6 +4,7 @@
  * string begins (stop-text.ts). Stop strings apply to the answer's text only: a thought or a
  * call's arguments may hold one without ending the reply.
  */
+import { append } from "../append";
 import { StopText } from "./stop-text";
 import { type PlacedPiece, type ThoughtMarkers, type ThoughtPhase, ThoughtText } from "./thought-text";
 import type { SplitText, ToolCallText } from "./tool-call-text";
@@ -38,7 +39,7 @@ export class ReplyText {
   /** At the reply's end: what was held and turned out to be neither a marker, a call nor a stop. */
   flush(): ReplyPiece[] {
     const shown = this.show(this.thought?.flush() ?? []);
-    if (this.calls) shown.push(...this.answer(this.calls.flush()));
+    if (this.calls) append(shown, this.answer(this.calls.flush()));
     const rest = this.stops.flush();
     if (rest !== "") shown.push({ kind: "content", text: rest });
     return shown;
@@ -78,7 +79,7 @@ export class ReplyText {
     const shown: ReplyPiece[] = [];
     for (const { kind, text, at } of pieces) {
       if (kind === "reasoning") shown.push({ kind, text });
-      else shown.push(...this.answer(this.calls ? this.calls.push(text, at) : { content: text, at, parts: [] }));
+      else append(shown, this.answer(this.calls ? this.calls.push(text, at) : { content: text, at, parts: [] }));
     }
     return shown;
   }

@@ -414,7 +414,7 @@ export class Scheduler {
     const candidates = active.filter((job) => job.stepped < this.step);
     if (candidates.length === 0) return [];
     const kinds = candidates.map((job) => this.kind(job));
-    const first = Math.min(...kinds);
+    const first = kinds.reduce((lowest, kind) => Math.min(lowest, kind));
     let room = this.context.batchSize;
     const batch: Batch = [];
     const chosen = candidates.filter((_, i) => kinds[i] === first).sort((a, b) => a.pending.length - b.pending.length);
@@ -526,7 +526,7 @@ export class Scheduler {
     try {
       const entries = jobs.map((job) => ({ sequence: job.slot.sequence, token: job.pending[0]!, sampler: job.sampler }));
       // Asked once the lock is taken: an abort before the call began would not reach it.
-      const steps = () => (this.needsLoop() ? 0 : Math.max(1, Math.min(STEPS_PER_CALL, ...jobs.map((job) => Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given))));
+      const steps = () => (this.needsLoop() ? 0 : Math.max(1, jobs.reduce((steps, job) => Math.min(steps, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given), STEPS_PER_CALL)));
       tokens = await decodeSteps(this.context, entries, steps);
     } catch (error) {
       for (const job of jobs) job.end(error);

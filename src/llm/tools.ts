@@ -5,7 +5,7 @@
  */
 import type { GbnfJsonSchema } from "node-llama-cpp";
 import { InvalidInput } from "../errors";
-import { grammarSchemaOf } from "./json-schema";
+import { grammarSchemaOf, schemaBudget } from "./json-schema";
 
 export interface ToolFunction {
   name: string;
@@ -51,10 +51,11 @@ export function callableFunctions(tools: ToolRequest): readonly ToolFunction[] {
  */
 export function callSchema(functions: readonly ToolFunction[], all: readonly ToolFunction[], argumentsKey: string): GbnfJsonSchema {
   const $defs: Record<string, unknown> = {};
+  const budget = schemaBudget();
   const calls = functions.map((fn) => {
     const index = all.indexOf(fn);
     const param = `tools[${index}].function.parameters`;
-    const checked = grammarSchemaOf(fn.parameters, param) as Record<string, unknown>;
+    const checked = grammarSchemaOf(fn.parameters, param, budget) as Record<string, unknown>;
     if (checked.type !== "object") throw new InvalidInput(param, `${param}: the schema must be of type "object" (a function's arguments are an object)`);
     const { $defs: own, ...parameters } = renamedRefs(checked, `f${index}-`) as Record<string, unknown>;
     if (own) Object.assign($defs, own);

@@ -288,7 +288,7 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
     const sequences = entries.map(({ sequence }) => internals<SequenceInternals>(sequence));
     const positions = sequences.map((seq) => seq._nextTokenIndex);
     // One position stays free at the end, as node-llama-cpp keeps it.
-    const count = Math.min(wanted, ...positions.map((position) => context.contextSize - 1 - position));
+    const count = positions.reduce((room, position) => Math.min(room, context.contextSize - 1 - position), wanted);
     if (count < 1) throw new Error("the sequence's context is full");
     const sampled = await repairing(ctx, entries, () =>
       ctx.decodeSteps!(
@@ -384,7 +384,7 @@ function recordDecoded(entries: readonly { sequence: LlamaContextSequence; token
   for (const { sequence, tokens } of entries) {
     const seq = internals<SequenceInternals>(sequence);
     seq._nextTokenIndex += tokens.length;
-    seq._contextTokens.push(...tokens);
+    for (const token of tokens) seq._contextTokens.push(token);
   }
 }
 

@@ -3,6 +3,7 @@
  * thought (`reasoning`), the answer (`message`) and the calls (`function_call`), in that order;
  * streamed as OpenAI's typed events, each with its `sequence_number`.
  */
+import { append } from "../../append";
 import type { ItemPage } from "../../chat/response-items";
 import type { ResponseResult, ResponseStart } from "../../chat/responses";
 import { outputItemId } from "../../chat/response-items";
@@ -105,6 +106,15 @@ export const inputItemList = ({ items, hasMore }: ItemPage): InputItemList => ({
 const ENDING = { completed: "response.completed", failed: "response.failed", incomplete: "response.incomplete", cancelled: "response.incomplete" } as const;
 
 /**
+ * The event that ends the stream of a response that ended while nobody streamed it (its server
+ * died, say), numbered after its kept events: a client resuming it learns how it ended.
+ */
+export const endingEvent = (record: ResponseRecord, sequence: number) => {
+  const type = ENDING[record.status as keyof typeof ENDING] ?? "response.failed";
+  return event(type, { type, sequence_number: sequence, response: responseObject(record) });
+};
+
+/**
  * The stream: `response.created` and `response.in_progress`, then each item as it comes (added,
  * its deltas, done), then `response.completed` (or `.incomplete`, `.failed`) with the whole
  * response as it is kept. An item's text comes as deltas of its part, a call's arguments as
@@ -185,7 +195,7 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
       const status: ItemStatus = ended.status === "completed" ? "completed" : "incomplete";
       const events = close(status);
       // A response that says nothing and calls nothing still has its (empty) message.
-      if (ended.output.some((item) => item.type === "message") && !output.some((item) => item.type === "message")) events.push(...begin("message"), ...close(status));
+      if (ended.output.some((item) => item.type === "message") && !output.some((item) => item.type === "message")) append(append(events, begin("message")), close(status));
       return [...events, send(ENDING[ended.status as keyof typeof ENDING] ?? "response.incomplete", { response: responseObject(ended) })];
     },
     error: (error) => {
