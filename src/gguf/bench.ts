@@ -10,10 +10,14 @@ import { fillXorshift32, hash32, xorshift32 } from "./prng";
 import { tensorTypeFor, type FileType } from "./file-type";
 import { constant, encoded } from "./tensor-data";
 import { chatmlTokenizer } from "./tokenizer";
+import { gguf } from "./values";
 import { SPACE, buildVocab, type Vocab } from "./vocab";
 import type { GgufFile } from "./writer";
 
 export const BENCH_MODEL_NAME = "parley-bench-small";
+
+/** Marks a model whose weights are noise: served when asked for by name, never chosen as the default. */
+export const RANDOM_WEIGHTS_KEY = "parley.random_weights";
 
 export const BENCH_HPARAMS: LlamaHparams = {
   nEmbd: 768,
@@ -86,5 +90,6 @@ export function benchGguf(fileType: BenchFileType = "F16"): GgufFile {
     const name = `${spec.layer ?? ""}.${spec.kind}`;
     return { type, data: encoded(randomHalves(hash32(name) ^ SEED, count), type) };
   };
-  return llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, nVocab: vocab.tokens.length, tokenizer: chatmlTokenizer(vocab, CHATML_TEMPLATE), fileType, weights });
+  const file = llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, nVocab: vocab.tokens.length, tokenizer: chatmlTokenizer(vocab, CHATML_TEMPLATE), fileType, weights });
+  return { ...file, metadata: { ...file.metadata, [RANDOM_WEIGHTS_KEY]: gguf.bool(true) } };
 }

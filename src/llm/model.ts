@@ -1,13 +1,16 @@
 /**
  * Which GGUF files Parley serves: the files named (`PARLEY_MODEL`, a list; the first the default)
  * and every `.gguf` in the models directory, each a model known by its id (`general.name`, else
- * the file name), else the built-in demo model (written on first use so a fresh checkout answers).
+ * the file name). Without a named file the default is the directory's first model by file name
+ * other than the demo and models of random weights (bench presets); without one, the built-in demo
+ * model (written on first use so a fresh checkout answers).
  * The directory is read again on demand (`rescan`): a file added while serving appears without a
  * restart, and only a new or changed file's header is read.
  */
 import { readdirSync, realpathSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { ModelNotFound } from "../errors";
+import { RANDOM_WEIGHTS_KEY } from "../gguf/bench";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../gguf/demo";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
 import { DEMO_MODEL_NAME, writePresetModel } from "../gguf/presets";
@@ -39,6 +42,11 @@ export interface UnusableModel {
 type Described = Pick<ModelEntry, "description" | "created"> | UnusableModel;
 
 const DEMO_FILE = `${DEMO_MODEL_NAME}.gguf`;
+/**
+ * A name of the default model whatever else the service serves, unless a model or alias takes it:
+ * the docs' examples send it, and a client written against one model keeps working beside a second.
+ */
+export const DEFAULT_MODEL_NAME = "parley";
 /** A request naming no model of the service reads the directory again at most this often. */
 const RESCAN_GAP_MS = 1_000;
 
@@ -67,11 +75,7 @@ export class ModelRegistry {
   private readonly seen = new Map<string, { stamp: string; described: Described }>();
   private scannedAt = -Infinity;
 
-  private constructor(
-    private readonly source: ModelSource,
-    /** The demo model, when nothing else was named or found at the start. */
-    readonly demo: boolean,
-  ) {}
+  private constructor(private readonly source: ModelSource) {}
 
   /**
    * The first reading. `ModelNotFoundError` when a named file is missing or an alias names no
@@ -82,10 +86,12 @@ export class ModelRegistry {
     for (const path of source.paths) {
       if (!isFile(path)) throw new ModelNotFoundError(`PARLEY_MODEL (--model) is "${path}", which is not a readable file`);
     }
-    const demo = source.paths.length === 0 && dirModels(source.modelsDir).length === 0;
-    if (demo) await ensureDemo(source.modelsDir);
-    const registry = new ModelRegistry(source, demo);
+    const registry = new ModelRegistry(source);
     registry.scan(true);
+    if (source.paths.length === 0 && !registry.entries.some(chosenFirst)) {
+      await ensureDemo(source.modelsDir);
+      registry.scan(true);
+    }
     for (const [alias, id] of Object.entries(source.aliases ?? {})) {
       if (!registry.entries.some((entry) => entry.id === id)) throw new ModelNotFoundError(`PARLEY_MODEL_ALIASES maps "${alias}" to "${id}", which is no model of this service`);
     }
@@ -97,16 +103,25 @@ export class ModelRegistry {
     this.scan(false);
   }
 
+  /** Every model, the default first. */
   get models(): readonly ModelEntry[] {
-    return this.entries;
+    const first = this.default;
+    return [first, ...this.entries.filter((entry) => entry !== first)];
   }
 
   get unusable(): readonly UnusableModel[] {
     return this.broken;
   }
 
+  /** The first named file; else the directory's first real model by file name; else the demo. */
   get default(): ModelEntry {
-    return this.entries[0]!;
+    if (this.source.paths.length > 0) return this.entries[0]!;
+    return this.entries.find(chosenFirst) ?? this.entries.find(isDemo) ?? this.entries[0]!;
+  }
+
+  /** The default is the built-in demo: nothing else was named or found. */
+  get demo(): boolean {
+    return isDemo(this.default) && this.source.paths.length === 0;
   }
 
   /**
@@ -118,7 +133,7 @@ export class ModelRegistry {
     if (requested === undefined) return this.default;
     const find = () => {
       const id = this.source.aliases?.[requested] ?? requested;
-      return this.entries.find((entry) => entry.id === id);
+      return this.entries.find((entry) => entry.id === id) ?? (requested === DEFAULT_MODEL_NAME ? this.default : undefined);
     };
     let entry = find();
     if (!entry && performance.now() - this.scannedAt >= RESCAN_GAP_MS) {
@@ -132,7 +147,7 @@ export class ModelRegistry {
 
   private scan(starting: boolean): void {
     this.scannedAt = performance.now();
-    const named = this.demo ? [join(this.source.modelsDir, DEMO_FILE)] : this.source.paths;
+    const named = this.source.paths;
     // One file by two names (PARLEY_MODEL naming a file of the directory, relatively or through a link) is one model.
     const files = new Set<string>();
     const paths = [...named, ...dirModels(this.source.modelsDir)].filter((path) => {
@@ -223,13 +238,20 @@ export function ggufNames(dir: string): string[] {
   return names.filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".")).sort();
 }
 
-/** The directory's models: the demo file an earlier start left is not one of them. */
+/** The directory's models, the demo among them. */
 function dirModels(dir: string): string[] {
   return ggufNames(dir)
-    .filter((name) => name !== DEMO_FILE)
     .map((name) => join(dir, name))
     .filter(isFile);
 }
+
+const isDemo = (entry: ModelEntry) => basename(entry.path) === DEMO_FILE;
+
+/** A model the default may be without a named file: neither the demo nor one of random weights. */
+const chosenFirst = (entry: ModelEntry) => {
+  const noise = entry.description.metadata[RANDOM_WEIGHTS_KEY];
+  return !isDemo(entry) && !(noise?.type === "bool" && noise.value);
+};
 
 /**
  * The description as the registry keeps it, for as long as the file is served: without its array

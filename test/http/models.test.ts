@@ -1,6 +1,6 @@
 /**
  * Several models in one service: each request answered by the model it names (the default when
- * none, an alias as its model, an unknown one 404), on both protocols, plain and streamed; at
+ * none or "parley", an alias as its model, an unknown one 404), on both protocols, plain and streamed; at
  * most one loaded at a time, a model with a running stream never unloaded under it; idle models
  * unloaded after their keep-alive; a conversation continued on another model evaluated afresh.
  */
@@ -71,6 +71,10 @@ describe("two models, both loaded", () => {
     const message = await anthropic.messages.create({ model: "gpt-4o-mini", max_tokens: 6, messages: [{ role: "user", content: "Hello" }], temperature: 0 } as Anthropic.MessageCreateParamsNonStreaming);
     expect(message.model).toBe(BENCH);
     expect(message.content).toEqual([{ type: "text", text: bench.choices[0]!.message.content!, citations: null }]);
+    // "parley", the name the docs' examples send, stays the default's beside a second model.
+    expect((await asked("parley")).model).toBe(DEMO);
+    expect((await chat(service.served, { message: "Hello", conversation_id: "pick-4", model: "parley" })).body.model).toBe(DEMO);
+    expect((await anthropic.messages.create({ model: "parley", max_tokens: 2, messages: [{ role: "user", content: "Hello" }] })).model).toBe(DEMO);
 
     const listed = [];
     for await (const model of client.models.list()) listed.push(model);

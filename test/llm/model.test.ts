@@ -53,18 +53,42 @@ describe("the model registry", () => {
     await expect(open(dir, [join(dir, "missing.gguf")])).rejects.toThrow("PARLEY_MODEL");
   });
 
-  test("a request's model: the default when absent, by id or alias, else UnknownModel; with one model, any name", async () => {
+  test("a request's model: the default when absent or named parley, by id or alias, else UnknownModel; with one model, any name", async () => {
     const dir = tempDir("resolve");
     copyFileSync(await presetModel("bench-small"), join(dir, "bench.gguf"));
-    const one = await open(dir);
+    const one = await open(tempDir("resolve-empty"), [join(dir, "bench.gguf")]);
     expect(one.resolve("gpt-4o-mini").id).toBe("parley-bench-small");
 
     const two = await open(dir, [await presetModel("demo")], { "gpt-4o-mini": "parley-bench-small" });
     expect(two.resolve(undefined).id).toBe("parley-demo");
+    expect(two.resolve("parley").id).toBe("parley-demo");
     expect(two.resolve("parley-bench-small").id).toBe("parley-bench-small");
     expect(two.resolve("gpt-4o-mini").id).toBe("parley-bench-small");
     expect(() => two.resolve("gpt-5")).toThrow(UnknownModel);
+    // An alias of that name wins: the operator chose it.
+    expect((await open(dir, [await presetModel("demo")], { parley: "parley-bench-small" })).resolve("parley").id).toBe("parley-bench-small");
     await expect(open(dir, [await presetModel("demo")], { x: "nothing" })).rejects.toThrow("PARLEY_MODEL_ALIASES");
+  });
+
+  test("without a named file: every file is served, the demo too; the default is the first by name that is neither the demo nor random weights", async () => {
+    const dir = tempDir("default");
+    const benchOnly = await (async () => {
+      copyFileSync(await presetModel("bench-small"), join(dir, "a-bench.gguf"));
+      return open(dir);
+    })();
+    // Random weights alone never become the default: the demo is written, and is.
+    expect(benchOnly.demo).toBe(true);
+    expect(benchOnly.models.map((model) => model.id)).toEqual(["parley-demo", "parley-bench-small"]);
+
+    copyFileSync(await presetModel("qwen3-thinking"), join(dir, "z-qwen3.gguf"));
+    copyFileSync(await presetModel("llama3"), join(dir, "m-llama3.gguf"));
+    for (const registry of [await open(dir), benchOnly]) {
+      registry.rescan();
+      expect(registry.demo).toBe(false);
+      expect(registry.models.map((model) => model.id)).toEqual(["parley-llama3", "parley-bench-small", "parley-demo", "parley-qwen3-thinking"]);
+      expect(registry.resolve("parley").id).toBe("parley-llama3");
+      expect(registry.resolve("parley-demo").id).toBe("parley-demo");
+    }
   });
 
   test("a corrupt or truncated file is listed as unusable with its reason and the rest serve; two files of one id refuse the start; a file added later is found", async () => {
@@ -74,7 +98,8 @@ describe("the model registry", () => {
     writeFileSync(join(dir, "corrupt.gguf"), "GGUF but not really");
     writeFileSync(join(dir, "truncated.gguf"), readFileSync(bench).subarray(0, 1024));
     const registry = await open(dir);
-    expect(registry.models.map((model) => model.id)).toEqual(["parley-bench-small"]);
+    // Random weights are never the default: the demo is written beside them.
+    expect(registry.models.map((model) => model.id)).toEqual(["parley-demo", "parley-bench-small"]);
     expect(registry.unusable.map((file) => file.path)).toEqual([join(dir, "corrupt.gguf"), join(dir, "truncated.gguf")]);
     for (const file of registry.unusable) expect(file.reason.length).toBeGreaterThan(10);
 
