@@ -91,6 +91,12 @@ export interface ChatServiceOptions {
   shared?: LeaseOptions;
 }
 
+/** A conversation a turn runs in, with its lease across nodes when it holds one. */
+interface HeldConversation {
+  conversation: FoundConversation;
+  releaseLease?: () => Promise<void>;
+}
+
 /** The operator's turns before every conversation's history: its system prompt, if any. */
 export const preambleOf = (systemPrompt: string | undefined): Turn[] => (systemPrompt ? [{ role: "system", content: systemPrompt }] : []);
 
@@ -161,19 +167,21 @@ export class ChatService {
   }
 
   /**
-   * The user's conversation (created on first use when `create`), and with several nodes its lease
-   * held. Deleted on another node between finding it and taking its lease, it is found (created)
-   * again: its turn must not add to a deleted conversation.
+   * The user's conversation (created when `create`, else undefined when there is none; `NotFound`
+   * when the turn may not start one), and with several nodes its lease held. Deleted on another
+   * node between finding it and taking its lease, it is found (created) again: its turn must not
+   * add to a deleted conversation.
    */
-  private async holdCurrent(input: ConversationTurnInput, signal: AbortSignal): Promise<{ conversation: FoundConversation; releaseLease?: () => Promise<void> }> {
-    const find = async (): Promise<FoundConversation> => {
-      if (input.create) return this.conversations.findOrCreate(input.userId, input.conversationId);
+  private async holdCurrent(input: ConversationTurnInput, signal: AbortSignal, create: boolean): Promise<HeldConversation | undefined> {
+    const find = async (): Promise<FoundConversation | undefined> => {
+      if (create) return this.conversations.findOrCreate(input.userId, input.conversationId);
       const found = await this.conversations.find(input.userId, input.conversationId);
-      if (!found) throw new NotFound(`no conversation ${JSON.stringify(input.conversationId)}`);
-      return { ...found, created: false };
+      if (found) return { ...found, created: false };
+      if (input.create) return undefined;
+      throw new NotFound(`no conversation ${JSON.stringify(input.conversationId)}`);
     };
     let conversation = await find();
-    if (!this.shared) return { conversation };
+    if (!this.shared || !conversation) return conversation && { conversation };
     for (;;) {
       const releaseLease = await holdConversation(this.shared, conversation.id, signal);
       let current: ConversationRef | undefined;
@@ -186,7 +194,24 @@ export class ChatService {
       if (current?.id === conversation.id) return { conversation, releaseLease };
       await releaseLease();
       conversation = await find();
+      if (!conversation) return undefined;
     }
+  }
+
+  /** What the engine is asked for the turn: the conversation's newest stored turns, then the input. */
+  private async request(input: ConversationTurnInput, engine: RunningTurn["engine"], conversation: FoundConversation | undefined) {
+    const rows = conversation ? await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }) : [];
+    const instructions: Turn[] = input.instructions ? [{ role: "system", content: input.instructions }] : [];
+    return {
+      conversationKey: conversation ? String(conversation.id) : undefined,
+      cacheScope: String(input.userId),
+      publicTurns: this.preamble.length,
+      history: [...this.preamble, ...instructions, ...historyOf(undefined, rows.flatMap((row) => rowItems({ itemId: "", ...row })), input.input)],
+      ...input.sampling,
+      maxTokens: input.maxTokens ?? engine.contextSize,
+      format: input.format,
+      tools: input.tools,
+    };
   }
 
   /**
@@ -256,26 +281,27 @@ export class ChatService {
     }
     let releaseLease: (() => Promise<void>) | undefined;
     try {
-      let conversation: FoundConversation;
+      let held: HeldConversation | undefined;
       try {
-        ({ conversation, releaseLease } = await this.holdCurrent(input, signal));
+        held = await this.holdCurrent(input, signal, false);
       } catch (error) {
         return endedWaiting(error, running);
       }
-      const rows = await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars });
-      const instructions: Turn[] = input.instructions ? [{ role: "system", content: input.instructions }] : [];
-      const request = {
-        conversationKey: String(conversation.id),
-        cacheScope: String(input.userId),
-        publicTurns: this.preamble.length,
-        history: [...this.preamble, ...instructions, ...historyOf(undefined, rows.flatMap((row) => rowItems({ itemId: "", ...row })), input.input)],
-        ...input.sampling,
-        maxTokens: input.maxTokens ?? engine.contextSize,
-        format: input.format,
-        tools: input.tools,
-      };
-      // The input is stored only once the reply may run: a turn over its user's quota keeps nothing.
+      // The input is stored, and a new conversation created, only once the reply may run: a turn
+      // over its user's quota keeps nothing, not even an empty conversation.
+      let request = await this.request(input, engine, held?.conversation);
       await running.admit(request);
+      if (!held) {
+        try {
+          held = (await this.holdCurrent(input, signal, true))!;
+        } catch (error) {
+          return endedWaiting(error, running);
+        }
+        // Another node may have started the same conversation meanwhile: its turns come first.
+        request = held.conversation.created ? { ...request, conversationKey: String(held.conversation.id) } : await this.request(input, engine, held.conversation);
+      }
+      const { conversation } = held;
+      releaseLease = held.releaseLease;
       const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
       yield { type: "start", conversation, stored, model: engine.modelName };
       const reply = yield* running.reply(request);

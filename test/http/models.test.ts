@@ -96,6 +96,8 @@ describe("two models, both loaded", () => {
     expect(messages).toMatchObject({ error: { type: "error", error: { type: "not_found_error", message: expect.stringContaining("model") } } });
     const listing = await fetch(`${service.served.url}/api/v1.0/chat/messages?conversation_id=unknown`, { headers: { authorization: `Bearer ${key}` } });
     expect(((await listing.json()) as { data: unknown[] }).data).toEqual([]);
+    const conversations = await fetch(`${service.served.url}/api/v1.0/chat/conversations`, { headers: { authorization: `Bearer ${key}` } });
+    expect(((await conversations.json()) as { data: { conversation_id: string }[] }).data.map((row) => row.conversation_id)).not.toContain("unknown");
   });
 
   test("a conversation continued on another model is evaluated afresh there, then reuses that model's own cache", async () => {
