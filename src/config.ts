@@ -394,7 +394,7 @@ export const CONFIG_SPEC = {
     shownDefault: "`50`",
     flag: "--context-slack-percent",
     default: "50",
-    help: "Slack overflow: the share of the prompt's room a cut frees, in percent (10 to 90, default 50)",
+    help: "Slack overflow: the share of the prompt's room a cut frees, in percent, 10 to 90",
   },
   promptEnds: {
     env: "PARLEY_PROMPT_ENDS",

@@ -50,6 +50,9 @@ type Responses = NonNullable<DocumentDecoration["responses"]>;
 
 export const jsonResponse = (description: string, schema: keyof typeof SCHEMAS) => ({ description, content: { "application/json": { schema: ref(schema) } } });
 
+/** A response that is a document of its own media type (a page, Prometheus' text), not one of Parley's bodies. */
+export const documentResponse = (description: string, mediaType: string) => ({ description, content: { [mediaType]: { schema: { type: "string" as const } } } });
+
 /**
  * The error responses a route can give (and always 500), each narrowed to its status's code, so
  * a body with the wrong code for its status does not match; kinds that share a status (429's two)

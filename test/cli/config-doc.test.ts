@@ -16,5 +16,7 @@ test("`parley --help` lists every setting with its flag and variable apart from 
     const line = lines.find((candidate) => candidate.includes(`${spec.flag} / ${spec.env} `));
     expect(line, spec.env).toBeDefined();
     expect(line).toMatch(new RegExp(`${spec.env} {2,}\\S`));
+    // The default is said once, by the listing, never again by the help text.
+    expect(line!.match(/\bdefault [^)\s]+\)/g)?.length ?? 0, spec.env).toBeLessThanOrEqual(1);
   }
 });

@@ -11,7 +11,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from "bun:test";
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { hostname } from "node:os";
-import { dirname, join } from "node:path";
+import { basename, join } from "node:path";
 import postgres from "postgres";
 import { postgresMissing, presetModel, startPostgres, tempDir, until } from "../support";
 
@@ -77,18 +77,22 @@ beforeAll(async () => {
   dbUrl = `postgres://parley:password@/parley?host=${server.socketDir}`;
 });
 
+test("the guide names every backend of haproxy.cfg, whose server lists hold the nodes", () => {
+  const backends = Array.from(readFileSync(join(ROOT, "deploy/haproxy.cfg"), "utf8").matchAll(/^backend (\S+)/gm), (match) => match[1]!);
+  expect(backends.length).toBeGreaterThan(1);
+  for (const backend of backends) expect(guide, backend).toContain(`\`${backend}\``);
+});
+
 test.skipIf(skip !== undefined)("the setup commands run as written, and the node they start answers with the settings of the env file", async () => {
   expect(block).toBeDefined();
   const commands = block!.replace("postgres://parley:password@db-host/parley", dbUrl);
   expect(commands).not.toBe(block);
   const model = /^PARLEY_MODEL=(.+)$/m.exec(commands)![1]!;
   const adminKey = /^PARLEY_ADMIN_KEY=(.+)$/m.exec(commands)![1]!;
-  // The operator's model file, where the env file says it is (the demo model stands in).
-  mkdirSync(dirname(model), { recursive: true });
-  copyFileSync(await presetModel("demo"), model);
-
-  // Run where the guide's relative paths point: a build's dist/parley and the repository's deploy/.
+  // Run where the guide's relative paths point: a build's dist/parley, the repository's deploy/,
+  // and the operator's model file, copied there as the guide says (the demo model stands in).
   const cwd = tempDir("deploy-guide");
+  copyFileSync(await presetModel("demo"), join(cwd, basename(model)));
   const build = Bun.spawnSync([process.execPath, "run", join(ROOT, "src/build/build.ts"), "--prebuilt-natives", "--outfile", join(cwd, "dist/parley")], { stdout: "pipe", stderr: "pipe" });
   expect({ build: build.exitCode, stderr: build.stderr.toString() }).toEqual({ build: 0, stderr: expect.any(String) });
   mkdirSync(join(cwd, "deploy"));

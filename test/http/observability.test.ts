@@ -155,6 +155,10 @@ describe("OpenAPI", () => {
     expect(JSON.stringify(chatOperation.responses["200"])).toContain("text/event-stream");
     const listOperation = document.paths["/api/v1.0/chat/messages"]!.get!;
     expect(Object.keys(listOperation.responses)).toEqual(expect.arrayContaining(["200", "401", "403", "422"]));
+    // Every route the service answers is in it, the documents and pages too.
+    for (const path of ["/metrics", "/", "/docs", "/openapi.json", "/healthz"]) expect(Object.keys(document.paths), path).toContain(path);
+    expect(document.paths["/metrics"]!.get!.security).toEqual([{ bearer: ["admin"] }]);
+    expect(Object.keys(document.paths["/metrics"]!.get!.responses["200"] as object)).toContain("content");
   });
 
   test("/docs is served with its assets from Parley itself, nothing from a CDN", async () => {

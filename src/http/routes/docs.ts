@@ -4,7 +4,7 @@ import type { AnyElysia } from "elysia";
 import swaggerBundle from "swagger-ui-dist/swagger-ui-bundle.js" with { type: "file" };
 import swaggerCss from "swagger-ui-dist/swagger-ui.css" with { type: "file" };
 import pkg from "../../../package.json";
-import { SCHEMAS } from "../openapi";
+import { documentResponse, SCHEMAS } from "../openapi";
 
 const ASSETS = "/docs/assets";
 
@@ -30,6 +30,11 @@ export const docsRoutes = () => (app: AnyElysia) =>
             title: "Parley API",
             version: pkg.version,
             description: "A self-hosted chat service answering from a local GGUF model. See docs/API.md.",
+          },
+          // The plugin serves these two itself and leaves them out of the document it writes.
+          paths: {
+            "/docs": { get: { summary: "This document as a Swagger UI page", responses: { "200": documentResponse("The page", "text/html") } } },
+            "/openapi.json": { get: { summary: "This document (OpenAPI 3)", responses: { "200": { description: "The document", content: { "application/json": { schema: { type: "object" as const } } } } } } },
           },
           components: {
             securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "An API key from `parley keys create`" } },

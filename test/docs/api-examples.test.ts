@@ -1,0 +1,59 @@
+/**
+ * docs/API.md's shell examples, run as written against a fresh server, in the document's order (a
+ * conversation the first example starts is the one a later one deletes). Only the variables the
+ * document says to set are filled in: `PARLEY` with the server's URL, `KEY` with a user's key,
+ * `ADMIN_KEY` with an admin's, `USER_ID` with that user's id. Each must succeed with a 2xx, so an
+ * example that no longer works fails CI. The contents at the top must be the headings' own.
+ */
+import { afterAll, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { API_DOC, withContents } from "../../tools/api-contents";
+import { allowSlowTests, type ChildServer, startServer, tempDir } from "../support";
+
+allowSlowTests();
+
+const ROOT = join(import.meta.dir, "../..");
+const ADMIN_KEY = "api-examples-admin-key-0123456789abcdef";
+const doc = readFileSync(API_DOC, "utf8");
+
+/**
+ * Each sh block's commands: continuation lines joined, and so are lines inside a quoted argument
+ * (a JSON body written over several lines); comments, blanks and the `export` lines dropped.
+ */
+const examples = Array.from(doc.matchAll(/```sh\n([\s\S]*?)```/g), (match) => {
+  const commands: string[] = [];
+  let open = "";
+  for (const line of match[1]!.replace(/\\\n\s*/g, "").split("\n")) {
+    open = open === "" ? line.replace(/\s+# .*$/, "").trim() : `${open}\n${line}`;
+    if ((open.match(/'/g)?.length ?? 0) % 2 === 1) continue;
+    if (open !== "" && !open.startsWith("#") && !open.startsWith("export ")) commands.push(open);
+    open = "";
+  }
+  return commands;
+}).flat();
+
+let server: ChildServer | undefined;
+afterAll(() => server?.stop());
+
+test("the table of contents is the headings' (bun run docs writes it)", () => {
+  expect(doc).toBe(withContents(doc));
+});
+
+test("every shell example of docs/API.md answers 2xx as written", async () => {
+  expect(examples.filter((command) => command.startsWith("curl ")).length).toBeGreaterThanOrEqual(10);
+  const dbPath = join(tempDir("api-examples"), "parley.db");
+  server = await startServer({ dbPath, adminKey: ADMIN_KEY });
+  const cli = (...args: string[]) => Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
+  const key = cli("keys", "create", "--user", "alice").stdout.toString().trim().split("\n").at(-1)!;
+  const alice = cli("keys", "list").stdout.toString().split("\n").find((line) => line.split("\t")[1] === "alice")!;
+  const env = { ...(Bun.env as Record<string, string>), PARLEY: server.url, KEY: key, ADMIN_KEY, USER_ID: alice.split("\t")[2]! };
+  for (const command of examples) {
+    // The status on a line of its own after the body: curl's -w, unless the example writes its own.
+    const run = Bun.spawnSync(["bash", "-c", command.includes(" -w ") ? command : `${command} -w '\\n%{http_code}'`], { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" });
+    const out = run.stdout.toString().trimEnd();
+    expect(run.exitCode, `${command}\n${run.stderr}`).toBe(0);
+    expect(out.split("\n").at(-1), `${command}\n${out.slice(0, 500)}`).toMatch(/^2\d\d$/);
+    if (command.includes('"stream":true')) expect(out).toContain("event: done");
+  }
+}, 60_000);
