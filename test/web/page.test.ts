@@ -329,6 +329,105 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     }
   });
 
+  /** How the model picker is laid out and drawn beside the max-tokens input (`#model-field` shown). */
+  interface PickerLayout {
+    select: { left: number; right: number; top: number; bottom: number; width: number; height: number };
+    maxTokens: { top: number; bottom: number; height: number };
+    /** The width the select takes when nothing constrains it: its longest option shown whole. */
+    naturalWidth: number;
+    /** The longest option's text, measured in the select's own font. */
+    longestTextWidth: number;
+    /** The select's content box: what is left for the text once padding is taken off. */
+    contentWidth: number;
+    pageWidth: number;
+    viewportWidth: number;
+    style: { select: Record<string, string>; maxTokens: Record<string, string> };
+  }
+
+  // Not line-height: Chromium keeps a select's "normal" whatever the page sets; the heights are compared instead.
+  const SHARED_STYLE = [
+    "font-family",
+    "font-size",
+    "font-weight",
+    "color",
+    "background-color",
+    "border-top-width",
+    "border-top-style",
+    "border-top-color",
+    "border-top-left-radius",
+    "padding-top",
+    "padding-left",
+  ];
+
+  // A string, as elsewhere here: the tests are compiled without the DOM's types.
+  const pickerLayout = (page: Page) =>
+    page.evaluate(`(() => {
+      const properties = ${JSON.stringify(SHARED_STYLE)};
+      const select = document.getElementById("model");
+      const maxTokens = document.getElementById("max-tokens");
+      const box = (element) => element.getBoundingClientRect().toJSON();
+      const styleOf = (element) => {
+        const style = getComputedStyle(element);
+        return Object.fromEntries(properties.map((property) => [property, style.getPropertyValue(property)]));
+      };
+      // A copy free to size itself, beside the real one so it inherits the same font.
+      const copy = select.cloneNode(true);
+      Object.assign(copy.style, { position: "absolute", visibility: "hidden", width: "auto", minWidth: "0", maxWidth: "none" });
+      select.after(copy);
+      const naturalWidth = copy.getBoundingClientRect().width;
+      copy.remove();
+      const style = getComputedStyle(select);
+      const context = document.createElement("canvas").getContext("2d");
+      context.font = style.font;
+      const longestTextWidth = Math.max(...[...select.options].map((option) => context.measureText(option.text).width));
+      return {
+        select: box(select),
+        maxTokens: box(maxTokens),
+        naturalWidth,
+        longestTextWidth,
+        contentWidth: select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight),
+        pageWidth: document.documentElement.scrollWidth,
+        viewportWidth: window.innerWidth,
+        style: { select: styleOf(select), maxTokens: styleOf(maxTokens) },
+      };
+    })()`) as Promise<PickerLayout>;
+
+  test("with several models the picker is styled like the other inputs, shows its options whole and fits 1280, 390 and 360 px", async () => {
+    const both = await serveModels({ storage: db.storage, paths: [await presetModel("demo"), await presetModel("bench-small")], max: 2, keepAliveMs: -1 });
+    mkdirSync(ARTIFACTS, { recursive: true });
+    try {
+      for (const [width, height, colorScheme, name] of [
+        [1280, 800, "light", "web-models-1280"],
+        [1280, 800, "dark", "web-models-1280-dark"],
+        [390, 844, "light", "web-models-390"],
+        [360, 740, "light", "web-models-360"],
+      ] as const) {
+        const page = await open({ width, height, colorScheme, server: both.served });
+        await signIn(page, "models-layout");
+        await until(async () => await page.locator("#model-field").isVisible(), "the model picker to show");
+        expect(await texts(page, "#model option")).toEqual(["parley-demo (default)", "parley-bench-small"]);
+        const layout = await pickerLayout(page);
+        const where = `${name}: ${JSON.stringify(layout)}`;
+
+        // Every option's text whole: as wide as the select would make itself, the text inside its padding.
+        expect(layout.select.width, where).toBeGreaterThanOrEqual(layout.naturalWidth - 0.5);
+        expect(layout.contentWidth, where).toBeGreaterThanOrEqual(layout.longestTextWidth);
+        expect(layout.style.select, where).toEqual(layout.style.maxTokens);
+        expect(Math.abs(layout.select.height - layout.maxTokens.height), where).toBeLessThanOrEqual(1);
+        expect(layout.pageWidth, where).toBeLessThanOrEqual(layout.viewportWidth);
+        expect(layout.select.right, where).toBeLessThanOrEqual(width);
+        if (width === 1280) {
+          // On one row: their vertical extents overlap.
+          expect(layout.select.top < layout.maxTokens.bottom && layout.maxTokens.top < layout.select.bottom, where).toBe(true);
+        }
+        await page.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
+        await context!.close();
+      }
+    } finally {
+      await both.stop();
+    }
+  });
+
   /** Stores a conversation directly, its messages a minute apart from `start`. */
   async function storeConversation(conversationId: string, start: number, contents: string[]): Promise<void> {
     const conversation = await db.storage.conversations.findOrCreate(alice.userId, conversationId);
