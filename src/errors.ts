@@ -88,15 +88,57 @@ export class UnsupportedMediaType extends ParleyError {
   readonly kind = "unsupported_media_type";
 }
 
-/** A field or parameter is missing, of the wrong type or out of range. */
+/**
+ * The part of a request a refusal is about, in the domain's words. Each protocol spells it as one
+ * of its own fields (its `FieldNames`, beside its presenter), so nothing below the HTTP layer names
+ * a field of any protocol.
+ */
+export type Field =
+  /** The conversation the request gives; its `item`-th message or item; what a tool's result answers. */
+  | { part: "history"; item?: number; detail?: "answers" }
+  /** The format a reply is held to (JSON, a schema). */
+  | { part: "format" }
+  /** The tools offered, together. */
+  | { part: "tools" }
+  /** The `index`-th tool offered: its parameters' schema, or its name. */
+  | { part: "tool"; index: number; detail: "parameters" | "name" }
+  /** Which tool a reply must call, if any. */
+  | { part: "toolChoice" }
+  /** How many tokens a thought may take. */
+  | { part: "thoughtBudget" }
+  /** Biases added to tokens' logits. */
+  | { part: "tokenBias" }
+  /** The log-probabilities asked for. */
+  | { part: "logprobs" }
+  /** The earlier response a response continues. */
+  | { part: "continues" }
+  /** The stored conversation a turn is added to. */
+  | { part: "conversation" }
+  /** A response generated in the background, whatever its client does. */
+  | { part: "detached" }
+  /** Where a page of items starts. */
+  | { part: "pageAfter" };
+
+/**
+ * A field or parameter is missing, of the wrong type or out of range. `field` is the part of the
+ * request at fault in the domain's words, or, from the HTTP layer, the field as its protocol
+ * spells it; `message` never repeats it (a protocol without a field for it leads with it).
+ */
 export class InvalidInput extends ParleyError {
   readonly kind = "invalid_input";
 
   constructor(
-    readonly param: string,
+    readonly field: Field | string,
     message: string,
   ) {
     super(message);
+  }
+
+  /** The field as the request's protocol spells it, once it is spelled (`spelled` in src/http/field-names.ts); else the domain's word. */
+  get param(): string {
+    const { field } = this;
+    if (typeof field === "string") return field;
+    return "index" in field ? `${field.part}[${field.index}]` : "item" in field && field.item !== undefined ? `${field.part}[${field.item}]` : field.part;
   }
 }
 

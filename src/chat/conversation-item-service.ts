@@ -66,7 +66,7 @@ export class ConversationItemService {
       const rows = await this.conversations.rows(conversation.id, { order, from, limit: limit + 2 });
       if (rows?.flatMap(rowItems).some((item) => item.id === after)) return rows;
     }
-    throw new InvalidInput("after", `no item ${JSON.stringify(after)} in this conversation`);
+    throw new InvalidInput({ part: "pageAfter" }, `no item ${JSON.stringify(after)} in this conversation`);
   }
 
   /** Adds items at the end of the conversation, after its running turn. */

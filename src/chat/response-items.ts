@@ -24,7 +24,7 @@ export interface ItemPage {
 /** The page of `ordered` (already in the query's order) after `after`; an `after` not among them is `InvalidInput`. */
 export function pageOf(ordered: readonly StoredItem[], { after, limit }: ItemPageQuery, where: string): ItemPage {
   const from = after === undefined ? 0 : ordered.findIndex((item) => item.id === after) + 1;
-  if (from === 0 && after !== undefined) throw new InvalidInput("after", `no item ${JSON.stringify(after)} in ${where}`);
+  if (from === 0 && after !== undefined) throw new InvalidInput({ part: "pageAfter" }, `no item ${JSON.stringify(after)} in ${where}`);
   return { items: ordered.slice(from, from + limit), hasMore: ordered.length > from + limit };
 }
 
@@ -89,7 +89,7 @@ export function historyOf(instructions: string | undefined, earlier: readonly St
       case "function_call_output":
         // An earlier link's output may answer a call of a link that no longer reaches the prompt.
         if (i >= earlier.length && !calls.has(entry.callId)) {
-          throw new InvalidInput(`input[${i - earlier.length}].call_id`, `a function_call_output must answer an earlier function_call (${JSON.stringify(entry.callId)} answers none)`);
+          throw new InvalidInput({ part: "history", item: i - earlier.length, detail: "answers" }, `a tool's result must answer an earlier call (${JSON.stringify(entry.callId)} answers none)`);
         }
         turns.push({ role: "tool", content: entry.output, toolCallId: entry.callId });
         break;

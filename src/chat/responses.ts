@@ -1,6 +1,6 @@
 /**
  * Kept responses (OpenAI's Responses API): a turn whose input and output are stored as items, and
- * which a later response may continue (`previous_response_id`). A chain's responses share one
+ * which a later response may continue. A chain's responses share one
  * conversation key, so the engine finds the KV state the previous one left, as for a stored
  * conversation's turns. Knows storage and the completion turn, nothing of HTTP.
  */
@@ -92,9 +92,9 @@ export class ResponseService {
   async *respond(request: ResponseInput): AsyncGenerator<ResponseStart | TurnEvent, ResponseResult | undefined, void> {
     const { instructions, input, previousResponseId, conversation, store, background = false, params, ...turn } = request;
     const id = newResponseId();
-    if (background && !store) throw new InvalidInput("background", "a background response is kept: background needs store");
+    if (background && !store) throw new InvalidInput({ part: "detached" }, "a response generated in the background is kept: it cannot also be left unstored");
     if (conversation !== undefined && previousResponseId !== undefined) {
-      throw new InvalidInput("conversation", "a response continues a conversation or a previous response, not both");
+      throw new InvalidInput({ part: "conversation" }, "a response continues a conversation or an earlier response, not both");
     }
     const previous = previousResponseId === undefined ? undefined : await this.previous(request.userId, previousResponseId);
     const items = inputItems(id, input);
@@ -217,13 +217,13 @@ export class ResponseService {
   private async previous(userId: number, id: string): Promise<ResponseRecord> {
     const previous = await this.responses.get(userId, id);
     // Another user's response is not found either: its existence is not revealed.
-    if (!previous) throw new NotFound(`no response ${JSON.stringify(id)} (previous_response_id)`);
+    if (!previous) throw new NotFound(`no response ${JSON.stringify(id)} to continue`);
     // Its history is its conversation's, which a chain of responses does not follow.
     if (previous.conversationId !== null) {
-      throw new InvalidInput("previous_response_id", `response ${JSON.stringify(id)} belongs to a conversation: continue the conversation instead`);
+      throw new InvalidInput({ part: "continues" }, `response ${JSON.stringify(id)} belongs to a conversation: continue the conversation instead`);
     }
     if (previous.status === "queued" || previous.status === "in_progress") {
-      throw new InvalidInput("previous_response_id", `response ${JSON.stringify(id)} is still ${previous.status}: continue it once it has ended`);
+      throw new InvalidInput({ part: "continues" }, `response ${JSON.stringify(id)} is still ${previous.status}: continue it once it has ended`);
     }
     return previous;
   }

@@ -8,6 +8,8 @@ import type { ResponseStore } from "../db/storage";
 import { ABANDONED, type ResponseEvent, type ResponseRecord } from "../db/types";
 import type { Logger } from "../log";
 import { toDomainError } from "./errors";
+import { spelled } from "./field-names";
+import { responseFields } from "./openai/fields";
 import { endingEvent, responsesFraming } from "./openai/responses-present";
 import type { SseChunk } from "./sse";
 import { frame, type TurnEvents } from "./turn-driver";
@@ -96,7 +98,7 @@ export class BackgroundResponses {
         if (step.value.type !== "start") running.push(frame(framing, step.value));
       }
     } catch (error) {
-      const failure = toDomainError(undefined, error);
+      const failure = spelled(toDomainError(undefined, error), responseFields);
       if (failure.kind === "internal") this.log.error({ response_id: id, err: error }, "background response failed");
       running.push(framing.error(failure, id));
     } finally {

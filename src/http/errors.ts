@@ -7,6 +7,7 @@ import type { AnthropicErrorBody, AnthropicErrorType } from "./anthropic/contrac
 import { quotaHeaders, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { noSuchEndpoint } from "./routing";
+import { spelled } from "./field-names";
 
 type HeaderMap = Record<string, string>;
 
@@ -232,8 +233,8 @@ export function toDomainError(code: unknown, error: unknown): DomainError {
 /** The one place where failures become responses; only unexpected ones are logged, with detail. */
 export const errorHandler = (log: Logger) =>
   new Elysia({ name: "parley/errors" }).onError({ as: "global" }, ({ code, error, request, set }) => {
-    const domainError = toDomainError(code, error);
     const context = contextOf(request);
+    const domainError = spelled(toDomainError(code, error), context.fields);
     if (domainError.kind === "quota_exceeded") context.quota = "quota_exceeded";
     if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
     const response = errorResponse(domainError, context.id, set.headers as HeaderMap, dialectOf(context.path));

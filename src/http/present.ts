@@ -3,6 +3,7 @@ import type { TurnResult, TurnStart } from "../chat/service";
 import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { QuotaState } from "../chat/token-ledger";
 import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination, QuotaJson } from "./contract";
+import type { FieldNames } from "./field-names";
 
 /** A stored message; `finish_reason` belongs to replies only, `reasoning` to a reasoning model's. */
 export function messageJson(message: MessageRecord): Message {
@@ -73,3 +74,19 @@ export const quotaJson = (state: QuotaState): QuotaJson => ({
   resets_at: new Date(state.resetsAt).toISOString(),
 });
 
+
+/** How the native API spells the domain's fields (field-names.ts). */
+export const nativeFields: FieldNames = (field) => {
+  switch (field.part) {
+    case "history":
+      return "message";
+    case "format":
+      return "response_format";
+    case "tokenBias":
+      return "logit_bias";
+    case "conversation":
+      return "conversation_id";
+    default:
+      return undefined;
+  }
+};

@@ -1,6 +1,7 @@
 import { Elysia } from "elysia";
 import type { Principal } from "../db/types";
 import { BadRequest } from "../errors";
+import type { FieldNames } from "./field-names";
 
 /**
  * What Parley knows about a request while it runs, for its log line and metrics. Each field
@@ -23,6 +24,8 @@ export interface RequestContext {
   conversationId?: string;
   /** A generating request of a user under a token quota: how it ended, for the metrics. */
   quota?: "served" | "quota_exceeded";
+  /** How the route's protocol spells the fields a refusal names (field-names.ts). */
+  fields?: FieldNames;
 }
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;

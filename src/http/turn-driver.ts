@@ -1,11 +1,14 @@
 import type { Server } from "elysia/universal";
+import type { CompletionService } from "../chat/completions";
 import type { Usage } from "../chat/service";
+import type { BodyLimits } from "./json-body";
 import type { TurnEvent, TurnHooks } from "../chat/turn-runner";
 import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
 import { toDomainError } from "./errors";
+import { spelled } from "./field-names";
 import { type RateLimiter, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";
@@ -63,6 +66,13 @@ export const hooksOf = ({ request, set }: PlainExchange, signal = request.signal
     Object.assign(set.headers, tokenQuotaHeaders(state));
   },
 });
+
+/** What a route of stateless completion turns needs, whatever its protocol. */
+export interface CompletionRouteDeps {
+  completions: CompletionService;
+  turns: TurnDriver;
+  body: BodyLimits;
+}
 
 export interface TurnDriverDeps {
   limiter: RateLimiter;
@@ -135,8 +145,8 @@ export class TurnDriver {
         }
       } catch (error) {
         // Past the first byte Elysia would only log a throw; the client gets an error event.
-        const failure = toDomainError(undefined, error);
         const context = contextOf(request);
+        const failure = spelled(toDomainError(undefined, error), context.fields);
         const { id } = context;
         if (failure.kind === "quota_exceeded") context.quota = "quota_exceeded";
         if (failure.kind === "internal") this.deps.log.error({ request_id: id, err: error }, "stream failed");

@@ -285,20 +285,20 @@ export class Engine {
 
   /**
    * Refuses what a request asks that the model cannot give, before any reply starts:
-   * `InvalidInput` naming `logprobs` (natives without them), `logit_bias` (a token the model does
-   * not have), `response_format` or a tool's parameters (a schema keyword the grammar cannot
-   * enforce), `tool_choice` (a function not offered).
+   * `InvalidInput` naming the log-probabilities (natives without them), a token bias (a token the
+   * model does not have), the reply format or a tool's parameters (a schema keyword the grammar
+   * cannot enforce), the tool choice (a function not offered), a thought's budget (no thoughts).
    */
   async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens">): Promise<void> {
     // None (0) is what a model without thoughts gives anyway.
     if (request.thoughtTokens !== undefined && request.thoughtTokens > 0 && !this.thoughts) {
-      throw new InvalidInput("thinking", `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`);
+      throw new InvalidInput({ part: "thoughtBudget" }, `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`);
     }
     if (request.logprobs !== undefined && !hasLogprobs(this.context)) {
-      throw new InvalidInput("logprobs", "logprobs need Parley's compiled natives (bun run natives), which this build runs without");
+      throw new InvalidInput({ part: "logprobs" }, "log-probabilities need Parley's compiled natives (bun run natives), which this build runs without");
     }
     const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
-    if (outside !== undefined) throw new InvalidInput("logit_bias", `logit_bias names token ${outside}; the model's token ids go from 0 to ${this.vocabularySize - 1}`);
+    if (outside !== undefined) throw new InvalidInput({ part: "tokenBias" }, `token ${outside} is not one of the model's: its token ids go from 0 to ${this.vocabularySize - 1}`);
     await this.grammars.check(request);
   }
 

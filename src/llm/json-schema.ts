@@ -5,7 +5,7 @@
  * without the client knowing. Annotations, which constrain nothing, are accepted.
  */
 import type { GbnfJsonSchema } from "node-llama-cpp";
-import { InvalidInput } from "../errors";
+import { type Field, InvalidInput } from "../errors";
 
 /** Keywords that say what a value is for, not what it may be. */
 const ANNOTATIONS = new Set(["title", "description", "$comment", "$schema", "$id", "examples", "default", "deprecated", "readOnly", "writeOnly"]);
@@ -57,14 +57,14 @@ export interface SchemaBudget {
 export const schemaBudget = (): SchemaBudget => ({ elements: SCHEMA_LIMITS.elements });
 
 /**
- * The schema as node-llama-cpp's grammar takes it, or `InvalidInput` naming `param` and the
+ * The schema as node-llama-cpp's grammar takes it, or `InvalidInput` naming `field` and the
  * keyword it cannot enforce. `anyOf` becomes the grammar's alternatives; `oneOf` is refused, since
  * no grammar can check that exactly one alternative matches. A schema beyond `SCHEMA_LIMITS`, or
  * one that refers to itself (no grammar of a fixed size holds it), is refused as well.
  */
-export function grammarSchemaOf(schema: unknown, param: string, budget: SchemaBudget = schemaBudget()): GbnfJsonSchema {
+export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBudget = schemaBudget()): GbnfJsonSchema {
   const refuse = (at: string, why: string): never => {
-    throw new InvalidInput(param, `${param}: the schema ${at === "" ? "" : `at ${at} `}${why}`);
+    throw new InvalidInput(field, `the schema ${at === "" ? "" : `at ${at} `}${why}`);
   };
   const spend = (at: string, elements: number) => {
     budget.elements -= elements;

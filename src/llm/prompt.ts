@@ -155,7 +155,7 @@ export class PromptRenderer {
     const empty = await render([{ role: "user", content: "" }]);
     // Tools are shown whole: a prompt of them alone that outgrows the room is no prompt to answer.
     if (tools.length > 0 && empty.tokens.length > budget) {
-      throw new InvalidInput("tools", `the tools take ${empty.tokens.length} prompt tokens, more than the ${budget} the context leaves for a prompt`);
+      throw new InvalidInput({ part: "tools" }, `the tools take ${empty.tokens.length} prompt tokens, more than the ${budget} the context leaves for a prompt`);
     }
     return empty;
   }

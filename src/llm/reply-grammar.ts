@@ -1,12 +1,12 @@
 /**
- * The grammars a reply is held to, made once per request's format or tools: `response_format`'s
+ * The grammars a reply is held to, made once per request's format or tools: a reply format's
  * (json-schema.ts checks the schema, refusing what the grammar cannot enforce, and bounds
  * node-llama-cpp's JSON grammar), or its tool calls' (tools.ts, tool-syntax.ts), from the reply's
  * start when a call must be made, after the call's opener when the model may make one. A model
  * that reasons first thinks freely before a grammar that holds from the start (thought-grammar.ts).
  */
 import { type Llama, type LlamaGrammar, LlamaGrammarEvaluationState, type LlamaModel } from "node-llama-cpp";
-import { InvalidInput } from "../errors";
+import { type Field, InvalidInput } from "../errors";
 import { boundedJsonGrammar, grammarSchemaOf } from "./json-schema";
 import { thoughtThen } from "./thought-grammar";
 import type { ThoughtMarkers } from "./thought-text";
@@ -35,7 +35,7 @@ export class ReplyGrammars {
   async check(request: Held): Promise<void> {
     // One grammar holds a reply: a format's from its start, or its calls'.
     if (request.format && request.tools) {
-      throw new InvalidInput("response_format", "response_format cannot be held beside tools: send one or the other (tool_choice \"none\" drops the tools)");
+      throw new InvalidInput({ part: "format" }, "a reply format cannot be held beside tools: send one or the other (a tool choice of none drops the tools)");
     }
     await this.grammarOf(request);
   }
@@ -64,7 +64,7 @@ export class ReplyGrammars {
   private callsGrammar(tools: ToolRequest): Promise<LlamaGrammar> {
     const call = callSchema(callableFunctions(tools), tools.functions, this.syntax.argumentsKey);
     const lazy = tools.choice === "auto";
-    return this.jsonGrammar("tools", call, (one) => callsGrammar(this.syntax, one, tools.parallel, lazy), !lazy);
+    return this.jsonGrammar({ part: "tools" }, call, (one) => callsGrammar(this.syntax, one, tools.parallel, lazy), !lazy);
   }
 
   /**
@@ -72,28 +72,29 @@ export class ReplyGrammars {
    * whitespace between values, which the free JSON grammar does not, and a model can loop on it.
    */
   private formatGrammar(format: ReplyFormat): Promise<LlamaGrammar> {
-    return this.jsonGrammar("response_format", format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, "response_format"));
+    const field = { part: "format" } as const;
+    return this.jsonGrammar(field, format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, field));
   }
 
   /**
    * node-llama-cpp's grammar for the schema, bounded, as the answer `shape` makes of it; after a
    * thought for a model that reasons, if it holds `fromStart`. The schema was checked against
-   * `SCHEMA_LIMITS`; one that still builds no grammar is the request's fault, refused naming `param`.
+   * `SCHEMA_LIMITS`; one that still builds no grammar is the request's fault, refused naming `field`.
    */
-  private async jsonGrammar(param: string, schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
+  private async jsonGrammar(field: Field, schema: object, shape: (json: string) => string = (json) => json, fromStart = true): Promise<LlamaGrammar> {
     let json: string;
     try {
       // node-llama-cpp types the schema by its literal shape; a schema read from a request has none.
       json = (await this.llama.createGrammarForJsonSchema(schema as never)).grammar;
     } catch (error) {
-      throw unbuildable(param, error);
+      throw unbuildable(field, error);
     }
     const answer = shape(boundedJsonGrammar(json));
-    if (answer.length > MAX_GRAMMAR_CHARS) throw new InvalidInput(param, `${param}: the schema makes a grammar of ${answer.length} characters, more than the ${MAX_GRAMMAR_CHARS} Parley builds`);
+    if (answer.length > MAX_GRAMMAR_CHARS) throw new InvalidInput(field, `the schema makes a grammar of ${answer.length} characters, more than the ${MAX_GRAMMAR_CHARS} Parley builds`);
     try {
       return await this.llama.createGrammar({ grammar: this.thought && fromStart ? thoughtThen(answer, this.thought) : answer });
     } catch (error) {
-      throw unbuildable(param, error);
+      throw unbuildable(field, error);
     }
   }
 }
@@ -105,7 +106,7 @@ export class ReplyGrammars {
 const MAX_GRAMMAR_CHARS = 1 << 20;
 
 /** node-llama-cpp's or llama.cpp's refusal of a grammar, as the request's error. */
-function unbuildable(param: string, error: unknown): InvalidInput {
+function unbuildable(field: Field, error: unknown): InvalidInput {
   const reason = error instanceof Error ? error.message : String(error);
-  return new InvalidInput(param, `${param}: no grammar can be built from the schema (${reason.slice(0, 300)})`);
+  return new InvalidInput(field, `no grammar can be built from the schema (${reason.slice(0, 300)})`);
 }

@@ -70,7 +70,7 @@ export class TemplateChat {
       } catch {
         // The first reason is the one to give.
       }
-      throw new InvalidInput("messages", `the model's chat template refuses these messages: ${first instanceof Error ? first.message : String(first)}`);
+      throw new InvalidInput({ part: "history" }, `the model's chat template refuses these messages: ${first instanceof Error ? first.message : String(first)}`);
     }
   }
 

@@ -1,6 +1,6 @@
 /**
  * A grammar for a reasoning model's reply: a free thought between its markers, then the answer
- * held to `grammar` (a JSON one, for `response_format`). The thought may hold any text but its
+ * held to `grammar` (a JSON one, for a reply format). The thought may hold any text but its
  * close marker, so the grammar and the reply's text agree on where the answer starts
  * (thought-text.ts splits it there).
  */

@@ -73,7 +73,7 @@ export class ThoughtText {
   flush(): PlacedPiece[] {
     const out: PlacedPiece[] = [];
     if (this.state === "start" || this.state === "answer") this.take(this.held.length, "content", out);
-    // A thought cut short (by max_tokens) keeps what it said, less the whitespace around its end.
+    // A thought cut short (by the reply's token cap) keeps what it said, less the whitespace around its end.
     else if (this.state === "thought") this.take(this.held.trimEnd().length, "reasoning", out);
     this.held = "";
     return out;

@@ -39,24 +39,24 @@ export function callableFunctions(tools: ToolRequest): readonly ToolFunction[] {
   const { choice } = tools;
   if (typeof choice !== "object") return tools.functions;
   const named = tools.functions.filter((fn) => fn.name === choice.name);
-  if (named.length === 0) throw new InvalidInput("tool_choice", `tool_choice names ${JSON.stringify(choice.name)}, which is not one of the tools`);
+  if (named.length === 0) throw new InvalidInput({ part: "toolChoice" }, `it names ${JSON.stringify(choice.name)}, which is not one of the tools`);
   return named;
 }
 
 /**
  * The schema of one call of any of `functions`: `{"name": <its name>, <argumentsKey>: <its
  * arguments>}`, the name first (a model names the function before it writes the arguments). Each
- * function's parameters are checked as response_format's schemas are, their `$defs` moved to the
- * root under names of their own. `InvalidInput` names the function's parameters.
+ * function's parameters are checked as a reply format's schemas are, their `$defs` moved to the
+ * root under names of their own. `InvalidInput` names the tool's parameters.
  */
 export function callSchema(functions: readonly ToolFunction[], all: readonly ToolFunction[], argumentsKey: string): GbnfJsonSchema {
   const $defs: Record<string, unknown> = {};
   const budget = schemaBudget();
   const calls = functions.map((fn) => {
     const index = all.indexOf(fn);
-    const param = `tools[${index}].function.parameters`;
-    const checked = grammarSchemaOf(fn.parameters, param, budget) as Record<string, unknown>;
-    if (checked.type !== "object") throw new InvalidInput(param, `${param}: the schema must be of type "object" (a function's arguments are an object)`);
+    const field = { part: "tool", index, detail: "parameters" } as const;
+    const checked = grammarSchemaOf(fn.parameters, field, budget) as Record<string, unknown>;
+    if (checked.type !== "object") throw new InvalidInput(field, `the schema must be of type "object" (a function's arguments are an object)`);
     const { $defs: own, ...parameters } = renamedRefs(checked, `f${index}-`) as Record<string, unknown>;
     if (own) Object.assign($defs, own);
     return {

@@ -137,7 +137,7 @@ export interface GenerateRequest {
   repeatPenalty?: number;
   presencePenalty?: number;
   frequencyPenalty?: number;
-  /** Token id → value added to its logit. A token the model does not have is `InvalidInput` (`logit_bias`). */
+  /** Token id → value added to its logit. A token the model does not have is `InvalidInput` (the token bias). */
   logitBias?: Readonly<Record<number, number>>;
   maxTokens: number;
   /**

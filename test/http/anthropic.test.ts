@@ -130,6 +130,16 @@ describe("tools", () => {
     expect(orphan).toBeInstanceOf(Anthropic.BadRequestError);
     expect((orphan as Error).message).toContain("messages[1].content[0].tool_use_id");
   });
+
+  test("a tool schema the grammar cannot hold is refused naming input_schema once, as Anthropic spells it", async () => {
+    const tools = [{ name: "f", input_schema: { type: "object" as const, properties: { a: { type: "strnig" } } } }];
+    const refusal = await rejection(client.messages.create({ model: "any", max_tokens: 8, messages: hello, tools }));
+    expect(refusal).toBeInstanceOf(Anthropic.BadRequestError);
+    expect((refusal as InstanceType<typeof Anthropic.BadRequestError>).error).toEqual({
+      type: "error",
+      error: { type: "invalid_request_error", message: 'tools[0].input_schema: the schema at /properties/a has type "strnig"' },
+    });
+  });
 });
 
 describe("keys and refusals", () => {

@@ -118,7 +118,7 @@ describe("schemas a grammar cannot be built from are refused naming the keyword 
         ["response_format", "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema } } }],
         ["text.format", "/v1/responses", { input: "hi", store: false, text: { format: { type: "json_schema", name: "x", strict: true, schema } } }],
         ["tools[0].function.parameters", "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "f", parameters: schema } }] }],
-        ["tools[0]", "/v1/messages", { max_tokens: 4, messages: [{ role: "user", content: "hi" }], tools: [{ name: "f", input_schema: schema }] }, { "x-api-key": alice.key }],
+        ["tools[0].input_schema", "/v1/messages", { max_tokens: 4, messages: [{ role: "user", content: "hi" }], tools: [{ name: "f", input_schema: schema }] }, { "x-api-key": alice.key }],
         ["response_format", "/api/v1.0/chat", { message: "hi", conversation_id: "schema", response_format: { type: "json_schema", json_schema: { name: "x", schema } } }],
       ];
       for (const [field, path, body, headers] of asks) {

@@ -5,7 +5,8 @@
  */
 import { t } from "elysia";
 import { InvalidInput } from "../../errors";
-import { NO_PARAMETERS, type ToolCall, type ToolRequest } from "../../llm/tools";
+import type { ToolCall } from "../../llm/tools";
+import type { OfferedTools } from "../offered-tools";
 import { optional } from "../sampling-fields";
 
 const TOOL_RULE = 'each tool must be {type: "function", function: {name, description?, parameters?, strict?}}, its name of letters, digits, _ and - (at most 64)';
@@ -48,15 +49,6 @@ export const MESSAGE_TOOL_CALLS = optional(
   'tool_calls must be an array of {id, type: "function", function: {name, arguments}}',
 );
 
-/** Tools as a request offers them, whatever the protocol's shape. */
-export interface OfferedTools {
-  functions: readonly { name: string; description?: string | null; parameters?: Record<string, unknown> | null }[];
-  choice: "none" | "auto" | "required" | { name: string } | undefined;
-  parallel: boolean | null | undefined;
-  /** The param naming the i-th function's name, as the protocol spells it. */
-  nameParam(i: number): string;
-}
-
 /** Chat completions' tool fields as offered tools. */
 export function chatTools(body: {
   tools?: { function: { name: string; description?: string | null; parameters?: Record<string, unknown> | null } }[] | null;
@@ -68,27 +60,6 @@ export function chatTools(body: {
     functions: (body.tools ?? []).map((tool) => tool.function),
     choice: typeof choice === "object" ? { name: choice.function.name } : choice,
     parallel: body.parallel_tool_calls,
-    nameParam: (i) => `tools[${i}].function.name`,
-  };
-}
-
-/** The tools the reply may call; none when none are offered or the choice is `"none"`. */
-export function toolRequestOf({ functions, choice = "auto", parallel, nameParam }: OfferedTools): ToolRequest | undefined {
-  if (functions.length === 0 && choice !== "none" && choice !== "auto") throw new InvalidInput("tool_choice", "tool_choice asks for a call, but no tools are offered");
-  const seen = new Set<string>();
-  for (const [i, fn] of functions.entries()) {
-    if (seen.has(fn.name)) throw new InvalidInput(nameParam(i), `two tools are named ${JSON.stringify(fn.name)}`);
-    seen.add(fn.name);
-  }
-  if (functions.length === 0 || choice === "none") return undefined;
-  return {
-    functions: functions.map((fn) => ({
-      name: fn.name,
-      ...(fn.description != null ? { description: fn.description } : {}),
-      parameters: fn.parameters ?? NO_PARAMETERS,
-    })),
-    choice,
-    parallel: parallel ?? true,
   };
 }
 

@@ -13,10 +13,12 @@ import { CountTokensRequest, MessagesRequest } from "../anthropic/contract";
 import { anthropicErrorResponses, jsonResponse } from "../openapi";
 import { messageJson, messagesFraming, newMessageId } from "../anthropic/present";
 import { jsonBody } from "../json-body";
-import { toolRequestOf } from "../openai/tools";
+import { toolRequestOf } from "../offered-tools";
 import { samplingFieldsOf } from "../sampling-fields";
 import type { RequestHooks } from "../turn-driver";
-import type { OpenAiRouteDeps } from "./openai";
+import type { CompletionRouteDeps } from "../turn-driver";
+import { namingFields } from "../field-names";
+import { anthropicFields } from "../anthropic/fields";
 
 const TAGS = ["Anthropic-compatible"];
 
@@ -85,7 +87,6 @@ function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">) {
     functions: (body.tools ?? []).map((tool) => ({ name: tool.name, description: tool.description, parameters: tool.input_schema })),
     choice: choice === undefined ? undefined : choice.type === "any" ? "required" : choice.type === "tool" ? { name: choice.name } : choice.type,
     parallel: choice !== undefined && choice.type !== "none" && choice.disable_parallel_tool_use === true ? false : true,
-    nameParam: (i) => `tools[${i}].name`,
   });
 }
 
@@ -125,8 +126,9 @@ function completionInput(body: MessagesRequest, thoughtTokens: number | undefine
 /** What a turn's request can be refused for, the quota aside (`count_tokens` generates nothing). */
 const REFUSALS = ["invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "model_not_found", "rate_limited", "overloaded"] as const;
 
-export const anthropicRoutes = (deps: OpenAiRouteDeps) =>
+export const anthropicRoutes = (deps: CompletionRouteDeps) =>
   new Elysia({ name: "parley/routes/anthropic" })
+    .onBeforeHandle(namingFields(anthropicFields))
     .use(requireKey)
     .post(
       "/v1/messages",

@@ -12,6 +12,8 @@ import { resultJson, startJson } from "../present";
 import { contextOf } from "../request-context";
 import { event } from "../sse";
 import type { Framing, RequestHooks, TurnDriver } from "../turn-driver";
+import { namingFields } from "../field-names";
+import { nativeFields } from "../present";
 
 const MAX_MESSAGE_CODE_POINTS = 16_000;
 const MESSAGE_RULE = `message must be a string of 1 to ${MAX_MESSAGE_CODE_POINTS} characters`;
@@ -66,7 +68,7 @@ export interface ChatRouteDeps {
 }
 
 export const chatRoutes = (deps: ChatRouteDeps) =>
-  new Elysia({ name: "parley/routes/chat" }).use(requireKey).post(
+  new Elysia({ name: "parley/routes/chat" }).use(requireKey).onBeforeHandle(namingFields(nativeFields)).post(
     "/api/v1.0/chat",
     async function* ({ body, principal, request, server, set }) {
       checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);

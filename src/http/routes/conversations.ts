@@ -6,7 +6,8 @@ import { requireKey } from "../auth";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { listedUser, pageWindow, parsePaging } from "../listing-query";
 import { errorResponses, jsonResponse } from "../openapi";
-import { conversationPageJson } from "../present";
+import { conversationPageJson, nativeFields } from "../present";
+import { namingFields } from "../field-names";
 
 const listingQuery = t.Object({
   user_id: t.Optional(t.String({ description: "`:eq:<int>` or `<int>`; default: the key's own user (others: admin keys only)" })),
@@ -22,6 +23,7 @@ export interface ConversationRouteDeps {
 /** Conversations as a resource: the caller's list, and deleting one. */
 export const conversationsRoutes = (deps: ConversationRouteDeps) =>
   new Elysia({ name: "parley/routes/conversations" })
+    .onBeforeHandle(namingFields(nativeFields))
     .use(requireKey)
     .get(
       "/api/v1.0/chat/conversations",

@@ -12,6 +12,8 @@ import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { ITEM, ITEM_PAGE_QUERY, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
 import { conversationJson, inputItemJson, inputItemList } from "../openai/responses-present";
 import { optional, UNKNOWN_FIELD } from "../sampling-fields";
+import { namingFields } from "../field-names";
+import { responseFields } from "../openai/fields";
 
 export interface OpenAiConversationRouteDeps {
   conversationItems: ConversationItemService;
@@ -39,6 +41,7 @@ async function unlessLeft<T>(change: Promise<T>): Promise<T | undefined> {
 
 export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
   new Elysia({ name: "parley/routes/openai-conversations" })
+    .onBeforeHandle(namingFields(responseFields))
     .use(requireKey)
     .post(
       "/v1/conversations",

@@ -5,18 +5,21 @@
  * honour is `400` naming it, and so is a field OpenAI does not define (docs/API.md lists them).
  */
 import { Elysia, t } from "elysia";
-import type { CompletionInput, CompletionService } from "../../chat/completions";
+import type { CompletionInput } from "../../chat/completions";
 import { modelLoading } from "../../chat/turn-runner";
 import { InvalidInput, ModelNotFound } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
-import { type BodyLimits, jsonBody } from "../json-body";
+import { jsonBody } from "../json-body";
 import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
 import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
-import type { RequestHooks, TurnDriver } from "../turn-driver";
-import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS, toolRequestOf } from "../openai/tools";
+import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
+import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
+import { toolRequestOf } from "../offered-tools";
+import { namingFields } from "../field-names";
+import { chatCompletionFields } from "../openai/fields";
 
 const MESSAGE_RULE =
   "each message needs a role (system, developer, user, assistant or tool) and text content: a string or [{type: \"text\", text}] (an assistant's also [{type: \"refusal\", refusal}], or none beside tool_calls)";
@@ -142,13 +145,7 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   };
 }
 
-export interface OpenAiRouteDeps {
-  completions: CompletionService;
-  turns: TurnDriver;
-  body: BodyLimits;
-}
-
-export const openAiRoutes = (deps: OpenAiRouteDeps) => {
+export const openAiRoutes = (deps: CompletionRouteDeps) => {
   /** Every model, the default first; none while the only model is still loading. */
   const models = () => {
     const listed = deps.completions.models();
@@ -156,6 +153,7 @@ export const openAiRoutes = (deps: OpenAiRouteDeps) => {
     return listed;
   };
   return new Elysia({ name: "parley/routes/openai" })
+    .onBeforeHandle(namingFields(chatCompletionFields))
     .use(requireKey)
     .post(
       "/v1/chat/completions",

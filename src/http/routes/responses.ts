@@ -13,10 +13,12 @@ import { type BodyLimits, jsonBody } from "../json-body";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
 import { ITEM, ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
-import { toolRequestOf } from "../openai/tools";
+import { toolRequestOf } from "../offered-tools";
 import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { BackgroundResponses } from "../background-responses";
 import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
+import { namingFields } from "../field-names";
+import { responseFields } from "../openai/fields";
 
 const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
 
@@ -103,7 +105,6 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
     functions: body.tools ?? [],
     choice: typeof body.tool_choice === "object" && body.tool_choice !== null ? { name: body.tool_choice.name } : (body.tool_choice ?? undefined),
     parallel: body.parallel_tool_calls,
-    nameParam: (i) => `tools[${i}].name`,
   });
   const format = formatOf(body.text?.format);
   const temperature = body.temperature ?? 1;
@@ -138,32 +139,6 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
   };
 }
 
-/**
- * The engine names fields as chat completions spell them; a refusal of a Responses request names
- * them as Responses does (`text.format`, `tools[i].parameters`).
- */
-const RENAMED: readonly [RegExp, string][] = [
-  [/^response_format\b/, "text.format"],
-  [/^tools\[(\d+)\]\.function\./, "tools[$1]."],
-];
-
-function renamed(error: unknown): unknown {
-  if (!(error instanceof InvalidInput)) return error;
-  const param = RENAMED.reduce((name, [from, to]) => name.replace(from, to), error.param);
-  if (param === error.param) return error;
-  const message = RENAMED.reduce((text, [from, to]) => text.replace(new RegExp(from.source.slice(1)), to), error.message);
-  return new InvalidInput(param, message);
-}
-
-/** The turn's events, a refusal naming the fields as Responses does. */
-async function* namedAsResponses<T, R>(events: AsyncGenerator<T, R, void>): AsyncGenerator<T, R, void> {
-  try {
-    return yield* events;
-  } catch (error) {
-    throw renamed(error);
-  }
-}
-
 export interface ResponsesRouteDeps {
   responses: ResponseService;
   background: BackgroundResponses;
@@ -179,12 +154,13 @@ const NOT_FOUND = { "404": { ...openAiErrorResponses("not_found")["404"]!, descr
 
 export const responsesRoutes = (deps: ResponsesRouteDeps) =>
   new Elysia({ name: "parley/routes/responses" })
+    .onBeforeHandle(namingFields(responseFields))
     .use(requireKey)
     .post(
       "/v1/responses",
       async function* ({ body, principal, request, server, set }) {
         const input = responseInput(body);
-        const turn = (hooks: RequestHooks) => namedAsResponses(deps.responses.respond({ ...input, userId: principal.userId, ...hooks }));
+        const turn = (hooks: RequestHooks) => deps.responses.respond({ ...input, userId: principal.userId, ...hooks });
         const exchange = { request, set, server, keyId: principal.keyId };
         if (input.background) {
           const started = await deps.background.start((signal) => turn(hooksOf(exchange, signal)));

@@ -1,0 +1,52 @@
+/** How OpenAI's two generating APIs spell the domain's fields (field-names.ts). */
+import type { FieldNames } from "../field-names";
+
+/** Chat completions' request fields. */
+export const chatCompletionFields: FieldNames = (field) => {
+  switch (field.part) {
+    case "history":
+      return field.item === undefined ? "messages" : `messages[${field.item}]${field.detail === "answers" ? ".tool_call_id" : ""}`;
+    case "format":
+      return "response_format";
+    case "tools":
+      return "tools";
+    case "tool":
+      return `tools[${field.index}].function.${field.detail}`;
+    case "toolChoice":
+      return "tool_choice";
+    case "tokenBias":
+      return "logit_bias";
+    case "logprobs":
+      return "logprobs";
+    default:
+      return undefined;
+  }
+};
+
+/** The Responses and Conversations APIs' request fields. */
+export const responseFields: FieldNames = (field) => {
+  switch (field.part) {
+    case "history":
+      return field.item === undefined ? "input" : `input[${field.item}]${field.detail === "answers" ? ".call_id" : ""}`;
+    case "format":
+      return "text.format";
+    case "tools":
+      return "tools";
+    case "tool":
+      return `tools[${field.index}].${field.detail}`;
+    case "toolChoice":
+      return "tool_choice";
+    case "logprobs":
+      return "top_logprobs";
+    case "continues":
+      return "previous_response_id";
+    case "conversation":
+      return "conversation";
+    case "detached":
+      return "background";
+    case "pageAfter":
+      return "after";
+    default:
+      return undefined;
+  }
+};
