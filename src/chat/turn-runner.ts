@@ -22,7 +22,14 @@ export interface TurnToolCall {
 }
 
 /** What a reply yields as it is generated. */
-export type TurnEvent = TurnDelta | TurnReasoning | TurnToolCall | TurnLogprobs;
+export type TurnEvent = TurnDelta | TurnReasoning | TurnToolCall | TurnLogprobs | TurnPrompt;
+
+/** The prompt as evaluated, before the reply's first piece: what a protocol that shows it early needs. */
+export interface TurnPrompt {
+  type: "prompt";
+  promptTokens: number;
+  cachedTokens: number;
+}
 
 /** The log-probabilities of answer tokens whose text has been given, in order. */
 export interface TurnLogprobs {
@@ -207,6 +214,10 @@ export class RunningTurn {
         const piece = step.value;
         if (piece.kind === "logprobs") {
           yield { type: "logprobs", entries: piece.entries };
+          continue;
+        }
+        if (piece.kind === "prompt") {
+          yield { type: "prompt", promptTokens: piece.tokens, cachedTokens: piece.cachedTokens };
           continue;
         }
         this.tokenArrived();

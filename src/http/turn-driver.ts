@@ -2,7 +2,7 @@ import type { Server } from "elysia/universal";
 import type { CompletionService } from "../chat/completions";
 import type { Usage } from "../chat/service";
 import type { BodyLimits } from "./json-body";
-import type { TurnEvent, TurnHooks } from "../chat/turn-runner";
+import type { TurnEvent, TurnHooks, TurnPrompt } from "../chat/turn-runner";
 import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
@@ -37,8 +37,10 @@ export interface Framing<Start, Result> {
   toolCall?(part: ToolCallPart): SseChunk[];
   /** For a protocol whose replies tell their tokens' log-probabilities. */
   logprobs?(entries: TokenLogprob[]): SseChunk[];
-  /** What keeps a silent stream alive, for a protocol that has its own event for it; a comment line otherwise. */
-  ping?: SseChunk;
+  /** The prompt, once evaluated, for a protocol that shows its size before the reply. */
+  prompt?(prompt: TurnPrompt): SseChunk[];
+  /** What keeps a silent stream alive, for a protocol that has its own event for it (when it may be sent yet); a comment line otherwise. */
+  ping?(): SseChunk | undefined;
   done(result: Result): SseChunk[];
   error(error: DomainError, requestId: string): SseChunk[];
 }
@@ -100,7 +102,7 @@ export class TurnDriver {
         if (step.value) meter.done(step.value.usage);
         return step.value;
       }
-      if (isReply(step.value) && step.value.type !== "logprobs") meter.token();
+      if (isToken(step.value)) meter.token();
     }
   }
 
@@ -137,9 +139,9 @@ export class TurnDriver {
             }
             return;
           }
-          if (step.value === PING) yield framing.ping ?? PING;
+          if (step.value === PING) yield framing.ping?.() ?? PING;
           else if (isReply(step.value)) {
-            if (step.value.type !== "logprobs") meter.token();
+            if (isToken(step.value)) meter.token();
             yield* frame(framing, step.value);
           }
         }
@@ -199,8 +201,11 @@ export class TurnDriver {
 
 const isReply = (event: unknown): event is ReplyEvent => {
   const { type } = event as { type?: unknown };
-  return type === "delta" || type === "reasoning" || type === "toolCall" || type === "logprobs";
+  return type === "delta" || type === "reasoning" || type === "toolCall" || type === "logprobs" || type === "prompt";
 };
+
+/** A piece of the reply's own text or calls: what the meter counts as a token arriving. */
+const isToken = (event: unknown): boolean => isReply(event) && event.type !== "logprobs" && event.type !== "prompt";
 
 export function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
   switch (event.type) {
@@ -214,5 +219,7 @@ export function frame<Start, Result>(framing: Framing<Start, Result>, event: Rep
     case "logprobs":
       if (!framing.logprobs) throw new Error("a reply told log-probabilities on a protocol without them");
       return framing.logprobs(event.entries);
+    case "prompt":
+      return framing.prompt?.(event) ?? [];
   }
 }

@@ -111,6 +111,7 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
     onPrompt(ready) {
       prompt = ready;
       maxTokens = ready.maxTokens;
+      emit({ kind: "prompt", tokens: ready.tokens.length, cachedTokens: ready.cachedTokens });
       // A thought the prompt opens is open before the first token.
       return closeThought();
     },

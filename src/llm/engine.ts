@@ -407,7 +407,7 @@ export class Engine {
             }
             else if (piece.kind === "logprobs") append(logprobs, piece.entries);
             else if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
-            else said[piece.kind] += piece.text;
+            else if (piece.kind !== "prompt") said[piece.kind] += piece.text;
             emit(piece);
           },
         );

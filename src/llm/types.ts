@@ -225,7 +225,14 @@ export interface LogprobsPiece {
   entries: TokenLogprob[];
 }
 
-export type ReplyPiece = TextPiece | ToolCallPiece | LogprobsPiece;
+/** The prompt as it is evaluated, once, before the reply's first piece: its tokens, and of them those the sequence already held. */
+export interface PromptPiece {
+  kind: "prompt";
+  tokens: number;
+  cachedTokens: number;
+}
+
+export type ReplyPiece = TextPiece | ToolCallPiece | LogprobsPiece | PromptPiece;
 
 /**
  * What a conversation's turn does once its history outgrows the context and its oldest turns are

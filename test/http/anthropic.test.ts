@@ -6,6 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
+import { ChatAnthropic } from "@langchain/anthropic";
+import type { AIMessageChunk } from "@langchain/core/messages";
 import OpenAI from "openai";
 import type { Engine } from "../../src/llm/engine";
 import { bearer, rejection, serveApp, type Served, testDb, testEngine } from "../support";
@@ -76,7 +78,12 @@ describe("messages.stream", () => {
     const stream = client.messages.stream({ model: "any", max_tokens: 64, messages: hello, ...greedy });
     const types: string[] = [];
     let text = "";
-    stream.on("streamEvent", (event) => types.push(event.type));
+    let started: Anthropic.Usage | undefined;
+    stream.on("streamEvent", (event) => {
+      types.push(event.type);
+      // A copy: the SDK accumulates the final message into this very object.
+      if (event.type === "message_start") started = { ...event.message.usage };
+    });
     stream.on("text", (delta) => (text += delta));
     const final = await stream.finalMessage();
     expect(text).toBe(GREEDY_REPLY);
@@ -84,8 +91,25 @@ describe("messages.stream", () => {
     expect(final).toMatchObject({ stop_reason: "end_turn", model: engine.modelName });
     expect(final.usage.output_tokens).toBeGreaterThan(0);
     expect(types[0]).toBe("message_start");
+    // message_start counts the prompt as the plain reply does (LangChain's input tokens come from it).
+    const plain = await client.messages.create({ model: "any", max_tokens: 64, messages: hello, ...greedy });
+    const prompt = (usage: Anthropic.Usage) => usage.input_tokens + (usage.cache_read_input_tokens ?? 0);
+    expect(prompt(started!)).toBeGreaterThan(0);
+    expect(prompt(started!)).toBe(prompt(plain.usage));
     expect(types.slice(-3)).toEqual(["content_block_stop", "message_delta", "message_stop"]);
     expect(new Set(types.slice(2, -3))).toEqual(new Set(["content_block_delta"]));
+  });
+});
+
+describe("another client: LangChain's ChatAnthropic", () => {
+  test("a stream reports the prompt's input tokens, as the plain reply does", async () => {
+    const chat = new ChatAnthropic({ model: "any", apiKey: alice.key, anthropicApiUrl: served.url, maxTokens: 16, temperature: 0, maxRetries: 0 });
+    let streamed: AIMessageChunk | undefined;
+    for await (const chunk of await chat.stream("Hello")) streamed = streamed ? streamed.concat(chunk) : chunk;
+    const plain = await chat.invoke("Hello");
+    expect(streamed!.content).toBe(plain.content);
+    expect(streamed!.usage_metadata!.input_tokens).toBeGreaterThan(0);
+    expect(streamed!.usage_metadata!.input_tokens).toBe(plain.usage_metadata!.input_tokens);
   });
 });
 

@@ -24,13 +24,18 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 /** A piece's text (these replies call no tools and ask no log-probabilities). */
 const textOf = (piece: ReplyPiece): string => (piece.kind === "content" || piece.kind === "reasoning" ? piece.text : "");
 
-async function run(engine: Engine, req: GenerateRequest): Promise<{ pieces: string[]; result: GenerateResult }> {
+/** The reply's text pieces, and apart from them the prompt's pieces (one, before the text). */
+async function run(engine: Engine, req: GenerateRequest): Promise<{ pieces: string[]; prompts: ReplyPiece[]; result: GenerateResult }> {
   const pieces: string[] = [];
+  const prompts: ReplyPiece[] = [];
   const gen = engine.generate(req);
   while (true) {
     const step = await gen.next();
-    if (step.done) return { pieces, result: step.value };
-    pieces.push(textOf(step.value));
+    if (step.done) return { pieces, prompts, result: step.value };
+    if (step.value.kind === "prompt") {
+      expect(pieces).toEqual([]);
+      prompts.push(step.value);
+    } else pieces.push(textOf(step.value));
   }
 }
 
@@ -166,7 +171,8 @@ describe("Engine (parallel 2)", () => {
   });
 
   test("streams a reply in pieces whose concatenation is the text, with real token counts", async () => {
-    const { pieces, result } = await run(engine, ask("hello there", { maxTokens: 200 }));
+    const { pieces, prompts, result } = await run(engine, ask("hello there", { maxTokens: 200 }));
+    expect(prompts).toEqual([{ kind: "prompt", tokens: result.promptTokens, cachedTokens: result.cachedTokens }]);
     expect(pieces.length).toBeGreaterThanOrEqual(2);
     expect(pieces.every((piece) => piece !== "")).toBe(true);
     expect(result.text).toBe(pieces.join(""));
@@ -235,7 +241,7 @@ describe("Engine (parallel 2)", () => {
     const gen = engine.generate(ask("go on", { maxTokens: 500, signal: controller.signal }));
     let step = await gen.next();
     while (!step.done) {
-      pieces.push(textOf(step.value));
+      if (step.value.kind !== "prompt") pieces.push(textOf(step.value));
       // The greedy reply is 7 tokens: aborting at the first leaves several ungenerated.
       if (pieces.length === 1) controller.abort();
       step = await gen.next();

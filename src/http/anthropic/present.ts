@@ -66,7 +66,8 @@ export const messageJson = (id: string, result: CompletionResult, shown: boolean
 const PING = event("ping", { type: "ping" });
 
 /**
- * Anthropic's stream: `message_start` and a `ping`, then each block in turn
+ * Anthropic's stream: `message_start` (once the prompt is evaluated, so that its usage counts it,
+ * as the message's does) and a `ping`, then each block in turn
  * (`content_block_start`, its deltas, `content_block_stop`): a reasoning model's thought
  * (`thinking_delta`s, none when its text is not `shown`), the answer's text, then each tool call
  * with its input as JSON text; then `message_delta` with the stop reason and usage, and
@@ -89,15 +90,23 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
     return [...closed, event("content_block_start", { type: "content_block_start", index: ++index, content_block: block })];
   };
   const text = (): SseChunk[] => (open === "text" ? [] : begin({ type: "text", text: "", citations: null }, "text"));
+  let model = "";
+  let started = false;
+  /** `message_start`, once: at the prompt, or before whatever comes first without one (an empty or failed reply). */
+  const startMessage = (promptTokens = 0, cachedTokens = 0): SseChunk[] => {
+    if (started) return [];
+    started = true;
+    const usage = usageJson({ prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens, cached_tokens: cachedTokens });
+    return [event("message_start", { type: "message_start", message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage, container: null, diagnostics: null, stop_details: null } }), PING];
+  };
   return {
-    start: ({ model }) => [
-      event("message_start", {
-        type: "message_start",
-        message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: usageJson({ prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 }), container: null, diagnostics: null, stop_details: null },
-      }),
-      PING,
-    ],
-    ping: PING,
+    start: (start) => {
+      model = start.model;
+      return [];
+    },
+    prompt: ({ promptTokens, cachedTokens }) => startMessage(promptTokens, cachedTokens),
+    // Before message_start, only a comment: Anthropic's stream opens with message_start.
+    ping: () => (started ? PING : undefined),
     reasoning: (thought) => [
       ...(open === "thinking" ? [] : begin(thinkingJson(""), "thinking")),
       ...(shown ? [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "thinking_delta", thinking: thought } })] : []),
@@ -109,12 +118,13 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
       return close();
     },
     done: (result) => [
+      ...startMessage(),
       // A reply with no text and no call still has its (empty) text block, as when not streamed.
       ...(answered ? [] : text()),
       ...close(),
       event("message_delta", { type: "message_delta", delta: { stop_reason: stopReasonOf(result), stop_sequence: result.stopSequence ?? null }, usage: deltaUsageJson(result.usage) }),
       event("message_stop", { type: "message_stop" }),
     ],
-    error: (error) => [event("error", anthropicErrorBody(error))],
+    error: (error) => [...startMessage(), event("error", anthropicErrorBody(error))],
   };
 }
