@@ -40,7 +40,7 @@ export interface ResponseResult {
   usage: Usage;
 }
 
-const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cached_tokens: 0 };
+const NO_USAGE: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
 
 /**
  * How a turn's result ends its response: `cancelled` when its client left (`clientLeft`); cut by
@@ -52,7 +52,7 @@ function endOf(record: ResponseRecord, result: CompletionResult | undefined, cli
   return {
     status,
     output: outputItems(record.id, result),
-    usage: { inputTokens: result.usage.prompt_tokens, outputTokens: result.usage.completion_tokens, cachedTokens: result.usage.cached_tokens },
+    usage: { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens, cachedTokens: result.usage.cachedTokens, reasoningTokens: result.usage.reasoningTokens },
     finishReason: result.finishReason,
     error: null,
   };

@@ -6,7 +6,7 @@ import { isAbort, NotFound } from "../errors";
 import { itemRows, rowItems } from "./conversation-items";
 import { KeyedLock } from "./keyed-lock";
 import { historyOf, newResponseId, outputItems } from "./response-items";
-import { type RunningTurn, shuttingDown, type TurnDelta, type TurnEvent, type TurnReasoning, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import { NO_REPLY, type RunningTurn, shuttingDown, type TurnDelta, type TurnEvent, type TurnReasoning, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export type { TurnDelta, TurnReasoning, Usage } from "./turn-runner";
 
@@ -305,7 +305,7 @@ export class ChatService {
       const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
       yield { type: "start", conversation, stored, model: engine.modelName };
       const reply = yield* running.reply(request);
-      const done = { conversation, reply, stored, output: [] as MessageRecord[], usage: reply ? usageOf(reply) : usageOf(NOTHING), model: engine.modelName };
+      const done = { conversation, reply, stored, output: [] as MessageRecord[], usage: usageOf(reply ?? NO_REPLY), model: engine.modelName };
       if (reply === undefined) return done;
 
       const stats = {
@@ -327,5 +327,3 @@ export class ChatService {
     }
   }
 }
-
-const NOTHING: GenerateResult = { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };

@@ -37,20 +37,20 @@ export interface TurnLogprobs {
   entries: TokenLogprob[];
 }
 
-/** A reply's token counts, as both APIs report them. */
+/** A reply's token counts; each protocol reports them in its own words. */
 export interface Usage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  cached_tokens: number;
+  promptTokens: number;
+  completionTokens: number;
+  /** Of `promptTokens`, those a sequence's KV cache already held. */
+  cachedTokens: number;
+  /** Of `completionTokens`, the thought's (its markers too). */
+  reasoningTokens: number;
 }
 
-export const usageOf = (result: GenerateResult): Usage => ({
-  prompt_tokens: result.promptTokens,
-  completion_tokens: result.completionTokens,
-  total_tokens: result.promptTokens + result.completionTokens,
-  cached_tokens: result.cachedTokens,
-});
+/** A reply cancelled before its first token: nothing said, nothing counted. */
+export const NO_REPLY: GenerateResult = Object.freeze({ text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0, prompt: "" });
+
+export const usageOf = ({ promptTokens, completionTokens, cachedTokens, reasoningTokens }: GenerateResult): Usage => ({ promptTokens, completionTokens, cachedTokens, reasoningTokens });
 
 /** The refusal while there is no engine yet; readiness reports it too. */
 export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
@@ -228,7 +228,7 @@ export class RunningTurn {
       if (error instanceof BudgetExceeded && this.hold) throw this.options.ledger!.outgrown(this.hold, error.promptTokens);
       if (!isAbort(error)) throw error;
       if (!this.closed) return undefined;
-      return { text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, prompt: "" };
+      return NO_REPLY;
     } finally {
       if (result === undefined) await generation.return(undefined as never);
     }

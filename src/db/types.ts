@@ -203,6 +203,8 @@ export interface ResponseUsageRecord {
   inputTokens: number;
   outputTokens: number;
   cachedTokens: number;
+  /** Of `outputTokens`, the thought's; absent in responses kept before it was counted. */
+  reasoningTokens?: number;
 }
 
 /** A response to keep, stored as it starts (`in_progress`). Times are epoch ms. */

@@ -61,7 +61,7 @@ export const resultJson = (result: TurnResult): ChatReply => ({
   new_conversation: result.newConversation,
   message: messageJson(result.message),
   user_message: messageJson(result.userMessage),
-  usage: result.usage,
+  usage: { prompt_tokens: result.usage.promptTokens, completion_tokens: result.usage.completionTokens, total_tokens: result.usage.promptTokens + result.usage.completionTokens, cached_tokens: result.usage.cachedTokens },
   model: result.model,
 });
 

@@ -187,13 +187,13 @@ export class TurnDriver {
         firstTokenAt = performance.now();
         metrics.timeToFirstToken.observe((firstTokenAt - context.startedAt) / 1000);
       },
-      done({ completion_tokens, prompt_tokens, cached_tokens }: Usage) {
-        context.tokens = completion_tokens;
-        metrics.tokensGenerated.inc(completion_tokens);
-        metrics.promptTokens.inc({ source: "cached" }, cached_tokens);
-        metrics.promptTokens.inc({ source: "evaluated" }, prompt_tokens - cached_tokens);
+      done({ completionTokens, promptTokens, cachedTokens }: Usage) {
+        context.tokens = completionTokens;
+        metrics.tokensGenerated.inc(completionTokens);
+        metrics.promptTokens.inc({ source: "cached" }, cachedTokens);
+        metrics.promptTokens.inc({ source: "evaluated" }, promptTokens - cachedTokens);
         const seconds = firstTokenAt === undefined ? 0 : (performance.now() - firstTokenAt) / 1000;
-        if (completion_tokens > 1 && seconds > 0) metrics.tokensPerSecond.observe((completion_tokens - 1) / seconds);
+        if (completionTokens > 1 && seconds > 0) metrics.tokensPerSecond.observe((completionTokens - 1) / seconds);
       },
     };
   }

@@ -56,6 +56,8 @@ export interface Decoded {
   stopString?: string;
   /** The prompt as the slot was readied for it; none when the turn ended before. */
   prompt?: ReadyPrompt;
+  /** Of `tokens`, the thought's: up to and including the one that closed it. */
+  reasoningTokens: number;
 }
 
 /** Runs the turn on the scheduler, calling `emit` with each text piece of its reply. */
@@ -96,6 +98,9 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   const budget = options.thoughtBudget;
   // Reply tokens before the thought's first, once it has opened; closing once its close is forced.
   let thoughtFrom: number | undefined;
+  /** Whether the thought opened, and the reply's tokens up to and including the one that closed it. */
+  let thoughtOpened = false;
+  let thoughtEnd: number | undefined;
   let closing = false;
   /** The close marker's tokens, once the open thought has had its budget. */
   const closeThought = (): readonly Token[] | undefined => {
@@ -135,6 +140,8 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
         take(text.flush());
         take(shown);
       }
+      if (replyText.thoughtPhase === "thought") thoughtOpened = true;
+      else if (thoughtOpened && thoughtEnd === undefined && replyText.thoughtPhase === "after") thoughtEnd = tokens.length;
       if (probabilities && options.spell) {
         logprobs.push({ token: tokens.length - 1, entry: options.spell(token, probabilities) });
         release();
@@ -162,5 +169,6 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   const end = replyText.stoppedAt ?? spelled.length;
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   const stopString = stopReason === "stop" ? replyText.stopString : undefined;
-  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(stopString !== undefined ? { stopString } : {}), ...(prompt ? { prompt } : {}) };
+  const reasoningTokens = thoughtEnd ?? (thoughtOpened ? tokens.length : 0);
+  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(stopString !== undefined ? { stopString } : {}), ...(prompt ? { prompt } : {}), reasoningTokens };
 }

@@ -432,6 +432,7 @@ export class Engine {
         promptTokens: tokens.length,
         cachedTokens: decoded.prompt?.cachedTokens ?? 0,
         completionTokens: decoded.tokens.length,
+        reasoningTokens: decoded.reasoningTokens,
         ...(calls.length > 0 ? { toolCalls: calls } : {}),
         ...(request.logprobs !== undefined ? { logprobs } : {}),
         // Rendered on demand: detokenizing the whole history on every turn would be work no caller needs.

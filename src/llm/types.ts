@@ -179,6 +179,8 @@ export interface GenerateResult {
   cachedTokens: number;
   /** Tokens the model generated for the reply; the end-of-generation token is not counted. */
   completionTokens: number;
+  /** Of `completionTokens`, the thought's: up to and including the one that closed it (all, when the reply ended in it). */
+  reasoningTokens: number;
   /** The prompt as evaluated (after trimming to fit the context), special tokens rendered as text. */
   prompt: string;
   /** The tools the reply called, after its `text`; absent when it called none. */

@@ -151,6 +151,12 @@ describe("errors in OpenAI's shape raise the SDK's typed errors", () => {
     expect((error as InstanceType<typeof OpenAI.BadRequestError>).type).toBe("invalid_request_error");
   });
 
+  test("stream_options without stream: true is a BadRequestError naming it, as OpenAI answers", async () => {
+    const error = await rejection(client.chat.completions.create({ model: "any", messages: hello, stream_options: { include_usage: true } }));
+    expect(error).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((error as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("stream_options");
+  });
+
   test("a message with a lone surrogate is a BadRequestError naming messages", async () => {
     const error = await rejection(client.chat.completions.create({ model: "any", messages: [{ role: "user", content: "x\ud800y" }] }));
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);

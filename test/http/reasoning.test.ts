@@ -163,6 +163,11 @@ describe("PARLEY_REASONING=separate (the default)", () => {
   test("a reply cut while thinking keeps its thought, with an empty answer", async () => {
     const cut = await chat("separate", { message: "Hello there!", conversation_id: "cut", temperature: 0, max_tokens: 4 });
     expect(cut.message).toMatchObject({ finish_reason: "length", content: "" });
+    // Every token of a reply cut inside its thought is the thought's; a whole reply's answer is not.
+    const [whole, thinking] = [modes.separate.generations.find(({ request }) => request.conversationKey !== undefined && request.maxTokens !== 4)!.result, modes.separate.generations.at(-1)!.result];
+    expect(thinking.reasoningTokens).toBe(4);
+    expect(whole.reasoningTokens).toBeGreaterThan(0);
+    expect(whole.reasoningTokens).toBeLessThan(whole.completionTokens);
     expect(reference.message.reasoning!.startsWith(cut.message.reasoning!)).toBe(true);
     expect(cut.message.reasoning!.length).toBeGreaterThan(0);
   });

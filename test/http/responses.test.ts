@@ -260,6 +260,11 @@ describe("a reasoning model's response", () => {
     const reasoning = response.output[0] as OpenAI.Responses.ResponseReasoningItem;
     expect(reasoning.content![0]!.text.length).toBeGreaterThan(0);
     expect(response.output_text).not.toContain("<think>");
+    // The thought's tokens are counted apart, as OpenAI's usage shows them.
+    const { input_tokens_details, output_tokens_details, output_tokens } = response.usage!;
+    expect(output_tokens_details.reasoning_tokens).toBeGreaterThan(0);
+    expect(output_tokens_details.reasoning_tokens).toBeLessThan(output_tokens);
+    expect(input_tokens_details).toMatchObject({ cache_write_tokens: 0 });
     const streamed = await qwenClient.responses.stream({ model: "any", input: "Hello", store: false, temperature: 0 }).finalResponse();
     expect(streamed.output.map((item) => item.type)).toEqual(["reasoning", "message"]);
     expect(streamed.output_text).toBe(response.output_text);

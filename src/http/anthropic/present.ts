@@ -22,9 +22,9 @@ const toolUseJson = (call: ToolCall) => ({ type: "tool_use" as const, id: call.i
 
 /** Anthropic counts input apart from what its cache read: the two add up to the prompt. */
 const usageJson = (usage: Usage): MessageUsage => ({
-  input_tokens: usage.prompt_tokens - usage.cached_tokens,
-  output_tokens: usage.completion_tokens,
-  cache_read_input_tokens: usage.cached_tokens,
+  input_tokens: usage.promptTokens - usage.cachedTokens,
+  output_tokens: usage.completionTokens,
+  cache_read_input_tokens: usage.cachedTokens,
   cache_creation_input_tokens: 0,
   cache_creation: null,
   inference_geo: null,
@@ -96,7 +96,7 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
   const startMessage = (promptTokens = 0, cachedTokens = 0): SseChunk[] => {
     if (started) return [];
     started = true;
-    const usage = usageJson({ prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens, cached_tokens: cachedTokens });
+    const usage = usageJson({ promptTokens, completionTokens: 0, cachedTokens, reasoningTokens: 0 });
     return [event("message_start", { type: "message_start", message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage, container: null, diagnostics: null, stop_details: null } }), PING];
   };
   return {

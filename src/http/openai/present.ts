@@ -36,10 +36,10 @@ const logprobsJson = (entries: readonly TokenLogprob[]) => ({
 const toolCallJson = (call: ToolCall) => ({ id: call.id, type: "function" as const, function: { name: call.name, arguments: call.arguments } });
 
 const usageJson = (usage: Usage): CompletionUsage => ({
-  prompt_tokens: usage.prompt_tokens,
-  completion_tokens: usage.completion_tokens,
-  total_tokens: usage.total_tokens,
-  prompt_tokens_details: { cached_tokens: usage.cached_tokens },
+  prompt_tokens: usage.promptTokens,
+  completion_tokens: usage.completionTokens,
+  total_tokens: usage.promptTokens + usage.completionTokens,
+  prompt_tokens_details: { cached_tokens: usage.cachedTokens },
 });
 
 export const completionJson = ({ id, created }: CompletionIdentity, result: CompletionResult): ChatCompletion => ({

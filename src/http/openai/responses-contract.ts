@@ -86,9 +86,9 @@ const TextFormat = t.Union([
 export const ResponseUsage = t.Object(
   {
     input_tokens: t.Integer(),
-    input_tokens_details: t.Object({ cached_tokens: t.Integer() }, closed),
+    input_tokens_details: t.Object({ cached_tokens: t.Integer(), cache_write_tokens: t.Integer({ description: "Parley writes no separate cache: 0" }) }, closed),
     output_tokens: t.Integer(),
-    output_tokens_details: t.Object({ reasoning_tokens: t.Integer({ description: "Not counted apart: 0" }) }, closed),
+    output_tokens_details: t.Object({ reasoning_tokens: t.Integer({ description: "Of output_tokens, the thought's" }) }, closed),
     total_tokens: t.Integer(),
   },
   closed,

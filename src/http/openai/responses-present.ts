@@ -42,9 +42,9 @@ export function responseObject(record: ResponseRecord): ResponseObject {
     ...(record.params as ResponseEcho),
     usage: record.usage && {
       input_tokens: record.usage.inputTokens,
-      input_tokens_details: { cached_tokens: record.usage.cachedTokens },
+      input_tokens_details: { cached_tokens: record.usage.cachedTokens, cache_write_tokens: 0 },
       output_tokens: record.usage.outputTokens,
-      output_tokens_details: { reasoning_tokens: 0 },
+      output_tokens_details: { reasoning_tokens: record.usage.reasoningTokens ?? 0 },
       total_tokens: record.usage.inputTokens + record.usage.outputTokens,
     },
   };

@@ -127,6 +127,8 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   const format = formatOf(body.response_format);
   const tools = toolRequestOf(chatTools(body));
   if (body.top_logprobs != null && body.logprobs !== true) throw new InvalidInput("top_logprobs", "top_logprobs needs logprobs: true");
+  // As OpenAI answers it: options of a stream that was not asked for.
+  if (body.stream_options != null && body.stream !== true) throw new InvalidInput("stream_options", "stream_options needs stream: true");
   return {
     messages,
     ...(body.model != null ? { model: body.model } : {}),
