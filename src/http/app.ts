@@ -24,6 +24,7 @@ import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { openAiRoutes } from "./routes/openai";
+import { modelRoutes } from "./routes/models";
 import { anthropicRoutes } from "./routes/anthropic";
 import { responsesRoutes } from "./routes/responses";
 import { openAiConversationRoutes } from "./routes/openai-conversations";
@@ -107,6 +108,7 @@ export function createApp(deps: AppDeps) {
     .use(quotaRoutes({ admin: new QuotaAdmin(deps.storage.keys, deps.storage.quotas, deps.ledger), body: limits }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
+    .use(modelRoutes({ models: () => deps.completions.models() }))
     .use(anthropicRoutes({ completions: deps.completions, turns, body: limits }))
     .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))
     .use(openAiConversationRoutes({ conversationItems: deps.conversationItems, body: limits }));

@@ -43,13 +43,14 @@ export async function authenticate(keys: KeyStore, header: string | null): Promi
 
 /**
  * The request's credential as an `Authorization` value. Anthropic's clients send their key as
- * `x-api-key`: taken as the bearer token on its Messages API only, where those clients speak (a
- * header elsewhere would be one more way for a key to leak). A request that names two different
+ * `x-api-key`: taken as the bearer token on its Messages API only, and on the model listing when
+ * the request is Anthropic's (`anthropic-version`), where those clients speak (a header elsewhere
+ * would be one more way for a key to leak). A request that names two different
  * keys there is refused: answering it as either user would bill one for what the other asked.
  */
 function credentialOf(request: Request, path: string): string | null {
   const authorization = request.headers.get("authorization");
-  const apiKey = dialectOf(path) === "anthropic" ? request.headers.get("x-api-key")?.trim() : undefined;
+  const apiKey = dialectOf(path, request.headers) === "anthropic" ? request.headers.get("x-api-key")?.trim() : undefined;
   if (apiKey === undefined || apiKey === "") return authorization;
   if (authorization === null) return `Bearer ${apiKey}`;
   const credentials = readCredentials(authorization);

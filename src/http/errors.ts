@@ -145,9 +145,13 @@ export type ErrorDialect = "parley" | "openai" | "anthropic";
 export const OPENAI_PREFIX = "/v1/";
 /** Anthropic's Messages API, within the same prefix. */
 const ANTHROPIC_PREFIX = "/v1/messages";
+/** The model listing both APIs share: Anthropic's when its client says so (`anthropic-version`), as its SDK does. */
+const MODELS_PREFIX = "/v1/models";
 
-export const dialectOf = (path: string): ErrorDialect =>
-  path === ANTHROPIC_PREFIX || path.startsWith(`${ANTHROPIC_PREFIX}/`) ? "anthropic" : path.startsWith(OPENAI_PREFIX) ? "openai" : "parley";
+const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
+
+export const dialectOf = (path: string, headers: Headers): ErrorDialect =>
+  under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && headers.has("anthropic-version")) ? "anthropic" : path.startsWith(OPENAI_PREFIX) ? "openai" : "parley";
 
 /** The status, contract code and headers `error` is answered with. */
 export function wireError(error: DomainError, dialect: ErrorDialect = "parley"): { status: number; code: ErrorCode; headers: HeaderMap } {
@@ -237,7 +241,7 @@ export const errorHandler = (log: Logger) =>
     const domainError = spelled(toDomainError(code, error), context.fields);
     if (domainError.kind === "quota_exceeded") context.quota = "quota_exceeded";
     if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
-    const response = errorResponse(domainError, context.id, set.headers as HeaderMap, dialectOf(context.path));
+    const response = errorResponse(domainError, context.id, set.headers as HeaderMap, dialectOf(context.path, request.headers));
     context.status = response.status;
     return response;
   });

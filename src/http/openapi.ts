@@ -10,7 +10,7 @@ import type { ErrorKind } from "../errors";
 import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, QuotaEntryJson, QuotaList, Ready, UsageReport } from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
-import { AnthropicErrorBody, AnthropicMessage, TokenCount } from "./anthropic/contract";
+import { AnthropicErrorBody, AnthropicMessage, AnthropicModel, AnthropicModelList, TokenCount } from "./anthropic/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
@@ -42,6 +42,8 @@ export const SCHEMAS = {
   AnthropicMessage,
   AnthropicError: AnthropicErrorBody,
   TokenCount,
+  AnthropicModel,
+  AnthropicModelList,
 };
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });
@@ -49,6 +51,12 @@ const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${nam
 type Responses = NonNullable<DocumentDecoration["responses"]>;
 
 export const jsonResponse = (description: string, schema: keyof typeof SCHEMAS) => ({ description, content: { "application/json": { schema: ref(schema) } } });
+
+/** A body of one schema or the other: a route both OpenAI's and Anthropic's clients call. */
+export const either = (description: string, one: keyof typeof SCHEMAS, other: keyof typeof SCHEMAS) => ({
+  description,
+  content: { "application/json": { schema: { oneOf: [ref(one), ref(other)] } } },
+});
 
 /** A response that is a document of its own media type (a page, Prometheus' text), not one of Parley's bodies. */
 export const documentResponse = (description: string, mediaType: string) => ({ description, content: { [mediaType]: { schema: { type: "string" as const } } } });
@@ -103,6 +111,17 @@ export const openAiErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResp
 
 /** The errors of an Anthropic-compatible route, in Anthropic's shape. */
 export const anthropicErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("AnthropicError", (kind) => HTTP_ERRORS[kind].anthropic, kinds);
+
+/** The errors of a route both OpenAI's and Anthropic's clients call, in the shape of whichever asked. */
+export function eitherErrorResponses(...kinds: ErrorKind[]): Responses {
+  const [openai, anthropic] = [openAiErrorResponses(...kinds), anthropicErrorResponses(...kinds)] as Record<string, { description: string; content: { "application/json": { schema: object } } }>[];
+  return Object.fromEntries(
+    Object.entries(openai!).map(([status, response]) => [
+      status,
+      { description: response.description, content: { "application/json": { schema: { oneOf: [response.content["application/json"].schema, anthropic![status]!.content["application/json"].schema] } } } },
+    ]),
+  ) as Responses;
+}
 
 const COMPLETION_SSE = [
   "With `stream: true`: `text/event-stream` of unnamed events, each `data` one `chat.completion.chunk`:",

@@ -171,8 +171,24 @@ describe("keys and refusals", () => {
     const bearerClient = new Anthropic({ authToken: alice.key, apiKey: null, baseURL: served.url, maxRetries: 0 });
     expect((await bearerClient.messages.create({ model: "any", max_tokens: 2, messages: hello })).type).toBe("message");
     expect(await rejection(clientFor(served, "pk_not_a_key_00000000000000000000000000").messages.create({ model: "any", max_tokens: 2, messages: hello }))).toBeInstanceOf(Anthropic.AuthenticationError);
-    // x-api-key is Anthropic's, taken on its API only.
+    // x-api-key is Anthropic's, taken on its API only: the model listing without anthropic-version is OpenAI's.
     expect((await fetch(`${served.url}/v1/models`, { headers: { "x-api-key": alice.key } })).status).toBe(401);
+  });
+
+  test("the SDK lists and retrieves models in Anthropic's shape (anthropic-version and x-api-key, as it sends them)", async () => {
+    const models = [];
+    for await (const model of client.models.list()) models.push(model);
+    expect(models).toEqual([{ type: "model", id: engine.modelName, display_name: engine.modelName, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) }]);
+    expect(await client.models.retrieve(engine.modelName)).toEqual(models[0]!);
+    const page = await client.models.list({ limit: 1 });
+    expect(page.data).toHaveLength(1);
+    expect(page.has_more).toBe(false);
+    const missing = await rejection(client.models.retrieve("claude-opus-4-1"));
+    expect(missing).toBeInstanceOf(Anthropic.NotFoundError);
+    expect((await rejection(client.models.list({ after_id: "nothing" }))) as object).toBeInstanceOf(Anthropic.BadRequestError);
+    // The same path without anthropic-version is OpenAI's list.
+    const openai = (await (await fetch(`${served.url}/v1/models`, { headers: bearer(alice.key) })).json()) as { object: string };
+    expect(openai.object).toBe("list");
   });
 
   test("a field Parley cannot honour, a missing one or an unknown one is BadRequestError naming it, in Anthropic's shape", async () => {

@@ -193,3 +193,28 @@ export const AnthropicErrorBody = t.Object(
 export type AnthropicErrorBody = Static<typeof AnthropicErrorBody>;
 
 export const TokenCount = t.Object({ input_tokens: t.Integer() }, closed);
+
+/** A model as Anthropic's Models API lists it. */
+export const AnthropicModel = t.Object(
+  {
+    type: t.Literal("model"),
+    id: t.String(),
+    display_name: t.String({ description: "The model's id: a GGUF file names no display name" }),
+    created_at: t.String({ format: "date-time", description: "When its file last changed" }),
+  },
+  closed,
+);
+export type AnthropicModel = Static<typeof AnthropicModel>;
+
+export const AnthropicModelList = t.Object(
+  { data: t.Array(AnthropicModel), first_id: t.Union([t.String(), t.Null()]), last_id: t.Union([t.String(), t.Null()]), has_more: t.Boolean() },
+  closed,
+);
+export type AnthropicModelList = Static<typeof AnthropicModelList>;
+
+/** The Models API's paging: a page of `limit`, after or before a model's id. */
+export const AnthropicModelQuery = t.Object({
+  limit: t.Optional(t.Integer({ minimum: 1, maximum: 1000, error: "limit must be an integer from 1 to 1000" })),
+  after_id: t.Optional(t.String({ error: "after_id must be a model's id" })),
+  before_id: t.Optional(t.String({ error: "before_id must be a model's id" })),
+});

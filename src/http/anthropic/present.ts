@@ -1,11 +1,12 @@
 /** Replies as Anthropic's Messages API shows them: the shapes are ./contract.ts's. */
 import type { CompletionResult, CompletionStart } from "../../chat/completions";
-import type { Usage } from "../../chat/turn-runner";
+import type { ModelInfo, Usage } from "../../chat/turn-runner";
+import { InvalidInput } from "../../errors";
 import type { ToolCall } from "../../llm/engine";
 import { anthropicErrorBody } from "../errors";
 import { event, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { AnthropicMessage, MessageUsage, StopReason } from "./contract";
+import type { AnthropicMessage, AnthropicModel, AnthropicModelList, MessageUsage, StopReason } from "./contract";
 
 type Block = "thinking" | "text" | "tool_use";
 
@@ -127,4 +128,21 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
     ],
     error: (error) => [...startMessage(), event("error", anthropicErrorBody(error))],
   };
+}
+
+export const anthropicModelJson = (model: ModelInfo): AnthropicModel => ({ type: "model", id: model.id, display_name: model.id, created_at: new Date(model.created * 1000).toISOString() });
+
+/** A page of the models, as Anthropic's Models API pages them: `limit` of them after `after_id`, or before `before_id`. */
+export function anthropicModelPage(models: readonly ModelInfo[], query: { limit?: number; after_id?: string; before_id?: string }): AnthropicModelList {
+  const { limit = 20, after_id, before_id } = query;
+  if (after_id !== undefined && before_id !== undefined) throw new InvalidInput("before_id", "send after_id or before_id, not both");
+  const at = (id: string, param: string) => {
+    const index = models.findIndex((model) => model.id === id);
+    if (index < 0) throw new InvalidInput(param, `no model ${JSON.stringify(id)}`);
+    return index;
+  };
+  const [from, to] = before_id !== undefined ? [Math.max(0, at(before_id, "before_id") - limit), at(before_id, "before_id")] : [after_id === undefined ? 0 : at(after_id, "after_id") + 1, Infinity];
+  const page = models.slice(from, Math.min(to, from + limit));
+  const more = before_id !== undefined ? from > 0 : from + page.length < models.length;
+  return { data: page.map(anthropicModelJson), first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: more };
 }

@@ -6,15 +6,14 @@
  */
 import { Elysia, t } from "elysia";
 import type { CompletionInput } from "../../chat/completions";
-import { modelLoading } from "../../chat/turn-runner";
-import { InvalidInput, ModelNotFound } from "../../errors";
+import { InvalidInput } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { jsonBody } from "../json-body";
-import { chatCompletionResponse, jsonResponse, openAiErrorResponses } from "../openapi";
-import { completionFraming, completionJson, modelJson, newCompletion } from "../openai/present";
+import { chatCompletionResponse, openAiErrorResponses } from "../openapi";
+import { completionFraming, completionJson, newCompletion } from "../openai/present";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
 import { toolRequestOf } from "../offered-tools";
@@ -147,14 +146,8 @@ function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal
   };
 }
 
-export const openAiRoutes = (deps: CompletionRouteDeps) => {
-  /** Every model, the default first; none while the only model is still loading. */
-  const models = () => {
-    const listed = deps.completions.models();
-    if (listed.length === 0) throw modelLoading();
-    return listed;
-  };
-  return new Elysia({ name: "parley/routes/openai" })
+export const openAiRoutes = (deps: CompletionRouteDeps) =>
+  new Elysia({ name: "parley/routes/openai" })
     .onBeforeHandle(namingFields(chatCompletionFields))
     .use(requireKey)
     .post(
@@ -183,30 +176,4 @@ export const openAiRoutes = (deps: CompletionRouteDeps) => {
           },
         },
       },
-    )
-    .get("/v1/models", () => ({ object: "list" as const, data: models().map(modelJson) }), {
-      auth: "key",
-      detail: {
-        summary: "OpenAI-compatible: the models Parley serves, the default first, each marked loaded or not",
-        tags: ["OpenAI-compatible"],
-        responses: { "200": jsonResponse("The models Parley serves", "OpenAiModelList"), ...openAiErrorResponses("unauthorized", "rate_limited", "overloaded") },
-      },
-    })
-    // Clients encode a slash in a model's name (%2F), so one segment holds any name.
-    .get(
-      "/v1/models/:model",
-      ({ params }) => {
-        const model = models().find((listed) => listed.id === params.model);
-        if (!model) throw new ModelNotFound(`no model ${JSON.stringify(params.model)}: GET /v1/models lists them`);
-        return modelJson(model);
-      },
-      {
-        auth: "key",
-        detail: {
-          summary: "OpenAI-compatible: one model, by id",
-          tags: ["OpenAI-compatible"],
-          responses: { "200": jsonResponse("The model", "OpenAiModel"), ...openAiErrorResponses("model_not_found", "unauthorized", "rate_limited", "overloaded") },
-        },
-      },
     );
-};
