@@ -215,6 +215,12 @@ function fromValidation(error: { valueError?: { path: string; message: string; s
   return new InvalidInput(param, typeof stated === "string" ? stated : `${param} is invalid: ${issue.message.toLowerCase()}`);
 }
 
+/** What a request's log line says of its refusal: the code, and the field at fault as the client named it. */
+export const refusalOf = (error: DomainError): { code: string; param?: string } => ({
+  code: HTTP_ERRORS[error.kind].code,
+  ...("param" in error && error.param !== undefined ? { param: error.param } : {}),
+});
+
 /** Maps any failure, ours or Elysia's, to a domain error; unknown ones become `internal`. */
 export function toDomainError(code: unknown, error: unknown): DomainError {
   // Every ParleyError subclass is a member of DomainError (src/errors.ts).
@@ -243,5 +249,6 @@ export const errorHandler = (log: Logger) =>
     if (domainError.kind === "internal") log.error({ request_id: context.id, err: error }, "unhandled error");
     const response = errorResponse(domainError, context.id, set.headers as HeaderMap, dialectOf(context.path, request.headers));
     context.status = response.status;
+    context.refusal = refusalOf(domainError);
     return response;
   });

@@ -78,6 +78,8 @@ export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
             user_id: context.principal?.userId,
             conversation_id: context.conversationId,
             tokens: context.tokens,
+            error_code: context.refusal?.code,
+            param: context.refusal?.param,
           },
           "request",
         );

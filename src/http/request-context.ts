@@ -26,6 +26,8 @@ export interface RequestContext {
   quota?: "served" | "quota_exceeded";
   /** How the route's protocol spells the fields a refusal names (field-names.ts). */
   fields?: FieldNames;
+  /** A refused (or failed) request's error code and the field at fault, for its log line: never its message, which may quote the request. */
+  refusal?: { code: string; param?: string };
 }
 
 const SAFE_ID = /^[A-Za-z0-9._:-]{1,128}$/;

@@ -7,7 +7,7 @@ import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import type { DomainError } from "../errors";
-import { toDomainError } from "./errors";
+import { refusalOf, toDomainError } from "./errors";
 import { spelled } from "./field-names";
 import { type RateLimiter, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
@@ -151,6 +151,7 @@ export class TurnDriver {
         const failure = spelled(toDomainError(undefined, error), context.fields);
         const { id } = context;
         if (failure.kind === "quota_exceeded") context.quota = "quota_exceeded";
+        context.refusal = refusalOf(failure);
         if (failure.kind === "internal") this.deps.log.error({ request_id: id, err: error }, "stream failed");
         yield* framing.error(failure, id);
       }

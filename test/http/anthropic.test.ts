@@ -178,7 +178,7 @@ describe("keys and refusals", () => {
   test("the SDK lists and retrieves models in Anthropic's shape (anthropic-version and x-api-key, as it sends them)", async () => {
     const models = [];
     for await (const model of client.models.list()) models.push(model);
-    expect(models).toEqual([{ type: "model", id: engine.modelName, display_name: engine.modelName, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) }]);
+    expect(models as unknown[]).toEqual([{ type: "model", id: engine.modelName, display_name: engine.modelName, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) }]);
     expect(await client.models.retrieve(engine.modelName)).toEqual(models[0]!);
     const page = await client.models.list({ limit: 1 });
     expect(page.data).toHaveLength(1);

@@ -122,7 +122,10 @@ describe("logs", () => {
       expect(typeof entry.duration_ms).toBe("number");
     }
     expect(requests[0]).toMatchObject({ route: "/api/v1.0/chat", user_id: user.userId, conversation_id: "logged", tokens: expect.any(Number) });
-    expect(requests[3]).toMatchObject({ route: "/api/v1.0/chat/messages", method: "GET" });
+    expect(requests[3]).toMatchObject({ route: "/api/v1.0/chat/messages", method: "GET", error_code: "unauthorized" });
+    // A refusal's line names its code and the field at fault; a served request's names neither.
+    expect(requests[2]).toMatchObject({ status: 422, error_code: "invalid_request", param: "temperature" });
+    expect(requests[0]!.error_code).toBeUndefined();
     expect(requests[1]!.tokens).toBeGreaterThan(0);
 
     const all = logLines.join("\n");
