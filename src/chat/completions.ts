@@ -11,6 +11,8 @@ export interface CompletionInput extends TurnHooks {
   messages: Turn[] | ((historyChars: number) => Promise<Turn[]>);
   /** A kept conversation's own key, whose cached state the engine looks for first (`GenerateRequest`). */
   conversationKey?: string;
+  /** The kept conversation starts with this turn: its sequence is chosen by its prompt (`GenerateRequest.startsConversation`). */
+  startsConversation?: boolean;
   sampling: SamplingRequest;
   format?: ReplyFormat;
   /** Tools the reply may call. */
@@ -90,7 +92,7 @@ export class CompletionService {
       await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs, thoughtTokens: input.thoughtTokens });
       const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       const request = {
-        ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey } : {}),
+        ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey, startsConversation: input.startsConversation === true } : {}),
         cacheScope: String(input.userId),
         history,
         ...input.sampling,

@@ -12,7 +12,7 @@ import type { ChatService } from "./service";
 import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, inputItems, newResponseId, outputItems, pageOf } from "./response-items";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
-export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey"> {
+export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation"> {
   /** Answer within this stored conversation (its id): the input is added to it, and the reply. */
   conversation?: string;
   /** The system turn; a continued response's own only (OpenAI's rule: instructions are not carried over). */
@@ -121,6 +121,8 @@ export class ResponseService {
         ? this.completions.complete({
             ...turn,
             conversationKey: record.chainKey,
+            // A new chain has nothing cached of its own: the user's best-matching sequence serves it, as a chat completion's.
+            startsConversation: previous === undefined,
             messages: async (historyChars) => historyOf(instructions, await earlier(historyChars), items),
           })
         : this.inConversation({ ...turn, ...(instructions ? { instructions } : {}) }, conversation, record);
@@ -183,7 +185,7 @@ export class ResponseService {
    * conversation.
    */
   private async *inConversation(
-    turn: Omit<CompletionInput, "messages" | "conversationKey"> & { instructions?: string },
+    turn: Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation"> & { instructions?: string },
     conversationId: string,
     record: ResponseRecord,
   ): AsyncGenerator<(CompletionStart & { conversationId?: number }) | TurnEvent, CompletionResult | undefined, void> {

@@ -348,10 +348,12 @@ export class Engine {
     const key = request.conversationKey;
     const scope = request.cacheScope;
     const budget = this.promptBudget(request.maxTokens);
-    // A stateless prompt is fitted before a sequence is chosen: its tokens choose it.
+    // A stateless prompt, or a new conversation's, is fitted before a sequence is chosen: its tokens choose it.
     const tools = request.tools?.functions ?? [];
-    const statelessPrompt = key === undefined ? await this.prompts.fit(request.history, budget, scope, tools) : undefined;
-    const lease = await this.pool.acquire(key ?? ((slot) => this.prefixScore(slot, statelessPrompt!, budget, scope)), request.signal);
+    const byPrompt = key === undefined || request.startsConversation === true;
+    const statelessPrompt = byPrompt ? await this.prompts.fit(request.history, budget, scope, tools, key === undefined ? 1 : this.keep) : undefined;
+    const score = (slot: Slot) => this.prefixScore(slot, statelessPrompt!, budget, scope);
+    const lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
     let running: Promise<Decoded> | undefined;

@@ -41,10 +41,11 @@ interface Slot<T> {
 
 /**
  * Which free item a request wants: the one that last served its conversation (a key), or the one
- * scoring highest (above 0). Either way otherwise the free item with the most busy neighbours, the
- * least recently used of those.
+ * scoring highest (above 0), or for a conversation that starts here the one scoring highest, leased
+ * under its key. Either way otherwise the free item with the most busy neighbours, the least
+ * recently used of those.
  */
-export type Preference<T> = string | ((item: T) => number);
+export type Preference<T> = string | ((item: T) => number) | { key: string; score: (item: T) => number };
 
 interface Waiter<T> {
   grant(slot: Slot<T>): void;
@@ -71,7 +72,7 @@ export class SequencePool<T> {
   acquire(preference: Preference<T>, signal?: AbortSignal): Promise<Lease<T>> {
     if (this.closedWith) return Promise.reject(this.closedWith);
     if (signal?.aborted) return Promise.reject(abortError(signal));
-    const key = typeof preference === "string" ? preference : undefined;
+    const key = typeof preference === "string" ? preference : typeof preference === "object" ? preference.key : undefined;
 
     const free = this.pickFree(preference);
     if (free) return Promise.resolve(this.lease(free, key));
@@ -126,7 +127,8 @@ export class SequencePool<T> {
   private pickFree(preference: Preference<T>): Slot<T> | undefined {
     const free = this.slots.filter((slot) => !slot.busy);
     if (typeof preference === "string") return free.find((slot) => slot.key === preference) ?? this.nextToBusy(free);
-    const scores = free.map((slot) => preference(slot.item));
+    const score = typeof preference === "object" ? preference.score : preference;
+    const scores = free.map((slot) => score(slot.item));
     const top = scores.reduce((best, score) => Math.max(best, score), 0);
     return this.nextToBusy(top > 0 ? free.filter((_, i) => scores[i] === top) : free);
   }

@@ -112,6 +112,12 @@ export interface GenerateRequest {
    */
   conversationKey?: string;
   /**
+   * The conversation of `conversationKey` starts with this request: no sequence or saved state
+   * holds it yet, so its sequence is chosen by the prompt's tokens, as a stateless prompt's is (a
+   * new chain of kept responses reuses its user's cached prefix as chat completions do).
+   */
+  startsConversation?: boolean;
+  /**
    * Whose request this is (the user): a request reuses KV state (a sequence's cached prefix, a
    * saved state) made by requests of its own scope only. Of another scope's it reuses only the
    * opening every prompt starting with the same `publicTurns` has, so that no user can learn

@@ -65,6 +65,28 @@ describe("the prompt cache is per user", () => {
     expect(followUp).toBeGreaterThan(60);
   });
 
+  test("Responses without previous_response_id: the user's best-matching sequence, as for chat completions; never another user's", async () => {
+    const respond = async (key: string, input: { role: string; content: string }[]) => {
+      const response = await fetch(`${served.url}/v1/responses`, {
+        method: "POST",
+        headers: { ...bearer(key), "content-type": "application/json" },
+        body: JSON.stringify({ model: "parley", input, temperature: 0, max_output_tokens: 4, store: false }),
+      });
+      expect(response.status).toBe(200);
+      return ((await response.json()) as { usage: { input_tokens_details: { cached_tokens: number } } }).usage.input_tokens_details.cached_tokens;
+    };
+    const history = [{ role: "user", content: `${SECRET} and my locker is twelve` }];
+    await respond(alice.key, history);
+    // Others' requests in between: a new chain no longer lands on its sequence by being the next one free.
+    for (const filler of ["one", "two"]) await openai(bob.key, [{ role: "user", content: filler }]);
+    // A stateless agent's next step repeats the whole history: it finds it cached, as on chat completions.
+    expect(await respond(alice.key, [...history, { role: "assistant", content: "Noted." }, { role: "user", content: "Thanks" }])).toBeGreaterThan(60);
+    const copy = await respond(bob.key, history);
+    const guess = await respond(bob.key, [{ role: "user", content: GUESS }]);
+    expect(copy).toBe(guess);
+    expect(copy).toBeLessThan(8);
+  });
+
   test("native API: another user's conversation starting with the same message reuses only the operator's opening", async () => {
     await native(alice.key, "private", SECRET);
     const copy = await native(bob.key, "mine", SECRET);
