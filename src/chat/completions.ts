@@ -89,17 +89,19 @@ export class CompletionService {
     const running = await this.runner.begin(input.userId, input);
     try {
       const { engine } = running;
-      await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs, thoughtTokens: input.thoughtTokens });
+      const maxTokens = input.maxTokens ?? engine.contextSize;
+      const cacheScope = String(input.userId);
+      await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs, thoughtTokens: input.thoughtTokens, maxTokens, cacheScope });
       const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       const request = {
         ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey, startsConversation: input.startsConversation === true } : {}),
-        cacheScope: String(input.userId),
+        cacheScope,
         history,
         ...input.sampling,
         format: input.format,
         tools: input.tools,
         logprobs: input.logprobs,
-        maxTokens: input.maxTokens ?? engine.contextSize,
+        maxTokens,
         stop: input.stop,
         thoughtTokens: input.thoughtTokens,
       };

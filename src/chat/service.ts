@@ -272,7 +272,7 @@ export class ChatService {
   private async *run(running: RunningTurn, input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
     const { engine, signal } = running;
     // Refused before anything is stored: nothing of a turn that cannot run is kept.
-    await engine.check({ ...input.sampling, format: input.format, tools: input.tools });
+    await engine.check({ ...input.sampling, format: input.format, tools: input.tools, maxTokens: input.maxTokens ?? engine.contextSize, cacheScope: String(input.userId) });
     let release: () => void;
     try {
       release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);

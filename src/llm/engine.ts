@@ -287,9 +287,10 @@ export class Engine {
    * Refuses what a request asks that the model cannot give, before any reply starts:
    * `InvalidInput` naming the log-probabilities (natives without them), a token bias (a token the
    * model does not have), the reply format or a tool's parameters (a schema keyword the grammar
-   * cannot enforce), the tool choice (a function not offered), a thought's budget (no thoughts).
+   * cannot enforce), the tool choice (a function not offered), a thought's budget (no thoughts),
+   * the tools (more prompt tokens than the context leaves).
    */
-  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens">): Promise<void> {
+  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "cacheScope">): Promise<void> {
     // None (0) is what a model without thoughts gives anyway.
     if (request.thoughtTokens !== undefined && request.thoughtTokens > 0 && !this.thoughts) {
       throw new InvalidInput({ part: "thoughtBudget" }, `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`);
@@ -300,6 +301,8 @@ export class Engine {
     const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
     if (outside !== undefined) throw new InvalidInput({ part: "tokenBias" }, `token ${outside} is not one of the model's: its token ids go from 0 to ${this.vocabularySize - 1}`);
     await this.grammars.check(request);
+    // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything starts.
+    if (request.tools) await this.prompts.fit([], this.promptBudget(request.maxTokens), request.cacheScope, request.tools.functions);
   }
 
   /** What splits the reply's calls from its text; a call streams while a grammar holds the reply (a forced call, or an armed lazy one). */

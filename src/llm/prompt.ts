@@ -118,7 +118,27 @@ export class PromptRenderer {
     // Whatever comes last (a question, a tool's result, a client's own reply or system message) is
     // the newest turn: it is kept, cut if it must be; leading system turns stay while they fit.
     const newest = reachable.at(-1);
-    if (newest === undefined) return whole;
+    const cut = newest && (await this.windowOf(reachable, newest, budget, keep, render));
+    if (cut) return cut;
+    const empty = await render([{ role: "user", content: "" }]);
+    // Tools are shown whole: a prompt of them alone that outgrows the room is no prompt to answer.
+    if (tools.length > 0 && empty.tokens.length > budget) {
+      throw new InvalidInput({ part: "tools" }, `the tools take ${empty.tokens.length} prompt tokens, more than the ${budget} the context leaves for a prompt`);
+    }
+    return empty;
+  }
+
+  /**
+   * The newest turns of `reachable` that fit (ending with `newest`), starting at a user turn; or
+   * `newest` alone with its start cut. Undefined when not even its empty text fits beside the tools.
+   */
+  private async windowOf(
+    reachable: readonly Turn[],
+    newest: Turn,
+    budget: number,
+    keep: number,
+    render: (turns: readonly Turn[]) => Promise<FittedPrompt>,
+  ): Promise<FittedPrompt | undefined> {
     const pinned = Math.min(leadingSystemCount(reachable), reachable.length - 1);
     const head = reachable.slice(0, pinned);
     const dialogue = reachable.slice(pinned);
@@ -150,14 +170,7 @@ export class PromptRenderer {
 
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
     // the two cannot share the context at all.
-    const cut = (await this.truncateLast(head, newest, budget, render)) ?? (await this.truncateLast([], newest, budget, render));
-    if (cut) return cut;
-    const empty = await render([{ role: "user", content: "" }]);
-    // Tools are shown whole: a prompt of them alone that outgrows the room is no prompt to answer.
-    if (tools.length > 0 && empty.tokens.length > budget) {
-      throw new InvalidInput({ part: "tools" }, `the tools take ${empty.tokens.length} prompt tokens, more than the ${budget} the context leaves for a prompt`);
-    }
-    return empty;
+    return (await this.truncateLast(head, newest, budget, render)) ?? (await this.truncateLast([], newest, budget, render));
   }
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */

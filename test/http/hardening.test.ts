@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { ABANDONED } from "../../src/db/types";
 import type { Engine } from "../../src/llm/engine";
 import { SCHEMA_LIMITS } from "../../src/llm/json-schema";
-import { allowSlowTests, bearer, readSse, serveApp, type Served, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, isErrorLine, readSse, serveApp, type Served, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -30,7 +30,7 @@ afterAll(async () => {
   await db.storage.close();
 });
 afterEach(() => {
-  const errors = logLines.filter((line) => (JSON.parse(line) as { level: number }).level >= 50);
+  const errors = logLines.filter(isErrorLine);
   logLines.length = 0;
   expect(errors).toEqual([]);
 });
@@ -161,6 +161,26 @@ describe("a large tool list", () => {
     const answer = await big;
     expect([200, 400], JSON.stringify(answer.body).slice(0, 300)).toContain(answer.status);
     if (answer.status === 400) expect(named(answer)).toContain("tools");
+  });
+});
+
+describe("tools that alone outgrow the context (found by the protocol fuzz test)", () => {
+  const tools = [{ type: "function", name: "g", description: "word ".repeat(3000) }];
+
+  test("beside an input of a reasoning item alone: 400 naming tools, plain and streamed", async () => {
+    for (const stream of [false, true]) {
+      const answer = await post("/v1/responses", { model: "any", input: [{ type: "reasoning", summary: [] }], store: false, stream, tools });
+      expect(answer.status).toBe(400);
+      expect(answer.body.error?.param).toBe("tools");
+    }
+  });
+
+  test("in a background response: refused before it starts, not kept as a server failure", async () => {
+    const before = await db.storage.responses.count();
+    const answer = await post("/v1/responses", { model: "any", input: "hi", store: true, background: true, max_output_tokens: 1, tools });
+    expect(answer.status).toBe(400);
+    expect(answer.body.error?.param).toBe("tools");
+    expect(await db.storage.responses.count()).toBe(before);
   });
 });
 

@@ -13,7 +13,7 @@
 import { afterAll, beforeAll, describe, test } from "bun:test";
 import fc from "fast-check";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, serveApp, type Served, sseEvents, testDb, testEngine, testSeed, until } from "../support";
+import { allowSlowTests, bearer, isErrorLine, serveApp, type Served, sseEvents, testDb, testEngine, testSeed, until } from "../support";
 
 allowSlowTests();
 
@@ -365,10 +365,6 @@ const ROUTES: { path: string; body: fc.Arbitrary<string>; headers: fc.Arbitrary<
 
 /** The codes each protocol gives an internal failure: the native and OpenAI's, then Anthropic's. */
 const INTERNAL = new Set(["internal", "server_error", "api_error"]);
-const isErrorLine = (line: string) => {
-  const { level } = JSON.parse(line) as { level: number | string };
-  return typeof level === "number" ? level >= 50 : level === "error" || level === "fatal";
-};
 
 /** An internal error carried by a 200's JSON or an event's data, whichever protocol's shape it has. */
 function internalError(data: unknown): string | undefined {

@@ -70,6 +70,12 @@ export function captureLog(lines: string[]): Logger {
   return createLogger("info", { write: (line: string) => void lines.push(line) });
 }
 
+/** Whether a captured log line (pino's JSON, its level as a label) is at error level or above. */
+export const isErrorLine = (line: string): boolean => {
+  const { level } = JSON.parse(line) as { level: string };
+  return level === "error" || level === "fatal";
+};
+
 /** The real app on a real port, so tests speak HTTP like any client. */
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
