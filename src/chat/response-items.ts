@@ -31,6 +31,18 @@ export function pageOf(ordered: readonly StoredItem[], { after, limit }: ItemPag
 /** An item as a request gives it: its id is kept when it has one, else the response gives it one. */
 export type ItemInput = StoredItem extends infer I ? (I extends StoredItem ? Omit<I, "id"> & { id?: string } : never) : never;
 
+/** An item a request names by the id of one of its user's kept responses' items, in place of the item. */
+export interface ItemReference {
+  type: "reference";
+  id: string;
+}
+
+/** The kept response whose item this is, for an id Parley gave (its response's hex, `outputItemId`, `inputItems`); undefined for another. */
+export function responseIdOfItem(itemId: string): string | undefined {
+  const stemmed = /^(?:msg|fc|fco|rs)_([0-9a-f]{32})(?:_|$)/.exec(itemId);
+  return stemmed ? `resp_${stemmed[1]}` : undefined;
+}
+
 const PREFIXES = { message: "msg", function_call: "fc", function_call_output: "fco", reasoning: "rs" } as const;
 
 /** The hex of a response's id, which its items' ids carry. */

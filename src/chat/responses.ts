@@ -9,7 +9,7 @@ import type { ResponseEnd, ResponseRecord } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
 import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
 import type { ChatService } from "./service";
-import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, inputItems, newResponseId, outputItems, pageOf } from "./response-items";
+import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, type ItemReference, inputItems, newResponseId, outputItems, pageOf, responseIdOfItem } from "./response-items";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
 export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation"> {
@@ -17,7 +17,8 @@ export interface ResponseInput extends Omit<CompletionInput, "messages" | "conve
   conversation?: string;
   /** The system turn; a continued response's own only (OpenAI's rule: instructions are not carried over). */
   instructions?: string;
-  input: ItemInput[];
+  /** Items, or references to items of the user's kept responses, resolved in place. */
+  input: (ItemInput | ItemReference)[];
   previousResponseId?: string;
   /** Keep it (it can be read, continued, deleted), or only answer. */
   store: boolean;
@@ -97,7 +98,7 @@ export class ResponseService {
       throw new InvalidInput({ part: "conversation" }, "a response continues a conversation or an earlier response, not both");
     }
     const previous = previousResponseId === undefined ? undefined : await this.previous(request.userId, previousResponseId);
-    const items = inputItems(id, input);
+    const items = inputItems(id, await this.resolved(request.userId, input));
     const record: ResponseRecord = {
       id,
       userId: request.userId,
@@ -248,6 +249,28 @@ export class ResponseService {
   }
 
   /** A page of the items a response was given. */
+  /**
+   * The input with each reference replaced by the item it names, in order: an item of one of the
+   * user's kept responses. Another user's, or an id of no kept item, is refused naming its place.
+   */
+  private async resolved(userId: number, input: readonly (ItemInput | ItemReference)[]): Promise<ItemInput[]> {
+    const records = new Map<string, ResponseRecord | undefined>();
+    const items: ItemInput[] = [];
+    for (const [i, entry] of input.entries()) {
+      if (entry.type !== "reference") {
+        items.push(entry);
+        continue;
+      }
+      const responseId = responseIdOfItem(entry.id);
+      if (responseId !== undefined && !records.has(responseId)) records.set(responseId, await this.responses.get(userId, responseId));
+      const record = responseId === undefined ? undefined : records.get(responseId);
+      const item = record && [...record.input, ...record.output].find((kept) => kept.id === entry.id);
+      if (!item) throw new InvalidInput({ part: "history", item: i }, `no kept item ${JSON.stringify(entry.id)}: a reference names an item of one of your kept responses`);
+      items.push(item);
+    }
+    return items;
+  }
+
   async inputItems(userId: number, id: string, query: ItemPageQuery): Promise<ItemPage> {
     const { input } = await this.get(userId, id);
     return pageOf(query.order === "asc" ? input : input.toReversed(), query, "this response's input");

@@ -7,7 +7,7 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateText, streamText } from "ai";
+import { generateText, stepCountIs, streamText, tool } from "ai";
 import OpenAI from "openai";
 import { zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
@@ -268,5 +268,54 @@ describe("a reasoning model's response", () => {
     const streamed = await qwenClient.responses.stream({ model: "any", input: "Hello", store: false, temperature: 0 }).finalResponse();
     expect(streamed.output.map((item) => item.type)).toEqual(["reasoning", "message"]);
     expect(streamed.output_text).toBe(response.output_text);
+  });
+
+  test("the AI SDK's Responses provider through a tool loop: step 2 names step 1's kept items by item_reference, resolved in order", async () => {
+    const sent: { input: { type?: string; id?: string }[] }[] = [];
+    const parley = createOpenAI({
+      baseURL: `${qwen.served.url}/v1`,
+      apiKey: qwen.key,
+      fetch: (async (url: string | URL | Request, init?: RequestInit) => {
+        if (String(url).endsWith("/responses")) sent.push(JSON.parse(String(init?.body)));
+        return fetch(url, init);
+      }) as typeof fetch,
+    });
+    const weather = tool({ description: "The weather in a city", inputSchema: z.object({ city: z.string() }), execute: async ({ city }) => `sunny in ${city}` });
+    const result = await generateText({
+      model: parley.responses("any"),
+      prompt: "What is the weather in Paris?",
+      tools: { weather },
+      // A call on the first step, an answer on the second: the bigram model would call forever.
+      prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? "required" : "none" }),
+      stopWhen: stepCountIs(3),
+      temperature: 0,
+      maxOutputTokens: 300,
+      // One call a reply: a bigram model never ends a run of parallel calls by itself.
+      providerOptions: { openai: { parallelToolCalls: false } },
+    });
+    expect(result.steps.map((step) => step.finishReason)).toEqual(["tool-calls", "stop"]);
+    const references = sent[1]!.input.filter((item) => item.type === "item_reference");
+    expect(references.length).toBeGreaterThan(0);
+    // Each reference is an item step 1's kept response returned.
+    const first = await new OpenAI({ apiKey: qwen.key, baseURL: `${qwen.served.url}/v1`, maxRetries: 0 }).responses.retrieve(String(result.steps[0]!.providerMetadata?.openai?.responseId));
+    for (const reference of references) expect(first.output.map((item) => item.id)).toContain(reference.id!);
+  });
+});
+
+describe("item_reference", () => {
+  const otherUser = () => new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
+
+  test("another user's item, or an id of no kept item, is a BadRequestError naming its place in input", async () => {
+    const kept = await client.responses.create({ model: "any", input: "Hello", max_output_tokens: 4, temperature: 0 });
+    const reference = { type: "item_reference" as const, id: kept.output[0]!.id! };
+    // Its owner may name it: the kept message is the history.
+    const continued = await client.responses.create({ model: "any", input: [reference, { role: "user", content: "And?" }], max_output_tokens: 4, temperature: 0 });
+    expect(continued.status).not.toBe("failed");
+    expect((await client.responses.inputItems.list(continued.id)).data.map((item) => item.id)).toContain(reference.id);
+    for (const [who, id] of [[otherUser(), reference.id], [client, "msg_0123456789abcdef0123456789abcdef"], [client, "not-an-item"]] as const) {
+      const refused = await rejection(who.responses.create({ model: "any", input: [{ role: "user", content: "Hi" }, { type: "item_reference", id }] }));
+      expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
+      expect((refused as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("input[1]");
+    }
   });
 });

@@ -1,6 +1,6 @@
 /** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
 import { t } from "elysia";
-import type { ItemInput } from "../../chat/response-items";
+import type { ItemInput, ItemReference } from "../../chat/response-items";
 import type { ItemPageQuery } from "../../chat/response-items";
 import { InvalidInput } from "../../errors";
 import { checkedArguments } from "./tools";
@@ -28,26 +28,38 @@ export const ITEM = t.Union(
 
 type Item = typeof ITEM.static;
 
+/** A Responses request's input item: any item, or OpenAI's reference to one a kept response holds. */
+export const RESPONSE_ITEM = t.Union([...ITEM.anyOf, t.Object({ type: t.Literal("item_reference"), id: t.String({ minLength: 1 }) })], {
+  error: `${ITEM_RULE}, or item_reference {id} of an item of a kept response`,
+});
+
 /** The request's items as the chat layer keeps them; text checked, a call's arguments a JSON object. */
 export function itemsOf(input: string | readonly Item[], field = "input"): ItemInput[] {
   if (typeof input === "string") return [{ type: "message", role: "user", text: input }];
-  return input.map((entry, i): ItemInput => {
-    const at = `${field}[${i}]`;
-    const id = entry.id === undefined ? {} : { id: entry.id };
-    switch (entry.type) {
-      case "function_call":
-        return { type: "function_call", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
-      case "function_call_output":
-        return { type: "function_call_output", ...id, callId: entry.call_id, output: entry.output };
-      case "reasoning":
-        return { type: "reasoning", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
-      default: {
-        const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
-        if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
-        return { type: "message", ...id, role: entry.role, text };
-      }
+  return input.map((entry, i) => itemOf(entry, `${field}[${i}]`));
+}
+
+/** A Responses request's input: items, and references to kept ones, which the chat layer resolves in place. */
+export function responseItemsOf(input: string | readonly (typeof RESPONSE_ITEM.static)[]): (ItemInput | ItemReference)[] {
+  if (typeof input === "string") return itemsOf(input);
+  return input.map((entry, i) => (entry.type === "item_reference" ? { type: "reference", id: entry.id } : itemOf(entry, `input[${i}]`)));
+}
+
+function itemOf(entry: Item, at: string): ItemInput {
+  const id = entry.id === undefined ? {} : { id: entry.id };
+  switch (entry.type) {
+    case "function_call":
+      return { type: "function_call", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
+    case "function_call_output":
+      return { type: "function_call_output", ...id, callId: entry.call_id, output: entry.output };
+    case "reasoning":
+      return { type: "reasoning", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
+    default: {
+      const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
+      if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
+      return { type: "message", ...id, role: entry.role, text };
     }
-  });
+  }
 }
 
 

@@ -12,7 +12,7 @@ import { requireKey } from "../auth";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
-import { ITEM, ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
+import { ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, QUERY_RULE, RESPONSE_ITEM, responseItemsOf } from "../openai/items";
 import { toolRequestOf } from "../offered-tools";
 import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { BackgroundResponses } from "../background-responses";
@@ -24,7 +24,7 @@ const TOOL_RULE = 'each tool must be {type: "function", name, description?, para
 
 const responseRequest = t.Object(
   {
-    input: t.Union([t.String(), t.Array(ITEM, { minItems: 1 })], { error: ITEM_RULE }),
+    input: t.Union([t.String(), t.Array(RESPONSE_ITEM, { minItems: 1 })], { error: ITEM_RULE }),
     model: optional(t.String(), "model must be a string"),
     instructions: optional(t.String(), "instructions must be a string"),
     store: optional(t.Boolean(), "store must be true or false"),
@@ -126,7 +126,7 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
   return {
     ...(body.model != null ? { model: body.model } : {}),
     ...(body.instructions ? { instructions: body.instructions } : {}),
-    input: itemsOf(body.input),
+    input: responseItemsOf(body.input),
     ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
     ...(conversation !== undefined ? { conversation } : {}),
     store,
