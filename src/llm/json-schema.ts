@@ -99,6 +99,19 @@ export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBud
   };
   const shape = (node: SchemaObject, at: string, depth: number): Json => {
     const { type, $defs, description } = node;
+    // node-llama-cpp would quietly raise a maximum below its minimum (and below what it must write)
+    // to it: such a schema no value satisfies, and is refused rather than held to another one.
+    const atLeast = (lower: number, maximum: string, what: string) => {
+      const upper = node[maximum];
+      if (typeof upper === "number" && upper < lower) refuse(at, `has "${maximum}" ${upper}, below ${what} (${lower}): no value satisfies it`);
+    };
+    const count = (keyword: string) => (typeof node[keyword] === "number" ? (node[keyword] as number) : 0);
+    atLeast(count("minLength"), "maxLength", "its minLength");
+    atLeast(count("minItems"), "maxItems", "its minItems");
+    atLeast(Array.isArray(node.prefixItems) ? node.prefixItems.length : 0, "maxItems", "its prefixItems");
+    atLeast(count("minProperties"), "maxProperties", "its minProperties");
+    // The grammar writes every property listed.
+    atLeast(isObject(node.properties) ? Object.keys(node.properties).length : 0, "maxProperties", "its properties, which the grammar always writes");
     const keep = { ...($defs !== undefined ? { $defs } : {}), ...(description !== undefined ? { description } : {}) };
     const only = (allowed: readonly string[]) => {
       const extra = Object.keys(node).find((keyword) => keyword !== "$defs" && keyword !== "description" && !allowed.includes(keyword));

@@ -108,6 +108,9 @@ const UNBUILDABLE: [string, Record<string, unknown>, string][] = [
   ["a recursive object", { type: "object", properties: { a: { $ref: "#/$defs/node" } }, $defs: { node: { type: "object", properties: { next: { $ref: "#/$defs/node" } } } } }, "$ref"],
   ["nesting 500 deep", nested(500) as Record<string, unknown>, "depth"],
   ["nesting 1,000 deep", nested(1000) as Record<string, unknown>, "depth"],
+  ["maxLength below minLength", { type: "object", properties: { a: { type: "string", minLength: 4, maxLength: 2 } } }, "maxLength"],
+  ["maxItems below prefixItems", { type: "object", properties: { a: { type: "array", prefixItems: [{ type: "integer" }, { type: "integer" }], maxItems: 1 } } }, "prefixItems"],
+  ["maxProperties below its properties", { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, maxProperties: 1 }, "properties"],
   ["arrays nested 1,000 deep", { type: "object", properties: { a: JSON.parse(`${'{"type":"array","items":'.repeat(1000)}{"type":"integer"}${"}".repeat(1000)}`) } }, "depth"],
 ];
 
