@@ -8,7 +8,8 @@ import { NO_PARAMETERS, type ToolRequest } from "../llm/tools";
 
 /** Tools as a request offers them, whatever the protocol's shape. */
 export interface OfferedTools {
-  functions: readonly { name: string; description?: string | null; parameters?: Record<string, unknown> | null }[];
+  /** `strict` as the protocol's default leaves it when the request says nothing. */
+  functions: readonly { name: string; description?: string | null; parameters?: Record<string, unknown> | null; strict: boolean }[];
   choice: "none" | "auto" | "required" | { name: string } | undefined;
   parallel: boolean | null | undefined;
 }
@@ -27,6 +28,7 @@ export function toolRequestOf({ functions, choice = "auto", parallel }: OfferedT
       name: fn.name,
       ...(fn.description != null ? { description: fn.description } : {}),
       parameters: fn.parameters ?? NO_PARAMETERS,
+      strict: fn.strict,
     })),
     choice,
     parallel: parallel ?? true,

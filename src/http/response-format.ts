@@ -16,7 +16,7 @@ export const RESPONSE_FORMAT = t.Union([
       name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$" }),
       description: t.Optional(t.String()),
       schema: t.Optional(t.Record(t.String(), t.Unknown())),
-      // Parley holds every reply to its schema, strict or not.
+      // Strict: every keyword enforced or the request refused; else those the grammar cannot hold are advisory.
       strict: t.Optional(t.Union([t.Boolean(), t.Null()])),
     }),
   }),
@@ -26,5 +26,5 @@ export const RESPONSE_FORMAT = t.Union([
 export function formatOf(format: typeof RESPONSE_FORMAT.static | null | undefined): ReplyFormat | undefined {
   if (!format || format.type === "text") return undefined;
   if (format.type === "json_object" || format.json_schema.schema === undefined) return { type: "json_object" };
-  return { type: "json_schema", schema: format.json_schema.schema };
+  return { type: "json_schema", schema: format.json_schema.schema, strict: format.json_schema.strict === true };
 }

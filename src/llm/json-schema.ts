@@ -56,15 +56,31 @@ export interface SchemaBudget {
 
 export const schemaBudget = (): SchemaBudget => ({ elements: SCHEMA_LIMITS.elements });
 
+/** How a schema is held: `strict`, every keyword enforced or the schema refused; else the keywords the grammar enforces, the rest advisory. */
+export interface SchemaOptions {
+  strict: boolean;
+  /** The request's budget of elements, shared by all of its schemas. */
+  budget?: SchemaBudget;
+}
+
 /**
- * The schema as node-llama-cpp's grammar takes it, or `InvalidInput` naming `field` and the
- * keyword it cannot enforce. `anyOf` becomes the grammar's alternatives; `oneOf` is refused, since
- * no grammar can check that exactly one alternative matches. A schema beyond `SCHEMA_LIMITS`, or
- * one that refers to itself (no grammar of a fixed size holds it), is refused as well.
+ * The schema as node-llama-cpp's grammar takes it. Strict, a keyword it cannot enforce is
+ * `InvalidInput` naming `field` and the keyword; otherwise that keyword is advisory and left out
+ * of the grammar (as OpenAI does not guarantee a schema that is not strict): an unknown keyword, a
+ * format or bound the grammar does not write, a repetition past `SCHEMA_LIMITS`; `oneOf` is then
+ * held as `anyOf`. `anyOf` becomes the grammar's alternatives (strict, `oneOf` is refused: no
+ * grammar checks that exactly one alternative matches). A schema nested past the depth limit, with
+ * more elements than the limit, or that refers to itself (no grammar of a fixed size holds it), or
+ * one no value satisfies, is refused either way.
  */
-export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBudget = schemaBudget()): GbnfJsonSchema {
+export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget = schemaBudget() }: SchemaOptions): GbnfJsonSchema {
   const refuse = (at: string, why: string): never => {
     throw new InvalidInput(field, `the schema ${at === "" ? "" : `at ${at} `}${why}`);
+  };
+  /** What the grammar cannot hold: strict, a refusal; else `node` without `keywords`, which stay advisory. */
+  const unenforced = (node: SchemaObject, keywords: readonly string[], at: string, why: string) => {
+    if (strict) refuse(at, `${why} (without strict, it would be advisory)`);
+    for (const keyword of keywords) delete node[keyword];
   };
   const spend = (at: string, elements: number) => {
     budget.elements -= elements;
@@ -93,7 +109,11 @@ export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBud
       const count = out[keyword];
       if (count === undefined) continue;
       if (typeof count !== "number" || !Number.isInteger(count) || count < 0) return refuse(at, `has "${keyword}" ${JSON.stringify(count)}, which is not a count`);
-      if (count > SCHEMA_LIMITS.repetition) return refuse(at, `has "${keyword}" ${count}: at most ${SCHEMA_LIMITS.repetition} repetitions are enforced`);
+      if (count > SCHEMA_LIMITS.repetition) unenforced(out, [keyword], at, `has "${keyword}" ${count}: at most ${SCHEMA_LIMITS.repetition} repetitions are enforced`);
+    }
+    if (!strict && "oneOf" in out && !("anyOf" in out)) {
+      out.anyOf = out.oneOf!;
+      delete out.oneOf;
     }
     return shape(out, at, depth);
   };
@@ -114,8 +134,8 @@ export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBud
     atLeast(isObject(node.properties) ? Object.keys(node.properties).length : 0, "maxProperties", "its properties, which the grammar always writes");
     const keep = { ...($defs !== undefined ? { $defs } : {}), ...(description !== undefined ? { description } : {}) };
     const only = (allowed: readonly string[]) => {
-      const extra = Object.keys(node).find((keyword) => keyword !== "$defs" && keyword !== "description" && !allowed.includes(keyword));
-      if (extra !== undefined) refuse(at, `has "${extra}", which Parley cannot enforce`);
+      const extra = Object.keys(node).filter((keyword) => keyword !== "$defs" && keyword !== "description" && !allowed.includes(keyword));
+      if (extra.length > 0) unenforced(node, extra, at, `has "${extra[0]}", which Parley cannot enforce`);
     };
     if ("$ref" in node) {
       only(["$ref"]);
@@ -148,8 +168,8 @@ export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBud
     switch (type) {
       case "string":
         only([...ENFORCED.string!]);
-        if (node.format !== undefined && !(typeof node.format === "string" && FORMATS.has(node.format))) return refuse(at, `has format ${JSON.stringify(node.format)}; only date-time, time and date are enforced`);
-        if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined)) return refuse(at, "has a format with a length bound");
+        if (node.format !== undefined && !(typeof node.format === "string" && FORMATS.has(node.format))) unenforced(node, ["format"], at, `has format ${JSON.stringify(node.format)}; only date-time, time and date are enforced`);
+        if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined)) unenforced(node, ["minLength", "maxLength"], at, "has a format with a length bound");
         return { ...keep, ...node };
       case "object": {
         only([...ENFORCED.object!]);
@@ -174,8 +194,8 @@ export function grammarSchemaOf(schema: unknown, field: Field, budget: SchemaBud
         };
       case "integer":
         only([...ENFORCED.scalar!, "minimum", "maximum"]);
-        if (typeof node.minimum === "number" && node.minimum > -GRAMMAR_INTEGER_BOUND) return refuse(at, `has "minimum" ${node.minimum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
-        if (typeof node.maximum === "number" && node.maximum < GRAMMAR_INTEGER_BOUND) return refuse(at, `has "maximum" ${node.maximum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
+        if (typeof node.minimum === "number" && node.minimum > -GRAMMAR_INTEGER_BOUND) unenforced(node, ["minimum"], at, `has "minimum" ${node.minimum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
+        if (typeof node.maximum === "number" && node.maximum < GRAMMAR_INTEGER_BOUND) unenforced(node, ["maximum"], at, `has "maximum" ${node.maximum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
         return { ...keep, type };
       default:
         if (!SCALAR_TYPES.has(type)) return refuse(at, `has type ${JSON.stringify(type)}`);

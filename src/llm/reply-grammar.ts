@@ -73,7 +73,7 @@ export class ReplyGrammars {
    */
   private formatGrammar(format: ReplyFormat): Promise<LlamaGrammar> {
     const field = { part: "format" } as const;
-    return this.jsonGrammar(field, format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, field));
+    return this.jsonGrammar(field, format.type === "json_object" ? ANY_OBJECT : grammarSchemaOf(format.schema, field, { strict: format.strict }));
   }
 
   /**

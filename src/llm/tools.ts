@@ -12,6 +12,8 @@ export interface ToolFunction {
   description?: string;
   /** A JSON Schema of the call's arguments (an object): json-schema.ts says which are enforced. */
   parameters: Readonly<Record<string, unknown>>;
+  /** Every keyword of `parameters` enforced, or the request refused; else those the grammar cannot hold are advisory. */
+  strict?: boolean;
 }
 
 /** Up to the model (`auto`), at least one call of any (`required`), or a call of the one named. */
@@ -55,7 +57,7 @@ export function callSchema(functions: readonly ToolFunction[], all: readonly Too
   const calls = functions.map((fn) => {
     const index = all.indexOf(fn);
     const field = { part: "tool", index, detail: "parameters" } as const;
-    const checked = grammarSchemaOf(fn.parameters, field, budget) as Record<string, unknown>;
+    const checked = grammarSchemaOf(fn.parameters, field, { strict: fn.strict === true, budget }) as Record<string, unknown>;
     if (checked.type !== "object") throw new InvalidInput(field, `the schema must be of type "object" (a function's arguments are an object)`);
     const { $defs: own, ...parameters } = renamedRefs(checked, `f${index}-`) as Record<string, unknown>;
     if (own) Object.assign($defs, own);

@@ -77,7 +77,8 @@ export interface Sampling {
 }
 
 /** What a reply must be: one JSON object, or JSON valid against a schema (json-schema.ts says which schemas). */
-export type ReplyFormat = { type: "json_object" } | { type: "json_schema"; schema: unknown };
+/** A reply held to JSON: any object, or one a schema describes (`strict`: every keyword enforced or refused; else those the grammar cannot hold are advisory). */
+export type ReplyFormat = { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean };
 
 /** What a request may say of its sampling. */
 export type SamplingRequest = Pick<GenerateRequest, "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "logitBias">;

@@ -121,7 +121,7 @@ describe("the openai SDK's responses", () => {
     ["tool_choice", { tool_choice: "required" }],
     ["input[0].call_id", { input: [{ type: "function_call_output", call_id: "call_x", output: "{}" }] }],
     ["tools[0].parameters", { tools: [{ ...weather, parameters: { type: "object", properties: { n: { type: "integer", minimum: 1 } } } }] }],
-    ["text.format", { text: { format: { type: "json_schema", name: "x", schema: { type: "string", pattern: "^a" } } } }],
+    ["text.format", { text: { format: { type: "json_schema", name: "x", strict: true, schema: { type: "string", pattern: "^a" } } } }],
     ["text.format", { tools: [weather], text: { format: { type: "json_object" } } }],
   ] as [string, Record<string, unknown>][])("%s: %j is a BadRequestError naming it", async (param, params) => {
     const error = await rejection(client.responses.create({ model: "any", input: "Hello", store: false, ...params } as never));

@@ -188,7 +188,7 @@ describe("refused, with the field named", () => {
     ["an unknown function in tool_choice", { tools: [lookup({ type: "object" })], tool_choice: { type: "function", function: { name: "nope" } } }, "tool_choice"],
     ["a call asked for with no tools", { tool_choice: "required" }, "tool_choice"],
     ["two tools of one name", { tools: [lookup({ type: "object" }), lookup({ type: "object" })] }, "tools[1].function.name"],
-    ["parameters with a keyword the grammar cannot hold", { tools: [lookup({ type: "object", properties: { n: { type: "integer", minimum: 1 } } })] }, "tools[0].function.parameters"],
+    ["strict parameters with a keyword the grammar cannot hold", { tools: [{ type: "function", function: { name: "lookup", strict: true, parameters: { type: "object", properties: { n: { type: "integer", minimum: 1 } } } } }] }, "tools[0].function.parameters"],
     ["parameters that are no object", { tools: [lookup({ type: "string" })] }, "tools[0].function.parameters"],
     ["a tool message that answers no call", { messages: [...ask, { role: "tool", tool_call_id: "call_x", content: "{}" }] }, "messages[1].tool_call_id"],
     [

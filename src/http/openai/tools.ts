@@ -21,7 +21,7 @@ export const TOOLS = optional(
             name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$", error: TOOL_RULE }),
             description: optional(t.String(), "a tool's description must be a string"),
             parameters: optional(t.Record(t.String(), t.Unknown()), "a tool's parameters must be a JSON Schema object"),
-            // Parley holds every call it forces to the schema, strict or not (docs/API.md says when).
+            // Strict: every keyword of its parameters enforced or refused; else those the grammar cannot hold are advisory.
             strict: optional(t.Boolean(), "a tool's strict must be true or false"),
           },
           { error: TOOL_RULE },
@@ -51,13 +51,14 @@ export const MESSAGE_TOOL_CALLS = optional(
 
 /** Chat completions' tool fields as offered tools. */
 export function chatTools(body: {
-  tools?: { function: { name: string; description?: string | null; parameters?: Record<string, unknown> | null } }[] | null;
+  tools?: { function: { name: string; description?: string | null; parameters?: Record<string, unknown> | null; strict?: boolean | null } }[] | null;
   tool_choice?: "none" | "auto" | "required" | { function: { name: string } } | null;
   parallel_tool_calls?: boolean | null;
 }): OfferedTools {
   const choice = body.tool_choice ?? undefined;
   return {
-    functions: (body.tools ?? []).map((tool) => tool.function),
+    // Chat completions' functions are strict only when they say so.
+    functions: (body.tools ?? []).map(({ function: fn }) => ({ ...fn, strict: fn.strict === true })),
     choice: typeof choice === "object" ? { name: choice.function.name } : choice,
     parallel: body.parallel_tool_calls,
   };

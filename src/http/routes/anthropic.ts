@@ -84,7 +84,7 @@ function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] 
 function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">) {
   const choice = body.tool_choice ?? undefined;
   return toolRequestOf({
-    functions: (body.tools ?? []).map((tool) => ({ name: tool.name, description: tool.description, parameters: tool.input_schema })),
+    functions: (body.tools ?? []).map((tool) => ({ name: tool.name, description: tool.description, parameters: tool.input_schema, strict: tool.strict === true })),
     choice: choice === undefined ? undefined : choice.type === "any" ? "required" : choice.type === "tool" ? { name: choice.name } : choice.type,
     parallel: choice !== undefined && choice.type !== "none" && choice.disable_parallel_tool_use === true ? false : true,
   });

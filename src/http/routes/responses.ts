@@ -40,7 +40,7 @@ const responseRequest = t.Object(
             name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$" }),
             description: optional(t.String(), TOOL_RULE),
             parameters: optional(t.Record(t.String(), t.Unknown()), TOOL_RULE),
-            // Parley holds every call it forces to the schema, strict or not.
+            // As OpenAI's Responses take it: strict unless it says otherwise.
             strict: optional(t.Boolean(), TOOL_RULE),
           },
           { error: TOOL_RULE },
@@ -97,12 +97,13 @@ type ResponseRequest = typeof responseRequest.static;
 
 function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): ReplyFormat | undefined {
   if (!format || format.type === "text") return undefined;
-  return format.type === "json_object" ? { type: "json_object" } : { type: "json_schema", schema: format.schema };
+  return format.type === "json_object" ? { type: "json_object" } : { type: "json_schema", schema: format.schema, strict: format.strict === true };
 }
 
 function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "userId"> {
   const tools = toolRequestOf({
-    functions: body.tools ?? [],
+    // OpenAI's Responses hold a function strictly unless it says otherwise.
+    functions: (body.tools ?? []).map((tool) => ({ ...tool, strict: tool.strict !== false })),
     choice: typeof body.tool_choice === "object" && body.tool_choice !== null ? { name: body.tool_choice.name } : (body.tool_choice ?? undefined),
     parallel: body.parallel_tool_calls,
   });
