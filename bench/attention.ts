@@ -7,12 +7,15 @@
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { Engine } from "../src/llm/engine";
 import { presetFileName, presetFileType, writePresetModel } from "../src/gguf/presets";
+import { Engine } from "../src/llm/engine";
 import { median } from "../test/support/stats";
 
 const OUT = join(import.meta.dir, "..", ".bench");
-const { values } = parseArgs({ args: Bun.argv.slice(2), options: { type: { type: "string" }, runs: { type: "string", default: "3" }, threads: { type: "string" } } });
+const { values } = parseArgs({
+  args: Bun.argv.slice(2),
+  options: { type: { type: "string" }, runs: { type: "string", default: "3" }, threads: { type: "string" } },
+});
 const fileType = presetFileType("bench-small", values.type);
 if (fileType === undefined) throw new Error("--type: f16, q8_0 or q4_0");
 const model = join(OUT, presetFileName("bench-small", "bench-small", fileType));
@@ -35,7 +38,13 @@ interface Measured {
 async function turn(engine: Engine, key: string, message: string): Promise<Measured> {
   const started = performance.now();
   let first = 0;
-  const generation = engine.generate({ conversationKey: key, cacheScope: "bench", history: [{ role: "user", content: message }], temperature: 0, maxTokens: DECODE_TOKENS });
+  const generation = engine.generate({
+    conversationKey: key,
+    cacheScope: "bench",
+    history: [{ role: "user", content: message }],
+    temperature: 0,
+    maxTokens: DECODE_TOKENS,
+  });
   for (;;) {
     const step = await generation.next();
     if (step.done) {
@@ -52,7 +61,10 @@ for (const flash of ["off", "on"] as const) {
   const engine = await Engine.load({ modelPath: model, parallel: 1, threads, contextSize: 4096, flashAttention: flash, kvCache: undefined });
   try {
     await turn(engine, "warm-up", "hello");
-    for (const [name, message] of [["short", "Tell me about the sea"], ["long", LONG]] as const) {
+    for (const [name, message] of [
+      ["short", "Tell me about the sea"],
+      ["long", LONG],
+    ] as const) {
       const measured: Measured[] = [];
       // A different first word each run: the sequence still holds the last run's prompt, which would be reused.
       for (let r = 0; r < runs; r++) measured.push(await turn(engine, `${name}-${r}`, `r${r} ${message}`));

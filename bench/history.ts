@@ -43,10 +43,15 @@ interface PerfRun {
 
 const history = JSON.parse(readFileSync(join(RESULTS, "history-runs-1-32.json"), "utf8")) as History;
 const columns: Column[] = history.runs.map((run, i) => ({ name: String(run), ratios: MEASURES.map((m) => history.ratios[m.history]?.[i] ?? null) }));
-for (const file of readdirSync(RESULTS).filter((name) => name.includes("-perf-")).sort()) {
+for (const file of readdirSync(RESULTS)
+  .filter((name) => name.includes("-perf-"))
+  .sort()) {
   const run = JSON.parse(readFileSync(join(RESULTS, file), "utf8")) as PerfRun;
   const ratio = ([id, what]: [string, string]) => run.rows.find((row) => row.id === id && row.what === what)?.ratio ?? null;
-  columns.push({ name: file.replace(/-perf-.*?(-(before|after))?\.json$/, (_, side) => (side ? ` ${side.slice(1)}` : "")), ratios: MEASURES.map((m) => ratio(m.perf)) });
+  columns.push({
+    name: file.replace(/-perf-.*?(-(before|after))?\.json$/, (_, side) => (side ? ` ${side.slice(1)}` : "")),
+    ratios: MEASURES.map((m) => ratio(m.perf)),
+  });
 }
 
 const cell = (value: number | null) => (value === null ? "—" : value.toFixed(2));

@@ -42,12 +42,26 @@ try {
   await runLoad({ url: server.url, keys: keys.users, clients: 3, durationMs: 500, deadlineMs: 60_000, maxTokens: 32, random });
   const before = rssKb(server.pid);
   const started = performance.now();
-  const result = await runLoad({ url: server.url, keys: keys.users, clients, durationMs: seconds * 1000, deadlineMs: 60_000, maxTokens: 32, pid: server.pid, honourRetryAfter: true, random });
+  const result = await runLoad({
+    url: server.url,
+    keys: keys.users,
+    clients,
+    durationMs: seconds * 1000,
+    deadlineMs: 60_000,
+    maxTokens: 32,
+    pid: server.pid,
+    honourRetryAfter: true,
+    random,
+  });
   const elapsed = (performance.now() - started) / 1000;
-  await until(async () => {
-    const gauges = await engineGauges(server.url, keys.admin);
-    return gauges.queued === 0 && gauges.busy === 0;
-  }, "the queue to drain", 60_000);
+  await until(
+    async () => {
+      const gauges = await engineGauges(server.url, keys.admin);
+      return gauges.queued === 0 && gauges.busy === 0;
+    },
+    "the queue to drain",
+    60_000,
+  );
   // The JS heap keeps what the peak took until a GC and the allocator's scavenger hand it back,
   // which on an idle server takes about ten seconds: wait for that, up to a minute.
   const drained = performance.now();
@@ -73,7 +87,12 @@ try {
   const rows: [string, string][] = [
     ["clients × seconds", `${clients} × ${figures.seconds}`],
     ["requests served", `${figures.requests} (${figures.per_second}/s)`],
-    ["status mix", Object.entries(result.outcomes).map(([k, v]) => `${k}: ${v}`).join(", ")],
+    [
+      "status mix",
+      Object.entries(result.outcomes)
+        .map(([k, v]) => `${k}: ${v}`)
+        .join(", "),
+    ],
     ["latency p50 / p99", `${figures.p50_ms} ms / ${figures.p99_ms} ms`],
     ["RSS before / max / after", `${figures.rss_before_mib} / ${figures.rss_max_mib} / ${figures.rss_after_mib} MiB (after ${settledS} s idle)`],
     ["RSS after within 20 %", String(figures.rss_after_within_20_percent)],

@@ -10,18 +10,17 @@
  * serves Parley from a built executable, installed alone as an operator would, instead of the source.
  * `--parley-env` (repeatable) sets a variable for every Parley server, to measure a setting.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/gguf/presets";
-import { existsSync } from "node:fs";
 import { localNativesDir } from "../src/natives/local";
+import { installAlone } from "../test/support/binary";
 import { perfChart } from "./perf/chart";
 import type { Context, Row } from "./perf/harness";
 import { scenarios } from "./perf/scenarios";
-import { installAlone } from "../test/support/binary";
-import { buildLlamaServer } from "./perf/yardstick";
 import { printTable } from "./perf/table";
+import { buildLlamaServer } from "./perf/yardstick";
 
 const ROOT = join(import.meta.dir, "..");
 const OUT = join(ROOT, ".bench");

@@ -15,6 +15,7 @@ import type { SqliteStorage } from "../src/db/sqlite/storage";
 import type { Storage } from "../src/db/storage";
 import { serveApp } from "../test/support/app";
 import { postgresBackend, sqliteBackend } from "../test/support/backends";
+import { tempDir } from "../test/support/files";
 import { startHaproxy } from "../test/support/haproxy";
 import { bearer } from "../test/support/http";
 import { freshPostgresDb } from "../test/support/postgres";
@@ -22,7 +23,6 @@ import { type ChildServer, startServer } from "../test/support/process";
 import { seededRandom } from "../test/support/random";
 import { readSse } from "../test/support/sse";
 import { quantile } from "../test/support/stats";
-import { tempDir } from "../test/support/files";
 
 const ROOT = join(import.meta.dir, "..");
 const { values } = parseArgs({
@@ -140,9 +140,7 @@ async function chatThrough(nodeCount: number) {
   const nodes: ChildServer[] = [];
   try {
     for (let n = 0; n < nodeCount; n++) {
-      nodes.push(
-        await startServer({ dbPath: db, adminKey: ADMIN_KEY, env: { PARLEY_DATA_DIR: tempDir(`scale-node${n}`), PARLEY_RATE_LIMIT: "0" } }),
-      );
+      nodes.push(await startServer({ dbPath: db, adminKey: ADMIN_KEY, env: { PARLEY_DATA_DIR: tempDir(`scale-node${n}`), PARLEY_RATE_LIMIT: "0" } }));
     }
     const balancer = await startHaproxy(nodes.map((node) => node.url));
     try {
@@ -168,7 +166,8 @@ async function chatThrough(nodeCount: number) {
   }
 }
 
-const fmt = (m: Measured) => `${m.perSecond.toFixed(1).padStart(8)} | ${m.p50Ms.toFixed(1).padStart(7)} | ${m.p99Ms.toFixed(1).padStart(7)} | ${String(m.errors).padStart(6)}`;
+const fmt = (m: Measured) =>
+  `${m.perSecond.toFixed(1).padStart(8)} | ${m.p50Ms.toFixed(1).padStart(7)} | ${m.p99Ms.toFixed(1).padStart(7)} | ${String(m.errors).padStart(6)}`;
 const results: Record<string, Measured> = {};
 
 console.log(`seeding ${MESSAGES.toLocaleString("en")} messages (${USERS} users, ${CONVERSATIONS} conversations) into SQLite and PostgreSQL…`);

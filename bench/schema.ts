@@ -20,18 +20,33 @@ const rounds = Number(values.rounds);
 if (!Number.isInteger(rounds) || rounds < 2) throw new Error("--rounds must be an integer ≥ 2");
 
 const { depth, repetition, elements } = SCHEMA_LIMITS;
-const nested = (levels: number, leaf: object): object => (levels === 0 ? leaf : { type: "object", properties: { a: nested(levels - 1, leaf) }, required: ["a"] });
+const nested = (levels: number, leaf: object): object =>
+  levels === 0 ? leaf : { type: "object", properties: { a: nested(levels - 1, leaf) }, required: ["a"] };
 const repeated = { type: "array", items: { type: "integer" }, maxItems: repetition };
 /** An object of `properties` enums whose values, with the properties and the root, make `budget` elements. */
 const enumObject = (properties: number, budget: number) => {
   const values = Math.floor((budget - 1 - properties) / properties);
-  return { type: "object", properties: Object.fromEntries(Array.from({ length: properties }, (_, p) => [`p${p}`, { enum: Array.from({ length: values }, (_, v) => `v${p}_${v}`) }])) };
+  return {
+    type: "object",
+    properties: Object.fromEntries(Array.from({ length: properties }, (_, p) => [`p${p}`, { enum: Array.from({ length: values }, (_, v) => `v${p}_${v}`) }])),
+  };
 };
 
 const SCHEMAS: Record<string, object> = {
-  [`nested ${depth} deep, repetitions ${repetition}`]: nested(depth - 3, { type: "object", properties: Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, repeated])) }),
+  [`nested ${depth} deep, repetitions ${repetition}`]: nested(depth - 3, {
+    type: "object",
+    properties: Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, repeated])),
+  }),
   [`${elements} elements of enums`]: enumObject(100, elements),
-  [`60 strings and arrays of ${repetition}`]: { type: "object", properties: Object.fromEntries(Array.from({ length: 30 }, (_, i) => [[`s${i}`, { type: "string", maxLength: repetition }], [`a${i}`, repeated]]).flat()) },
+  [`60 strings and arrays of ${repetition}`]: {
+    type: "object",
+    properties: Object.fromEntries(
+      Array.from({ length: 30 }, (_, i) => [
+        [`s${i}`, { type: "string", maxLength: repetition }],
+        [`a${i}`, repeated],
+      ]).flat(),
+    ),
+  },
 };
 /**
  * Tools are also shown to the model, so their prompt, not SCHEMA_LIMITS, bounds them first: 6 tools
@@ -52,7 +67,10 @@ const ask = async (body: object) => {
   return performance.now() - started;
 };
 const format = (schema: object) => ({ response_format: { type: "json_schema", json_schema: { name: "x", schema } } });
-const CASES: [string, object][] = [...Object.entries(SCHEMAS).map(([name, schema]): [string, object] => [name, format(schema)]), ["6 tools of 10 enums", { tools: TOOLS, tool_choice: "required" }]];
+const CASES: [string, object][] = [
+  ...Object.entries(SCHEMAS).map(([name, schema]): [string, object] => [name, format(schema)]),
+  ["6 tools of 10 enums", { tools: TOOLS, tool_choice: "required" }],
+];
 
 try {
   const builds: Record<string, { ms: number; bodyKb: number }> = {};
@@ -82,12 +100,20 @@ try {
     await load;
   }
 
-  const figures = (samples: number[]) => ({ p50: Math.round(median(samples)), p99: Math.round(quantile(samples, 0.99)), max: Math.round(quantile(samples, 1)) });
+  const figures = (samples: number[]) => ({
+    p50: Math.round(median(samples)),
+    p99: Math.round(quantile(samples, 0.99)),
+    max: Math.round(quantile(samples, 1)),
+  });
   const result = { limits: SCHEMA_LIMITS, rounds, builds, heaviest, cheapRequestMs: { alone: figures(stalls.alone), besideHeaviest: figures(stalls.beside) } };
   console.log("schema                                     build ms   body KB");
   for (const [name, { ms, bodyKb }] of Object.entries(builds)) console.log(`${name.padEnd(42)} ${ms.toFixed(1).padStart(8)}   ${String(bodyKb).padStart(7)}`);
-  console.log(`another user's 1-token request (ms), alone:          p50 ${result.cheapRequestMs.alone.p50}, p99 ${result.cheapRequestMs.alone.p99}, max ${result.cheapRequestMs.alone.max}`);
-  console.log(`  beside "${heaviest}" back to back: p50 ${result.cheapRequestMs.besideHeaviest.p50}, p99 ${result.cheapRequestMs.besideHeaviest.p99}, max ${result.cheapRequestMs.besideHeaviest.max}`);
+  console.log(
+    `another user's 1-token request (ms), alone:          p50 ${result.cheapRequestMs.alone.p50}, p99 ${result.cheapRequestMs.alone.p99}, max ${result.cheapRequestMs.alone.max}`,
+  );
+  console.log(
+    `  beside "${heaviest}" back to back: p50 ${result.cheapRequestMs.besideHeaviest.p50}, p99 ${result.cheapRequestMs.besideHeaviest.p99}, max ${result.cheapRequestMs.besideHeaviest.max}`,
+  );
   mkdirSync(OUT, { recursive: true });
   const file = join(OUT, `schema-${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
   writeFileSync(file, JSON.stringify(result, null, 2));

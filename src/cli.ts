@@ -1,6 +1,6 @@
 #!/usr/bin/env bun
-import { CONFIG_SPEC, type Config, loadConfig, parseArgv, Refusal } from "./config";
 import pkg from "../package.json";
+import { CONFIG_SPEC, type Config, loadConfig, parseArgv, Refusal } from "./config";
 
 const NAMES = Object.values(CONFIG_SPEC).map((spec) => `${spec.flag} / ${spec.env}`);
 /** Wide enough for the longest name and two spaces, so no name runs into its help. */

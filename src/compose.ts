@@ -4,9 +4,9 @@
  */
 import { join } from "node:path";
 import { CompletionService } from "./chat/completions";
-import { ResponseService } from "./chat/responses";
 import { ConversationItemService } from "./chat/conversation-item-service";
-import { BackgroundResponses } from "./http/background-responses";
+import { ResponseService } from "./chat/responses";
+import { ServedModels } from "./chat/served-models";
 import { ChatService, preambleOf } from "./chat/service";
 import { HOLD_TTL_MS, TokenLedger } from "./chat/token-ledger";
 import { TurnRunner } from "./chat/turn-runner";
@@ -15,14 +15,14 @@ import { shownPrefix } from "./db/api-keys";
 import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
-import { expireResponses } from "./retention";
+import { BackgroundResponses } from "./http/background-responses";
 import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
 import { refuseUnlessFits } from "./llm/memory-need";
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
-import { ServedModels } from "./chat/served-models";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
+import { expireResponses } from "./retention";
 import { ensureDataDir, openConfiguredStorage, refuseBusy } from "./startup";
 
 /** How long responses may take to finish once every reply is stored, before connections are cut. */
@@ -98,7 +98,11 @@ export async function startService(config: Config, log: Logger, announce: Announ
     },
     onLoaded: (entry, loaded, ms) => {
       metrics.modelLoaded(entry.id, ms / 1000);
-      announce("info", { model: entry.id, ms: Math.round(ms), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives }, "model loaded");
+      announce(
+        "info",
+        { model: entry.id, ms: Math.round(ms), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives },
+        "model loaded",
+      );
     },
     onUnloaded: (entry) => announce("info", { model: entry.id }, "model unloaded"),
     onError: (entry, error) => log.warn({ model: entry.id, reason: String((error as Error)?.message ?? error) }, "a model could not be loaded or unloaded"),
@@ -174,7 +178,14 @@ export async function startService(config: Config, log: Logger, announce: Announ
   stack.defer(() => void (drained = server.stop(false)));
   announce(
     "info",
-    { url: `http://${server.hostname}:${server.port}`, model: model.id, model_path: model.path, models: registry.models.length, parallel: config.parallel, db: describeLocation(config.dbPath) },
+    {
+      url: `http://${server.hostname}:${server.port}`,
+      model: model.id,
+      model_path: model.path,
+      models: registry.models.length,
+      parallel: config.parallel,
+      db: describeLocation(config.dbPath),
+    },
     "listening",
   );
 
@@ -197,7 +208,11 @@ async function bootstrapAdminKey(keys: KeyStore, adminKey: string | undefined, a
   const key = await keys.bootstrap(adminKey);
   if (key === undefined) {
     if (adminKey !== undefined && !(await isAdminKey(keys, adminKey))) {
-      announce("warn", {}, "PARLEY_ADMIN_KEY is ignored: it is read only on the first start, and it is not an admin key of this database (parley keys create --admin issues one)");
+      announce(
+        "warn",
+        {},
+        "PARLEY_ADMIN_KEY is ignored: it is read only on the first start, and it is not an admin key of this database (parley keys create --admin issues one)",
+      );
     }
     return;
   }

@@ -5,7 +5,16 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname } from "node:path";
 import { isPostgresUrl } from "./db/open";
-import { CONTEXT_OVERFLOW_MODES, type ContextOverflow, FLASH_ATTENTION_MODES, PROMPT_ENDS_MODES, type PromptEnds, REASONING_MODES, type FlashAttentionMode, type ReasoningMode } from "./llm/types";
+import {
+  CONTEXT_OVERFLOW_MODES,
+  type ContextOverflow,
+  FLASH_ATTENTION_MODES,
+  type FlashAttentionMode,
+  PROMPT_ENDS_MODES,
+  type PromptEnds,
+  REASONING_MODES,
+  type ReasoningMode,
+} from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
 export interface Config {

@@ -2,8 +2,9 @@
  * PARLEY_RESPONSES_TTL_DAYS: kept responses older than that are deleted, at start and hourly, on
  * every node (deleting what another node already deleted deletes nothing).
  */
-import type { ResponseStore } from "./db/storage";
+
 import type { Announce } from "./compose";
+import type { ResponseStore } from "./db/storage";
 
 const DAY_MS = 86_400_000;
 const EVERY_MS = 3_600_000;

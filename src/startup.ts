@@ -41,9 +41,15 @@ export async function openConfiguredStorage(location: string, options: StorageOp
       // Only a database server can come up later: a SQLite file that cannot be opened is refused at once.
       if (!isPostgresUrl(location) || !isDatabaseUnreachable(error)) refuseOpening(location, error);
       if (Date.now() + RETRY_MS > giveUpAt) {
-        throw new Refusal(`the database "${describeLocation(location)}" cannot be reached (${firstLine(error)}); waited ${wait?.waitS ?? 0} s (PARLEY_DB_WAIT_S)`);
+        throw new Refusal(
+          `the database "${describeLocation(location)}" cannot be reached (${firstLine(error)}); waited ${wait?.waitS ?? 0} s (PARLEY_DB_WAIT_S)`,
+        );
       }
-      wait!.announce("warn", { attempt, reason: firstLine(error), db: describeLocation(location) }, `the database cannot be reached; trying again in ${RETRY_MS / 1000} s`);
+      wait!.announce(
+        "warn",
+        { attempt, reason: firstLine(error), db: describeLocation(location) },
+        `the database cannot be reached; trying again in ${RETRY_MS / 1000} s`,
+      );
       await Bun.sleep(RETRY_MS);
     }
   }

@@ -24,7 +24,14 @@ const PANELS: Panel[] = [
   { row: "B8", id: "throughput", title: "Decode throughput, concurrent streams", x: "concurrent streams", y: "aggregate tok/s", kind: "bars" },
   { row: "B2", id: "ttft-per-turn", title: "Time to first token, turn by turn", x: "turn of one conversation", y: "ms", kind: "lines" },
   { row: "B9", id: "ttft-while-busy", title: "Time to first token of a short request", x: "short request, 4 slots", y: "ms", kind: "bars" },
-  { row: "B10", id: "ttft-past-context", title: "Time to first token past the context", x: "turn of one conversation, 1,024-token context", y: "ms", kind: "lines" },
+  {
+    row: "B10",
+    id: "ttft-past-context",
+    title: "Time to first token past the context",
+    x: "turn of one conversation, 1,024-token context",
+    y: "ms",
+    kind: "lines",
+  },
 ];
 
 const SIDES: { name: SideName; label: string; colour: string }[] = [
@@ -37,12 +44,12 @@ const GAP = 20;
 const HEADER = 84;
 const COLUMNS = 3;
 
-const escape = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+const escapeXml = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 const num = (value: number) => value.toFixed(value >= 10 ? 0 : 1);
 const px = (value: number) => Number(value.toFixed(1));
 
 function text(x: number, y: number, content: string, attributes = ""): string {
-  return `<text x="${px(x)}" y="${px(y)}"${attributes ? ` ${attributes}` : ""}>${escape(content)}</text>`;
+  return `<text x="${px(x)}" y="${px(y)}"${attributes ? ` ${attributes}` : ""}>${escapeXml(content)}</text>`;
 }
 
 /** The smallest 1, 2 or 5 × 10^k step that covers `max` in at most five ticks. */
@@ -84,7 +91,9 @@ function panel(spec: Panel, data: Drawn): string {
   }
   out.push(`<line x1="${PANEL.left}" x2="${PANEL.left + plotWidth}" y1="${bottom}" y2="${bottom}" class="axis"/>`);
   out.push(text(PANEL.left + plotWidth / 2, PANEL.height - 8, spec.x, 'text-anchor="middle" class="axis-title"'));
-  out.push(text(14, PANEL.top + plotHeight / 2, spec.y, `text-anchor="middle" class="axis-title" transform="rotate(-90 14 ${px(PANEL.top + plotHeight / 2)})"`));
+  out.push(
+    text(14, PANEL.top + plotHeight / 2, spec.y, `text-anchor="middle" class="axis-title" transform="rotate(-90 14 ${px(PANEL.top + plotHeight / 2)})"`),
+  );
 
   const n = data.categories.length;
   const labelled = (i: number) => n <= 10 || i === 0 || (i + 1) % 5 === 0;
@@ -98,7 +107,7 @@ function panel(spec: Panel, data: Drawn): string {
         if (value === undefined || !Number.isFinite(value)) return;
         const x = PANEL.left + band * (i + 0.1) + barWidth * s;
         out.push(
-          `<rect x="${px(x)}" y="${px(y(value))}" width="${px(barWidth)}" height="${px(bottom - y(value))}" fill="${side.colour}" class="bar" data-series="${side.name}"><title>${escape(`${side.label}, ${category}: ${num(value)}`)}</title></rect>`,
+          `<rect x="${px(x)}" y="${px(y(value))}" width="${px(barWidth)}" height="${px(bottom - y(value))}" fill="${side.colour}" class="bar" data-series="${side.name}"><title>${escapeXml(`${side.label}, ${category}: ${num(value)}`)}</title></rect>`,
         );
         out.push(text(x + barWidth / 2, y(value) - 4, num(value), 'text-anchor="middle" class="value"'));
       });
@@ -110,9 +119,13 @@ function panel(spec: Panel, data: Drawn): string {
     });
     for (const { side, values } of data.series) {
       const points = values.flatMap((value, i) => (Number.isFinite(value) ? [[x(i), y(value), value, i] as const] : []));
-      out.push(`<polyline points="${points.map(([cx, cy]) => `${px(cx)},${px(cy)}`).join(" ")}" fill="none" stroke="${side.colour}" stroke-width="2" class="line" data-series="${side.name}"/>`);
+      out.push(
+        `<polyline points="${points.map(([cx, cy]) => `${px(cx)},${px(cy)}`).join(" ")}" fill="none" stroke="${side.colour}" stroke-width="2" class="line" data-series="${side.name}"/>`,
+      );
       for (const [cx, cy, value, i] of points) {
-        out.push(`<circle cx="${px(cx)}" cy="${px(cy)}" r="2.5" fill="${side.colour}"><title>${escape(`${side.label}, ${spec.x} ${data.categories[i]}: ${num(value)} ${spec.y}`)}</title></circle>`);
+        out.push(
+          `<circle cx="${px(cx)}" cy="${px(cy)}" r="2.5" fill="${side.colour}"><title>${escapeXml(`${side.label}, ${spec.x} ${data.categories[i]}: ${num(value)} ${spec.y}`)}</title></circle>`,
+        );
       }
     }
   }

@@ -49,7 +49,14 @@ export type OnFirstToken = () => void;
 export type ExtraFields = Record<string, unknown>;
 
 /** Parley: POST /api/v1.0/chat with `stream: true`; the server holds the history. */
-export async function parleyTurn(url: string, conversationId: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken, extra: ExtraFields = {}): Promise<TurnTiming> {
+export async function parleyTurn(
+  url: string,
+  conversationId: string,
+  message: string,
+  maxTokens: number,
+  onFirstToken?: OnFirstToken,
+  extra: ExtraFields = {},
+): Promise<TurnTiming> {
   const started = performance.now();
   const response = await postChat(url, ADMIN_KEY, { message, conversation_id: conversationId, stream: true, temperature: 0, max_tokens: maxTokens, ...extra });
   let firstAt = Number.NaN;
@@ -78,7 +85,13 @@ export async function parleyTurn(url: string, conversationId: string, message: s
 }
 
 /** llama-server: OpenAI-style chat completion, streamed, with its prompt cache on. */
-export async function llamaServerTurn(url: string, messages: readonly Message[], maxTokens: number, onFirstToken?: OnFirstToken, extra: ExtraFields = {}): Promise<TurnTiming> {
+export async function llamaServerTurn(
+  url: string,
+  messages: readonly Message[],
+  maxTokens: number,
+  onFirstToken?: OnFirstToken,
+  extra: ExtraFields = {},
+): Promise<TurnTiming> {
   const started = performance.now();
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",

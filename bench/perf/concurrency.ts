@@ -2,9 +2,10 @@
  * Many users at once: B8 sweeps the number of concurrent streams, one fresh server per
  * level and side; B9 times a short request that arrives while three others decode.
  */
-import type { TurnTiming } from "./clients";
-import { alternating, ratio, type Context, type PerSide, type Row, type Scenario, type Side, type SideName } from "./harness";
+
 import { median, quantile, sum } from "../../test/support/stats";
+import type { TurnTiming } from "./clients";
+import { alternating, type Context, type PerSide, type Row, ratio, type Scenario, type Side, type SideName } from "./harness";
 import { userMessage } from "./text";
 
 export const STREAM_LEVELS = [1, 2, 4, 8];
@@ -31,7 +32,8 @@ function endToEndTps(turns: readonly TurnTiming[]): number {
   return tokensOver(turns, Math.min(...turns.map((t) => t.firstAt - t.ttftMs)));
 }
 
-const tokensOver = (turns: readonly TurnTiming[], from: number) => (sum(turns.map((t) => t.completionTokens)) * 1000) / (Math.max(...turns.map((t) => t.lastAt)) - from);
+const tokensOver = (turns: readonly TurnTiming[], from: number) =>
+  (sum(turns.map((t) => t.completionTokens)) * 1000) / (Math.max(...turns.map((t) => t.lastAt)) - from);
 
 const shortPrompt = (seed: number) => userMessage(8000 + seed, 50);
 
@@ -65,8 +67,14 @@ export const concurrencySweep: Scenario = {
         const level = {
           aggregateTps: median(runs.map(aggregateTps)),
           endToEndTps: median(runs.map(endToEndTps)),
-          streamP10: quantile(streams.map((t) => t.decodeTps), 0.1),
-          streamP50: quantile(streams.map((t) => t.decodeTps), 0.5),
+          streamP10: quantile(
+            streams.map((t) => t.decodeTps),
+            0.1,
+          ),
+          streamP50: quantile(
+            streams.map((t) => t.decodeTps),
+            0.5,
+          ),
           runs: runs.map(aggregateTps),
           streamTokens: streams.map((t) => t.completionTokens),
         };
@@ -84,9 +92,7 @@ export const concurrencySweep: Scenario = {
     const aggregate = STREAM_LEVELS.map((n, i) => row(`aggregate decode tok/s, ${streams(n)}`, i, (l) => l.aggregateTps, targets[n]));
     const endToEnd = STREAM_LEVELS.map((n, i) => row(`aggregate tok/s from the requests' sending, ${streams(n)}`, i, (l) => l.endToEndTps));
     const fairness = STREAM_LEVELS.flatMap((n, i) =>
-      n === 1
-        ? []
-        : [row(`per-stream tok/s p50, ${streams(n)}`, i, (l) => l.streamP50), row(`per-stream tok/s p10, ${streams(n)}`, i, (l) => l.streamP10)],
+      n === 1 ? [] : [row(`per-stream tok/s p50, ${streams(n)}`, i, (l) => l.streamP50), row(`per-stream tok/s p10, ${streams(n)}`, i, (l) => l.streamP10)],
     );
     // The chart's series: categories on the x axis, one value per category and side.
     aggregate[0]!.detail = {
@@ -155,7 +161,13 @@ export const ttftWhileBusy: Scenario = {
         },
       },
       { id: "B9", what: "short request TTFT ms alone", parley: mine?.aloneMs, yardstick: theirs?.aloneMs, ratio: ratio(mine?.aloneMs, theirs?.aloneMs) },
-      { id: "B9", what: `short request TTFT ms while ${BUSY_STREAMS} decode`, parley: mine?.busyMs, yardstick: theirs?.busyMs, ratio: ratio(mine?.busyMs, theirs?.busyMs) },
+      {
+        id: "B9",
+        what: `short request TTFT ms while ${BUSY_STREAMS} decode`,
+        parley: mine?.busyMs,
+        yardstick: theirs?.busyMs,
+        ratio: ratio(mine?.busyMs, theirs?.busyMs),
+      },
     ];
   },
 };

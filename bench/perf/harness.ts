@@ -3,9 +3,9 @@
  * own (fresh database, the parallelism it needs) and stops it before the next one.
  */
 import { join } from "node:path";
-import { type ExtraFields, llamaServerTurn, parleyTurn, type OnFirstToken, type TurnTiming } from "./clients";
 import type { Installed } from "../../test/support/binary";
-import { startLlamaServer, startParley, type Server } from "./procs";
+import { type ExtraFields, llamaServerTurn, type OnFirstToken, parleyTurn, type TurnTiming } from "./clients";
+import { type Server, startLlamaServer, startParley } from "./procs";
 
 export interface Context {
   quick: boolean;
@@ -59,7 +59,9 @@ export async function withServer<T>(start: () => Promise<Server>, use: (server: 
       return await use(server);
     } catch (error) {
       if (attempt >= attempts || !isConnectionLost(error)) throw error;
-      console.error(`  ${server.name} at ${server.url} dropped the connection (${(error as { code?: string }).code}); starting it again, attempt ${attempt + 1} of ${attempts}`);
+      console.error(
+        `  ${server.name} at ${server.url} dropped the connection (${(error as { code?: string }).code}); starting it again, attempt ${attempt + 1} of ${attempts}`,
+      );
     } finally {
       await server.stop();
     }
@@ -71,8 +73,18 @@ function isConnectionLost(error: unknown): boolean {
   return code === "ECONNRESET" || code === "ConnectionRefused" || code === "ECONNREFUSED";
 }
 
-export const parley = (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) => () =>
-  startParley({ model: ctx.model, db, threads: ctx.threads, parallel, contextSize: ctx.contextSize, env: { ...ctx.parleyEnv, ...env }, installed: ctx.installed });
+export const parley =
+  (ctx: Context, parallel: number, db = freshDb(ctx), env?: Record<string, string>) =>
+  () =>
+    startParley({
+      model: ctx.model,
+      db,
+      threads: ctx.threads,
+      parallel,
+      contextSize: ctx.contextSize,
+      env: { ...ctx.parleyEnv, ...env },
+      installed: ctx.installed,
+    });
 
 export const yardstick = (ctx: Context, parallel: number) => () =>
   startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });
@@ -146,7 +158,10 @@ export async function alternate<S extends { name: string }, W, T>(
     }
     return measured;
   };
-  const up = async (servers: Up, warm: Partial<Record<S["name"], W>>): Promise<{ warm: Partial<Record<S["name"], W>>; runs: Partial<Record<S["name"], T[]>> }> => {
+  const up = async (
+    servers: Up,
+    warm: Partial<Record<S["name"], W>>,
+  ): Promise<{ warm: Partial<Record<S["name"], W>>; runs: Partial<Record<S["name"], T[]>> }> => {
     const contender = contenders[servers.length];
     if (contender === undefined) return { warm, runs: await runs(servers) };
     return withServer(start(contender), async (server) =>

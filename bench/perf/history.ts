@@ -39,9 +39,7 @@ export async function ensureHistoryDb(dir: string, shape: HistoryShape): Promise
   const db = new Database(tmp, { strict: true });
   db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF");
   const conversation = db.prepare("INSERT INTO conversations (user_id, external_id, created_at) VALUES (?, ?, ?) RETURNING id");
-  const message = db.prepare(
-    "INSERT INTO messages (user_id, conversation_id, role, content, created_at, finish_reason) VALUES (?, ?, ?, ?, ?, ?)",
-  );
+  const message = db.prepare("INSERT INTO messages (user_id, conversation_id, role, content, created_at, finish_reason) VALUES (?, ?, ?, ?, ?, ?)");
   const start = Date.UTC(2026, 0, 1);
   db.transaction(() => {
     let written = 0;

@@ -6,10 +6,11 @@
  * both servers stopped (SIGTERM) and started again on the same data, then every conversation's
  * next turn: llama-server's caches are gone; Parley's states are on disk.
  */
-import { llamaServerTurn, type Message, parleyTurn, type TurnTiming } from "./clients";
-import { freshDb, inTurn, parley, yardstick, type Context, type Row, type Scenario, type SideName } from "./harness";
-import type { Server } from "./procs";
+
 import { median, quantile, sum } from "../../test/support/stats";
+import { llamaServerTurn, type Message, parleyTurn, type TurnTiming } from "./clients";
+import { type Context, freshDb, inTurn, parley, type Row, type Scenario, type SideName, yardstick } from "./harness";
+import type { Server } from "./procs";
 import { userMessage } from "./text";
 
 const PARALLEL = 4;
@@ -85,7 +86,14 @@ const stopAll = async (servers: Map<SideName, Server>) => {
 };
 
 /** `turns` interleaved rounds of `count` conversations on every side, the sides alternating round by round. */
-async function interleaved(sides: Side[], servers: Map<SideName, Server>, books: Map<SideName, ReturnType<typeof conversations>>, count: number, turns: number, into: Map<SideName, { turns: TurnTiming[]; ms: number }[]>) {
+async function interleaved(
+  sides: Side[],
+  servers: Map<SideName, Server>,
+  books: Map<SideName, ReturnType<typeof conversations>>,
+  count: number,
+  turns: number,
+  into: Map<SideName, { turns: TurnTiming[]; ms: number }[]>,
+) {
   for (let t = 0; t < turns; t++) {
     for (const side of inTurn(sides, t)) {
       const book = books.get(side.name)!;
@@ -128,7 +136,15 @@ export const manyConversations: Scenario = {
       const theirs = figures("llamaServer");
       const what = `${count} conversations × ${turns} turns, interleaved, ${PARALLEL} at a time on ${PARALLEL} sequences`;
       rows.push(
-        { id: "B11", what: `Σ TTFT ms, ${what}`, parley: mine.sum, yardstick: theirs?.sum, ratio: theirs && mine.sum / theirs.sum, target: ["<=", 0.8], detail: { parley: mine, llamaServer: theirs } },
+        {
+          id: "B11",
+          what: `Σ TTFT ms, ${what}`,
+          parley: mine.sum,
+          yardstick: theirs?.sum,
+          ratio: theirs && mine.sum / theirs.sum,
+          target: ["<=", 0.8],
+          detail: { parley: mine, llamaServer: theirs },
+        },
         { id: "B11", what: "p95 TTFT ms, the same", parley: mine.p95, yardstick: theirs?.p95, ratio: theirs && mine.p95 / theirs.p95 },
         { id: "B11", what: "aggregate tok/s, the same", parley: mine.tps, yardstick: theirs?.tps, ratio: theirs && mine.tps / theirs.tps },
       );
@@ -162,7 +178,10 @@ export const manyConversations: Scenario = {
         yardstick: theirs,
         ratio: theirs && mine / theirs,
         target: ["<=", 0.3],
-        detail: { parley: after.get("parley")![0]!.turns.map((turn) => turn.ttftMs), llamaServer: after.get("llamaServer")?.[0]?.turns.map((turn) => turn.ttftMs) },
+        detail: {
+          parley: after.get("parley")![0]!.turns.map((turn) => turn.ttftMs),
+          llamaServer: after.get("llamaServer")?.[0]?.turns.map((turn) => turn.ttftMs),
+        },
       });
     }
     return rows;

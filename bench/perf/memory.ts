@@ -4,9 +4,10 @@
  * Every reading is split into anonymous pages (heaps, the KV cache, compute buffers) and file
  * pages (the executable, libraries, the model file mapped in), read from /proc.
  */
-import { ratio, sides, withServer, type Context, type PerSide, type Row, type Scenario, type Side } from "./harness";
+
+import { peakResident, type Resident, residentKb } from "../../test/support/stats";
+import { type Context, type PerSide, type Row, ratio, type Scenario, type Side, sides, withServer } from "./harness";
 import type { Server } from "./procs";
-import { peakResident, residentKb, type Resident } from "../../test/support/stats";
 import { userMessage } from "./text";
 
 const STREAMS = 4;
@@ -39,7 +40,11 @@ interface Readings {
 async function readings(ctx: Context, side: Side): Promise<Readings> {
   const settleMs = ctx.quick ? 0 : SETTLE_MS;
   const one = await withServer(side.start(1), (server) => idle(server, settleMs));
-  return withServer(side.start(STREAMS), async (server) => ({ one, idle: await idle(server, settleMs), peak: await underStreams(side, server, ctx.decodeTokens) }));
+  return withServer(side.start(STREAMS), async (server) => ({
+    one,
+    idle: await idle(server, settleMs),
+    peak: await underStreams(side, server, ctx.decodeTokens),
+  }));
 }
 
 export const memory: Scenario = {

@@ -4,12 +4,13 @@
  * `PARLEY_CONTEXT_OVERFLOW` mode. A turn past the context should cost about what a turn before it
  * cost.
  */
-import { parleyTurn, type TurnTiming } from "./clients";
-import { freshDb, parley, type Context, type Row, type Scenario } from "./harness";
-import type { Server } from "./procs";
+
 import { CONFIG_SPEC } from "../../src/config";
 import { CONTEXT_OVERFLOW_MODES, type ContextOverflow } from "../../src/llm/types";
 import { median, quantile } from "../../test/support/stats";
+import { parleyTurn, type TurnTiming } from "./clients";
+import { type Context, freshDb, parley, type Row, type Scenario } from "./harness";
+import type { Server } from "./procs";
 import { userMessage } from "./text";
 
 /** The context the conversation outgrows, and how many turns it runs. */
@@ -33,7 +34,8 @@ async function conversePerMode(ctx: Context, turns: number): Promise<Map<Context
   const series = new Map<ContextOverflow, TurnTiming[]>(CONTEXT_OVERFLOW_MODES.map((mode) => [mode, []]));
   const servers: [ContextOverflow, Server][] = [];
   try {
-    for (const mode of CONTEXT_OVERFLOW_MODES) servers.push([mode, await parley({ ...ctx, contextSize: CONTEXT }, 1, freshDb(ctx), { PARLEY_CONTEXT_OVERFLOW: mode })()]);
+    for (const mode of CONTEXT_OVERFLOW_MODES)
+      servers.push([mode, await parley({ ...ctx, contextSize: CONTEXT }, 1, freshDb(ctx), { PARLEY_CONTEXT_OVERFLOW: mode })()]);
     for (let t = 1; t <= turns; t++) {
       for (let i = 0; i < servers.length; i++) {
         const [mode, server] = servers[(i + t) % servers.length]!;
@@ -53,9 +55,20 @@ function rowsOf(mode: ContextOverflow, timings: readonly TurnTiming[]): Row[] {
   // The default's rows keep the names the earlier runs' (one mode) had, for bench/history.ts.
   const named = mode === DEFAULT_MODE ? "" : `PARLEY_CONTEXT_OVERFLOW=${mode}: `;
   // The default's series is the chart's (`parley`).
-  const detail = { [mode === DEFAULT_MODE ? "parley" : mode]: ttft, cachedTokens: timings.map((turn) => turn.cachedTokens ?? 0), overflowAt: overflow === undefined ? undefined : overflow + 1 };
+  const detail = {
+    [mode === DEFAULT_MODE ? "parley" : mode]: ttft,
+    cachedTokens: timings.map((turn) => turn.cachedTokens ?? 0),
+    overflowAt: overflow === undefined ? undefined : overflow + 1,
+  };
   if (overflow === undefined) return [{ id: "B10", what: `${named}the conversation never outgrew the ${CONTEXT}-token context`, detail }];
-  if (overflow < BEFORE) return [{ id: "B10", what: `${named}the conversation outgrew the ${CONTEXT}-token context at turn ${overflow + 1}, before ${BEFORE} turns to compare with`, detail }];
+  if (overflow < BEFORE)
+    return [
+      {
+        id: "B10",
+        what: `${named}the conversation outgrew the ${CONTEXT}-token context at turn ${overflow + 1}, before ${BEFORE} turns to compare with`,
+        detail,
+      },
+    ];
   const before = ttft.slice(overflow - BEFORE, overflow);
   const after = ttft.slice(overflow);
   const p95 = (samples: number[]) => quantile(samples, 0.95);
@@ -70,7 +83,13 @@ function rowsOf(mode: ContextOverflow, timings: readonly TurnTiming[]): Row[] {
       ...target,
       detail: { ...detail, medianBefore: median(before), p95Before: p95(before), p95After: p95(after) },
     },
-    { id: "B10", what: `${named}TTFT past a ${CONTEXT}-token context ÷ the ${BEFORE} turns before, p95`, parley: p95(after), ratio: p95(after) / p95(before), ...target },
+    {
+      id: "B10",
+      what: `${named}TTFT past a ${CONTEXT}-token context ÷ the ${BEFORE} turns before, p95`,
+      parley: p95(after),
+      ratio: p95(after) / p95(before),
+      ...target,
+    },
   ];
 }
 

@@ -66,20 +66,31 @@ export async function startLlamaServer(options: LlamaServerOptions): Promise<Ser
   const proc = Bun.spawn(
     [
       options.binary,
-      "-m", options.model,
-      "-t", String(options.threads),
-      "-tb", String(options.threads),
-      "-np", String(options.parallel),
-      "-c", String(options.contextSize * options.parallel),
-      "--host", "127.0.0.1",
-      "--port", String(port),
+      "-m",
+      options.model,
+      "-t",
+      String(options.threads),
+      "-tb",
+      String(options.threads),
+      "-np",
+      String(options.parallel),
+      "-c",
+      String(options.contextSize * options.parallel),
+      "--host",
+      "127.0.0.1",
+      "--port",
+      String(port),
       "--jinja",
       "--no-webui",
     ],
     { stdout: "ignore", stderr: "ignore" },
   );
   const url = `http://127.0.0.1:${port}`;
-  const healthy = () => fetch(`${url}/health`).then((r) => r.status === 200, () => false);
+  const healthy = () =>
+    fetch(`${url}/health`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
   await until(async () => proc.exitCode !== null || (await healthy()), "llama-server to be healthy", STARTUP_MS, 100);
   if (proc.exitCode !== null) throw new Error(`llama-server exited with ${proc.exitCode}`);
   return { name: "llama-server", url, pid: proc.pid, stop: () => stopChild(proc) };

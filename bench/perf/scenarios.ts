@@ -1,20 +1,35 @@
 /** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { llamaServerTurn, parleyTurn, type Message, type TurnTiming } from "./clients";
-import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
-import { load, type LoadResult } from "./load";
-import { aggregateTps, concurrencySweep, ttftWhileBusy } from "./concurrency";
-import { alternate, alternating, freshDb, inTurn, parley, ratio, sides, withServer, yardstick, type Context, type PerSide, type Scenario, type Side, type SideName } from "./harness";
-import { startBaseline, type Server } from "./procs";
 import { median, medianSeries, sum } from "../../test/support/stats";
-import { structuredOutput } from "./structured";
-import { contextOverflow } from "./overflow";
-import { sharedSystemPrompt } from "./system-prompt";
+import { llamaServerTurn, type Message, parleyTurn, type TurnTiming } from "./clients";
+import { aggregateTps, concurrencySweep, ttftWhileBusy } from "./concurrency";
+import {
+  alternate,
+  alternating,
+  type Context,
+  freshDb,
+  inTurn,
+  type PerSide,
+  parley,
+  ratio,
+  type Scenario,
+  type Side,
+  type SideName,
+  sides,
+  withServer,
+  yardstick,
+} from "./harness";
+import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
+import { type LoadResult, load } from "./load";
 import { manyConversations } from "./many";
 import { memory } from "./memory";
+import { contextOverflow } from "./overflow";
+import { type Server, startBaseline } from "./procs";
 import { quotaCost } from "./quotas";
+import { structuredOutput } from "./structured";
 import { modelSwitch } from "./switch";
+import { sharedSystemPrompt } from "./system-prompt";
 import { userMessage } from "./text";
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
@@ -35,7 +50,6 @@ async function parleyConversation(url: string, ctx: Context, seed: number, id: s
   for (let t = 1; t <= ctx.turns; t++) timings.push(await parleyTurn(url, id, userMessage(seed * 1000 + t), ctx.replyTokens));
   return timings;
 }
-
 
 /**
  * B1 decode rate and B2/B3 turn costs. B1's servers are up together and their runs alternate,
@@ -73,9 +87,31 @@ const singleConversation: Scenario = {
     const theirs = summary("llamaServer");
     const last = ctx.turns - 1;
     return [
-      { id: "B1", what: "decode tok/s, streamed over HTTP", parley: mine.decodeTps, yardstick: theirs?.decodeTps, ratio: ratio(mine.decodeTps, theirs?.decodeTps), target: [">=", 0.95] },
-      { id: "B2", what: `TTFT ms, turn ${ctx.turns} ÷ turn 1`, parley: mine.ttft[last], yardstick: theirs?.ttft[last], ratio: mine.ttft[last]! / mine.ttft[0]!, target: ["<=", 1.3], detail: { parley: mine.ttft, llamaServer: theirs?.ttft, parleyCachedTokens: mine.cached, llamaServerCachedTokens: theirs?.cached } },
-      { id: "B3", what: `sum of TTFT ms over ${ctx.turns} turns`, parley: median(mine.sums), yardstick: theirs && median(theirs.sums), ratio: ratio(median(mine.sums), theirs && median(theirs.sums)), target: ["<=", 1.0] },
+      {
+        id: "B1",
+        what: "decode tok/s, streamed over HTTP",
+        parley: mine.decodeTps,
+        yardstick: theirs?.decodeTps,
+        ratio: ratio(mine.decodeTps, theirs?.decodeTps),
+        target: [">=", 0.95],
+      },
+      {
+        id: "B2",
+        what: `TTFT ms, turn ${ctx.turns} ÷ turn 1`,
+        parley: mine.ttft[last],
+        yardstick: theirs?.ttft[last],
+        ratio: mine.ttft[last]! / mine.ttft[0]!,
+        target: ["<=", 1.3],
+        detail: { parley: mine.ttft, llamaServer: theirs?.ttft, parleyCachedTokens: mine.cached, llamaServerCachedTokens: theirs?.cached },
+      },
+      {
+        id: "B3",
+        what: `sum of TTFT ms over ${ctx.turns} turns`,
+        parley: median(mine.sums),
+        yardstick: theirs && median(theirs.sums),
+        ratio: ratio(median(mine.sums), theirs && median(theirs.sums)),
+        target: ["<=", 1.0],
+      },
     ];
   },
 };
@@ -108,7 +144,14 @@ const evicted: Scenario = {
     });
     const last = ctx.turns - 1;
     return [
-      { id: "B4", what: `TTFT ms turn ${ctx.turns} ÷ turn 1, evicted every turn`, parley: mine[last], ratio: mine[last]! / mine[0]!, target: ["<=", 1.5], detail: { parley: mine } },
+      {
+        id: "B4",
+        what: `TTFT ms turn ${ctx.turns} ÷ turn 1, evicted every turn`,
+        parley: mine[last],
+        ratio: mine[last]! / mine[0]!,
+        target: ["<=", 1.5],
+        detail: { parley: mine },
+      },
       { id: "B4", what: "KV state directory MiB after B4", parley: dirMiB(join(db, "..", "kv")) },
     ];
   },
@@ -134,7 +177,15 @@ const parallel: Scenario = {
       ? await side(yardstick(ctx, 4), (url, seed) => llamaServerTurn(url, [{ role: "user", content: prompt(seed) }], ctx.decodeTokens))
       : undefined;
     return [
-      { id: "B5", what: "aggregate decode tok/s, 4 at once ÷ 1 alone", parley: mine.together, yardstick: theirs?.together, ratio: mine.together / mine.alone, target: [">=", 1.0], detail: { parleyAlone: mine.alone, llamaServerAlone: theirs?.alone } },
+      {
+        id: "B5",
+        what: "aggregate decode tok/s, 4 at once ÷ 1 alone",
+        parley: mine.together,
+        yardstick: theirs?.together,
+        ratio: mine.together / mine.alone,
+        target: [">=", 1.0],
+        detail: { parleyAlone: mine.alone, llamaServerAlone: theirs?.alone },
+      },
     ];
   },
 };
@@ -162,7 +213,10 @@ const history: Scenario = {
       servers,
       (server) => server.start,
       (_server, { url }) => load(`${url}${path(1)}`, headers, concurrency, seconds / 5),
-      async (_server, url) => ({ first: await load(`${url}${path(1)}`, headers, concurrency, seconds), deep: await load(`${url}${path(deepPage)}`, headers, concurrency, seconds) }),
+      async (_server, url) => ({
+        first: await load(`${url}${path(1)}`, headers, concurrency, seconds),
+        deep: await load(`${url}${path(deepPage)}`, headers, concurrency, seconds),
+      }),
       ctx.runs,
     );
     const summary = (of: { first: LoadResult; deep: LoadResult }[]) => {
@@ -195,4 +249,18 @@ const history: Scenario = {
   },
 };
 
-export const scenarios: Scenario[] = [singleConversation, evicted, parallel, memory, history, concurrencySweep, ttftWhileBusy, structuredOutput, contextOverflow, manyConversations, sharedSystemPrompt, quotaCost, modelSwitch];
+export const scenarios: Scenario[] = [
+  singleConversation,
+  evicted,
+  parallel,
+  memory,
+  history,
+  concurrencySweep,
+  ttftWhileBusy,
+  structuredOutput,
+  contextOverflow,
+  manyConversations,
+  sharedSystemPrompt,
+  quotaCost,
+  modelSwitch,
+];

@@ -3,8 +3,9 @@
  * servers given the same `response_format` and each enforcing it with its own grammar: what
  * constrained decoding costs Parley against what it costs llama-server.
  */
-import { alternating, ratio, type Scenario, type Side, type SideName } from "./harness";
+
 import { median } from "../../test/support/stats";
+import { alternating, ratio, type Scenario, type Side, type SideName } from "./harness";
 import { userMessage } from "./text";
 
 const SCHEMA = {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { writePresetModel } from "../../src/gguf/presets";
 import { median } from "../../test/support/stats";
 import { parleyTurn } from "./clients";
-import { freshDb, parley, withServer, type Context, type Row, type Scenario } from "./harness";
+import { type Context, freshDb, parley, type Row, type Scenario, withServer } from "./harness";
 import { userMessage } from "./text";
 
 const REPLY_TOKENS = 8;
@@ -31,7 +31,8 @@ export const modelSwitch: Scenario = {
     const { switched, warm } = await withServer(parley(ctx, 1, freshDb(ctx), env), async (server) => {
       const switched: number[] = [];
       const warm: number[] = [];
-      const ask = (model: string | undefined, tag: string, seed: number) => parleyTurn(server.url, tag, userMessage(40_000 + seed, 16), REPLY_TOKENS, undefined, model ? { model } : {});
+      const ask = (model: string | undefined, tag: string, seed: number) =>
+        parleyTurn(server.url, tag, userMessage(40_000 + seed, 16), REPLY_TOKENS, undefined, model ? { model } : {});
       for (let run = 0; run < ctx.runs * 3; run++) {
         await ask(other.id, `other-${run}`, run * 10);
         switched.push((await ask(undefined, `back-${run}`, run * 10 + 1)).ttftMs);
@@ -40,7 +41,12 @@ export const modelSwitch: Scenario = {
       return { switched, warm };
     });
     return [
-      { id: "B16", what: "model switch ms: TTFT of the bench model's request after another model's (one loaded at a time)", parley: median(switched), detail: { switched, warm } },
+      {
+        id: "B16",
+        what: "model switch ms: TTFT of the bench model's request after another model's (one loaded at a time)",
+        parley: median(switched),
+        detail: { switched, warm },
+      },
       { id: "B16", what: "TTFT ms of the same request, the model loaded", parley: median(warm), ratio: median(switched) / median(warm) },
     ];
   },

@@ -4,9 +4,10 @@
  * conversation should not pay for evaluating the operator's prompt again. llama-server alongside,
  * given the same system message in each request, with its prompt cache.
  */
-import { llamaServerTurn, parleyTurn } from "./clients";
-import { freshDb, inTurn, parley, withServer, yardstick, type Context, type Row, type Scenario } from "./harness";
+
 import { median, sum } from "../../test/support/stats";
+import { llamaServerTurn, parleyTurn } from "./clients";
+import { type Context, freshDb, inTurn, parley, type Row, type Scenario, withServer, yardstick } from "./harness";
 import { userMessage } from "./text";
 
 const CONVERSATIONS = 8;
@@ -24,7 +25,11 @@ async function firstTurns(ctx: Context, config: Config, system: string, run: num
     for (let c = 0; c < CONVERSATIONS; c++) {
       const message = userMessage(20_000 + run * 100 + c, 24);
       const turn = config.llama
-        ? await llamaServerTurn(server.url, [...(config.system ? [{ role: "system" as const, content: system }] : []), { role: "user", content: message }], REPLY_TOKENS)
+        ? await llamaServerTurn(
+            server.url,
+            [...(config.system ? [{ role: "system" as const, content: system }] : []), { role: "user", content: message }],
+            REPLY_TOKENS,
+          )
         : await parleyTurn(server.url, `new-${run}-${c}`, message, REPLY_TOKENS);
       ttft.push(turn.ttftMs);
     }
@@ -49,7 +54,8 @@ export const sharedSystemPrompt: Scenario = {
     ];
     const sums: Record<string, number[]> = {};
     // Each run starts every configuration's server afresh, the order reversed run by run.
-    for (let run = 0; run < ctx.runs; run++) for (const config of inTurn(configs, run)) (sums[config.name] ??= []).push(await firstTurns(ctx, config, system, run));
+    for (let run = 0; run < ctx.runs; run++)
+      for (const config of inTurn(configs, run)) (sums[config.name] ??= []).push(await firstTurns(ctx, config, system, run));
     const of = (name: string) => (sums[name] ? median(sums[name]!) : undefined);
     const theirs = of("llama-server with") !== undefined ? of("llama-server with")! / of("llama-server without")! : undefined;
     return [

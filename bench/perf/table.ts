@@ -10,10 +10,23 @@ export function verdict(row: Row): string {
   return (op === ">=" ? row.ratio >= bound : row.ratio <= bound) ? "met" : "NOT met";
 }
 
-export function printTable(report: { command: string; model: string; fileType: string; threads: number; runs: number; natives: string; seconds: number; rows: Row[] }): void {
+export function printTable(report: {
+  command: string;
+  model: string;
+  fileType: string;
+  threads: number;
+  runs: number;
+  natives: string;
+  seconds: number;
+  rows: Row[];
+}): void {
   console.log(`${report.command}`);
-  console.log("reference: llama-server (same model, threads, prompts) for B1-B5, B7-B9 and B14; a bare Bun.serve + bun:sqlite handler for B6; Parley without a quota for B15; B16 is Parley alone");
-  console.log(`model ${report.model} (${report.fileType}) · threads ${report.threads} · runs ${report.runs} (medians) · natives: ${report.natives} · ${report.seconds} s`);
+  console.log(
+    "reference: llama-server (same model, threads, prompts) for B1-B5, B7-B9 and B14; a bare Bun.serve + bun:sqlite handler for B6; Parley without a quota for B15; B16 is Parley alone",
+  );
+  console.log(
+    `model ${report.model} (${report.fileType}) · threads ${report.threads} · runs ${report.runs} (medians) · natives: ${report.natives} · ${report.seconds} s`,
+  );
   const header = ["id", "measure", "parley", "reference", "ratio", "target", ""];
   const lines = report.rows.map((row) => [
     row.id,

@@ -14,7 +14,11 @@ export async function buildLlamaServer(): Promise<string> {
   const source = await ensureLlamaSource();
   console.error(`building llama-server into ${BUILD_DIR} (once; several minutes on 2 cores)`);
   await run([
-    "cmake", "-S", source, "-B", BUILD_DIR,
+    "cmake",
+    "-S",
+    source,
+    "-B",
+    BUILD_DIR,
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=ON",
     "-DGGML_OPENMP=ON",

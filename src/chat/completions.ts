@@ -91,7 +91,15 @@ export class CompletionService {
       const { engine } = running;
       const maxTokens = input.maxTokens ?? engine.contextSize;
       const cacheScope = String(input.userId);
-      await engine.check({ ...input.sampling, format: input.format, tools: input.tools, logprobs: input.logprobs, thoughtTokens: input.thoughtTokens, maxTokens, cacheScope });
+      await engine.check({
+        ...input.sampling,
+        format: input.format,
+        tools: input.tools,
+        logprobs: input.logprobs,
+        thoughtTokens: input.thoughtTokens,
+        maxTokens,
+        cacheScope,
+      });
       const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       const request = {
         ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey, startsConversation: input.startsConversation === true } : {}),

@@ -53,7 +53,10 @@ export class ConversationItemService {
   async items(userId: number, id: string, query: ItemPageQuery): Promise<ItemPage> {
     const conversation = await this.get(userId, id);
     // An item is at most two of a row's (a thought and its message): this many rows hold the page and one more.
-    const rows = query.after === undefined ? ((await this.conversations.rows(conversation.id, { order: query.order, limit: query.limit + 2 })) ?? []) : await this.rowsFrom(conversation, query);
+    const rows =
+      query.after === undefined
+        ? ((await this.conversations.rows(conversation.id, { order: query.order, limit: query.limit + 2 })) ?? [])
+        : await this.rowsFrom(conversation, query);
     return pageOf(
       rows.flatMap((row) => (query.order === "asc" ? rowItems(row) : rowItems(row).toReversed())),
       query,

@@ -55,7 +55,12 @@ export function itemRows(items: readonly StoredItem[]): NewMessage[] {
         break;
       }
       case "function_call":
-        rows.push({ role: "assistant", content: "", itemId: entry.id, item: { type: "function_call", callId: entry.callId, name: entry.name, arguments: entry.arguments } });
+        rows.push({
+          role: "assistant",
+          content: "",
+          itemId: entry.id,
+          item: { type: "function_call", callId: entry.callId, name: entry.name, arguments: entry.arguments },
+        });
         break;
       case "function_call_output":
         rows.push({ role: "user", content: entry.output, itemId: entry.id, item: { type: "function_call_output", callId: entry.callId } });

@@ -39,7 +39,8 @@ export class QuotaAdmin {
   /** `NotFound` when there was none. */
   async clear(subject: QuotaSubject): Promise<void> {
     const user = await this.user(subject);
-    if (!(await this.quotas.clear(user?.id ?? null))) throw new NotFound(user ? `user ${JSON.stringify(user.name)} has no quota of their own` : "there is no default quota");
+    if (!(await this.quotas.clear(user?.id ?? null)))
+      throw new NotFound(user ? `user ${JSON.stringify(user.name)} has no quota of their own` : "there is no default quota");
   }
 
   private async listing(entry: QuotaEntry): Promise<QuotaListing> {

@@ -68,8 +68,16 @@ export const inputItems = (responseId: string, items: readonly ItemInput[]): Sto
 export function outputItems(responseId: string, result: Pick<CompletionResult, "text" | "reasoning" | "toolCalls">): StoredItem[] {
   return [
     ...(result.reasoning !== undefined ? [{ type: "reasoning" as const, id: outputItemId(responseId, "reasoning"), text: result.reasoning }] : []),
-    ...(result.text !== "" || !result.toolCalls ? [{ type: "message" as const, id: outputItemId(responseId, "message"), role: "assistant" as const, text: result.text }] : []),
-    ...(result.toolCalls ?? []).map((call, i) => ({ type: "function_call" as const, id: outputItemId(responseId, "function_call", i), callId: call.id, name: call.name, arguments: call.arguments })),
+    ...(result.text !== "" || !result.toolCalls
+      ? [{ type: "message" as const, id: outputItemId(responseId, "message"), role: "assistant" as const, text: result.text }]
+      : []),
+    ...(result.toolCalls ?? []).map((call, i) => ({
+      type: "function_call" as const,
+      id: outputItemId(responseId, "function_call", i),
+      callId: call.id,
+      name: call.name,
+      arguments: call.arguments,
+    })),
   ];
 }
 
@@ -101,7 +109,10 @@ export function historyOf(instructions: string | undefined, earlier: readonly St
       case "function_call_output":
         // An earlier link's output may answer a call of a link that no longer reaches the prompt.
         if (i >= earlier.length && !calls.has(entry.callId)) {
-          throw new InvalidInput({ part: "history", item: i - earlier.length, detail: "answers" }, `a tool's result must answer an earlier call (${JSON.stringify(entry.callId)} answers none)`);
+          throw new InvalidInput(
+            { part: "history", item: i - earlier.length, detail: "answers" },
+            `a tool's result must answer an earlier call (${JSON.stringify(entry.callId)} answers none)`,
+          );
         }
         turns.push({ role: "tool", content: entry.output, toolCallId: entry.callId });
         break;

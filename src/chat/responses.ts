@@ -8,8 +8,19 @@ import type { ResponseStore } from "../db/storage";
 import type { ResponseEnd, ResponseRecord } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
 import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
+import {
+  historyOf,
+  type ItemInput,
+  type ItemPage,
+  type ItemPageQuery,
+  type ItemReference,
+  inputItems,
+  newResponseId,
+  outputItems,
+  pageOf,
+  responseIdOfItem,
+} from "./response-items";
 import type { ChatService } from "./service";
-import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, type ItemReference, inputItems, newResponseId, outputItems, pageOf, responseIdOfItem } from "./response-items";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
 export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation"> {
@@ -53,7 +64,12 @@ function endOf(record: ResponseRecord, result: CompletionResult | undefined, cli
   return {
     status,
     output: outputItems(record.id, result),
-    usage: { inputTokens: result.usage.promptTokens, outputTokens: result.usage.completionTokens, cachedTokens: result.usage.cachedTokens, reasoningTokens: result.usage.reasoningTokens },
+    usage: {
+      inputTokens: result.usage.promptTokens,
+      outputTokens: result.usage.completionTokens,
+      cachedTokens: result.usage.cachedTokens,
+      reasoningTokens: result.usage.reasoningTokens,
+    },
     finishReason: result.finishReason,
     error: null,
   };
@@ -116,7 +132,8 @@ export class ResponseService {
       finishReason: null,
       error: null,
     };
-    const earlier = async (maxChars: number) => (previous ? (await this.responses.chain(request.userId, previous.id, { maxChars })).flatMap((link) => [...link.input, ...link.output]) : []);
+    const earlier = async (maxChars: number) =>
+      previous ? (await this.responses.chain(request.userId, previous.id, { maxChars })).flatMap((link) => [...link.input, ...link.output]) : [];
     const events =
       conversation === undefined
         ? this.completions.complete({
@@ -265,7 +282,11 @@ export class ResponseService {
       if (responseId !== undefined && !records.has(responseId)) records.set(responseId, await this.responses.get(userId, responseId));
       const record = responseId === undefined ? undefined : records.get(responseId);
       const item = record && [...record.input, ...record.output].find((kept) => kept.id === entry.id);
-      if (!item) throw new InvalidInput({ part: "history", item: i }, `no kept item ${JSON.stringify(entry.id)}: a reference names an item of one of your kept responses`);
+      if (!item)
+        throw new InvalidInput(
+          { part: "history", item: i },
+          `no kept item ${JSON.stringify(entry.id)}: a reference names an item of one of your kept responses`,
+        );
       items.push(item);
     }
     return items;

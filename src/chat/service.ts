@@ -1,12 +1,23 @@
 import type { ConversationStore } from "../db/storage";
 import { type ConversationRef, type FoundConversation, type MessageRecord, newItemId, type StoredConversation, type StoredItem } from "../db/types";
-import { holdConversation, type LeaseOptions } from "./conversation-lease";
-import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn } from "../llm/engine";
 import { isAbort, NotFound } from "../errors";
+import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn } from "../llm/engine";
 import { itemRows, rowItems } from "./conversation-items";
+import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import { KeyedLock } from "./keyed-lock";
 import { historyOf, newResponseId, outputItems } from "./response-items";
-import { NO_REPLY, type RunningTurn, shuttingDown, type TurnDelta, type TurnEvent, type TurnReasoning, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
+import {
+  NO_REPLY,
+  type RunningTurn,
+  shuttingDown,
+  type TurnDelta,
+  type TurnEvent,
+  type TurnHooks,
+  type TurnReasoning,
+  type TurnRunner,
+  type Usage,
+  usageOf,
+} from "./turn-runner";
 
 export type { TurnDelta, TurnReasoning, Usage } from "./turn-runner";
 
@@ -151,7 +162,12 @@ export class ChatService {
    * Runs `change` on the user's conversation between its turns: behind the turns waiting here, and
    * with several nodes under its lease. Undefined when the user has no conversation by this id.
    */
-  async exclusive<T>(userId: number, conversationId: string, signal: AbortSignal | undefined, change: (conversation: StoredConversation) => Promise<T>): Promise<T | undefined> {
+  async exclusive<T>(
+    userId: number,
+    conversationId: string,
+    signal: AbortSignal | undefined,
+    change: (conversation: StoredConversation) => Promise<T>,
+  ): Promise<T | undefined> {
     const release = await this.turns.acquire(lockKey(userId, conversationId), signal);
     let releaseLease: (() => Promise<void>) | undefined;
     try {
@@ -206,7 +222,15 @@ export class ChatService {
       conversationKey: conversation ? String(conversation.id) : undefined,
       cacheScope: String(input.userId),
       publicTurns: this.preamble.length,
-      history: [...this.preamble, ...instructions, ...historyOf(undefined, rows.flatMap((row) => rowItems({ itemId: "", ...row })), input.input)],
+      history: [
+        ...this.preamble,
+        ...instructions,
+        ...historyOf(
+          undefined,
+          rows.flatMap((row) => rowItems({ itemId: "", ...row })),
+          input.input,
+        ),
+      ],
       ...input.sampling,
       maxTokens: input.maxTokens ?? engine.contextSize,
       format: input.format,
@@ -251,7 +275,13 @@ export class ChatService {
       }
       const event = step.value;
       if (event.type === "start") {
-        yield { type: "start", conversationId: input.conversationId, newConversation: event.conversation.created, userMessage: event.stored[0]!, model: event.model };
+        yield {
+          type: "start",
+          conversationId: input.conversationId,
+          newConversation: event.conversation.created,
+          userMessage: event.stored[0]!,
+          model: event.model,
+        };
       } else if (event.type === "delta" || event.type === "reasoning") yield event;
     }
   }
@@ -269,10 +299,19 @@ export class ChatService {
     }
   }
 
-  private async *run(running: RunningTurn, input: ConversationTurnInput): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
+  private async *run(
+    running: RunningTurn,
+    input: ConversationTurnInput,
+  ): AsyncGenerator<ConversationTurnStart | TurnEvent, ConversationTurnResult | undefined, void> {
     const { engine, signal } = running;
     // Refused before anything is stored: nothing of a turn that cannot run is kept.
-    await engine.check({ ...input.sampling, format: input.format, tools: input.tools, maxTokens: input.maxTokens ?? engine.contextSize, cacheScope: String(input.userId) });
+    await engine.check({
+      ...input.sampling,
+      format: input.format,
+      tools: input.tools,
+      maxTokens: input.maxTokens ?? engine.contextSize,
+      cacheScope: String(input.userId),
+    });
     let release: () => void;
     try {
       release = await this.turns.acquire(lockKey(input.userId, input.conversationId), signal);
@@ -287,6 +326,8 @@ export class ChatService {
       } catch (error) {
         return endedWaiting(error, running);
       }
+      // Released however the turn ends from here, refused or failed: a lease left renewing would hold the conversation.
+      releaseLease = held?.releaseLease;
       // The input is stored, and a new conversation created, only once the reply may run: a turn
       // over its user's quota keeps nothing, not even an empty conversation.
       let request = await this.request(input, engine, held?.conversation);
@@ -297,11 +338,13 @@ export class ChatService {
         } catch (error) {
           return endedWaiting(error, running);
         }
+        releaseLease = held.releaseLease;
         // Another node may have started the same conversation meanwhile: its turns come first.
-        request = held.conversation.created ? { ...request, conversationKey: String(held.conversation.id) } : await this.request(input, engine, held.conversation);
+        request = held.conversation.created
+          ? { ...request, conversationKey: String(held.conversation.id) }
+          : await this.request(input, engine, held.conversation);
       }
       const { conversation } = held;
-      releaseLease = held.releaseLease;
       const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
       yield { type: "start", conversation, stored, model: engine.modelName };
       const reply = yield* running.reply(request);
@@ -318,8 +361,14 @@ export class ChatService {
       };
       // The reply's message row carries its statistics (its first row when it only called tools).
       const rowsOut = itemRows(input.output(reply));
-      const carrier = Math.max(0, rowsOut.findIndex((row) => row.item === undefined && row.role === "assistant"));
-      const output = await this.conversations.addMessages(conversation, rowsOut.map((row, i) => (i === carrier ? { ...row, ...stats } : row)));
+      const carrier = Math.max(
+        0,
+        rowsOut.findIndex((row) => row.item === undefined && row.role === "assistant"),
+      );
+      const output = await this.conversations.addMessages(
+        conversation,
+        rowsOut.map((row, i) => (i === carrier ? { ...row, ...stats } : row)),
+      );
       return { ...done, stored: [...stored, ...output], output };
     } finally {
       await releaseLease?.();

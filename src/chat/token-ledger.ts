@@ -5,9 +5,10 @@
  * and the rest given back, so a user's concurrent replies, on any node, share the budget without
  * passing it.
  */
-import { type Quota, QuotaExceeded } from "../errors";
+
 import type { QuotaRule, QuotaStanding, QuotaStore, UsageStore } from "../db/storage";
 import type { QuotaPeriod } from "../db/types";
+import { type Quota, QuotaExceeded } from "../errors";
 import { NODE_ID } from "../node-id";
 
 /**

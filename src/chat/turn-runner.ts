@@ -1,5 +1,14 @@
 import { isAbort, Overloaded } from "../errors";
-import { BudgetExceeded, type Engine, replyRoom, type FinishReason, type GenerateRequest, type GenerateResult, type TokenLogprob, type ToolCallPart } from "../llm/engine";
+import {
+  BudgetExceeded,
+  type Engine,
+  type FinishReason,
+  type GenerateRequest,
+  type GenerateResult,
+  replyRoom,
+  type TokenLogprob,
+  type ToolCallPart,
+} from "../llm/engine";
 import type { HeldEngine } from "../llm/loaded-models";
 import type { QuotaState, TokenHold, TokenLedger } from "./token-ledger";
 
@@ -48,9 +57,22 @@ export interface Usage {
 }
 
 /** A reply cancelled before its first token: nothing said, nothing counted. */
-export const NO_REPLY: GenerateResult = Object.freeze({ text: "", finishReason: "cancelled", promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0, prompt: "" });
+export const NO_REPLY: GenerateResult = Object.freeze({
+  text: "",
+  finishReason: "cancelled",
+  promptTokens: 0,
+  completionTokens: 0,
+  cachedTokens: 0,
+  reasoningTokens: 0,
+  prompt: "",
+});
 
-export const usageOf = ({ promptTokens, completionTokens, cachedTokens, reasoningTokens }: GenerateResult): Usage => ({ promptTokens, completionTokens, cachedTokens, reasoningTokens });
+export const usageOf = ({ promptTokens, completionTokens, cachedTokens, reasoningTokens }: GenerateResult): Usage => ({
+  promptTokens,
+  completionTokens,
+  cachedTokens,
+  reasoningTokens,
+});
 
 /** The refusal while there is no engine yet; readiness reports it too. */
 export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
@@ -221,7 +243,9 @@ export class RunningTurn {
           continue;
         }
         this.tokenArrived();
-        yield piece.kind === "toolCall" ? { type: "toolCall", part: piece.part } : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
+        yield piece.kind === "toolCall"
+          ? { type: "toolCall", part: piece.part }
+          : { type: piece.kind === "reasoning" ? "reasoning" : "delta", content: piece.text };
       }
     } catch (error) {
       // A prompt longer than measured (a held conversation's other window) that the hold cannot cover.

@@ -1,7 +1,7 @@
 import type { Config } from "../config";
-import { openConfiguredStorage } from "../startup";
 import type { KeyStore } from "../db/storage";
 import { Overloaded } from "../errors";
+import { openConfiguredStorage } from "../startup";
 
 const USER_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 
@@ -43,9 +43,7 @@ async function run(config: Config, args: readonly string[], flags: Map<string, s
       const rows = await withKeys(config, (keys) => keys.list());
       console.log(["id", "user", "user_id", "role", "prefix", "created", "last_used", "revoked"].join("\t"));
       for (const row of rows) {
-        console.log(
-          [row.id, row.user, row.userId, row.role, `${row.prefix}…`, iso(row.createdAt), iso(row.lastUsedAt), iso(row.revokedAt)].join("\t"),
-        );
+        console.log([row.id, row.user, row.userId, row.role, `${row.prefix}…`, iso(row.createdAt), iso(row.lastUsedAt), iso(row.revokedAt)].join("\t"));
       }
       return 0;
     }

@@ -96,7 +96,7 @@ function destination(out: string | undefined, modelsDir: string): { dirPath: str
  */
 async function preflight(uri: string): Promise<string | undefined> {
   // hf: URIs resolve against the Hugging Face endpoint node-llama-cpp uses (same variables).
-  const url = /^hf:/i.test(uri) ? (Bun.env.MODEL_ENDPOINT || Bun.env.HF_ENDPOINT || "https://huggingface.co/") : uri;
+  const url = /^hf:/i.test(uri) ? Bun.env.MODEL_ENDPOINT || Bun.env.HF_ENDPOINT || "https://huggingface.co/" : uri;
   try {
     await fetch(url, { method: "HEAD", redirect: "manual", signal: AbortSignal.timeout(PREFLIGHT_TIMEOUT_MS) });
     return undefined;

@@ -2,15 +2,7 @@ import { existsSync } from "node:fs";
 import { join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
-import {
-  DEMO_MODEL_NAME,
-  MODEL_PRESETS,
-  PRESET_FILE_TYPES,
-  presetFileName,
-  presetFileType,
-  type ModelPreset,
-  writePresetModel,
-} from "../gguf/presets";
+import { DEMO_MODEL_NAME, MODEL_PRESETS, type ModelPreset, PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../gguf/presets";
 import type { GgufValue } from "../gguf/values";
 import { ggufNames } from "../llm/model";
 import { formatBytes, formatCount } from "./units";
@@ -169,7 +161,16 @@ function list(dir: string): number {
     try {
       const m = describeGguf(join(dir, file));
       const template = m.metadata["tokenizer.chat_template"] === undefined ? "no" : "yes";
-      return [file, m.name, m.architecture ?? "?", formatCount(m.parameters), formatBytes(m.sizeBytes), String(m.contextLength ?? "?"), m.quantization, template];
+      return [
+        file,
+        m.name,
+        m.architecture ?? "?",
+        formatCount(m.parameters),
+        formatBytes(m.sizeBytes),
+        String(m.contextLength ?? "?"),
+        m.quantization,
+        template,
+      ];
     } catch (err) {
       if (!(err instanceof InvalidModelError)) throw err;
       return [file, `unusable: ${err.reason}`];
@@ -216,7 +217,10 @@ async function info(path: string): Promise<number> {
     ["embedding length", arch("embedding_length")],
     ["attention heads", arch("attention.head_count")],
     ["vocabulary", tokens?.type === "array" ? `${tokens.items.length} tokens (${scalar(meta("tokenizer.ggml.model")) ?? "unknown"} tokenizer)` : undefined],
-    ["chat template", template?.type === "string" ? `yes (${template.value.length} characters)` : "none (a prompt format is guessed from the name and architecture)"],
+    [
+      "chat template",
+      template?.type === "string" ? `yes (${template.value.length} characters)` : "none (a prompt format is guessed from the name and architecture)",
+    ],
     ["license", scalar(meta("general.license"))],
     ["split", splitCount === undefined ? undefined : `part ${Number(scalar(meta("split.no")) ?? 0) + 1} of ${splitCount}`],
     ["tensors", String(m.tensors)],

@@ -58,7 +58,9 @@ async function run(config: Config, args: readonly string[], flags: Map<string, s
         return 2;
       }
       await withAdmin(config, (admin) => admin.clear(subject));
-      console.log(subject === null ? "The default quota is cleared: users without their own have no limit." : `User "${flags.get("--user")}"'s own quota is cleared.`);
+      console.log(
+        subject === null ? "The default quota is cleared: users without their own have no limit." : `User "${flags.get("--user")}"'s own quota is cleared.`,
+      );
       return 0;
     }
     case "list": {

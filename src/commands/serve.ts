@@ -1,5 +1,5 @@
-import type { Config } from "../config";
 import { type Announce, startService } from "../compose";
+import type { Config } from "../config";
 import { createLogger, type Logger } from "../log";
 
 function waitForSignal(): Promise<NodeJS.Signals> {

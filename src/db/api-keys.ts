@@ -22,9 +22,7 @@ export function generateKey(): string {
  * are part of a secret that may be guessable, so it is shown by a fingerprint instead: the start
  * of the digest stored beside it anyway, which tells whoever can list keys nothing new.
  */
-export const shownPrefix = (key: string): string =>
-  GENERATED.test(key) ? key.slice(0, SHOWN_CHARS) : `sha256:${hashKey(key).slice(0, FINGERPRINT_HEX)}`;
+export const shownPrefix = (key: string): string => (GENERATED.test(key) ? key.slice(0, SHOWN_CHARS) : `sha256:${hashKey(key).slice(0, FINGERPRINT_HEX)}`);
 
 /** Whether a key's use at `now` should be written down. */
-export const isLastUsedStale = (lastUsedAt: number | null, now: number): boolean =>
-  lastUsedAt === null || lastUsedAt < now - LAST_USED_RESOLUTION_MS;
+export const isLastUsedStale = (lastUsedAt: number | null, now: number): boolean => lastUsedAt === null || lastUsedAt < now - LAST_USED_RESOLUTION_MS;

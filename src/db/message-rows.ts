@@ -34,7 +34,16 @@ export const messageRow = (conversation: ConversationRef, message: NewMessage) =
 /** A stored row as the native API shows a message. */
 export const messageRecord = (
   conversation: ConversationRef,
-  row: { id: number; role: Role; content: string; reasoning: string | null; createdAt: number; userId: number; finishReason: FinishReason | null; model: string | null },
+  row: {
+    id: number;
+    role: Role;
+    content: string;
+    reasoning: string | null;
+    createdAt: number;
+    userId: number;
+    finishReason: FinishReason | null;
+    model: string | null;
+  },
 ): MessageRecord => ({
   id: row.id,
   role: row.role,

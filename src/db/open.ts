@@ -1,6 +1,6 @@
-import type { OpenOptions, Storage } from "./storage";
 import { openPgStorage } from "./pg/storage";
 import { openSqliteStorage } from "./sqlite/storage";
+import type { OpenOptions, Storage } from "./storage";
 
 const POSTGRES_URL = /^postgres(ql)?:\/\//i;
 

@@ -5,13 +5,13 @@
 import { CHATML_TEMPLATE } from "./chatml";
 import { PLAIN_REPLIES } from "./corpus";
 import { replyPieces } from "./demo";
-import { llamaGguf, type LlamaHparams, type LlamaTensorSpec } from "./llama";
+import { type FileType, tensorTypeFor } from "./file-type";
+import { type LlamaHparams, type LlamaTensorSpec, llamaGguf } from "./llama";
 import { fillXorshift32, hash32, xorshift32 } from "./prng";
-import { tensorTypeFor, type FileType } from "./file-type";
 import { constant, encoded } from "./tensor-data";
 import { chatmlTokenizer } from "./tokenizer";
 import { gguf } from "./values";
-import { SPACE, buildVocab, type Vocab } from "./vocab";
+import { buildVocab, SPACE, type Vocab } from "./vocab";
 import type { GgufFile } from "./writer";
 
 export const BENCH_MODEL_NAME = "parley-bench-small";
@@ -90,6 +90,13 @@ export function benchGguf(fileType: BenchFileType = "F16"): GgufFile {
     const name = `${spec.layer ?? ""}.${spec.kind}`;
     return { type, data: encoded(randomHalves(hash32(name) ^ SEED, count), type) };
   };
-  const file = llamaGguf({ name: BENCH_MODEL_NAME, hparams: BENCH_HPARAMS, nVocab: vocab.tokens.length, tokenizer: chatmlTokenizer(vocab, CHATML_TEMPLATE), fileType, weights });
+  const file = llamaGguf({
+    name: BENCH_MODEL_NAME,
+    hparams: BENCH_HPARAMS,
+    nVocab: vocab.tokens.length,
+    tokenizer: chatmlTokenizer(vocab, CHATML_TEMPLATE),
+    fileType,
+    weights,
+  });
   return { ...file, metadata: { ...file.metadata, [RANDOM_WEIGHTS_KEY]: gguf.bool(true) } };
 }

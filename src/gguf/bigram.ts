@@ -9,7 +9,7 @@
 // log probability that token v follows context c. The logits therefore depend only on the
 // last token: argmax follows the most frequent corpus bigram, sampling follows the corpus.
 
-import { llamaGguf, type LlamaArchitecture, type LlamaHparams, type LlamaTensorSpec } from "./llama";
+import { type LlamaArchitecture, type LlamaHparams, type LlamaTensorSpec, llamaGguf } from "./llama";
 import { constant, fromFloats } from "./tensor-data";
 import type { GgufValue } from "./values";
 import type { GgufFile } from "./writer";
@@ -73,18 +73,13 @@ export function bigramHparams(nContexts: number): LlamaHparams {
   return { nEmbd, nLayer: 1, nHead: nEmbd / HEAD_DIM, nHeadKv: nEmbd / HEAD_DIM, nFf: 128, contextLength: 4096, rmsEps: RMS_EPS };
 }
 
-export function bigramGguf(
-  name: string,
-  b: Bigrams,
-  tokenizer: Readonly<Record<string, GgufValue>>,
-  architecture: LlamaArchitecture = "llama",
-): GgufFile {
+export function bigramGguf(name: string, b: Bigrams, tokenizer: Readonly<Record<string, GgufValue>>, architecture: LlamaArchitecture = "llama"): GgufFile {
   const hparams = bigramHparams(b.nContexts);
   const { nEmbd } = hparams;
   const { nVocab } = b;
 
   const embeddings = new Float32Array(nVocab * nEmbd);
-  b.contextOf.forEach((c, v) => (embeddings[v * nEmbd + c] = 1));
+  for (const [v, c] of b.contextOf.entries()) embeddings[v * nEmbd + c] = 1;
   // RMSNorm turns the one-hot 1 into 1 / sqrt(1/nEmbd + eps); this gain turns it back into 1,
   // so the logits are exactly the stored column.
   const outputNormGain = Math.sqrt(1 / nEmbd + RMS_EPS);
@@ -92,12 +87,17 @@ export function bigramGguf(
   const weights = (spec: LlamaTensorSpec) => {
     const count = spec.shape.reduce((a, d) => a * d, 1);
     switch (spec.kind) {
-      case "token_embd": return { type: "F32" as const, data: fromFloats(embeddings, "F32") };
-      case "output": return { type: "F32" as const, data: fromFloats(outputWeights(b, nEmbd), "F32") };
-      case "output_norm": return { type: "F32" as const, data: constant(outputNormGain, count, "F32") };
+      case "token_embd":
+        return { type: "F32" as const, data: fromFloats(embeddings, "F32") };
+      case "output":
+        return { type: "F32" as const, data: fromFloats(outputWeights(b, nEmbd), "F32") };
+      case "output_norm":
+        return { type: "F32" as const, data: constant(outputNormGain, count, "F32") };
       case "attn_norm":
-      case "ffn_norm": return { type: "F32" as const, data: constant(1, count, "F32") };
-      default: return { type: "F32" as const, data: constant(0, count, "F32") };
+      case "ffn_norm":
+        return { type: "F32" as const, data: constant(1, count, "F32") };
+      default:
+        return { type: "F32" as const, data: constant(0, count, "F32") };
     }
   };
   return llamaGguf({ name, architecture, hparams, nVocab, tokenizer, fileType: "F32", weights });

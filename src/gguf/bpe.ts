@@ -18,10 +18,7 @@ export type BpePre = "llama-bpe" | "qwen2";
 // llama.cpp's regexes (src/llama-vocab.cpp), in JavaScript's syntax: `(?i:…)` spelled out.
 const CONTRACTIONS = "'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]";
 const PRE_TOKENIZERS: Record<BpePre, RegExp> = {
-  "llama-bpe": new RegExp(
-    `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
-    "gu",
-  ),
+  "llama-bpe": new RegExp(`${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`, "gu"),
   qwen2: new RegExp(`${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`, "gu"),
 };
 

@@ -1,12 +1,12 @@
 // The `parley-demo` model: a bigram model (bigram.ts) of DEMO_CORPUS with a SentencePiece
 // vocabulary and the ChatML template.
 
-import { bigramGguf, countBigrams, greedyTokens, type Bigrams } from "./bigram";
+import { type Bigrams, bigramGguf, countBigrams, greedyTokens } from "./bigram";
 import { CHATML_TEMPLATE } from "./chatml";
 import { DEMO_CORPUS } from "./corpus";
 import { chatmlTokenizer } from "./tokenizer";
 import { gguf } from "./values";
-import { IM_END, SPACE, buildVocab, toPiece, tokenId, type Vocab } from "./vocab";
+import { buildVocab, IM_END, SPACE, tokenId, toPiece, type Vocab } from "./vocab";
 import type { GgufFile } from "./writer";
 
 export const DEMO_MODEL_NAME = "parley-demo";

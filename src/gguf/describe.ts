@@ -5,7 +5,7 @@
 
 import { closeSync, openSync, readSync, statSync } from "node:fs";
 import { basename } from "node:path";
-import { readGgufHeader, type GgufTensorInfo } from "./reader";
+import { type GgufTensorInfo, readGgufHeader } from "./reader";
 import { FILE_TYPE_NAMES, GGML_TYPES } from "./tensor-types";
 import type { GgufValue } from "./values";
 import { GGUF_MAGIC } from "./writer";
@@ -86,7 +86,7 @@ function headerProblem(err: unknown): string {
 }
 
 function fileSize(path: string): number {
-  let stats;
+  let stats: ReturnType<typeof statSync>;
   try {
     stats = statSync(path);
   } catch (err) {

@@ -4,18 +4,18 @@
 // A family is described here once; `familyGguf` builds any of them.
 
 import { bigramGguf, countBigrams, greedyTokens } from "./bigram";
-import { buildBpeVocab, byteLevel, preTokenize, type BpePre } from "./bpe";
+import { type BpePre, buildBpeVocab, byteLevel, preTokenize } from "./bpe";
 import { DEMO_CORPUS } from "./corpus";
-import type { LlamaArchitecture } from "./llama";
 import { replyPieces } from "./demo";
+import type { LlamaArchitecture } from "./llama";
 import gemmaTemplate from "./templates/gemma-2-it.jinja" with { type: "text" };
 import llama3Template from "./templates/llama-3.1-instruct.jinja" with { type: "text" };
 import mistralTemplate from "./templates/mistral-7b-instruct-v0.3.jinja" with { type: "text" };
 import phi3Template from "./templates/phi-3.5-mini-instruct.jinja" with { type: "text" };
 import qwen2Template from "./templates/qwen2.5-instruct.jinja" with { type: "text" };
 import qwen3Template from "./templates/qwen3.jinja" with { type: "text" };
-import { tokenizerMetadata, type SpecialRoles, type TokenizerSpec } from "./tokenizer";
-import { buildVocab, TOKEN_TYPE, tokenId, type SpecialToken } from "./vocab";
+import { type SpecialRoles, type TokenizerSpec, tokenizerMetadata } from "./tokenizer";
+import { buildVocab, type SpecialToken, TOKEN_TYPE, tokenId } from "./vocab";
 import type { GgufFile } from "./writer";
 
 export const FAMILY_PRESETS = ["llama3", "qwen2", "gemma", "mistral", "phi3", "qwen3-thinking"] as const;
@@ -54,9 +54,17 @@ export const FAMILIES: Readonly<Record<FamilyPreset, Family>> = {
   llama3: {
     tokenizer: { kind: "bpe", pre: "llama-bpe" },
     specials: control(
-      "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
-      "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
-      "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
+      "<|begin_of_text|>",
+      "<|end_of_text|>",
+      "<|reserved_special_token_0|>",
+      "<|reserved_special_token_1|>",
+      "<|finetune_right_pad_id|>",
+      "<|reserved_special_token_2|>",
+      "<|start_header_id|>",
+      "<|end_header_id|>",
+      "<|eom_id|>",
+      "<|eot_id|>",
+      "<|python_tag|>",
     ),
     roles: { bos: "<|begin_of_text|>", eos: "<|eot_id|>", pad: "<|finetune_right_pad_id|>" },
     addBos: true,
@@ -112,11 +120,7 @@ export const FAMILIES: Readonly<Record<FamilyPreset, Family>> = {
   // released files (llama.cpp makes <|end|> a control token when it loads them).
   phi3: {
     tokenizer: { kind: "spm", addSpacePrefix: false },
-    specials: [
-      ["<unk>", UNKNOWN],
-      ...control("<s>", "</s>", "<|endoftext|>"),
-      ...userDefined("<|assistant|>", "<|system|>", "<|end|>", "<|user|>"),
-    ],
+    specials: [["<unk>", UNKNOWN], ...control("<s>", "</s>", "<|endoftext|>"), ...userDefined("<|assistant|>", "<|system|>", "<|end|>", "<|user|>")],
     roles: { bos: "<s>", eos: "<|endoftext|>", unk: "<unk>", pad: "<|endoftext|>" },
     addBos: false,
     chatTemplate: phi3Template,

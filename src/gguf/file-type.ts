@@ -3,7 +3,7 @@
 // generated quantized model is laid out like one a user quantized from the F16 file.
 
 import type { LlamaTensorSpec } from "./llama";
-import { tensorLayout, type TensorType } from "./writer";
+import { type TensorType, tensorLayout } from "./writer";
 
 /** llama_ftype ids (include/llama.h). */
 export const FILE_TYPES = { F32: 0, F16: 1, Q4_0: 2, Q8_0: 7 } as const;

@@ -2,8 +2,8 @@
 // reads (src/models/llama.cpp, src/llama-vocab.cpp) and the tensor list it requires. The
 // tensor contents come from the caller, one tensor at a time.
 
-import { FILE_TYPES, isQuantized, QUANTIZATION_VERSION, type FileType } from "./file-type";
-import { gguf, type GgufValue } from "./values";
+import { FILE_TYPES, type FileType, isQuantized, QUANTIZATION_VERSION } from "./file-type";
+import { type GgufValue, gguf } from "./values";
 import { GGUF_ALIGNMENT, type GgufFile, type GgufTensor } from "./writer";
 
 export interface LlamaHparams {
@@ -19,9 +19,20 @@ export interface LlamaHparams {
 
 /** Tensor names without the `blk.N.` prefix and the `.weight` suffix. */
 export type LlamaTensorKind =
-  | "token_embd" | "output_norm" | "output"
-  | "attn_norm" | "attn_q" | "attn_k" | "attn_v" | "attn_output" | "attn_q_norm" | "attn_k_norm"
-  | "ffn_norm" | "ffn_gate" | "ffn_up" | "ffn_down";
+  | "token_embd"
+  | "output_norm"
+  | "output"
+  | "attn_norm"
+  | "attn_q"
+  | "attn_k"
+  | "attn_v"
+  | "attn_output"
+  | "attn_q_norm"
+  | "attn_k_norm"
+  | "ffn_norm"
+  | "ffn_gate"
+  | "ffn_up"
+  | "ffn_down";
 
 export interface LlamaTensorSpec {
   readonly kind: LlamaTensorKind;
@@ -107,10 +118,12 @@ export function llamaGguf(m: LlamaModel): GgufFile {
     [`${arch}.rope.freq_base`]: gguf.f32(10000),
     ...m.tokenizer,
   };
-  const tensors = llamaTensorSpecs(h, m.nVocab, arch).map((spec): GgufTensor => ({
-    name: spec.layer === null ? `${spec.kind}.weight` : `blk.${spec.layer}.${spec.kind}.weight`,
-    shape: spec.shape,
-    ...m.weights(spec),
-  }));
+  const tensors = llamaTensorSpecs(h, m.nVocab, arch).map(
+    (spec): GgufTensor => ({
+      name: spec.layer === null ? `${spec.kind}.weight` : `blk.${spec.layer}.${spec.kind}.weight`,
+      shape: spec.shape,
+      ...m.weights(spec),
+    }),
+  );
   return { metadata, tensors };
 }

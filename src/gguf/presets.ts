@@ -3,11 +3,11 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { BENCH_FILE_TYPES, benchGguf, type BenchFileType } from "./bench";
+import { BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
 import { demoGguf } from "./demo";
-import { FAMILY_PRESETS, familyGguf, type FamilyPreset } from "./families";
+import { FAMILY_PRESETS, type FamilyPreset, familyGguf } from "./families";
 import type { FileType } from "./file-type";
-import { writeGguf, type GgufFile } from "./writer";
+import { type GgufFile, writeGguf } from "./writer";
 
 export { DEMO_MODEL_NAME } from "./demo";
 export type { FileType } from "./file-type";
@@ -49,8 +49,10 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
   if (!PRESET_FILE_TYPES[preset].includes(fileType)) throw new Error(`the ${preset} model is not written as ${fileType}`);
   if (isFamily(preset)) return familyGguf(preset);
   switch (preset) {
-    case "demo": return demoGguf();
-    case "bench-small": return benchGguf(fileType as BenchFileType);
+    case "demo":
+      return demoGguf();
+    case "bench-small":
+      return benchGguf(fileType as BenchFileType);
   }
 }
 

@@ -90,7 +90,19 @@ class Cursor {
 }
 
 const MIN_SIZE: Record<GgufValueType, number> = {
-  u8: 1, i8: 1, bool: 1, u16: 2, i16: 2, u32: 4, i32: 4, f32: 4, u64: 8, i64: 8, f64: 8, string: 8, array: 12,
+  u8: 1,
+  i8: 1,
+  bool: 1,
+  u16: 2,
+  i16: 2,
+  u32: 4,
+  i32: 4,
+  f32: 4,
+  u64: 8,
+  i64: 8,
+  f64: 8,
+  string: 8,
+  array: 12,
 };
 
 function valueType(c: Cursor): GgufValueType {
@@ -102,9 +114,17 @@ function valueType(c: Cursor): GgufValueType {
 
 function readValue(c: Cursor, type: GgufValueType): GgufValue {
   switch (type) {
-    case "u8": case "i8": case "u16": case "i16": case "u32": case "i32": case "f32": case "f64":
+    case "u8":
+    case "i8":
+    case "u16":
+    case "i16":
+    case "u32":
+    case "i32":
+    case "f32":
+    case "f64":
       return { type, value: c[type]() };
-    case "u64": case "i64":
+    case "u64":
+    case "i64":
       return { type, value: c[type]() };
     case "bool":
       return { type, value: c.u8() !== 0 };

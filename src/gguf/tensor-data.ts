@@ -2,7 +2,7 @@
 // GGUF's little-endian layout only on a little-endian host.
 
 import { quantizeQ4_0, quantizeQ8_0 } from "./quantize";
-import { tensorLayout, type TensorType } from "./writer";
+import { type TensorType, tensorLayout } from "./writer";
 
 if (new Uint8Array(new Uint16Array([1]).buffer)[0] !== 1) {
   throw new Error("the GGUF writer assumes a little-endian host");

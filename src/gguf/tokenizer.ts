@@ -4,7 +4,7 @@
 // description was assembled.
 
 import type { BpePre, BpeVocab } from "./bpe";
-import { gguf, type GgufValue } from "./values";
+import { type GgufValue, gguf } from "./values";
 import { tokenId, type Vocab } from "./vocab";
 
 /** Which tokens play which part, by their text. llama.cpp also ends generation on some tokens by their text alone. */

@@ -64,6 +64,5 @@ export const gguf = {
   i64: (value: bigint): GgufValue => ({ type: "i64", value }),
   bool: (value: boolean): GgufValue => ({ type: "bool", value }),
   string: (value: string): GgufValue => ({ type: "string", value }),
-  array: <K extends GgufValueType>(itemType: K, items: readonly ItemOf[K][]): GgufValue =>
-    ({ type: "array", itemType, items }) as GgufArray,
+  array: <K extends GgufValueType>(itemType: K, items: readonly ItemOf[K][]): GgufValue => ({ type: "array", itemType, items }) as GgufArray,
 };

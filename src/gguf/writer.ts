@@ -49,18 +49,30 @@ function alignUp(n: number): number {
 
 function writeValue(b: ByteBuilder, v: GgufValue): void {
   switch (v.type) {
-    case "u8": return b.u8(v.value);
-    case "i8": return b.i8(v.value);
-    case "u16": return b.u16(v.value);
-    case "i16": return b.i16(v.value);
-    case "u32": return b.u32(v.value);
-    case "i32": return b.i32(v.value);
-    case "f32": return b.f32(v.value);
-    case "f64": return b.f64(v.value);
-    case "u64": return b.u64(v.value);
-    case "i64": return b.i64(v.value);
-    case "bool": return b.u8(v.value ? 1 : 0);
-    case "string": return b.string(v.value);
+    case "u8":
+      return b.u8(v.value);
+    case "i8":
+      return b.i8(v.value);
+    case "u16":
+      return b.u16(v.value);
+    case "i16":
+      return b.i16(v.value);
+    case "u32":
+      return b.u32(v.value);
+    case "i32":
+      return b.i32(v.value);
+    case "f32":
+      return b.f32(v.value);
+    case "f64":
+      return b.f64(v.value);
+    case "u64":
+      return b.u64(v.value);
+    case "i64":
+      return b.i64(v.value);
+    case "bool":
+      return b.u8(v.value ? 1 : 0);
+    case "string":
+      return b.string(v.value);
     case "array": {
       b.u32(GGUF_VALUE_TYPE[v.itemType]);
       b.u64(v.items.length);

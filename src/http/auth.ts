@@ -2,8 +2,8 @@ import { Elysia } from "elysia";
 import type { KeyStore } from "../db/storage";
 import type { Principal } from "../db/types";
 import { Forbidden, Unauthorized } from "../errors";
-import type { RateLimiter } from "./rate-limit";
 import { dialectOf } from "./errors";
+import type { RateLimiter } from "./rate-limit";
 import { contextOf } from "./request-context";
 import type { RouteTable } from "./routing";
 
@@ -32,9 +32,7 @@ const missingKey = () => new Unauthorized("an API key is required: send Authoriz
 export async function authenticate(keys: KeyStore, header: string | null): Promise<Principal> {
   const credentials = readCredentials(header);
   if ("problem" in credentials) {
-    throw credentials.problem === "missing"
-      ? missingKey()
-      : new Unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
+    throw credentials.problem === "missing" ? missingKey() : new Unauthorized("the Authorization header must be: Bearer <key>", credentials.tokenSent);
   }
   const principal = await keys.verify(credentials.token);
   if (!principal) throw new Unauthorized("the API key is unknown or revoked", true);

@@ -86,7 +86,12 @@ export class BackgroundResponses {
     return response;
   }
 
-  private async drive(id: string, running: Running, events: TurnEvents<ResponseStart, ResponseResult>, framing: ReturnType<typeof responsesFraming>): Promise<void> {
+  private async drive(
+    id: string,
+    running: Running,
+    events: TurnEvents<ResponseStart, ResponseResult>,
+    framing: ReturnType<typeof responsesFraming>,
+  ): Promise<void> {
     const flusher = setInterval(() => void this.flush(id, running), this.options.flushMs);
     try {
       for (;;) {

@@ -63,9 +63,7 @@ export const Message = t.Object(
     id: t.Integer(),
     role: oneOf(CONVERSATION_ROLES),
     content: t.String(),
-    reasoning: t.Optional(
-      t.String({ description: "Assistant messages of a reasoning model only: its thought, which is never part of content" }),
-    ),
+    reasoning: t.Optional(t.String({ description: "Assistant messages of a reasoning model only: its thought, which is never part of content" })),
     created_at: t.String({ format: "date-time" }),
     conversation_id: t.String(),
     user_id: t.Integer(),

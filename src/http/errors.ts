@@ -1,13 +1,13 @@
 import { Elysia } from "elysia";
 import { type DomainError, type ErrorKind, Internal, InvalidInput, InvalidJson, ParleyError } from "../errors";
 import type { Logger } from "../log";
-import type { ErrorBody, ErrorCode } from "./contract";
-import type { OpenAiErrorBody } from "./openai/contract";
 import type { AnthropicErrorBody, AnthropicErrorType } from "./anthropic/contract";
+import type { ErrorBody, ErrorCode } from "./contract";
+import { spelled } from "./field-names";
+import type { OpenAiErrorBody } from "./openai/contract";
 import { quotaHeaders, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { noSuchEndpoint } from "./routing";
-import { spelled } from "./field-names";
 
 type HeaderMap = Record<string, string>;
 
@@ -51,7 +51,13 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     openai: { type: "invalid_request_error" },
     anthropic: "invalid_request_error",
   },
-  invalid_json: { status: 400, code: "invalid_json", when: "The body is not valid JSON", openai: { type: "invalid_request_error" }, anthropic: "invalid_request_error" },
+  invalid_json: {
+    status: 400,
+    code: "invalid_json",
+    when: "The body is not valid JSON",
+    openai: { type: "invalid_request_error" },
+    anthropic: "invalid_request_error",
+  },
   unauthorized: {
     status: 401,
     code: "unauthorized",
@@ -68,7 +74,13 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     openai: { type: "permission_error" },
     anthropic: "permission_error",
   },
-  not_found: { status: 404, code: "not_found", when: "Unknown path, or no such resource of the caller's", openai: { type: "not_found_error" }, anthropic: "not_found_error" },
+  not_found: {
+    status: 404,
+    code: "not_found",
+    when: "Unknown path, or no such resource of the caller's",
+    openai: { type: "not_found_error" },
+    anthropic: "not_found_error",
+  },
   model_not_found: {
     status: 404,
     code: "model_not_found",
@@ -93,7 +105,13 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     openai: { type: "invalid_request_error" },
     anthropic: "invalid_request_error",
   },
-  payload_too_large: { status: 413, code: "payload_too_large", when: "Body over the size limit", openai: { type: "invalid_request_error" }, anthropic: "request_too_large" },
+  payload_too_large: {
+    status: 413,
+    code: "payload_too_large",
+    when: "Body over the size limit",
+    openai: { type: "invalid_request_error" },
+    anthropic: "request_too_large",
+  },
   unsupported_media_type: {
     status: 415,
     code: "unsupported_media_type",
@@ -134,9 +152,14 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     openai: { type: "server_error" },
     anthropic: "overloaded_error",
   },
-  internal: { status: 500, code: "internal", when: "Unexpected failure; details only in the server log", openai: { type: "server_error" }, anthropic: "api_error" },
+  internal: {
+    status: 500,
+    code: "internal",
+    when: "Unexpected failure; details only in the server log",
+    openai: { type: "server_error" },
+    anthropic: "api_error",
+  },
 };
-
 
 /** Which shape an error takes: the contract's, OpenAI's for its compatible API, or Anthropic's for its Messages API. */
 export type ErrorDialect = "parley" | "openai" | "anthropic";
@@ -151,7 +174,11 @@ const MODELS_PREFIX = "/v1/models";
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
 export const dialectOf = (path: string, headers: Headers): ErrorDialect =>
-  under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && headers.has("anthropic-version")) ? "anthropic" : path.startsWith(OPENAI_PREFIX) ? "openai" : "parley";
+  under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && headers.has("anthropic-version"))
+    ? "anthropic"
+    : path.startsWith(OPENAI_PREFIX)
+      ? "openai"
+      : "parley";
 
 /** The status, contract code and headers `error` is answered with. */
 export function wireError(error: DomainError, dialect: ErrorDialect = "parley"): { status: number; code: ErrorCode; headers: HeaderMap } {
@@ -183,7 +210,10 @@ export const openAiErrorBody = (error: DomainError): OpenAiErrorBody => ({
 /** Anthropic's error body, which has no field for the parameter at fault: the message leads with it. */
 export const anthropicErrorBody = (error: DomainError): AnthropicErrorBody => ({
   type: "error",
-  error: { type: HTTP_ERRORS[error.kind].anthropic, message: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message },
+  error: {
+    type: HTTP_ERRORS[error.kind].anthropic,
+    message: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message,
+  },
 });
 
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";

@@ -44,7 +44,10 @@ export const jsonBody =
   (limits: BodyLimits) =>
   async ({ request }: { request: Request }): Promise<unknown> => {
     const [mediaType = "", ...params] = (request.headers.get("content-type") ?? "").split(";").map((part) => part.trim().toLowerCase());
-    const charset = params.find((param) => param.startsWith("charset="))?.slice(8).replace(/"/g, "");
+    const charset = params
+      .find((param) => param.startsWith("charset="))
+      ?.slice(8)
+      .replace(/"/g, "");
     if (mediaType !== "application/json" || (charset !== undefined && charset !== "utf-8")) {
       throw new UnsupportedMediaType("the request body must be application/json (UTF-8)");
     }

@@ -57,8 +57,7 @@ export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
       const context = contextOf(request);
       const state = progressOf(request);
       const routeLabel = label(request, route);
-      const status =
-        context.status ?? (responseValue instanceof Response ? responseValue.status : typeof set.status === "number" ? set.status : 200);
+      const status = context.status ?? (responseValue instanceof Response ? responseValue.status : typeof set.status === "number" ? set.status : 200);
       state.answered = true;
       state.record = () => {
         const seconds = (performance.now() - context.startedAt) / 1000;

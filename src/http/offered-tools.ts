@@ -16,7 +16,8 @@ export interface OfferedTools {
 
 /** The tools the reply may call; none when none are offered or the choice is `"none"`. */
 export function toolRequestOf({ functions, choice = "auto", parallel }: OfferedTools): ToolRequest | undefined {
-  if (functions.length === 0 && choice !== "none" && choice !== "auto") throw new InvalidInput({ part: "toolChoice" }, "it asks for a call, but no tools are offered");
+  if (functions.length === 0 && choice !== "none" && choice !== "auto")
+    throw new InvalidInput({ part: "toolChoice" }, "it asks for a call, but no tools are offered");
   const seen = new Set<string>();
   for (const [i, fn] of functions.entries()) {
     if (seen.has(fn.name)) throw new InvalidInput({ part: "tool", index: i, detail: "name" }, `two tools are named ${JSON.stringify(fn.name)}`);

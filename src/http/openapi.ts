@@ -7,10 +7,23 @@
  */
 import type { DocumentDecoration } from "elysia";
 import type { ErrorKind } from "../errors";
-import { ChatDelta, ChatReasoning, ChatReply, ChatStart, ConversationPage, ErrorBody, Health, MessagePage, QuotaEntryJson, QuotaList, Ready, UsageReport } from "./contract";
+import { AnthropicErrorBody, AnthropicMessage, AnthropicModel, AnthropicModelList, TokenCount } from "./anthropic/contract";
+import {
+  ChatDelta,
+  ChatReasoning,
+  ChatReply,
+  ChatStart,
+  ConversationPage,
+  ErrorBody,
+  Health,
+  MessagePage,
+  QuotaEntryJson,
+  QuotaList,
+  Ready,
+  UsageReport,
+} from "./contract";
 import { HTTP_ERRORS } from "./errors";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
-import { AnthropicErrorBody, AnthropicMessage, AnthropicModel, AnthropicModelList, TokenCount } from "./anthropic/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
@@ -59,7 +72,10 @@ export const either = (description: string, one: keyof typeof SCHEMAS, other: ke
 });
 
 /** A response that is a document of its own media type (a page, Prometheus' text), not one of Parley's bodies. */
-export const documentResponse = (description: string, mediaType: string) => ({ description, content: { [mediaType]: { schema: { type: "string" as const } } } });
+export const documentResponse = (description: string, mediaType: string) => ({
+  description,
+  content: { [mediaType]: { schema: { type: "string" as const } } },
+});
 
 /**
  * The error responses a route can give (and always 500), each narrowed to its status's code, so
@@ -114,11 +130,19 @@ export const anthropicErrorResponses = (...kinds: ErrorKind[]) => protocolErrorR
 
 /** The errors of a route both OpenAI's and Anthropic's clients call, in the shape of whichever asked. */
 export function eitherErrorResponses(...kinds: ErrorKind[]): Responses {
-  const [openai, anthropic] = [openAiErrorResponses(...kinds), anthropicErrorResponses(...kinds)] as Record<string, { description: string; content: { "application/json": { schema: object } } }>[];
+  const [openai, anthropic] = [openAiErrorResponses(...kinds), anthropicErrorResponses(...kinds)] as Record<
+    string,
+    { description: string; content: { "application/json": { schema: object } } }
+  >[];
   return Object.fromEntries(
     Object.entries(openai!).map(([status, response]) => [
       status,
-      { description: response.description, content: { "application/json": { schema: { oneOf: [response.content["application/json"].schema, anthropic![status]!.content["application/json"].schema] } } } },
+      {
+        description: response.description,
+        content: {
+          "application/json": { schema: { oneOf: [response.content["application/json"].schema, anthropic![status]!.content["application/json"].schema] } },
+        },
+      },
     ]),
   ) as Responses;
 }

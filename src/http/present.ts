@@ -1,7 +1,7 @@
 /** Domain values as the API shows them: the shapes are src/http/contract.ts's. */
 import type { TurnResult, TurnStart } from "../chat/service";
-import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { QuotaState } from "../chat/token-ledger";
+import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination, QuotaJson } from "./contract";
 import type { FieldNames } from "./field-names";
 
@@ -61,7 +61,12 @@ export const resultJson = (result: TurnResult): ChatReply => ({
   new_conversation: result.newConversation,
   message: messageJson(result.message),
   user_message: messageJson(result.userMessage),
-  usage: { prompt_tokens: result.usage.promptTokens, completion_tokens: result.usage.completionTokens, total_tokens: result.usage.promptTokens + result.usage.completionTokens, cached_tokens: result.usage.cachedTokens },
+  usage: {
+    prompt_tokens: result.usage.promptTokens,
+    completion_tokens: result.usage.completionTokens,
+    total_tokens: result.usage.promptTokens + result.usage.completionTokens,
+    cached_tokens: result.usage.cachedTokens,
+  },
   model: result.model,
 });
 
@@ -73,7 +78,6 @@ export const quotaJson = (state: QuotaState): QuotaJson => ({
   remaining: state.remaining,
   resets_at: new Date(state.resetsAt).toISOString(),
 });
-
 
 /** How the native API spells the domain's fields (field-names.ts). */
 export const nativeFields: FieldNames = (field) => {

@@ -5,7 +5,8 @@
 import { t } from "elysia";
 import type { ReplyFormat } from "../llm/engine";
 
-export const RESPONSE_FORMAT_RULE = 'response_format must be {type: "text"}, {type: "json_object"} or {type: "json_schema", json_schema: {name, schema, strict}}';
+export const RESPONSE_FORMAT_RULE =
+  'response_format must be {type: "text"}, {type: "json_object"} or {type: "json_schema", json_schema: {name, schema, strict}}';
 
 export const RESPONSE_FORMAT = t.Union([
   t.Object({ type: t.Literal("text") }),

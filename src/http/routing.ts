@@ -22,7 +22,12 @@ const normalize = (path: string) => (path.length > 1 && path.endsWith("/") ? pat
 
 /** A route path with `:name` segments as a pattern matching one non-empty segment each. */
 const pattern = (path: string) =>
-  new RegExp(`^${path.split("/").map((segment) => (segment.startsWith(":") ? "[^/]+" : RegExp.escape(segment))).join("/")}$`);
+  new RegExp(
+    `^${path
+      .split("/")
+      .map((segment) => (segment.startsWith(":") ? "[^/]+" : RegExp.escape(segment)))
+      .join("/")}$`,
+  );
 
 /**
  * The app's routes by path: which methods each allows and what key each needs. Read lazily from

@@ -2,7 +2,7 @@
  * The sampling fields both APIs take beside their own temperature and seed (OpenAI's, and
  * llama-server's `top_k`, `min_p`, `repeat_penalty`), each honoured: see `samplingOf`.
  */
-import { t, type TSchema } from "elysia";
+import { type TSchema, t } from "elysia";
 import { InvalidInput } from "../errors";
 import type { SamplingRequest } from "../llm/engine";
 
@@ -16,7 +16,9 @@ export const optional = <T extends TSchema>(schema: T, error: string) => t.Optio
 export const unsupported = (error: string) => optional(t.Never(), error);
 
 /** An object's options refusing a field it does not define: it may be another server's choice that the reply would not honour. */
-export const UNKNOWN_FIELD = { additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }) };
+export const UNKNOWN_FIELD = {
+  additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }),
+};
 
 export const SAMPLING_FIELDS = {
   top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),

@@ -16,11 +16,7 @@ export const data = (payload: object | "[DONE]") => {
 /** What a stream writes: a named or unnamed event, or a heartbeat comment. */
 export type SseChunk = ReturnType<typeof event> | ReturnType<typeof data> | Ping;
 
-type Step<T, R> =
-  | { kind: "item"; result: IteratorResult<T, R> }
-  | { kind: "failed"; error: unknown }
-  | { kind: "tick" }
-  | { kind: "aborted" };
+type Step<T, R> = { kind: "item"; result: IteratorResult<T, R> } | { kind: "failed"; error: unknown } | { kind: "tick" } | { kind: "aborted" };
 
 /**
  * Interleaves `PING` into `source` whenever it is silent for `intervalMs`, and stops at once
@@ -31,11 +27,7 @@ type Step<T, R> =
  * One timer serves the whole stream, re-armed for the rest of the interval when it finds the
  * source was not silent: an item (a reply's token) costs no timer of its own.
  */
-export async function* withHeartbeat<T, R>(
-  source: AsyncIterator<T, R>,
-  intervalMs: number,
-  signal: AbortSignal,
-): AsyncGenerator<T | Ping, R | undefined> {
+export async function* withHeartbeat<T, R>(source: AsyncIterator<T, R>, intervalMs: number, signal: AbortSignal): AsyncGenerator<T | Ping, R | undefined> {
   const aborted = new Promise<Step<T, R>>((resolve) => {
     if (signal.aborted) resolve({ kind: "aborted" });
     else signal.addEventListener("abort", () => resolve({ kind: "aborted" }), { once: true });

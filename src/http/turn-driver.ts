@@ -1,14 +1,14 @@
 import type { Server } from "elysia/universal";
 import type { CompletionService } from "../chat/completions";
 import type { Usage } from "../chat/service";
-import type { BodyLimits } from "./json-body";
 import type { TurnEvent, TurnHooks, TurnPrompt } from "../chat/turn-runner";
+import type { DomainError } from "../errors";
 import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
-import type { DomainError } from "../errors";
 import { refusalOf, toDomainError } from "./errors";
 import { spelled } from "./field-names";
+import type { BodyLimits } from "./json-body";
 import { type RateLimiter, tokenQuotaHeaders } from "./rate-limit";
 import { contextOf } from "./request-context";
 import { PING, type SseChunk, withHeartbeat } from "./sse";

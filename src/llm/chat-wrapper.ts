@@ -6,15 +6,7 @@
  */
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import {
-  type ChatHistoryItem,
-  type ChatWrapper,
-  chatWrappers,
-  getLlama,
-  JinjaTemplateChatWrapper,
-  type LlamaModel,
-  resolveChatWrapper,
-} from "node-llama-cpp";
+import { type ChatHistoryItem, type ChatWrapper, chatWrappers, getLlama, JinjaTemplateChatWrapper, type LlamaModel, resolveChatWrapper } from "node-llama-cpp";
 
 type WrapperType = keyof typeof chatWrappers;
 
@@ -116,7 +108,9 @@ export async function chatFormatOf(modelPath: string): Promise<string> {
     const model = await llama.loadModel({ modelPath, vocabOnly: true });
     try {
       const wrapper = detect(model);
-      return wrapper instanceof JinjaTemplateChatWrapper ? "the model's Jinja template" : `${wrapper.wrapperName} (node-llama-cpp's, equivalent to the template)`;
+      return wrapper instanceof JinjaTemplateChatWrapper
+        ? "the model's Jinja template"
+        : `${wrapper.wrapperName} (node-llama-cpp's, equivalent to the template)`;
     } finally {
       await model.dispose();
     }

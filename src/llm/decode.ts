@@ -5,12 +5,12 @@
  * and keeps the exact generated tokens for the next turn.
  */
 import type { Token } from "node-llama-cpp";
+import type { TokenLogprobs } from "../natives/addon";
 import { ReplyText } from "./reply-text";
-import { TextStream } from "./text-stream";
 import type { ReadyPrompt, Scheduler, Turn } from "./scheduler";
+import { TextStream } from "./text-stream";
 import type { ThoughtMarkers } from "./thought-text";
 import type { ToolCallText } from "./tool-call-text";
-import type { TokenLogprobs } from "../natives/addon";
 import type { ReplyPiece, TokenLogprob } from "./types";
 
 export type StopReason = "stop" | "maxTokens" | "abort";
@@ -170,5 +170,12 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   const whole = boundaries.findLast((boundary) => boundary.chars <= end)!;
   const stopString = stopReason === "stop" ? replyText.stopString : undefined;
   const reasoningTokens = thoughtEnd ?? (thoughtOpened ? tokens.length : 0);
-  return { tokens, spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) }, stopReason, ...(stopString !== undefined ? { stopString } : {}), ...(prompt ? { prompt } : {}), reasoningTokens };
+  return {
+    tokens,
+    spelled: { tokens: tokens.slice(0, whole.tokens), text: spelled.slice(0, whole.chars) },
+    stopReason,
+    ...(stopString !== undefined ? { stopString } : {}),
+    ...(prompt ? { prompt } : {}),
+    reasoningTokens,
+  };
 }

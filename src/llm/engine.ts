@@ -8,51 +8,42 @@
  */
 import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
-import {
-  type ChatWrapper,
-  getLlama,
-  getModuleVersion,
-  LlamaText,
-  type Llama,
-  type LlamaContext,
-  type LlamaModel,
-  type Token,
-} from "node-llama-cpp";
+import { type ChatWrapper, getLlama, getModuleVersion, type Llama, type LlamaContext, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
-import { ReplyGrammars } from "./reply-grammar";
-import { resolveModelChatWrapper } from "./chat-wrapper";
-import { chatStops, type ChatStops } from "./chat-stops";
-import { bridge } from "./bridge";
-import { decode, type Decoded, type StopReason } from "./decode";
-import { KvStore, stateSizeBound } from "./kv-store";
+import { hasLogprobs, type TokenLogprobs, tokenBytes } from "../natives/addon";
 import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
-import { hasLogprobs, tokenBytes, type TokenLogprobs } from "../natives/addon";
 import { checkNodeLlamaCppVersion } from "../natives/version";
+import { bridge } from "./bridge";
+import { type ChatStops, chatStops } from "./chat-stops";
+import { resolveModelChatWrapper } from "./chat-wrapper";
+import { type Decoded, decode, type StopReason } from "./decode";
+import { KvStore, stateSizeBound } from "./kv-store";
 import { type PoolStats, SequencePool } from "./pool";
-import { PromptRenderer, sharedPrefix, windowOpener, type FittedPrompt } from "./prompt";
-import { Scheduler, type PromptPlan, type Slot } from "./scheduler";
-import { thoughtMarkersOf, type ThoughtMarkers } from "./thought-text";
-import { continueTranscript, isReplyOf, type ShiftedPrompt, shiftTranscript, type Transcript } from "./transcript";
+import { type FittedPrompt, PromptRenderer, sharedPrefix, windowOpener } from "./prompt";
+import { ReplyGrammars } from "./reply-grammar";
+import { type PromptPlan, Scheduler, type Slot } from "./scheduler";
 import { TemplateChat } from "./template-chat";
+import { type ThoughtMarkers, thoughtMarkersOf } from "./thought-text";
 import { ToolCallText } from "./tool-call-text";
 import { callableFunctions } from "./tools";
+import { continueTranscript, isReplyOf, type ShiftedPrompt, shiftTranscript, type Transcript } from "./transcript";
 import {
   type ContextOverflow,
   type FinishReason,
   type FlashAttentionMode,
   type GenerateRequest,
   type GenerateResult,
+  type PromptEnds,
   type ReasoningMode,
   type ReplyPiece,
-  samplingOf,
   type Sampling,
   type SpelledToken,
-  type PromptEnds,
+  samplingOf,
+  type TokenLogprob,
   type ToolCall,
   type ToolFunction,
   type ToolRequest,
-  type TokenLogprob,
   type Turn,
 } from "./types";
 
@@ -102,8 +93,6 @@ export interface EngineOptions {
    */
   primedTurns?: Turn[];
 }
-
-
 
 const DEFAULT_CONTEXT_CAP = 4096;
 /**
@@ -245,7 +234,13 @@ export class Engine {
     if (turns.length === 0) return;
     await Promise.all(
       this.scheduler.slots.map(async () => {
-        const reply = this.generate({ cacheScope: "", publicTurns: turns.length, history: [...turns, { role: "user", content: "" }], temperature: 0, maxTokens: 1 });
+        const reply = this.generate({
+          cacheScope: "",
+          publicTurns: turns.length,
+          history: [...turns, { role: "user", content: "" }],
+          temperature: 0,
+          maxTokens: 1,
+        });
         while (!(await reply.next()).done);
       }),
     );
@@ -293,16 +288,22 @@ export class Engine {
   async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "cacheScope">): Promise<void> {
     // None (0) is what a model without thoughts gives anyway.
     if (request.thoughtTokens !== undefined && request.thoughtTokens > 0 && !this.thoughts) {
-      throw new InvalidInput({ part: "thoughtBudget" }, `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`);
+      throw new InvalidInput(
+        { part: "thoughtBudget" },
+        `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`,
+      );
     }
     if (request.logprobs !== undefined && !hasLogprobs(this.context)) {
       throw new InvalidInput({ part: "logprobs" }, "log-probabilities need Parley's compiled natives (bun run natives), which this build runs without");
     }
     const outside = Object.keys(request.logitBias ?? {}).find((token) => Number(token) >= this.vocabularySize);
-    if (outside !== undefined) throw new InvalidInput({ part: "tokenBias" }, `token ${outside} is not one of the model's: its token ids go from 0 to ${this.vocabularySize - 1}`);
+    if (outside !== undefined)
+      throw new InvalidInput({ part: "tokenBias" }, `token ${outside} is not one of the model's: its token ids go from 0 to ${this.vocabularySize - 1}`);
     await this.grammars.check(request);
-    // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything starts.
-    if (request.tools) await this.prompts.fit([], this.promptBudget(request.maxTokens), request.cacheScope, request.tools.functions);
+    // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything
+    // starts. Beside an empty question: some templates (Llama 3's) put the tools in the first one.
+    if (request.tools)
+      await this.prompts.fit([{ role: "user", content: "" }], this.promptBudget(request.maxTokens), request.cacheScope, request.tools.functions);
   }
 
   /** What splits the reply's calls from its text; a call streams while a grammar holds the reply (a forced call, or an armed lazy one). */
@@ -409,21 +410,17 @@ export class Engine {
           (piece) => {
             if (piece.kind === "toolCall") {
               if (piece.part.part === "close") calls.push(piece.part.call);
-            }
-            else if (piece.kind === "logprobs") append(logprobs, piece.entries);
+            } else if (piece.kind === "logprobs") append(logprobs, piece.entries);
             else if (piece.kind === "reasoning" && this.thoughts?.hidden) return;
             else if (piece.kind !== "prompt") said[piece.kind] += piece.text;
             emit(piece);
           },
         );
         // The sequence is free once evaluation ends, even while the consumer still reads buffered pieces.
-        void running.then(
-          (result) => {
-            if (result.prompt && fit) slot.transcript = this.transcriptAfter(key ?? NO_CONVERSATION, fit.fitted, result.prompt.tokens, result.spelled);
-            lease.release();
-          },
-          lease.release,
-        );
+        void running.then((result) => {
+          if (result.prompt && fit) slot.transcript = this.transcriptAfter(key ?? NO_CONVERSATION, fit.fitted, result.prompt.tokens, result.spelled);
+          lease.release();
+        }, lease.release);
         return running;
       });
 
@@ -486,7 +483,14 @@ export class Engine {
    * that does not continue what the sequence holds has overflowed: it is shifted, or with slack
    * kept at the window the sequence holds while that still fits.
    */
-  private plan(slot: Slot, key: string | undefined, scope: string, { fitted, opening }: Fitting, budget: number, history: readonly Turn[]): { plan: PromptPlan; fitted: FittedPrompt } {
+  private plan(
+    slot: Slot,
+    key: string | undefined,
+    scope: string,
+    { fitted, opening }: Fitting,
+    budget: number,
+    history: readonly Turn[],
+  ): { plan: PromptPlan; fitted: FittedPrompt } {
     if (slot.scope !== scope) return { plan: { tokens: fitted.tokens, reusable: sharedPrefix(fitted.tokens, opening) }, fitted };
     const tokens = this.promptTokens(slot, key, fitted, budget, scope);
     const overflowed = tokens === fitted.tokens && key !== undefined;
@@ -630,4 +634,3 @@ const TINY_MODEL_BYTES = 32 * 1024 * 1024;
 function defaultThreads(llama: Llama, model: LlamaModel): number {
   return model.size < TINY_MODEL_BYTES ? 1 : Math.max(1, llama.cpuMathCores);
 }
-

@@ -84,7 +84,11 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
   };
   const spend = (at: string, elements: number) => {
     budget.elements -= elements;
-    if (budget.elements < 0) refuse(at, `takes the request's schemas past ${SCHEMA_LIMITS.elements} elements (subschemas, properties and enum values), the most Parley holds a reply to`);
+    if (budget.elements < 0)
+      refuse(
+        at,
+        `takes the request's schemas past ${SCHEMA_LIMITS.elements} elements (subschemas, properties and enum values), the most Parley holds a reply to`,
+      );
   };
   if (!isObject(schema)) return refuse("", "must be a JSON object");
   const defs = isObject(schema.$defs) ? schema.$defs : {};
@@ -108,8 +112,10 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
     for (const keyword of REPETITIONS) {
       const count = out[keyword];
       if (count === undefined) continue;
-      if (typeof count !== "number" || !Number.isInteger(count) || count < 0) return refuse(at, `has "${keyword}" ${JSON.stringify(count)}, which is not a count`);
-      if (count > SCHEMA_LIMITS.repetition) unenforced(out, [keyword], at, `has "${keyword}" ${count}: at most ${SCHEMA_LIMITS.repetition} repetitions are enforced`);
+      if (typeof count !== "number" || !Number.isInteger(count) || count < 0)
+        return refuse(at, `has "${keyword}" ${JSON.stringify(count)}, which is not a count`);
+      if (count > SCHEMA_LIMITS.repetition)
+        unenforced(out, [keyword], at, `has "${keyword}" ${count}: at most ${SCHEMA_LIMITS.repetition} repetitions are enforced`);
     }
     if (!strict && "oneOf" in out && !("anyOf" in out)) {
       out.anyOf = out.oneOf!;
@@ -140,7 +146,8 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
     if ("$ref" in node) {
       only(["$ref"]);
       const ref = node.$ref;
-      if (typeof ref !== "string" || !/^#\/\$defs\/[^/]+$/.test(ref) || !(ref.slice("#/$defs/".length) in defs)) return refuse(at, "has a $ref other than #/$defs/<a name it defines>");
+      if (typeof ref !== "string" || !/^#\/\$defs\/[^/]+$/.test(ref) || !(ref.slice("#/$defs/".length) in defs))
+        return refuse(at, "has a $ref other than #/$defs/<a name it defines>");
       return { ...keep, $ref: ref };
     }
     if ("const" in node) {
@@ -150,7 +157,8 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
     }
     if ("enum" in node) {
       only(["enum", "type"]);
-      if (!Array.isArray(node.enum) || node.enum.length === 0 || !node.enum.every(isScalar)) return refuse(at, "has an enum that is not a non-empty list of strings, numbers, booleans or null");
+      if (!Array.isArray(node.enum) || node.enum.length === 0 || !node.enum.every(isScalar))
+        return refuse(at, "has an enum that is not a non-empty list of strings, numbers, booleans or null");
       spend(at, node.enum.length);
       return { ...keep, enum: node.enum };
     }
@@ -161,27 +169,35 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
     }
     if (Array.isArray(type)) {
       only(["type"]);
-      if (type.length === 0 || !type.every((t) => typeof t === "string" && SCALAR_TYPES.has(t))) return refuse(at, "has a list of types that are not all string, number, integer, boolean or null");
+      if (type.length === 0 || !type.every((t) => typeof t === "string" && SCALAR_TYPES.has(t)))
+        return refuse(at, "has a list of types that are not all string, number, integer, boolean or null");
       return { ...keep, type };
     }
-    if (typeof type !== "string") return refuse(at, `has no type (or has "${Object.keys(node).find((k) => k !== "$defs" && k !== "description") ?? "nothing"}" without one)`);
+    if (typeof type !== "string")
+      return refuse(at, `has no type (or has "${Object.keys(node).find((k) => k !== "$defs" && k !== "description") ?? "nothing"}" without one)`);
     switch (type) {
       case "string":
         only([...ENFORCED.string!]);
-        if (node.format !== undefined && !(typeof node.format === "string" && FORMATS.has(node.format))) unenforced(node, ["format"], at, `has format ${JSON.stringify(node.format)}; only date-time, time and date are enforced`);
-        if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined)) unenforced(node, ["minLength", "maxLength"], at, "has a format with a length bound");
+        if (node.format !== undefined && !(typeof node.format === "string" && FORMATS.has(node.format)))
+          unenforced(node, ["format"], at, `has format ${JSON.stringify(node.format)}; only date-time, time and date are enforced`);
+        if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined))
+          unenforced(node, ["minLength", "maxLength"], at, "has a format with a length bound");
         return { ...keep, ...node };
       case "object": {
         only([...ENFORCED.object!]);
         const properties = node.properties ?? {};
         if (!isObject(properties)) return refuse(at, "has properties that are not an object");
-        const converted = Object.fromEntries(Object.entries(properties).map(([name, property]) => [name, convert(property, `${at}/properties/${name}`, depth + 1)]));
+        const converted = Object.fromEntries(
+          Object.entries(properties).map(([name, property]) => [name, convert(property, `${at}/properties/${name}`, depth + 1)]),
+        );
         const additional = node.additionalProperties;
         return {
           ...keep,
           ...node,
           properties: converted,
-          ...(additional !== undefined && typeof additional !== "boolean" ? { additionalProperties: convert(additional, `${at}/additionalProperties`, depth + 1) } : {}),
+          ...(additional !== undefined && typeof additional !== "boolean"
+            ? { additionalProperties: convert(additional, `${at}/additionalProperties`, depth + 1) }
+            : {}),
         };
       }
       case "array":
@@ -194,8 +210,10 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
         };
       case "integer":
         only([...ENFORCED.scalar!, "minimum", "maximum"]);
-        if (typeof node.minimum === "number" && node.minimum > -GRAMMAR_INTEGER_BOUND) unenforced(node, ["minimum"], at, `has "minimum" ${node.minimum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
-        if (typeof node.maximum === "number" && node.maximum < GRAMMAR_INTEGER_BOUND) unenforced(node, ["maximum"], at, `has "maximum" ${node.maximum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
+        if (typeof node.minimum === "number" && node.minimum > -GRAMMAR_INTEGER_BOUND)
+          unenforced(node, ["minimum"], at, `has "minimum" ${node.minimum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
+        if (typeof node.maximum === "number" && node.maximum < GRAMMAR_INTEGER_BOUND)
+          unenforced(node, ["maximum"], at, `has "maximum" ${node.maximum}, which Parley cannot enforce (only bounds beyond ±${GRAMMAR_INTEGER_BOUND})`);
         return { ...keep, type };
       default:
         if (!SCALAR_TYPES.has(type)) return refuse(at, `has type ${JSON.stringify(type)}`);
@@ -222,7 +240,8 @@ function checkRefs(root: SchemaObject, refuse: (at: string, why: string) => neve
     if (!isObject(node)) return 0;
     if (typeof node.$ref === "string") {
       const name = node.$ref.slice("#/$defs/".length);
-      if (following.includes(name)) refuse(at, `has a $ref that leads back to ${node.$ref} (${[...following, name].join(" → ")}): a recursive schema cannot be held`);
+      if (following.includes(name))
+        refuse(at, `has a $ref that leads back to ${node.$ref} (${[...following, name].join(" → ")}): a recursive schema cannot be held`);
       let own = heights.get(name);
       if (own === undefined) {
         following.push(name);
@@ -235,8 +254,10 @@ function checkRefs(root: SchemaObject, refuse: (at: string, why: string) => neve
     let below = 0;
     for (const [keyword, value] of Object.entries(node)) {
       // The grammar's alternatives (`oneOf`) are the client's `anyOf`.
-      if (keyword === "properties" && isObject(value)) below = Object.entries(value).reduce((most, [name, property]) => Math.max(most, height(property, `${at}/properties/${name}`)), below);
-      else if (keyword === "items" || keyword === "additionalProperties" || keyword === "prefixItems" || keyword === "oneOf") below = Math.max(below, height(value, `${at}/${keyword === "oneOf" ? "anyOf" : keyword}`));
+      if (keyword === "properties" && isObject(value))
+        below = Object.entries(value).reduce((most, [name, property]) => Math.max(most, height(property, `${at}/properties/${name}`)), below);
+      else if (keyword === "items" || keyword === "additionalProperties" || keyword === "prefixItems" || keyword === "oneOf")
+        below = Math.max(below, height(value, `${at}/${keyword === "oneOf" ? "anyOf" : keyword}`));
     }
     return below + 1;
   };
@@ -277,9 +298,17 @@ const CALENDAR_MONTH_DAY =
 export function boundedJsonGrammar(grammar: string): string {
   const rules = [
     { rule: "root", from: /^(root ::= .*) "\\n\\n\\n\\n" \[\\n\]\*$/m, to: "$1" },
-    { rule: "integer-number-rule", from: /^integer-number-rule ::= .*$/m, to: `integer-number-rule ::= "-"? ("0" | [1-9] [0-9]{0,${String(GRAMMAR_INTEGER_BOUND).length - 1}})` },
+    {
+      rule: "integer-number-rule",
+      from: /^integer-number-rule ::= .*$/m,
+      to: `integer-number-rule ::= "-"? ("0" | [1-9] [0-9]{0,${String(GRAMMAR_INTEGER_BOUND).length - 1}})`,
+    },
     { rule: "string-char-rule", from: /^string-char-rule ::= \[\^"\\\\\\x7F\\x00-\\x1F\]/m, to: `string-char-rule ::= ${TEXT_CHAR}` },
-    { rule: "fractional-number-rule", from: /^(fractional-number-rule ::= .*\(\[eE\] \[-\+\]\? )\("0" \| \[1-9\] \[0-9\]\{0,15\}\)\)\?$/m, to: "$1[0-9]{1,2})?" },
+    {
+      rule: "fractional-number-rule",
+      from: /^(fractional-number-rule ::= .*\(\[eE\] \[-\+\]\? )\("0" \| \[1-9\] \[0-9\]\{0,15\}\)\)\?$/m,
+      to: "$1[0-9]{1,2})?",
+    },
   ];
   let bounded = grammar;
   if (/^string-format-date(-time)?-rule ::= /m.test(bounded)) {

@@ -24,14 +24,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { statfsSync } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import {
-  LlamaText,
-  type LlamaContext,
-  type LlamaContextSequence,
-  type LlamaModel,
-  type LlamaTextJSON,
-  type Token,
-} from "node-llama-cpp";
+import { type LlamaContext, type LlamaContextSequence, type LlamaModel, LlamaText, type LlamaTextJSON, type Token } from "node-llama-cpp";
 import type { Transcript } from "./transcript";
 import type { Turn } from "./types";
 

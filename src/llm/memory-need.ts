@@ -31,7 +31,10 @@ const mib = (bytes: number) => Math.ceil(bytes / 2 ** 20);
 export function refuseUnlessFits(model: ModelDescription, contextSize: number, sequences: number, available = availableMemory()): void {
   const need = memoryNeed(model, contextSize, sequences);
   if (need <= available) return;
-  throw new Overloaded(`the model ${model.name} needs about ${mib(need)} MiB (its weights and KV cache), and ${mib(available)} MiB of memory are available: it is not loaded`, 30_000);
+  throw new Overloaded(
+    `the model ${model.name} needs about ${mib(need)} MiB (its weights and KV cache), and ${mib(available)} MiB of memory are available: it is not loaded`,
+    30_000,
+  );
 }
 
 /** Memory the system can give without swapping: Linux's MemAvailable, else the free memory. */

@@ -75,6 +75,9 @@ export class ModelRegistry {
   private readonly seen = new Map<string, { stamp: string; described: Described }>();
   private scannedAt = -Infinity;
 
+  /** The default's file, without a named one: chosen by the rule at the start. */
+  private defaultPath: string | undefined;
+
   private constructor(private readonly source: ModelSource) {}
 
   /**
@@ -93,7 +96,8 @@ export class ModelRegistry {
       registry.scan(true);
     }
     for (const [alias, id] of Object.entries(source.aliases ?? {})) {
-      if (!registry.entries.some((entry) => entry.id === id)) throw new ModelNotFoundError(`PARLEY_MODEL_ALIASES maps "${alias}" to "${id}", which is no model of this service`);
+      if (!registry.entries.some((entry) => entry.id === id))
+        throw new ModelNotFoundError(`PARLEY_MODEL_ALIASES maps "${alias}" to "${id}", which is no model of this service`);
     }
     return registry;
   }
@@ -116,7 +120,12 @@ export class ModelRegistry {
   /** The first named file; else the directory's first real model by file name; else the demo. */
   get default(): ModelEntry {
     if (this.source.paths.length > 0) return this.entries[0]!;
-    return this.entries.find(chosenFirst) ?? this.entries.find(isDemo) ?? this.entries[0]!;
+    // Chosen once, and kept while its file is there: a file added while serving is served by name, not made the default.
+    const kept = this.entries.find((entry) => entry.path === this.defaultPath);
+    if (kept) return kept;
+    const chosen = this.entries.find(chosenFirst) ?? this.entries.find(isDemo) ?? this.entries[0]!;
+    this.defaultPath = chosen.path;
+    return chosen;
   }
 
   /** The default is the built-in demo: nothing else was named or found. */
@@ -142,7 +151,10 @@ export class ModelRegistry {
     }
     if (entry) return entry;
     if (this.entries.length === 1) return this.default;
-    throw new UnknownModel(requested, this.entries.map((known) => known.id));
+    throw new UnknownModel(
+      requested,
+      this.entries.map((known) => known.id),
+    );
   }
 
   private scan(starting: boolean): void {
@@ -277,4 +289,3 @@ function isFile(path: string): boolean {
     return false;
   }
 }
-

@@ -27,8 +27,8 @@ import { append } from "../append";
 import { InvalidInput } from "../errors";
 import { TOKEN_TYPE } from "../gguf/vocab";
 import type { TemplateChat } from "./template-chat";
-import type { ToolSyntax } from "./tool-syntax";
 import { cachingTokenizers } from "./token-cache";
+import type { ToolSyntax } from "./tool-syntax";
 import type { ToolFunction, Turn } from "./types";
 
 export interface FittedPrompt {
@@ -174,7 +174,12 @@ export class PromptRenderer {
   }
 
   /** `before` plus the end of `turn` that fits; undefined if even its empty text does not fit. */
-  private async truncateLast(before: readonly Turn[], turn: Turn, budget: number, render: (turns: readonly Turn[]) => Promise<FittedPrompt>): Promise<FittedPrompt | undefined> {
+  private async truncateLast(
+    before: readonly Turn[],
+    turn: Turn,
+    budget: number,
+    render: (turns: readonly Turn[]) => Promise<FittedPrompt>,
+  ): Promise<FittedPrompt | undefined> {
     const withText = (content: string) => render([...before, { ...turn, content }]);
 
     const overhead = (await withText("")).tokens.length;
@@ -261,7 +266,11 @@ export class PromptRenderer {
     for (let i = pinned; i < turns.length; i++) {
       if (JSON.stringify(turns[i]) !== wanted) continue;
       const kept = [...turns.slice(0, pinned), ...turns.slice(i)];
-      yield { turns: kept, tools, text: withTools(kept, tools) ? LlamaText(new SpecialTokensText(this.templateChat.render(kept, tools))) : this.wrapped(kept, "") };
+      yield {
+        turns: kept,
+        tools,
+        text: withTools(kept, tools) ? LlamaText(new SpecialTokensText(this.templateChat.render(kept, tools))) : this.wrapped(kept, ""),
+      };
     }
   }
 

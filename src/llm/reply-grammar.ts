@@ -90,7 +90,8 @@ export class ReplyGrammars {
       throw unbuildable(field, error);
     }
     const answer = shape(boundedJsonGrammar(json));
-    if (answer.length > MAX_GRAMMAR_CHARS) throw new InvalidInput(field, `the schema makes a grammar of ${answer.length} characters, more than the ${MAX_GRAMMAR_CHARS} Parley builds`);
+    if (answer.length > MAX_GRAMMAR_CHARS)
+      throw new InvalidInput(field, `the schema makes a grammar of ${answer.length} characters, more than the ${MAX_GRAMMAR_CHARS} Parley builds`);
     try {
       return await this.llama.createGrammar({ grammar: this.thought && fromStart ? thoughtThen(answer, this.thought) : answer });
     } catch (error) {

@@ -38,7 +38,19 @@
  * prompt ready, a task) aborts the call within the step in flight.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
-import { abortSteps, canDecodeSteps, checkInternals, decodeBatch, decodeSteps, dropLast, Sampler, sequenceIdOf, type BatchEntry, type Sampled, type TokenLogprobs } from "../natives/addon";
+import {
+  abortSteps,
+  type BatchEntry,
+  canDecodeSteps,
+  checkInternals,
+  decodeBatch,
+  decodeSteps,
+  dropLast,
+  type Sampled,
+  Sampler,
+  sequenceIdOf,
+  type TokenLogprobs,
+} from "../natives/addon";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling } from "./types";
@@ -113,7 +125,7 @@ export interface Turn {
    * Once the slot is readied, before the prompt's first batch. May answer with the reply's first
    * tokens, taken without sampling them (see `onToken`).
    */
-  onPrompt?(prompt: ReadyPrompt): readonly Token[] | void;
+  onPrompt?(prompt: ReadyPrompt): readonly Token[] | undefined;
   /**
    * Each sampled token, at once (with its log-probabilities when asked). True goes on; false ends
    * the turn (the token is then not evaluated); tokens go on with these after it, taken without
@@ -513,7 +525,6 @@ export class Scheduler {
     );
   }
 
-
   /**
    * Replies with nothing else to decode beside them: several steps a native call, no more than the
    * closest reply's `maxTokens` or `mayForceAt` allows, aborted by new work for the loop. Where a reply ends inside
@@ -526,7 +537,13 @@ export class Scheduler {
     try {
       const entries = jobs.map((job) => ({ sequence: job.slot.sequence, token: job.pending[0]!, sampler: job.sampler }));
       // Asked once the lock is taken: an abort before the call began would not reach it.
-      const steps = () => (this.needsLoop() ? 0 : Math.max(1, jobs.reduce((steps, job) => Math.min(steps, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given), STEPS_PER_CALL)));
+      const steps = () =>
+        this.needsLoop()
+          ? 0
+          : Math.max(
+              1,
+              jobs.reduce((steps, job) => Math.min(steps, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given), STEPS_PER_CALL),
+            );
       tokens = await decodeSteps(this.context, entries, steps);
     } catch (error) {
       for (const job of jobs) job.end(error);

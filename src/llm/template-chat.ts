@@ -11,9 +11,9 @@
 import { Template } from "@huggingface/jinja";
 import type { LlamaModel } from "node-llama-cpp";
 import { InvalidInput } from "../errors";
-import type { ToolFunction } from "./tools";
 import { CHATML_TEMPLATE } from "../gguf/chatml";
-import { mistralId, toolSyntaxOf, type ToolSyntax } from "./tool-syntax";
+import { mistralId, type ToolSyntax, toolSyntaxOf } from "./tool-syntax";
+import type { ToolFunction } from "./tools";
 import type { Turn } from "./types";
 
 type Message = Record<string, unknown> & { role: string; content: string };
@@ -70,7 +70,10 @@ export class TemplateChat {
       } catch {
         // The first reason is the one to give.
       }
-      throw new InvalidInput({ part: "history" }, `the model's chat template refuses these messages: ${first instanceof Error ? first.message : String(first)}`);
+      throw new InvalidInput(
+        { part: "history" },
+        `the model's chat template refuses these messages: ${first instanceof Error ? first.message : String(first)}`,
+      );
     }
   }
 
@@ -144,7 +147,10 @@ export function describeTools(tools: readonly ToolFunction[]): string {
 }
 
 function openAiTool(tool: ToolFunction) {
-  return { type: "function", function: { name: tool.name, ...(tool.description !== undefined ? { description: tool.description } : {}), parameters: tool.parameters } };
+  return {
+    type: "function",
+    function: { name: tool.name, ...(tool.description !== undefined ? { description: tool.description } : {}), parameters: tool.parameters },
+  };
 }
 
 /** JSON as Python's `json.dumps` (the templates' `tojson`) writes it: `", "` and `": "` between items. */

@@ -42,9 +42,12 @@ export function cachingTokenizers(tokenizer: Tokenizer, capacityTokens: number):
     return tokens;
   };
   return (scope) =>
-    Object.assign(((text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace") => tokenize(scope, text, specialTokens, options)) as Tokenizer, {
-      detokenize: tokenizer.detokenize,
-      isSpecialToken: tokenizer.isSpecialToken,
-      isEogToken: tokenizer.isEogToken,
-    });
+    Object.assign(
+      ((text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace") => tokenize(scope, text, specialTokens, options)) as Tokenizer,
+      {
+        detokenize: tokenizer.detokenize,
+        isSpecialToken: tokenizer.isSpecialToken,
+        isEogToken: tokenizer.isEogToken,
+      },
+    );
 }

@@ -6,8 +6,9 @@
  * comes, closed with its object. Any other is given whole once its object closes and parses as a
  * call of an offered function. No markup of a call ever reaches the content.
  */
-import type { ToolCall } from "./tools";
+
 import type { ToolSyntax } from "./tool-syntax";
+import type { ToolCall } from "./tools";
 import type { ToolCallPart } from "./types";
 
 export interface SplitText {

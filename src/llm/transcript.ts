@@ -121,7 +121,10 @@ export function shiftTranscript(transcript: Transcript, prompt: LlamaText, token
 function endOfValue(values: readonly LlamaTextValue[], index: number, tokens: readonly Token[], tokenizer: Tokenizer): number | undefined {
   let specials = 0;
   for (const value of values.slice(0, index + 1)) {
-    if (isSpecialValue(value)) specials += LlamaText([value]).tokenize(tokenizer).filter((token) => tokenizer.isSpecialToken(token)).length;
+    if (isSpecialValue(value))
+      specials += LlamaText([value])
+        .tokenize(tokenizer)
+        .filter((token) => tokenizer.isSpecialToken(token)).length;
   }
   const own = LlamaText([values[index]!]).tokenize(tokenizer);
   const trailing = own.length - 1 - own.findLastIndex((token) => tokenizer.isSpecialToken(token));

@@ -81,7 +81,10 @@ export interface Sampling {
 export type ReplyFormat = { type: "json_object" } | { type: "json_schema"; schema: unknown; strict: boolean };
 
 /** What a request may say of its sampling. */
-export type SamplingRequest = Pick<GenerateRequest, "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "logitBias">;
+export type SamplingRequest = Pick<
+  GenerateRequest,
+  "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "logitBias"
+>;
 
 /** The request's sampling, the defaults filling in what it leaves out. */
 export function samplingOf(request: SamplingRequest): Sampling {

@@ -66,7 +66,9 @@ export function checkInternals(context: LlamaContext, model: LlamaModel, sequenc
   const ctx = internals<Partial<ContextInternals>>(context);
   const seq = internals<Partial<SequenceInternals>>(sequence);
   const missing = [
-    ...(["initBatch", "addToBatch", "decodeBatch", "sampleToken", "removeTokenCellsFromSequence"] as const).filter((name) => typeof ctx._ctx?.[name] !== "function").map((name) => `context._ctx.${name}`),
+    ...(["initBatch", "addToBatch", "decodeBatch", "sampleToken", "removeTokenCellsFromSequence"] as const)
+      .filter((name) => typeof ctx._ctx?.[name] !== "function")
+      .map((name) => `context._ctx.${name}`),
     ...(typeof ctx._llama?._bindings?.AddonSampler === "function" ? [] : ["context._llama._bindings.AddonSampler"]),
     ...(typeof ctx._llama?._bindings?.AddonSampler?.acceptGrammarEvaluationStateToken === "function" ? [] : ["AddonSampler.acceptGrammarEvaluationStateToken"]),
     ...(typeof ctx._backendContextDisposeGuard?.createPreventDisposalHandle === "function" ? [] : ["context._backendContextDisposeGuard"]),
@@ -336,9 +338,7 @@ async function decodeLocked(context: LlamaContext, ctx: AddonContext, entries: r
   });
   await repairing(ctx, entries, () => ctx.decodeBatch());
   recordDecoded(entries);
-  const sampled = await Promise.all(
-    entries.map(({ sampler }, i) => (sampler ? ctx.sampleToken(logitIndexes[i]!, sampler.native) : undefined)),
-  );
+  const sampled = await Promise.all(entries.map(({ sampler }, i) => (sampler ? ctx.sampleToken(logitIndexes[i]!, sampler.native) : undefined)));
   for (const { sequence } of entries) {
     if (!needsCheckpoints(sequence)) continue;
     const seq = internals<SequenceInternals>(sequence);

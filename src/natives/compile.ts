@@ -11,8 +11,8 @@
 import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { CMAKE_OPTIONS, compiledNativesDir, CPU_VARIANTS, HOOK_SYMBOLS, PLATFORM_FOLDER } from "./compiled";
 import { parseStep, progressLine } from "./build-progress";
+import { CMAKE_OPTIONS, CPU_VARIANTS, compiledNativesDir, HOOK_SYMBOLS, PLATFORM_FOLDER } from "./compiled";
 import { ensureLlamaSource, NLC_CLI, NLC_LLAMA_DIR, ROOT } from "./llama-source";
 import { checkNodeLlamaCppVersion } from "./version";
 
@@ -67,7 +67,10 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   // A `__real_` symbol the link left unresolved means a wrap did not happen: the addon would load
   // and fail at its first call.
   const unresolved = (await Bun.$`nm -D --undefined-only ${join(built, "llama-addon.node")}`.text()).split("\n").filter((line) => line.includes("__real_"));
-  if (unresolved.length > 0) throw new Error(`${built}/llama-addon.node leaves ${unresolved.map((line) => line.trim()).join(", ")} unresolved: the link did not wrap them (build log: ${log})`);
+  if (unresolved.length > 0)
+    throw new Error(
+      `${built}/llama-addon.node leaves ${unresolved.map((line) => line.trim()).join(", ")} unresolved: the link did not wrap them (build log: ${log})`,
+    );
 
   // Assembled beside the target and renamed into place, so a running server never sees half a directory.
   const staging = `${target}.tmp-${process.pid}`;

@@ -27,13 +27,21 @@ export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
  * decode-steps.cpp (the running replies decoded and sampled there for several steps a call).
  */
 export const DECODE_THREAD_HOOK = join(import.meta.dir, "decode-thread.cmake");
-const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp", "addon-methods.h", "token-logprobs.cpp"].map((name) => join(import.meta.dir, name));
+const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp", "addon-methods.h", "token-logprobs.cpp"].map((name) =>
+  join(import.meta.dir, name),
+);
 
 /**
  * Symbols only an addon built with the decode-thread hook has: its decode thread, its decodeSteps
  * method, its quiet log and its record of pending shifts.
  */
-export const HOOK_SYMBOLS = ["__wrap_llama_decode", "__wrap_napi_define_class", "__wrap_llama_log_set", "__wrap_llama_memory_seq_add", "__wrap_llama_memory_seq_div"];
+export const HOOK_SYMBOLS = [
+  "__wrap_llama_decode",
+  "__wrap_napi_define_class",
+  "__wrap_llama_log_set",
+  "__wrap_llama_memory_seq_add",
+  "__wrap_llama_memory_seq_div",
+];
 
 export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
   GGML_NATIVE: "OFF",

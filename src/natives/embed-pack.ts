@@ -9,8 +9,8 @@
  */
 import { mkdirSync, readdirSync, renameSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { readTar } from "./tar";
 import { type NativesRequirements, nativesRequirements } from "./requirements";
+import { readTar } from "./tar";
 
 export interface PackedNatives {
   /** The `.tar.zst` to embed. */

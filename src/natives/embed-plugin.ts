@@ -10,12 +10,12 @@
  *     not found exactly once, or if its file was never bundled.
  * The patches are written against one version of node-llama-cpp; any other fails the build.
  */
-import type { BunPlugin } from "bun";
+
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import type { BunPlugin } from "bun";
 import type { PackedNatives } from "./embed-pack";
 import { checkNodeLlamaCppVersion, NODE_LLAMA_CPP_VERSION } from "./version";
-
 
 export interface NativesPluginOptions {
   natives: PackedNatives;

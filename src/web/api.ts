@@ -1,6 +1,17 @@
 // The browser side of docs/API.md. The bodies' types are the server's own (type-only: nothing
 // of the server is bundled into the page).
-import type { ChatDelta, ChatReasoning, ChatReply, ChatStart, Conversation, ConversationPage, ErrorBody, Message, MessagePage, UsageReport } from "../http/contract";
+import type {
+  ChatDelta,
+  ChatReasoning,
+  ChatReply,
+  ChatStart,
+  Conversation,
+  ConversationPage,
+  ErrorBody,
+  Message,
+  MessagePage,
+  UsageReport,
+} from "../http/contract";
 import type { OpenAiModel, OpenAiModelList } from "../http/openai/contract";
 
 export type { Conversation, ConversationPage, Message, MessagePage, UsageReport };

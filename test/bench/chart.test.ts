@@ -12,8 +12,7 @@ const rows: Row[] = [
 ];
 
 const panel = (svg: XmlElement, id: string) => findElements(svg, (e) => e.attributes.id === id)[0]!;
-const series = (within: XmlElement, name: string, element: string) =>
-  findElements(within, (e) => e.name === element && e.attributes["data-series"] === name);
+const series = (within: XmlElement, name: string, element: string) => findElements(within, (e) => e.name === element && e.attributes["data-series"] === name);
 
 describe("the perf chart", () => {
   const svg = parseXml(perfChart("Parley & llama-server <F16>", "a subtitle", rows)!);
@@ -47,7 +46,13 @@ describe("the perf chart", () => {
   });
 
   test("rows with nothing to chart give no chart", () => {
-    expect(perfChart("t", "s", rows.filter((row) => row.detail === undefined))).toBeUndefined();
+    expect(
+      perfChart(
+        "t",
+        "s",
+        rows.filter((row) => row.detail === undefined),
+      ),
+    ).toBeUndefined();
   });
 });
 

@@ -8,14 +8,14 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { allowSlowTests } from "../support";
-import type { ChatReply } from "../../src/http/contract";
+import pkg from "../../package.json";
 import { FAMILIES, type FamilyPreset } from "../../src/gguf/families";
+import type { ChatReply } from "../../src/http/contract";
+import { allowSlowTests } from "../support";
 import { installAlone, runCli } from "../support/binary";
 import { postChat } from "../support/http";
 import { startServer } from "../support/process";
 import { readSse, type SseEvent } from "../support/sse";
-import pkg from "../../package.json";
 import { binaryScenario } from "./scenario";
 
 allowSlowTests();
@@ -33,7 +33,10 @@ afterAll(() => {
 });
 
 beforeAll(() => {
-  const result = Bun.spawnSync([process.execPath, "run", join(import.meta.dir, "../../src/build/build.ts"), "--prebuilt-natives", "--outfile", built], { stdout: "pipe", stderr: "pipe" });
+  const result = Bun.spawnSync([process.execPath, "run", join(import.meta.dir, "../../src/build/build.ts"), "--prebuilt-natives", "--outfile", built], {
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   if (result.exitCode !== 0) throw new Error(`build failed:\n${result.stdout}\n${result.stderr}`);
 }, 120_000);
 
@@ -44,7 +47,10 @@ describe("the single executable", () => {
 
   // One byte-level BPE family with a thought and node-llama-cpp's own format, one SentencePiece
   // family rendered through its Jinja template: the binary carries both paths.
-  const FAMILY_FORMATS: Partial<Record<FamilyPreset, string>> = { "qwen3-thinking": "Qwen (node-llama-cpp's, equivalent to the template)", mistral: "the model's Jinja template" };
+  const FAMILY_FORMATS: Partial<Record<FamilyPreset, string>> = {
+    "qwen3-thinking": "Qwen (node-llama-cpp's, equivalent to the template)",
+    mistral: "the model's Jinja template",
+  };
   for (const [preset, format] of Object.entries(FAMILY_FORMATS) as [FamilyPreset, string][]) {
     const { thinks } = FAMILIES[preset];
     test(`answers on a ${preset} model it writes itself into models/: ended by its end of turn, no template text${thinks ? ", the thought apart" : ""}`, async () => {
@@ -72,10 +78,15 @@ describe("the single executable", () => {
         const streamed = await postChat(server.url, key, { message: "Hello there!", conversation_id: "d", temperature: 0, stream: true });
         const events: SseEvent[] = [];
         for await (const event of readSse(streamed)) if (event.event !== "comment") events.push(event);
-        const text = (name: string) => events.filter((e) => e.event === name).map((e) => (e.data as { content: string }).content).join("");
+        const text = (name: string) =>
+          events
+            .filter((e) => e.event === name)
+            .map((e) => (e.data as { content: string }).content)
+            .join("");
         expect(events.at(-1)!.event).toBe("done");
         expect([text("reasoning"), text("delta")]).toEqual([reply.message.reasoning ?? "", reply.message.content]);
-        for (const marker of ["<think>", "</think>", "<|im_end|>", "<|im_start|>", "[INST]", "[/INST]", "</s>"]) expect(JSON.stringify(events)).not.toContain(marker);
+        for (const marker of ["<think>", "</think>", "<|im_end|>", "<|im_start|>", "[INST]", "[/INST]", "</s>"])
+          expect(JSON.stringify(events)).not.toContain(marker);
       } finally {
         expect(await server.stop()).toBe(0);
       }

@@ -7,9 +7,9 @@
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { parseStep, progressLine } from "../../src/natives/build-progress";
 import { nativesRoot } from "../../src/natives/cache";
 import { CPU_VARIANTS_HOOK, compiledNativesDir, DECODE_THREAD_HOOK } from "../../src/natives/compiled";
-import { parseStep, progressLine } from "../../src/natives/build-progress";
 import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
 import { tempDir } from "../support";
 
@@ -72,14 +72,28 @@ describe("compiled natives", () => {
           "project(ggml NONE)",
           "add_subdirectory(cpu)",
           "function(ggml_add_cpu_backend_variant tag_name)",
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
           "  set(GGML_CPU_TAG_NAME ${tag_name})",
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
           "  ggml_add_cpu_backend_variant_impl(${tag_name})",
           "endfunction()",
           ...["x64", "sse42", "haswell", "skylakex", "zen4", "alderlake"].map((tag) => `ggml_add_cpu_backend_variant(${tag})`),
         ].join("\n"),
       );
-      writeFileSync(join(root, "cpu", "CMakeLists.txt"), 'function(ggml_add_cpu_backend_variant_impl tag_name)\n  message(STATUS "added ${tag_name}")\nendfunction()\n');
-      const result = Bun.spawnSync([cmake!, "-S", root, "-B", join(root, "build"), `-DCMAKE_PROJECT_ggml_INCLUDE=${CPU_VARIANTS_HOOK}`, `-DPARLEY_CPU_VARIANTS=${variants}`]);
+      writeFileSync(
+        join(root, "cpu", "CMakeLists.txt"),
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
+        'function(ggml_add_cpu_backend_variant_impl tag_name)\n  message(STATUS "added ${tag_name}")\nendfunction()\n',
+      );
+      const result = Bun.spawnSync([
+        cmake!,
+        "-S",
+        root,
+        "-B",
+        join(root, "build"),
+        `-DCMAKE_PROJECT_ggml_INCLUDE=${CPU_VARIANTS_HOOK}`,
+        `-DPARLEY_CPU_VARIANTS=${variants}`,
+      ]);
       const output = `${result.stdout}${result.stderr}`;
       return { code: result.exitCode, output, added: [...output.matchAll(/added (\S+)/g)].map((match) => match[1]) };
     };
@@ -106,11 +120,16 @@ describe("compiled natives", () => {
     const probe = (hooked: boolean) => {
       const build = join(tempDir("decode-thread"), "build");
       const hook = hooked ? [`-DCMAKE_PROJECT_INCLUDE=${DECODE_THREAD_HOOK}`] : [];
-      for (const step of [[cmake!, "-S", standIn, "-B", build, "-DCMAKE_BUILD_TYPE=Release", ...hook], [cmake!, "--build", build]]) {
+      for (const step of [
+        [cmake!, "-S", standIn, "-B", build, "-DCMAKE_BUILD_TYPE=Release", ...hook],
+        [cmake!, "--build", build],
+      ]) {
         const result = Bun.spawnSync(step);
         expect(result.exitCode, `${result.stdout}${result.stderr}`).toBe(0);
       }
-      const out = Bun.spawnSync([join(build, "probe")]).stdout.toString().trim();
+      const out = Bun.spawnSync([join(build, "probe")])
+        .stdout.toString()
+        .trim();
       return out.split("\n").map((line) => line.split(" ").map(Number) as [number, number, number]);
     };
 
@@ -143,7 +162,15 @@ describe("compiled natives", () => {
         mkdirSync(dirname(join(root, name)), { recursive: true });
         writeFileSync(join(root, name), text);
       }
-      const step = [cmake!, "-S", join(root, "llama"), "-B", join(root, "build"), `-DCMAKE_PROJECT_INCLUDE=${DECODE_THREAD_HOOK}`, `-DPARLEY_NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION}`];
+      const step = [
+        cmake!,
+        "-S",
+        join(root, "llama"),
+        "-B",
+        join(root, "build"),
+        `-DCMAKE_PROJECT_INCLUDE=${DECODE_THREAD_HOOK}`,
+        `-DPARLEY_NODE_LLAMA_CPP_VERSION=${NODE_LLAMA_CPP_VERSION}`,
+      ];
       const result = Bun.spawnSync(step);
       // CMake wraps its messages' lines.
       return { code: result.exitCode, output: `${result.stdout}${result.stderr}`.replace(/\s+/g, " ") };

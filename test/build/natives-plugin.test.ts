@@ -11,7 +11,7 @@ import { tempDir } from "../support";
 
 const FILES = {
   "dist/bindings/utils/binariesGithubRelease.js":
-    'const binariesGithubRelease = await fs.readJson(binariesGithubReleasePath);\nexport const release = binariesGithubRelease.release;',
+    "const binariesGithubRelease = await fs.readJson(binariesGithubReleasePath);\nexport const release = binariesGithubRelease.release;",
   "dist/utils/getModuleVersion.js":
     'export async function getModuleVersion() { return (await fs.readJson(path.join(__dirname, "..", "..", "package.json"))).version; }',
   "dist/bindings/utils/testBindingBinary.js":
@@ -26,12 +26,19 @@ async function bundle(overrides: { version?: string; files?: Partial<Record<keyo
     mkdirSync(dirname(join(packageDir, path)), { recursive: true });
     writeFileSync(join(packageDir, path), text);
   };
-  write("package.json", JSON.stringify({ name: "node-llama-cpp", version: overrides.version ?? NODE_LLAMA_CPP_VERSION, type: "module", main: "dist/index.js" }));
+  write(
+    "package.json",
+    JSON.stringify({ name: "node-llama-cpp", version: overrides.version ?? NODE_LLAMA_CPP_VERSION, type: "module", main: "dist/index.js" }),
+  );
   write("llama/binariesGithubRelease.json", '{ "release": "b1234" }');
   const files = { ...FILES, ...overrides.files };
   const present = Object.entries(files).filter(([, text]) => text !== null) as [string, string][];
   for (const [path, text] of present) write(path, text);
-  write("dist/index.js", present.map(([path], i) => `export * as m${i} from "./${path.slice("dist/".length)}";`).join("\n") + '\nexport const cpu = () => import("@node-llama-cpp/linux-x64");\nexport const cuda = () => import("@node-llama-cpp/linux-x64-cuda");');
+  write(
+    "dist/index.js",
+    present.map(([path], i) => `export * as m${i} from "./${path.slice("dist/".length)}";`).join("\n") +
+      '\nexport const cpu = () => import("@node-llama-cpp/linux-x64");\nexport const cuda = () => import("@node-llama-cpp/linux-x64-cuda");',
+  );
   writeFileSync(join(root, "entry.js"), 'export * from "node-llama-cpp";');
   writeFileSync(join(root, "natives.tar.zst"), "");
 
@@ -63,7 +70,9 @@ describe("natives plugin", () => {
   });
 
   test("a patch whose text is gone fails the build", async () => {
-    const { result, errors } = await bundle({ files: { "dist/utils/getModuleVersion.js": "export async function getModuleVersion() { return readVersion(); }" } });
+    const { result, errors } = await bundle({
+      files: { "dist/utils/getModuleVersion.js": "export async function getModuleVersion() { return readVersion(); }" },
+    });
     expect(result.success).toBe(false);
     expect(errors).toContain("getModuleVersion.js, found it 0 times");
   });

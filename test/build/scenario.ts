@@ -48,7 +48,13 @@ async function scenario(installed: Installed, servers: ChildServer[]): Promise<v
   assert.equal(events.at(-1), "done", `events: ${events.join(",")}`);
 
   const before = await listMessages(first, key);
-  assert.deepEqual(before.map((m) => [m.role, m.conversation_id]), [["assistant", "c"], ["user", "c"]]);
+  assert.deepEqual(
+    before.map((m) => [m.role, m.conversation_id]),
+    [
+      ["assistant", "c"],
+      ["user", "c"],
+    ],
+  );
   assert.equal(before[1]!.content, "hi");
   await stop(first);
 
@@ -60,7 +66,13 @@ async function scenario(installed: Installed, servers: ChildServer[]): Promise<v
   const wrote = runCli(installed, "model", "demo", "--preset", "llama3");
   assert.equal(wrote.code, 0, wrote.stderr);
   const listed = (await (await fetch(`${second.url}/v1/models`, { headers: bearer(key) })).json()) as { data: { id: string; loaded: boolean }[] };
-  assert.deepEqual(listed.data.map((model) => [model.id, model.loaded]), [["parley-demo", true], ["parley-llama3", false]]);
+  assert.deepEqual(
+    listed.data.map((model) => [model.id, model.loaded]),
+    [
+      ["parley-demo", true],
+      ["parley-llama3", false],
+    ],
+  );
   const other = await postChat(second.url, key, { message: "hi", conversation_id: "other", model: "parley-llama3", max_tokens: 4 });
   assert.equal(other.status, 200);
   assert.equal(((await other.json()) as { model: string }).model, "parley-llama3");

@@ -31,7 +31,8 @@ describe.skipIf(backend.missing !== undefined)("deleting a conversation whose tu
     await storage.close();
   });
 
-  const node = (leases: ConversationLeases) => new ChatService(storage.conversations, new TurnRunner(oneEngine(() => engine)), { shared: { leases, ttlMs: 60_000 } });
+  const node = (leases: ConversationLeases) =>
+    new ChatService(storage.conversations, new TurnRunner(oneEngine(() => engine)), { shared: { leases, ttlMs: 60_000 } });
 
   test("waits for the turn, then deletes the conversation with its reply", async () => {
     const counted: ConversationLeases = {

@@ -13,7 +13,9 @@ describe("PARLEY_DATA_DIR", () => {
   test("a file or a blank value stops start-up with a message naming the setting", async () => {
     const file = join(tempDir("config"), "a-file");
     await Bun.write(file, "");
-    expect(() => loadConfig({ PARLEY_DATA_DIR: file })).toThrow(new ConfigError(`PARLEY_DATA_DIR must name a directory, existing or to be created (got "${file}")`));
+    expect(() => loadConfig({ PARLEY_DATA_DIR: file })).toThrow(
+      new ConfigError(`PARLEY_DATA_DIR must name a directory, existing or to be created (got "${file}")`),
+    );
     expect(() => loadConfig({}, new Map([["--data-dir", " "]]))).toThrow(/^--data-dir must name a directory/);
   });
 });
@@ -52,7 +54,9 @@ describe("several models", () => {
     expect(loadConfig({ PARLEY_MODEL: " a.gguf, b.gguf ," }).modelPaths).toEqual(["a.gguf", "b.gguf"]);
     expect(loadConfig({}).modelPaths).toEqual([]);
     expect(loadConfig({ PARLEY_MODEL_ALIASES: "gpt-4o-mini=qwen, gpt-4o = llama" }).modelAliases).toEqual({ "gpt-4o-mini": "qwen", "gpt-4o": "llama" });
-    expect(() => loadConfig({ PARLEY_MODEL_ALIASES: "gpt-4o-mini" })).toThrow(new ConfigError(`PARLEY_MODEL_ALIASES must be name=id pairs, comma-separated (got "gpt-4o-mini")`));
+    expect(() => loadConfig({ PARLEY_MODEL_ALIASES: "gpt-4o-mini" })).toThrow(
+      new ConfigError(`PARLEY_MODEL_ALIASES must be name=id pairs, comma-separated (got "gpt-4o-mini")`),
+    );
     expect(loadConfig({}).keepAliveS).toBe(300);
     expect(loadConfig({ PARLEY_KEEP_ALIVE_S: "-1" }).keepAliveS).toBe(-1);
     expect(() => loadConfig({ PARLEY_KEEP_ALIVE_S: "-2" })).toThrow(new ConfigError(`PARLEY_KEEP_ALIVE_S must be an integer from -1 to 2592000 (got "-2")`));

@@ -36,7 +36,10 @@ describe("parley keys", () => {
     expect(listed.code).toBe(0);
     expect(listed.stdout).toContain("carol");
     expect(listed.stdout).not.toContain(key);
-    const id = listed.stdout.split("\n").find((line) => line.includes("carol"))!.split("\t")[0]!;
+    const id = listed.stdout
+      .split("\n")
+      .find((line) => line.includes("carol"))!
+      .split("\t")[0]!;
 
     expect(parley("keys", "revoke", id).code).toBe(0);
     expect((await listAs(key)).status).toBe(401);
@@ -83,7 +86,10 @@ describe("parley quota", () => {
     await storage.usage.add(quinnId, new Date().toISOString().slice(0, 10), 30, 12);
     const listed = parley("quota", "list");
     expect(listed.code).toBe(0);
-    const rows = listed.stdout.trim().split("\n").map((row) => row.split("\t"));
+    const rows = listed.stdout
+      .trim()
+      .split("\n")
+      .map((row) => row.split("\t"));
     expect(rows[0]).toEqual(["user", "limit", "period", "used", "remaining", "resets_at"]);
     expect(rows.slice(1).map((row) => row.slice(0, 5))).toEqual([
       ["(default)", "50000", "day", "-", "-"],
@@ -101,7 +107,14 @@ describe("parley quota", () => {
   });
 
   test("bad usage exits 2 with the usage; an unknown user exits 1, naming them", () => {
-    for (const args of [["quota"], ["quota", "set", "--user", "quinn"], ["quota", "set", "--user", "quinn", "--default", "--tokens", "5", "--period", "day"], ["quota", "set", "--default", "--tokens", "-5", "--period", "day"], ["quota", "set", "--default", "--tokens", "5", "--period", "week"], ["quota", "clear"]]) {
+    for (const args of [
+      ["quota"],
+      ["quota", "set", "--user", "quinn"],
+      ["quota", "set", "--user", "quinn", "--default", "--tokens", "5", "--period", "day"],
+      ["quota", "set", "--default", "--tokens", "-5", "--period", "day"],
+      ["quota", "set", "--default", "--tokens", "5", "--period", "week"],
+      ["quota", "clear"],
+    ]) {
       const result = parley(...args);
       expect(result.code).toBe(2);
       expect(result.stderr).toContain("usage: parley quota");

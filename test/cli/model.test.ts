@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { describeGguf, InvalidModelError } from "../../src/gguf/describe";
 import { writePresetModel } from "../../src/gguf/presets";
 import { fromFloats } from "../../src/gguf/tensor-data";
-import { gguf, type GgufValue } from "../../src/gguf/values";
+import { type GgufValue, gguf } from "../../src/gguf/values";
 import { writeGguf } from "../../src/gguf/writer";
 import { allowSlowTests, until } from "../support";
 
@@ -103,7 +103,9 @@ describe("describeGguf", () => {
     writeFileSync(path, bytes.subarray(0, dataOffset + 288));
     expect(describeGguf(path).sizeBytes).toBe(dataOffset + 288);
     writeFileSync(path, bytes.subarray(0, dataOffset + 287));
-    expect(reason(path)).toBe(`is truncated: its tensor data ends at byte ${dataOffset + 288} but the file has only ${dataOffset + 287} bytes (an interrupted download or copy?)`);
+    expect(reason(path)).toBe(
+      `is truncated: its tensor data ends at byte ${dataOffset + 288} but the file has only ${dataOffset + 287} bytes (an interrupted download or copy?)`,
+    );
   });
 
   test("names general.file_type as llama-quantize does, and skips the size check for unknown types", async () => {
@@ -130,8 +132,12 @@ describe("describeGguf", () => {
     expect(reason(write("elf.gguf", new Uint8Array([0x7f, 0x45, 0x4c, 0x46, 2, 1])))).toBe('is not a GGUF file (it starts with 0x7f454c46, not "GGUF")');
     expect(reason(write("v1.gguf", v1))).toBe("uses GGUF version 1; only versions 2 and 3 are supported");
     expect(reason(write("header-cut.gguf", demo.subarray(0, 12)))).toBe("is truncated: the file ends inside its GGUF header, at byte 8");
-    expect(reason(write("counts-cut.gguf", demo.subarray(0, 100)))).toMatch(/^is truncated or has a corrupt GGUF header \(a length of \d+ at byte \d+ runs past the end of the file\)$/);
-    expect(reason(write("badrow2.gguf", row))).toMatch(/^has a corrupt GGUF header \(tensor q\.weight has rows of 100 Q8_0 values, not a multiple of its block size 32\)$/);
+    expect(reason(write("counts-cut.gguf", demo.subarray(0, 100)))).toMatch(
+      /^is truncated or has a corrupt GGUF header \(a length of \d+ at byte \d+ runs past the end of the file\)$/,
+    );
+    expect(reason(write("badrow2.gguf", row))).toMatch(
+      /^has a corrupt GGUF header \(tensor q\.weight has rows of 100 Q8_0 values, not a multiple of its block size 32\)$/,
+    );
 
     const metadataOnly = async (name: string, splitCount?: number) => {
       const path = join(dir, name);

@@ -23,11 +23,31 @@ describe("start-up refusals are one line naming the setting, exit 2", () => {
   mkdirSync(directory);
   const db = join(dir, "ok", "parley.db");
   const cases: [string, string[], Record<string, string>, RegExp][] = [
-    ["PARLEY_DB is a directory (serve)", ["serve"], { PARLEY_DB: directory }, /^parley: PARLEY_DB \(--db\) is ".*a-directory", which cannot be opened: it is a directory/],
+    [
+      "PARLEY_DB is a directory (serve)",
+      ["serve"],
+      { PARLEY_DB: directory },
+      /^parley: PARLEY_DB \(--db\) is ".*a-directory", which cannot be opened: it is a directory/,
+    ],
     ["PARLEY_DB is a directory (keys)", ["keys", "list"], { PARLEY_DB: directory }, /^parley: PARLEY_DB \(--db\) is ".*a-directory", which cannot be opened/],
-    ["PARLEY_DB cannot be created", ["serve"], { PARLEY_DB: "/proc/parley/parley.db" }, /^parley: PARLEY_DB \(--db\) is "\/proc\/parley\/parley.db", which cannot be opened/],
-    ["PARLEY_MODEL is missing", ["serve"], { PARLEY_DB: db, PARLEY_MODEL: join(dir, "missing.gguf") }, /^parley: PARLEY_MODEL \(--model\) is ".*missing.gguf", which is not a readable file$/],
-    ["PARLEY_DATA_DIR cannot be created", ["serve"], { PARLEY_DB: db, PARLEY_DATA_DIR: "/proc/parley-data" }, /^parley: PARLEY_DATA_DIR \(--data-dir\) is "\/proc\/parley-data", which cannot be created/],
+    [
+      "PARLEY_DB cannot be created",
+      ["serve"],
+      { PARLEY_DB: "/proc/parley/parley.db" },
+      /^parley: PARLEY_DB \(--db\) is "\/proc\/parley\/parley.db", which cannot be opened/,
+    ],
+    [
+      "PARLEY_MODEL is missing",
+      ["serve"],
+      { PARLEY_DB: db, PARLEY_MODEL: join(dir, "missing.gguf") },
+      /^parley: PARLEY_MODEL \(--model\) is ".*missing.gguf", which is not a readable file$/,
+    ],
+    [
+      "PARLEY_DATA_DIR cannot be created",
+      ["serve"],
+      { PARLEY_DB: db, PARLEY_DATA_DIR: "/proc/parley-data" },
+      /^parley: PARLEY_DATA_DIR \(--data-dir\) is "\/proc\/parley-data", which cannot be created/,
+    ],
   ];
   for (const [name, args, env, line] of cases) {
     test(name, () => {

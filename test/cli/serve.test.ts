@@ -23,7 +23,11 @@ afterAll(() => {
 
 /** `parley serve` with no model configured, so it writes and uses the demo model in PARLEY_MODELS_DIR. */
 async function start(): Promise<ChildServer> {
-  const server = await startServer({ dbPath: env.PARLEY_DB, adminKey, env: { PARLEY_MODEL: "", PARLEY_MODELS_DIR: env.PARLEY_MODELS_DIR, PARLEY_THREADS: "", PARLEY_DATA_DIR: env.PARLEY_DATA_DIR } });
+  const server = await startServer({
+    dbPath: env.PARLEY_DB,
+    adminKey,
+    env: { PARLEY_MODEL: "", PARLEY_MODELS_DIR: env.PARLEY_MODELS_DIR, PARLEY_THREADS: "", PARLEY_DATA_DIR: env.PARLEY_DATA_DIR },
+  });
   started.push(server);
   return server;
 }

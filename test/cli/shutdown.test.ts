@@ -33,7 +33,11 @@ async function openStream(server: Server, conversationId: string) {
 const replies = (dbPath: string) => {
   const db = new Database(dbPath, { readonly: true });
   try {
-    return db.query("SELECT role, finish_reason, length(content) AS length FROM messages ORDER BY id").all() as { role: string; finish_reason: string | null; length: number }[];
+    return db.query("SELECT role, finish_reason, length(content) AS length FROM messages ORDER BY id").all() as {
+      role: string;
+      finish_reason: string | null;
+      length: number;
+    }[];
   } finally {
     db.close();
   }
@@ -73,8 +77,14 @@ describe("shutdown", () => {
     const ask = (conversation: string, stream: boolean) =>
       postChat(server.url, adminKey, { message: "Waiting", conversation_id: conversation, stream, max_tokens: 8 });
     // Two wait for the busy conversation's turn, two for the one sequence.
-    const waiting = { lockPlain: ask("busy", false), lockStream: ask("busy", true), queuedPlain: ask("queued-plain", false), queuedStream: ask("queued-stream", true) };
-    const turns = async () => Number(/^parley_chat_turns (\d+)$/m.exec(await (await fetch(`${server.url}/metrics`, { headers: bearer(adminKey) })).text())?.[1]);
+    const waiting = {
+      lockPlain: ask("busy", false),
+      lockStream: ask("busy", true),
+      queuedPlain: ask("queued-plain", false),
+      queuedStream: ask("queued-stream", true),
+    };
+    const turns = async () =>
+      Number(/^parley_chat_turns (\d+)$/m.exec(await (await fetch(`${server.url}/metrics`, { headers: bearer(adminKey) })).text())?.[1]);
     await until(async () => (await turns()) === 5, "all five turns to be admitted");
     server.child.kill("SIGTERM");
 

@@ -12,8 +12,8 @@ import {
   bearer,
   type ChildServer,
   freshPostgresDb,
-  postgresMissing,
   type PostgresServer,
+  postgresMissing,
   readSse,
   seededRandom,
   startPostgres,
@@ -134,7 +134,8 @@ describe.skipIf(missing !== undefined)("a PostgreSQL outage", () => {
       await admin.end();
     }
     const killed = performance.now();
-    for (const node of nodes) await until(async () => (await request(node, "list", "", "")).result === "200", "the node to read again after its connections were killed", 3_000);
+    for (const node of nodes)
+      await until(async () => (await request(node, "list", "", "")).result === "200", "the node to read again after its connections were killed", 3_000);
     console.log(`reads again on both nodes ${Math.round(performance.now() - killed)} ms after every connection was killed`);
     const beforeKill = acked();
     await until(() => acked() >= beforeKill + 8, "traffic after the connections were killed", 60_000);
@@ -143,7 +144,9 @@ describe.skipIf(missing !== undefined)("a PostgreSQL outage", () => {
 
     const tally = new Map<string, number>();
     for (const { kind, result } of outcomes) tally.set(`${kind} ${result.split(" ")[0]}`, (tally.get(`${kind} ${result.split(" ")[0]}`) ?? 0) + 1);
-    console.log(`outage: ${outcomes.length} requests ${JSON.stringify(Object.fromEntries(tally))}; slowest ${Math.round(Math.max(...outcomes.map((o) => o.ms)))} ms (seed ${random.seed})`);
+    console.log(
+      `outage: ${outcomes.length} requests ${JSON.stringify(Object.fromEntries(tally))}; slowest ${Math.round(Math.max(...outcomes.map((o) => o.ms)))} ms (seed ${random.seed})`,
+    );
     const wrong = outcomes.filter(
       (outcome) =>
         !(outcome.result === "200" || (outcome.result.startsWith("503") && outcome.retryAfter !== undefined) || outcome.result === "error event overloaded") ||
@@ -166,7 +169,8 @@ describe.skipIf(missing !== undefined)("a PostgreSQL outage", () => {
         expect(mine.filter((row) => row.role === "user" && row.content === turn!.content)).toHaveLength(1);
       }
       // No reply without its question: a turn that failed left at most its question.
-      for (const [i, row] of rows.entries()) if (row.role === "assistant") expect(rows.slice(0, i).some((before) => before.conversation === row.conversation && before.role === "user")).toBe(true);
+      for (const [i, row] of rows.entries())
+        if (row.role === "assistant") expect(rows.slice(0, i).some((before) => before.conversation === row.conversation && before.role === "user")).toBe(true);
     } finally {
       await check.end();
     }

@@ -93,7 +93,10 @@ test.skipIf(skip !== undefined)("the setup commands run as written, and the node
   // and the operator's model file, copied there as the guide says (the demo model stands in).
   const cwd = tempDir("deploy-guide");
   copyFileSync(await presetModel("demo"), join(cwd, basename(model)));
-  const build = Bun.spawnSync([process.execPath, "run", join(ROOT, "src/build/build.ts"), "--prebuilt-natives", "--outfile", join(cwd, "dist/parley")], { stdout: "pipe", stderr: "pipe" });
+  const build = Bun.spawnSync([process.execPath, "run", join(ROOT, "src/build/build.ts"), "--prebuilt-natives", "--outfile", join(cwd, "dist/parley")], {
+    stdout: "pipe",
+    stderr: "pipe",
+  });
   expect({ build: build.exitCode, stderr: build.stderr.toString() }).toEqual({ build: 0, stderr: expect.any(String) });
   mkdirSync(join(cwd, "deploy"));
   copyFileSync(join(ROOT, "deploy/parley@.service"), join(cwd, "deploy/parley@.service"));
@@ -128,6 +131,10 @@ test.skipIf(skip !== undefined)("the setup commands run as written, and the node
   expect(chat.status).toBe(200);
   expect(chat.headers.get("x-parley-node")).toBe(`${hostname()}:${PORT}`);
   // Its data where the unit puts it, owned by its user; no key in its output.
-  expect(Bun.spawnSync(["stat", "-c", "%U", `/var/lib/parley/node-${PORT}`]).stdout.toString().trim()).toBe("parley");
+  expect(
+    Bun.spawnSync(["stat", "-c", "%U", `/var/lib/parley/node-${PORT}`])
+      .stdout.toString()
+      .trim(),
+  ).toBe("parley");
   expect(log()).not.toContain(adminKey);
 });

@@ -263,7 +263,11 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
   test("kept responses on every node: a response in a conversation lands where its native turns do; a background stream started on one node is resumed on another", async () => {
     const live = nodes.filter((node) => node.child.exitCode === null && node.child.signalCode === null);
     const v1 = (url: string, method: string, path: string, body?: unknown) =>
-      fetch(`${url}/v1${path}`, { method, headers: { ...bearer(key), ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
+      fetch(`${url}/v1${path}`, {
+        method,
+        headers: { ...bearer(key), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
 
     // Through HAProxy: the native turn and the responses in its conversation share a node, and its cache.
     const native = await fetch(`${balancer.url}/api/v1.0/chat`, {
@@ -275,7 +279,13 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     // The node already held everything the turn before evaluated: this conversation's cache.
     let before = ((await native.json()) as ChatReply).usage.prompt_tokens;
     for (const conversation of ["conv_cluster", { id: "conv_cluster" }]) {
-      const response = await v1(balancer.url, "POST", "/responses", { model: "any", conversation, input: "Tell me more", max_output_tokens: 8, temperature: 0 });
+      const response = await v1(balancer.url, "POST", "/responses", {
+        model: "any",
+        conversation,
+        input: "Tell me more",
+        max_output_tokens: 8,
+        temperature: 0,
+      });
       expect(response.status).toBe(200);
       const { usage } = (await response.json()) as { usage: { input_tokens: number; input_tokens_details: { cached_tokens: number } } };
       expect(usage.input_tokens_details.cached_tokens).toBeGreaterThanOrEqual(before);
@@ -285,7 +295,15 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     // A chain made on one node, continued on another: the reply it gets where it was made.
     const [first, second] = [live[0]!, live[1]!];
     const respond = async (url: string, input: string, previous?: string) =>
-      (await (await v1(url, "POST", "/responses", { model: "any", input, temperature: 0, max_output_tokens: 8, ...(previous ? { previous_response_id: previous } : {}) })).json()) as {
+      (await (
+        await v1(url, "POST", "/responses", {
+          model: "any",
+          input,
+          temperature: 0,
+          max_output_tokens: 8,
+          ...(previous ? { previous_response_id: previous } : {}),
+        })
+      ).json()) as {
         id: string;
         output: { type: string; content?: { text: string }[] }[];
       };
@@ -295,7 +313,14 @@ describe.skipIf(missing !== undefined)("three nodes, one PostgreSQL, HAProxy", (
     expect(textOf(await respond(second.url, "Thanks", middle.id))).toBe(textOf(await respond(first.url, "Thanks", middle.id)));
 
     // Started on one node, left after its first delta, resumed on another from the kept events.
-    const started = await v1(first.url, "POST", "/responses", { model: "any", input: "Hello there", background: true, stream: true, max_output_tokens: 24, temperature: 0 });
+    const started = await v1(first.url, "POST", "/responses", {
+      model: "any",
+      input: "Hello there",
+      background: true,
+      stream: true,
+      max_output_tokens: 24,
+      temperature: 0,
+    });
     expect(started.status).toBe(200);
     const seen: { sequence_number: number; type: string; delta?: string; response?: { id: string; output_text?: string } }[] = [];
     for await (const { event, data } of readSse(started)) {

@@ -18,12 +18,17 @@ function start(name: string, state: string): void {
   const at = name.indexOf("@");
   if (at < 0) throw new Error(`${name}: only template instances are stood in for`);
   const instance = name.slice(at + 1).replace(/\.service$/, "");
-  const text = readFileSync(join(UNIT_DIR, `${name.slice(0, at)}@.service`), "utf8").replaceAll("%i", instance).replaceAll("%H", hostname());
+  const text = readFileSync(join(UNIT_DIR, `${name.slice(0, at)}@.service`), "utf8")
+    .replaceAll("%i", instance)
+    .replaceAll("%H", hostname());
   const service = parseUnit(text).get("Service")!;
   const one = (key: string) => service.get(key)?.[0];
   const user = one("User") ?? "root";
   const id = (flag: string) => Number(Bun.spawnSync(["id", flag, user]).stdout.toString().trim());
-  for (const [key, root] of [["StateDirectory", "/var/lib"], ["CacheDirectory", "/var/cache"]] as const) {
+  for (const [key, root] of [
+    ["StateDirectory", "/var/lib"],
+    ["CacheDirectory", "/var/cache"],
+  ] as const) {
     for (const dir of (service.get(key) ?? []).flatMap((value) => value.split(/\s+/))) {
       mkdirSync(join(root, dir), { recursive: true });
       chownSync(join(root, dir), id("-u"), id("-g"));

@@ -20,7 +20,11 @@ for (const backend of backends()) {
       const add = async (id: string, at: number[], owner = userId) => {
         const conversation = await storage.conversations.findOrCreate(owner, id);
         for (const [i, offset] of at.entries()) {
-          await storage.conversations.addMessage(conversation, { role: i % 2 ? "assistant" : "user", content: `${id} says ${"é".repeat(120)} ${i}`, createdAt: start + offset });
+          await storage.conversations.addMessage(conversation, {
+            role: i % 2 ? "assistant" : "user",
+            content: `${id} says ${"é".repeat(120)} ${i}`,
+            createdAt: start + offset,
+          });
         }
       };
       await add("old", [0, 1, 50]); // created first, but its last message is the newest
@@ -47,11 +51,20 @@ for (const backend of backends()) {
       const { userId } = await storage.keys.create("hugo", "user");
       const conversation = await storage.conversations.findOrCreate(userId, "thinking");
       const question = await storage.conversations.addMessage(conversation, { role: "user", content: "Why?" });
-      const answer = await storage.conversations.addMessage(conversation, { role: "assistant", content: "Because.", reasoning: "They ask why. 🤔", finishReason: "stop" });
+      const answer = await storage.conversations.addMessage(conversation, {
+        role: "assistant",
+        content: "Because.",
+        reasoning: "They ask why. 🤔",
+        finishReason: "stop",
+      });
       const plain = await storage.conversations.addMessage(conversation, { role: "assistant", content: "Also.", finishReason: "stop" });
       expect([question.reasoning, answer.reasoning, plain.reasoning]).toEqual([null, "They ask why. 🤔", null]);
       const { rows } = await storage.messages.list({ userId, conversationId: "thinking", sortField: "id", sortDirection: "asc", limit: 10, offset: 0 });
-      expect(rows.map((row) => [row.content, row.reasoning])).toEqual([["Why?", null], ["Because.", "They ask why. 🤔"], ["Also.", null]]);
+      expect(rows.map((row) => [row.content, row.reasoning])).toEqual([
+        ["Why?", null],
+        ["Because.", "They ask why. 🤔"],
+        ["Also.", null],
+      ]);
       expect(await storage.conversations.recentTurns(conversation.id, { maxChars: 1_000 })).toEqual([
         { role: "user", content: "Why?" },
         { role: "assistant", content: "Because.", reasoning: "They ask why. 🤔" },
@@ -93,7 +106,13 @@ for (const backend of backends()) {
       await storage.conversations.addMessages(created, [
         { role: "user", content: "Be brief.", item: { type: "message", role: "developer" }, itemId: "msg_dev", createdAt: at },
         { role: "user", content: "Weather in Paris?", itemId: "msg_ask", createdAt: at },
-        { role: "assistant", content: "", item: { type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' }, itemId: "fc_1", createdAt: at },
+        {
+          role: "assistant",
+          content: "",
+          item: { type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+          itemId: "fc_1",
+          createdAt: at,
+        },
         { role: "user", content: '{"t": 21}', item: { type: "function_call_output", callId: "call_1" }, itemId: "fco_1", createdAt: at },
         { role: "assistant", content: "21 degrees.", reasoning: "It said 21.", itemId: "msg_answer", createdAt: at + 1 },
       ]);
@@ -112,9 +131,19 @@ for (const backend of backends()) {
       expect(all?.[4]).toMatchObject({ role: "assistant", content: "21 degrees.", reasoning: "It said 21.", createdAt: at + 1 });
       expect(all?.[2]?.item).toEqual({ type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' });
       expect((await storage.conversations.rows(created.id, { order: "desc", from: "fc_1", limit: 2 }))?.map((row) => row.itemId)).toEqual(["fc_1", "msg_ask"]);
-      expect((await storage.conversations.rows(created.id, { order: "asc", from: "fc_1", limit: 9 }))?.map((row) => row.itemId)).toEqual(["fc_1", "fco_1", "msg_answer"]);
+      expect((await storage.conversations.rows(created.id, { order: "asc", from: "fc_1", limit: 9 }))?.map((row) => row.itemId)).toEqual([
+        "fc_1",
+        "fco_1",
+        "msg_answer",
+      ]);
       expect(await storage.conversations.rows(created.id, { order: "asc", from: "msg_none", limit: 9 })).toBeUndefined();
-      expect((await storage.conversations.recentTurns(created.id, { maxChars: 1_000 })).map((turn) => turn.item?.type ?? turn.role)).toEqual(["message", "user", "function_call", "function_call_output", "assistant"]);
+      expect((await storage.conversations.recentTurns(created.id, { maxChars: 1_000 })).map((turn) => turn.item?.type ?? turn.role)).toEqual([
+        "message",
+        "user",
+        "function_call",
+        "function_call_output",
+        "assistant",
+      ]);
 
       expect(await storage.conversations.deleteRow(created.id, "msg_answer", true)).toBe(true);
       expect((await storage.conversations.row(created.id, "msg_answer"))?.reasoning).toBeUndefined();

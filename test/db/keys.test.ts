@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
-import { hashKey } from "../../src/db/api-keys";
 import { join } from "node:path";
 import { readMigrationFiles } from "drizzle-orm/migrator";
+import { hashKey } from "../../src/db/api-keys";
 import { allowSlowTests, holdWriteLock, testDb } from "../support";
 
 allowSlowTests();
@@ -48,7 +48,10 @@ describe("key store", () => {
   test("bootstrap counts the keys under the write lock: a key committed by another process meanwhile is counted", async () => {
     const { path, storage } = testDb("bootstrap-lock");
     // Another process is creating the first key right now (as a second first start would).
-    const holder = await holdWriteLock(path, "INSERT INTO users (name) VALUES ('other'); INSERT INTO api_keys (user_id, role, prefix, hash) VALUES (last_insert_rowid(), 'admin', 'x', 'y')");
+    const holder = await holdWriteLock(
+      path,
+      "INSERT INTO users (name) VALUES ('other'); INSERT INTO api_keys (user_id, role, prefix, hash) VALUES (last_insert_rowid(), 'admin', 'x', 'y')",
+    );
     const bootstrapped = storage.keys.bootstrap();
     expect(await holder.release()).toBe(0);
     expect(await bootstrapped).toBeUndefined();

@@ -28,7 +28,7 @@ async function seedMessages(opened: OpenedBackend, alice: CreatedKey, bob: Creat
   for (let i = 0; i < 250; i++) {
     // Ids grow with i but times are shuffled: order by created_at differs from order by id.
     const conversation = conversations[i % 3]!;
-    const createdAt = base + ((i * 37) % 250 - ((i * 37) % 250) % 3) * 1000;
+    const createdAt = base + (((i * 37) % 250) - (((i * 37) % 250) % 3)) * 1000;
     const role = i % 2 === 0 ? "user" : "assistant";
     const stored = await storage.conversations.addMessage(conversation, {
       role,
@@ -51,118 +51,123 @@ async function seedMessages(opened: OpenedBackend, alice: CreatedKey, bob: Creat
 
 for (const backend of backends()) {
   describe.skipIf(backend.missing !== undefined)(`listing on ${backend.name}`, () => {
-  let opened: OpenedBackend;
-  let alice: CreatedKey;
-  let bob: CreatedKey;
-  let admin: CreatedKey;
-  let expected: Map<number, Row[]>;
-  let server: Served;
+    let opened: OpenedBackend;
+    let alice: CreatedKey;
+    let bob: CreatedKey;
+    let admin: CreatedKey;
+    let expected: Map<number, Row[]>;
+    let server: Served;
 
-  beforeAll(async () => {
-    opened = await backend.open("listing");
-    const { keys } = opened.storage;
-    alice = await keys.create("alice", "user");
-    bob = await keys.create("bob", "user");
-    admin = await keys.create("root", "admin");
-    expected = await seedMessages(opened, alice, bob);
-    server = serveApp({ storage: opened.storage });
-  });
-  afterAll(async () => {
-    await server?.stop();
-    await opened?.storage.close();
-  });
+    beforeAll(async () => {
+      opened = await backend.open("listing");
+      const { keys } = opened.storage;
+      alice = await keys.create("alice", "user");
+      bob = await keys.create("bob", "user");
+      admin = await keys.create("root", "admin");
+      expected = await seedMessages(opened, alice, bob);
+      server = serveApp({ storage: opened.storage });
+    });
+    afterAll(async () => {
+      await server?.stop();
+      await opened?.storage.close();
+    });
 
-  async function list(key: string, query: string) {
-    const response = await fetch(`${server.url}/api/v1.0/chat/messages?${query}`, { headers: bearer(key) });
-    return { status: response.status, body: (await response.json()) as { data: Row[]; pagination: Record<string, number> } };
-  }
-
-  const sorters: Record<string, (a: Row, b: Row) => number> = {
-    "created_at:asc": (a, b) => a.created_at.localeCompare(b.created_at) || a.id - b.id,
-    "created_at:desc": (a, b) => b.created_at.localeCompare(a.created_at) || b.id - a.id,
-    "id:asc": (a, b) => a.id - b.id,
-    "id:desc": (a, b) => b.id - a.id,
-  };
-
-  describe("GET /api/v1.0/chat/messages paging", () => {
-    for (const [sort, compare] of Object.entries(sorters)) {
-      test(`walking every page of 7 with sort_by=${sort} returns each row once, in order`, async () => {
-        const want = [...expected.get(alice.userId)!].sort(compare);
-        const seen: Row[] = [];
-        const pages = Math.ceil(want.length / 7);
-        for (let page = 1; page <= pages + 1; page++) {
-          const { status, body } = await list(alice.key, `rows_per_page=7&current_page=${page}&sort_by=${sort.replace(":", "%3A")}`);
-          expect(status).toBe(200);
-          expect(body.pagination).toEqual({ current_page: page, rows_per_page: 7, total_rows: want.length, total_pages: pages });
-          if (page > pages) expect(body.data).toEqual([]);
-          seen.push(...body.data);
-        }
-        expect(seen.map((row) => row.id)).toEqual(want.map((row) => row.id));
-        expect(seen.map(({ id, created_at, user_id, conversation_id, role }) => ({ id, created_at, user_id, conversation_id, role }))).toEqual(want);
-      });
+    async function list(key: string, query: string) {
+      const response = await fetch(`${server.url}/api/v1.0/chat/messages?${query}`, { headers: bearer(key) });
+      return { status: response.status, body: (await response.json()) as { data: Row[]; pagination: Record<string, number> } };
     }
 
-    test("ties in created_at exist and are ordered by id", async () => {
-      const { body } = await list(alice.key, "rows_per_page=100&sort_by=created_at:asc");
-      const ties = body.data.filter((row, i) => i > 0 && row.created_at === body.data[i - 1]!.created_at);
-      expect(ties.length).toBeGreaterThan(10);
-    });
+    const sorters: Record<string, (a: Row, b: Row) => number> = {
+      "created_at:asc": (a, b) => a.created_at.localeCompare(b.created_at) || a.id - b.id,
+      "created_at:desc": (a, b) => b.created_at.localeCompare(a.created_at) || b.id - a.id,
+      "id:asc": (a, b) => a.id - b.id,
+      "id:desc": (a, b) => b.id - a.id,
+    };
 
-    test("defaults: 20 newest first, both roles, the key's own user; the seed's example works", async () => {
-      const { body } = await list(alice.key, "");
-      expect(body.pagination).toEqual({ current_page: 1, rows_per_page: 20, total_rows: expected.get(alice.userId)!.length, total_pages: 9 });
-      expect(body.data.map((row) => row.id)).toEqual([...expected.get(alice.userId)!].sort(sorters["created_at:desc"]).slice(0, 20).map((row) => row.id));
-      expect(new Set(body.data.map((row) => row.role))).toEqual(new Set(["user", "assistant"]));
-      const seed = await list(alice.key, `user_id=:eq:${alice.userId}&rows_per_page=20&current_page=1&sort_by=created_at%3Adesc`);
-      expect(seed.body).toEqual(body);
-    });
-
-    test("a stored message has the contract's fields", async () => {
-      const { body } = await list(alice.key, "rows_per_page=2&sort_by=id:asc");
-      expect(body.data[0]).toEqual({
-        id: expect.any(Number),
-        role: "user",
-        content: "message 0",
-        created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
-        conversation_id: "trip-1",
-        user_id: alice.userId,
-      } as never);
-      expect(body.data[1]).toMatchObject({ role: "assistant", finish_reason: "stop" });
-    });
-
-    test("conversation_id filters within the user; :eq: form works", async () => {
-      const { body } = await list(alice.key, "conversation_id=:eq:trip-2&rows_per_page=100");
-      const want = expected.get(alice.userId)!.filter((row) => row.conversation_id === "trip-2");
-      expect(body.pagination.total_rows).toBe(want.length);
-      expect(body.data.every((row) => row.conversation_id === "trip-2" && row.user_id === alice.userId)).toBe(true);
-      // Bob's trip-1 is his own conversation, never mixed into Alice's trip-1.
-      const mine = await list(alice.key, "conversation_id=trip-1&rows_per_page=100");
-      expect(mine.body.data.every((row) => row.user_id === alice.userId)).toBe(true);
-    });
-
-    test("a user key may not read another user, whether or not that user exists", async () => {
-      for (const other of [bob.userId, 999_999]) {
-        const { status, body } = await list(alice.key, `user_id=:eq:${other}`);
-        expect(status).toBe(403);
-        expect(body).toMatchObject({ error: { code: "forbidden", param: "user_id" } });
+    describe("GET /api/v1.0/chat/messages paging", () => {
+      for (const [sort, compare] of Object.entries(sorters)) {
+        test(`walking every page of 7 with sort_by=${sort} returns each row once, in order`, async () => {
+          const want = [...expected.get(alice.userId)!].sort(compare);
+          const seen: Row[] = [];
+          const pages = Math.ceil(want.length / 7);
+          for (let page = 1; page <= pages + 1; page++) {
+            const { status, body } = await list(alice.key, `rows_per_page=7&current_page=${page}&sort_by=${sort.replace(":", "%3A")}`);
+            expect(status).toBe(200);
+            expect(body.pagination).toEqual({ current_page: page, rows_per_page: 7, total_rows: want.length, total_pages: pages });
+            if (page > pages) expect(body.data).toEqual([]);
+            seen.push(...body.data);
+          }
+          expect(seen.map((row) => row.id)).toEqual(want.map((row) => row.id));
+          expect(seen.map(({ id, created_at, user_id, conversation_id, role }) => ({ id, created_at, user_id, conversation_id, role }))).toEqual(want);
+        });
       }
-    });
 
-    test("an admin key reads any user; an unknown user is an empty page", async () => {
-      const bobs = await list(admin.key, `user_id=${bob.userId}&rows_per_page=100`);
-      expect(bobs.status).toBe(200);
-      expect(bobs.body.pagination.total_rows).toBe(expected.get(bob.userId)!.length);
-      const nobody = await list(admin.key, "user_id=:eq:424242");
-      expect(nobody.status).toBe(200);
-      expect(nobody.body).toEqual({ data: [], pagination: { current_page: 1, rows_per_page: 20, total_rows: 0, total_pages: 0 } });
-    });
+      test("ties in created_at exist and are ordered by id", async () => {
+        const { body } = await list(alice.key, "rows_per_page=100&sort_by=created_at:asc");
+        const ties = body.data.filter((row, i) => i > 0 && row.created_at === body.data[i - 1]!.created_at);
+        expect(ties.length).toBeGreaterThan(10);
+      });
 
-    test("a page far past the end is empty, not an error", async () => {
-      const { status, body } = await list(alice.key, "current_page=99999999999999999999");
-      expect(status).toBe(200);
-      expect(body.data).toEqual([]);
+      test("defaults: 20 newest first, both roles, the key's own user; the seed's example works", async () => {
+        const { body } = await list(alice.key, "");
+        expect(body.pagination).toEqual({ current_page: 1, rows_per_page: 20, total_rows: expected.get(alice.userId)!.length, total_pages: 9 });
+        expect(body.data.map((row) => row.id)).toEqual(
+          [...expected.get(alice.userId)!]
+            .sort(sorters["created_at:desc"])
+            .slice(0, 20)
+            .map((row) => row.id),
+        );
+        expect(new Set(body.data.map((row) => row.role))).toEqual(new Set(["user", "assistant"]));
+        const seed = await list(alice.key, `user_id=:eq:${alice.userId}&rows_per_page=20&current_page=1&sort_by=created_at%3Adesc`);
+        expect(seed.body).toEqual(body);
+      });
+
+      test("a stored message has the contract's fields", async () => {
+        const { body } = await list(alice.key, "rows_per_page=2&sort_by=id:asc");
+        expect(body.data[0]).toEqual({
+          id: expect.any(Number),
+          role: "user",
+          content: "message 0",
+          created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/),
+          conversation_id: "trip-1",
+          user_id: alice.userId,
+        } as never);
+        expect(body.data[1]).toMatchObject({ role: "assistant", finish_reason: "stop" });
+      });
+
+      test("conversation_id filters within the user; :eq: form works", async () => {
+        const { body } = await list(alice.key, "conversation_id=:eq:trip-2&rows_per_page=100");
+        const want = expected.get(alice.userId)!.filter((row) => row.conversation_id === "trip-2");
+        expect(body.pagination.total_rows).toBe(want.length);
+        expect(body.data.every((row) => row.conversation_id === "trip-2" && row.user_id === alice.userId)).toBe(true);
+        // Bob's trip-1 is his own conversation, never mixed into Alice's trip-1.
+        const mine = await list(alice.key, "conversation_id=trip-1&rows_per_page=100");
+        expect(mine.body.data.every((row) => row.user_id === alice.userId)).toBe(true);
+      });
+
+      test("a user key may not read another user, whether or not that user exists", async () => {
+        for (const other of [bob.userId, 999_999]) {
+          const { status, body } = await list(alice.key, `user_id=:eq:${other}`);
+          expect(status).toBe(403);
+          expect(body).toMatchObject({ error: { code: "forbidden", param: "user_id" } });
+        }
+      });
+
+      test("an admin key reads any user; an unknown user is an empty page", async () => {
+        const bobs = await list(admin.key, `user_id=${bob.userId}&rows_per_page=100`);
+        expect(bobs.status).toBe(200);
+        expect(bobs.body.pagination.total_rows).toBe(expected.get(bob.userId)!.length);
+        const nobody = await list(admin.key, "user_id=:eq:424242");
+        expect(nobody.status).toBe(200);
+        expect(nobody.body).toEqual({ data: [], pagination: { current_page: 1, rows_per_page: 20, total_rows: 0, total_pages: 0 } });
+      });
+
+      test("a page far past the end is empty, not an error", async () => {
+        const { status, body } = await list(alice.key, "current_page=99999999999999999999");
+        expect(status).toBe(200);
+        expect(body.data).toEqual([]);
+      });
     });
-  });
   });
 }
 
@@ -228,7 +233,10 @@ describe.skipIf(pg.missing !== undefined)("listing query plan (PostgreSQL)", () 
   }
   const nodes = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodes)];
   const describePlan = (node: PlanNode, depth = 0): string =>
-    [`${"  ".repeat(depth)}${node["Node Type"]}${node["Index Name"] ? ` using ${node["Index Name"]} (${node["Scan Direction"]})` : ""}`, ...(node.Plans ?? []).map((child) => describePlan(child, depth + 1))].join("\n");
+    [
+      `${"  ".repeat(depth)}${node["Node Type"]}${node["Index Name"] ? ` using ${node["Index Name"]} (${node["Scan Direction"]})` : ""}`,
+      ...(node.Plans ?? []).map((child) => describePlan(child, depth + 1)),
+    ].join("\n");
 
   /** The Limit that picks the page, and whether anything under it sorts: the user's history must not be sorted. */
   function pagePicking(root: PlanNode) {

@@ -18,9 +18,7 @@ describe("storage start-up", () => {
     expect(pragma("busy_timeout")).toBe(BUSY_TIMEOUT_MS);
     expect(BUSY_TIMEOUT_MS).toBeLessThanOrEqual(10);
     const tables = storage.sqlite.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all();
-    expect(tables.map((row) => (row as { name: string }).name)).toEqual(
-      expect.arrayContaining(["api_keys", "conversations", "messages", "users"]),
-    );
+    expect(tables.map((row) => (row as { name: string }).name)).toEqual(expect.arrayContaining(["api_keys", "conversations", "messages", "users"]));
     await storage.close();
   });
 

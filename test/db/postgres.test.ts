@@ -1,9 +1,9 @@
 /** What PostgreSQL adds to the storage contract: several processes sharing one database. */
 import { afterAll, describe, expect, test } from "bun:test";
 import { describeLocation, isPostgresUrl, openStorage } from "../../src/db/open";
+import journal from "../../src/db/pg/pg-migrations/meta/_journal.json";
 import type { PgStorage } from "../../src/db/pg/storage";
 import type { Storage } from "../../src/db/storage";
-import journal from "../../src/db/pg/pg-migrations/meta/_journal.json";
 import { allowSlowTests, freshPostgresDb, postgresMissing, until } from "../support";
 
 allowSlowTests();

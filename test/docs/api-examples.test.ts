@@ -44,13 +44,22 @@ test("every shell example of docs/API.md answers 2xx as written", async () => {
   expect(examples.filter((command) => command.startsWith("curl ")).length).toBeGreaterThanOrEqual(10);
   const dbPath = join(tempDir("api-examples"), "parley.db");
   server = await startServer({ dbPath, adminKey: ADMIN_KEY });
-  const cli = (...args: string[]) => Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
+  const cli = (...args: string[]) =>
+    Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
   const key = cli("keys", "create", "--user", "alice").stdout.toString().trim().split("\n").at(-1)!;
-  const alice = cli("keys", "list").stdout.toString().split("\n").find((line) => line.split("\t")[1] === "alice")!;
+  const alice = cli("keys", "list")
+    .stdout.toString()
+    .split("\n")
+    .find((line) => line.split("\t")[1] === "alice")!;
   const env = { ...(Bun.env as Record<string, string>), PARLEY: server.url, KEY: key, ADMIN_KEY, USER_ID: alice.split("\t")[2]! };
   for (const command of examples) {
     // The status on a line of its own after the body: curl's -w, unless the example writes its own.
-    const run = Bun.spawnSync(["bash", "-c", command.includes(" -w ") ? command : `${command} -w '\\n%{http_code}'`], { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" });
+    const run = Bun.spawnSync(["bash", "-c", command.includes(" -w ") ? command : `${command} -w '\\n%{http_code}'`], {
+      cwd: ROOT,
+      env,
+      stdout: "pipe",
+      stderr: "pipe",
+    });
     const out = run.stdout.toString().trimEnd();
     expect(run.exitCode, `${command}\n${run.stderr}`).toBe(0);
     expect(out.split("\n").at(-1), `${command}\n${out.slice(0, 500)}`).toMatch(/^2\d\d$/);

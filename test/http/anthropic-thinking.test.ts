@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, readSse, rejection, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, readSse, rejection, type Served, type SseEvent, serveApp, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -23,7 +23,8 @@ let client: Anthropic;
 const hello: Anthropic.MessageParam[] = [{ role: "user", content: "Hello" }];
 /** Greedy: the SDK's types no longer name temperature, which Parley (and Anthropic's API) still take. */
 const greedy = { temperature: 0 } as object;
-const ask = (params: Partial<Anthropic.MessageCreateParamsNonStreaming>) => client.messages.create({ model: "any", max_tokens: 80, messages: hello, ...greedy, ...params });
+const ask = (params: Partial<Anthropic.MessageCreateParamsNonStreaming>) =>
+  client.messages.create({ model: "any", max_tokens: 80, messages: hello, ...greedy, ...params });
 const blocksOf = <T extends Anthropic.ContentBlock["type"]>(message: Anthropic.Message, type: T) =>
   message.content.filter((block): block is Extract<Anthropic.ContentBlock, { type: T }> => block.type === type);
 
@@ -105,7 +106,9 @@ describe("thinking blocks", () => {
       max_tokens: 300,
       thinking: { type: "enabled", budget_tokens: 2 },
       // An enum, and one call, end where the grammar says: a bigram model never wants to end a free string or its calls.
-      tools: [{ name: "get_weather", input_schema: { type: "object", properties: { unit: { enum: ["c", "f"] } }, required: ["unit"], additionalProperties: false } }],
+      tools: [
+        { name: "get_weather", input_schema: { type: "object", properties: { unit: { enum: ["c", "f"] } }, required: ["unit"], additionalProperties: false } },
+      ],
       tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true },
     });
     expect(message.stop_reason).toBe("tool_use");
@@ -119,7 +122,21 @@ describe("thinking blocks", () => {
     const budget = await rejection(ask({ max_tokens: 16, thinking: { type: "enabled", budget_tokens: 16 } }));
     expect(budget).toBeInstanceOf(Anthropic.BadRequestError);
     expect((budget as Error).message).toContain("thinking.budget_tokens");
-    const redacted = await rejection(ask({ messages: [...hello, { role: "assistant", content: [{ type: "redacted_thinking", data: "opaque" }, { type: "text", text: "Hi" }] }, { role: "user", content: "Again" }] }));
+    const redacted = await rejection(
+      ask({
+        messages: [
+          ...hello,
+          {
+            role: "assistant",
+            content: [
+              { type: "redacted_thinking", data: "opaque" },
+              { type: "text", text: "Hi" },
+            ],
+          },
+          { role: "user", content: "Again" },
+        ],
+      }),
+    );
     expect(redacted).toBeInstanceOf(Anthropic.BadRequestError);
     expect((redacted as Error).message).toContain("messages[1].content[0]");
   });
@@ -145,12 +162,25 @@ describe("streamed", () => {
     const response = await fetch(`${served.url}/v1/messages`, {
       method: "POST",
       headers: { ...bearer(alice.key), "content-type": "application/json" },
-      body: JSON.stringify({ model: "any", max_tokens: 80, messages: hello, temperature: 0, stream: true, thinking: { type: "enabled", budget_tokens: 2, display: "omitted" } }),
+      body: JSON.stringify({
+        model: "any",
+        max_tokens: 80,
+        messages: hello,
+        temperature: 0,
+        stream: true,
+        thinking: { type: "enabled", budget_tokens: 2, display: "omitted" },
+      }),
     });
     expect(response.status).toBe(200);
     const events: SseEvent[] = [];
     for await (const event of readSse(response)) if (event.event !== "comment") events.push(event);
-    expect(events.slice(0, 5).map((event) => event.event)).toEqual(["message_start", "ping", "content_block_start", "content_block_stop", "content_block_start"]);
+    expect(events.slice(0, 5).map((event) => event.event)).toEqual([
+      "message_start",
+      "ping",
+      "content_block_start",
+      "content_block_stop",
+      "content_block_start",
+    ]);
     expect(events[1]!.data).toEqual({ type: "ping" });
     expect(events[2]!.data).toEqual({ type: "content_block_start", index: 0, content_block: { type: "thinking", thinking: "", signature: "" } });
     // Omitted: no thinking_delta; the thought's block stops before the text's starts.
@@ -169,12 +199,18 @@ describe("the history", () => {
       { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: "Sunny" }] },
     ];
     const bare = await client.messages.countTokens({ model: "any", tools, messages: turns([]) });
-    const withThought = await client.messages.countTokens({ model: "any", tools, messages: turns([{ type: "thinking", thinking: "Paris needs a lookup first", signature: "" }]) });
+    const withThought = await client.messages.countTokens({
+      model: "any",
+      tools,
+      messages: turns([{ type: "thinking", thinking: "Paris needs a lookup first", signature: "" }]),
+    });
     expect(withThought.input_tokens).toBeGreaterThan(bare.input_tokens + 3);
   });
 
   test("a thinking block in a user message is refused, naming it", async () => {
-    const refusal = await rejection(ask({ messages: [{ role: "user", content: [{ type: "thinking", thinking: "hmm", signature: "" } as unknown as Anthropic.TextBlockParam] }] }));
+    const refusal = await rejection(
+      ask({ messages: [{ role: "user", content: [{ type: "thinking", thinking: "hmm", signature: "" } as unknown as Anthropic.TextBlockParam] }] }),
+    );
     expect(refusal).toBeInstanceOf(Anthropic.BadRequestError);
     expect((refusal as Error).message).toContain("messages[0].content[0]");
   });

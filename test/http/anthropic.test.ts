@@ -10,7 +10,7 @@ import { ChatAnthropic } from "@langchain/anthropic";
 import type { AIMessageChunk } from "@langchain/core/messages";
 import OpenAI from "openai";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, rejection, serveApp, type Served, testDb, testEngine } from "../support";
+import { bearer, rejection, type Served, serveApp, testDb, testEngine } from "../support";
 
 const GREEDY_REPLY = "I am happy to help you.";
 const db = testDb("anthropic");
@@ -57,7 +57,13 @@ describe("messages.create", () => {
     expect(cut.usage.output_tokens).toBe(2);
     const stopped = await client.messages.create({ model: "any", max_tokens: 64, messages: hello, ...greedy, stop_sequences: ["zzz", "help"] });
     expect(stopped).toMatchObject({ stop_reason: "stop_sequence", stop_sequence: "help", content: [{ type: "text", text: "I am happy to " }] });
-    const system = await client.messages.create({ model: "any", max_tokens: 8, system: [{ type: "text", text: "You are terse." }], messages: hello, ...greedy });
+    const system = await client.messages.create({
+      model: "any",
+      max_tokens: 8,
+      system: [{ type: "text", text: "You are terse." }],
+      messages: hello,
+      ...greedy,
+    });
     const bare = await client.messages.create({ model: "any", max_tokens: 8, messages: hello, ...greedy });
     expect(system.usage.input_tokens + system.usage.cache_read_input_tokens!).toBeGreaterThan(bare.usage.input_tokens + bare.usage.cache_read_input_tokens!);
   });
@@ -117,7 +123,12 @@ describe("tools", () => {
   const weather: Anthropic.Tool = {
     name: "get_weather",
     description: "The weather in a city",
-    input_schema: { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["c", "f"] } }, required: ["city", "unit"], additionalProperties: false },
+    input_schema: {
+      type: "object",
+      properties: { city: { type: "string" }, unit: { type: "string", enum: ["c", "f"] } },
+      required: ["city", "unit"],
+      additionalProperties: false,
+    },
   };
   const ask: Anthropic.MessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
   const forced = { model: "any", max_tokens: 300, messages: ask, tools: [weather], tool_choice: { type: "tool" as const, name: "get_weather" }, ...greedy };
@@ -145,12 +156,24 @@ describe("tools", () => {
   test("a tool_result round trip: the call and its result in the history, the model answers; a result answering no call is refused", async () => {
     const called = await client.messages.create(forced);
     const call = called.content.find((block) => block.type === "tool_use")!;
-    const history: Anthropic.MessageParam[] = [...ask, { role: "assistant", content: called.content }, { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "18 degrees and sunny" }] }];
+    const history: Anthropic.MessageParam[] = [
+      ...ask,
+      { role: "assistant", content: called.content },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: call.id, content: "18 degrees and sunny" }] },
+    ];
     const answer = await client.messages.create({ model: "any", max_tokens: 16, messages: history, tools: [weather], ...greedy });
     expect(answer.content[0]?.type).toBe("text");
     // The history the model was given holds the call and its result: more tokens than the question alone.
-    expect(answer.usage.input_tokens + answer.usage.cache_read_input_tokens!).toBeGreaterThan(called.usage.input_tokens + called.usage.cache_read_input_tokens! + 10);
-    const orphan = await rejection(client.messages.create({ model: "any", max_tokens: 16, messages: [...ask, { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_nothing", content: "?" }] }] }));
+    expect(answer.usage.input_tokens + answer.usage.cache_read_input_tokens!).toBeGreaterThan(
+      called.usage.input_tokens + called.usage.cache_read_input_tokens! + 10,
+    );
+    const orphan = await rejection(
+      client.messages.create({
+        model: "any",
+        max_tokens: 16,
+        messages: [...ask, { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_nothing", content: "?" }] }],
+      }),
+    );
     expect(orphan).toBeInstanceOf(Anthropic.BadRequestError);
     expect((orphan as Error).message).toContain("messages[1].content[0].tool_use_id");
   });
@@ -170,7 +193,9 @@ describe("keys and refusals", () => {
   test("x-api-key as Anthropic's clients send it, or Bearer; no key or a wrong one is AuthenticationError", async () => {
     const bearerClient = new Anthropic({ authToken: alice.key, apiKey: null, baseURL: served.url, maxRetries: 0 });
     expect((await bearerClient.messages.create({ model: "any", max_tokens: 2, messages: hello })).type).toBe("message");
-    expect(await rejection(clientFor(served, "pk_not_a_key_00000000000000000000000000").messages.create({ model: "any", max_tokens: 2, messages: hello }))).toBeInstanceOf(Anthropic.AuthenticationError);
+    expect(
+      await rejection(clientFor(served, "pk_not_a_key_00000000000000000000000000").messages.create({ model: "any", max_tokens: 2, messages: hello })),
+    ).toBeInstanceOf(Anthropic.AuthenticationError);
     // x-api-key is Anthropic's, taken on its API only: the model listing without anthropic-version is OpenAI's.
     expect((await fetch(`${served.url}/v1/models`, { headers: { "x-api-key": alice.key } })).status).toBe(401);
   });
@@ -178,7 +203,9 @@ describe("keys and refusals", () => {
   test("the SDK lists and retrieves models in Anthropic's shape (anthropic-version and x-api-key, as it sends them)", async () => {
     const models = [];
     for await (const model of client.models.list()) models.push(model);
-    expect(models as unknown[]).toEqual([{ type: "model", id: engine.modelName, display_name: engine.modelName, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) }]);
+    expect(models as unknown[]).toEqual([
+      { type: "model", id: engine.modelName, display_name: engine.modelName, created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/) },
+    ]);
     expect(await client.models.retrieve(engine.modelName)).toEqual(models[0]!);
     const page = await client.models.list({ limit: 1 });
     expect(page.data).toHaveLength(1);
@@ -200,7 +227,9 @@ describe("keys and refusals", () => {
       [{ output_config: { effort: "high" } }, "output_config"],
       [{ frequency_penalty: 1 }, "frequency_penalty"],
     ] as const) {
-      const refusal = await rejection(client.messages.create({ model: "any", max_tokens: 8, messages: hello, ...(params as object) } as Anthropic.MessageCreateParamsNonStreaming));
+      const refusal = await rejection(
+        client.messages.create({ model: "any", max_tokens: 8, messages: hello, ...(params as object) } as Anthropic.MessageCreateParamsNonStreaming),
+      );
       expect(refusal).toBeInstanceOf(Anthropic.BadRequestError);
       expect((refusal as InstanceType<typeof Anthropic.BadRequestError>).error).toMatchObject({ type: "error", error: { type: "invalid_request_error" } });
       expect((refusal as Error).message).toContain(named);
@@ -209,7 +238,11 @@ describe("keys and refusals", () => {
     const prefill = await rejection(client.messages.create({ model: "any", max_tokens: 8, messages: [...hello, { role: "assistant", content: "Sure," }] }));
     expect(prefill).toBeInstanceOf(Anthropic.BadRequestError);
     expect((prefill as Error).message).toContain("messages[1]");
-    const response = await fetch(`${served.url}/v1/messages`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify({ model: "any", messages: hello }) });
+    const response = await fetch(`${served.url}/v1/messages`, {
+      method: "POST",
+      headers: { ...bearer(alice.key), "content-type": "application/json" },
+      body: JSON.stringify({ model: "any", messages: hello }),
+    });
     expect(response.status).toBe(400);
     expect(await response.json()).toEqual({ type: "error", error: { type: "invalid_request_error", message: expect.stringContaining("max_tokens") } });
   });
@@ -217,7 +250,9 @@ describe("keys and refusals", () => {
   test("a body over the limit is request_too_large (413)", async () => {
     const small = serveApp({ storage: db.storage, engine, limits: { bodyLimitBytes: 1024 } });
     try {
-      const refusal = await rejection(clientFor(small).messages.create({ model: "any", max_tokens: 2, messages: [{ role: "user", content: "x".repeat(4096) }] }));
+      const refusal = await rejection(
+        clientFor(small).messages.create({ model: "any", max_tokens: 2, messages: [{ role: "user", content: "x".repeat(4096) }] }),
+      );
       expect(refusal).toBeInstanceOf(Anthropic.APIError);
       expect(refusal).toMatchObject({ status: 413, error: { type: "error", error: { type: "request_too_large" } } });
     } finally {
@@ -239,7 +274,10 @@ describe("keys and refusals", () => {
     const leaving = new AbortController();
     try {
       const openai = new OpenAI({ apiKey: alice.key, baseURL: `${capped.url}/v1`, maxRetries: 0 });
-      const open = await openai.chat.completions.create({ model: "any", messages: [{ role: "user", content: "Talk" }], max_tokens: 400, stream: true }, { signal: leaving.signal });
+      const open = await openai.chat.completions.create(
+        { model: "any", messages: [{ role: "user", content: "Talk" }], max_tokens: 400, stream: true },
+        { signal: leaving.signal },
+      );
       await open[Symbol.asyncIterator]().next();
       const refusal = await rejection(clientFor(capped).messages.create({ model: "any", max_tokens: 4, messages: hello, stream: true }));
       expect(refusal).toBeInstanceOf(Anthropic.RateLimitError);

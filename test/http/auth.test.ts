@@ -13,14 +13,11 @@ afterAll(async () => {
   await db.storage.close();
 });
 
-const list = (headers: Record<string, string> = {}, query = "") =>
-  fetch(`${server.url}/api/v1.0/chat/messages${query}`, { headers });
+const list = (headers: Record<string, string> = {}, query = "") => fetch(`${server.url}/api/v1.0/chat/messages${query}`, { headers });
 
 async function expect401(response: Response, tokenSent: boolean) {
   expect(response.status).toBe(401);
-  expect(response.headers.get("www-authenticate")).toBe(
-    tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"',
-  );
+  expect(response.headers.get("www-authenticate")).toBe(tokenSent ? 'Bearer realm="parley", error="invalid_token"' : 'Bearer realm="parley"');
   const body = (await response.json()) as { error: { code: string } };
   expect(body.error.code).toBe("unauthorized");
 }
@@ -110,7 +107,9 @@ describe("key check timing", () => {
     }
     const nearly = median(samples["last character"]);
     const wholly = median(samples["every character"]);
-    console.log(`key check: median ${(nearly * 1000).toFixed(1)} µs (wrong last character) vs ${(wholly * 1000).toFixed(1)} µs (wrong everywhere), 100 batches of ${CALLS}`);
+    console.log(
+      `key check: median ${(nearly * 1000).toFixed(1)} µs (wrong last character) vs ${(wholly * 1000).toFixed(1)} µs (wrong everywhere), 100 batches of ${CALLS}`,
+    );
     // The key is hashed before the lookup, so how much of it was right cannot show. A
     // character-by-character comparison would be below this tolerance, but a short-circuit that
     // skipped or added work for a near miss (a second query, a prefix lookup) would not.

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine, until } from "../support";
+import { allowSlowTests, postChat, readSse, type Served, type SseEvent, serveApp, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -24,7 +24,9 @@ afterAll(async () => {
 
 const replyOf = (conversation: string) =>
   db.storage.sqlite
-    .query("SELECT m.content, m.finish_reason FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.external_id = ? AND m.role = 'assistant'")
+    .query(
+      "SELECT m.content, m.finish_reason FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.external_id = ? AND m.role = 'assistant'",
+    )
     .get(conversation) as { content: string; finish_reason: string } | null;
 
 interface Stream {
@@ -35,7 +37,12 @@ interface Stream {
 }
 
 async function openStream(conversation: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Stream> {
-  const response = await postChat(server.url, key, { message: "Tell me everything", conversation_id: conversation, stream: true, temperature: 0, ...body }, signal);
+  const response = await postChat(
+    server.url,
+    key,
+    { message: "Tell me everything", conversation_id: conversation, stream: true, temperature: 0, ...body },
+    signal,
+  );
   expect(response.status).toBe(200);
   const deltas: Stream["deltas"] = [];
   const ended = (async () => {
@@ -57,7 +64,9 @@ describe("streams decoded together", () => {
   test("cancelling one of four mid-reply: the other three complete and are stored, the partial is stored as cancelled, every sequence is free", async () => {
     const leaving = new AbortController();
     const streams = await Promise.all(
-      ["stay-1", "stay-2", "stay-3", "leave"].map((id) => openStream(id, { max_tokens: id === "leave" ? 4096 : 40 }, id === "leave" ? leaving.signal : undefined)),
+      ["stay-1", "stay-2", "stay-3", "leave"].map((id) =>
+        openStream(id, { max_tokens: id === "leave" ? 4096 : 40 }, id === "leave" ? leaving.signal : undefined),
+      ),
     );
     await until(() => streams.every((stream) => stream.deltas.length >= 3), "every stream to be mid-reply");
     leaving.abort();
@@ -80,7 +89,7 @@ describe("streams decoded together", () => {
     const long = await openStream("long", { message: words, max_tokens: 1 });
     const done = await long.ended;
     const firstTokenAt = long.deltas[0]?.at ?? performance.now();
-    const usage = (done?.data as { usage: { prompt_tokens: number } }).usage;
+    const usage = (done!.data as { usage: { prompt_tokens: number } }).usage;
     expect(usage.prompt_tokens).toBeGreaterThanOrEqual(2000);
 
     // Evaluated in prompt_tokens / BATCH steps: had it taken the context to itself, the streams

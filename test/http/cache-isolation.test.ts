@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, serveApp, type Served, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, type Served, serveApp, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -42,7 +42,10 @@ async function openai(key: string, messages: { role: string; content: string }[]
     body: JSON.stringify({ model: "parley", messages, temperature: 0, max_tokens: 4 }),
   });
   expect(response.status).toBe(200);
-  const body = (await response.json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } }; choices: { message: { content: string } }[] };
+  const body = (await response.json()) as {
+    usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+    choices: { message: { content: string } }[];
+  };
   return body.usage.prompt_tokens_details.cached_tokens;
 }
 
@@ -102,7 +105,9 @@ describe("the prompt cache is per user", () => {
     const single = await testEngine({ parallel: 1 });
     const server = serveApp({ storage: db.storage, engine: single });
     try {
-      const tools = (description: string) => [{ type: "function", function: { name: "lookup_patient", description, parameters: { type: "object", properties: { id: { type: "string" } } } } }];
+      const tools = (description: string) => [
+        { type: "function", function: { name: "lookup_patient", description, parameters: { type: "object", properties: { id: { type: "string" } } } } },
+      ];
       const ask = async (key: string, description: string) => {
         const response = await fetch(`${server.url}/v1/chat/completions`, {
           method: "POST",

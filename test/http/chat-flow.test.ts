@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine, until } from "../support";
+import { allowSlowTests, postChat, readSse, type Served, type SseEvent, serveApp, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -54,15 +54,20 @@ async function openStream(body: Record<string, unknown>, controller: AbortContro
 describe("streams that end early, and a full queue", () => {
   test("a client that disconnects mid-reply stops generation; the partial reply is stored as cancelled", async () => {
     const controller = new AbortController();
-    const seen = await openStream({ message: "Write forever", conversation_id: "dropped" }, controller, (events) =>
-      events.filter((event) => event.event === "delta").length >= 3,
+    const seen = await openStream(
+      { message: "Write forever", conversation_id: "dropped" },
+      controller,
+      (events) => events.filter((event) => event.event === "delta").length >= 3,
     );
     controller.abort();
     await until(() => rows("dropped").length === 2, "the cancelled reply to be stored");
     const [user, reply] = rows("dropped");
     expect(user).toMatchObject({ role: "user", content: "Write forever" });
     expect(reply!.finish_reason).toBe("cancelled");
-    const received = seen.filter((e) => e.event === "delta").map((e) => (e.data as { content: string }).content).join("");
+    const received = seen
+      .filter((e) => e.event === "delta")
+      .map((e) => (e.data as { content: string }).content)
+      .join("");
     expect(reply!.content.startsWith(received)).toBe(true);
     // Stopped within a few tokens of the disconnect, far short of max_tokens.
     expect(reply!.content.length).toBeLessThan(received.length + 400);
@@ -71,13 +76,13 @@ describe("streams that end early, and a full queue", () => {
 
   test("while one reply runs: a second waits with heartbeats, a third is refused with 503", async () => {
     const running = new AbortController();
-    await openStream({ message: "Occupy the only sequence", conversation_id: "busy" }, running, (events) =>
-      events.some((event) => event.event === "delta"),
-    );
+    await openStream({ message: "Occupy the only sequence", conversation_id: "busy" }, running, (events) => events.some((event) => event.event === "delta"));
 
     const waiting = new AbortController();
-    const waited = openStream({ message: "I will wait", conversation_id: "waiting" }, waiting, (events) =>
-      events.filter((event) => event.event === "comment").length >= 2,
+    const waited = openStream(
+      { message: "I will wait", conversation_id: "waiting" },
+      waiting,
+      (events) => events.filter((event) => event.event === "comment").length >= 2,
     );
     await until(() => engine.stats().queued === 1, "the second request to queue");
 

@@ -1,7 +1,19 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { ChatReply, ChatStart, MessagePage, Message as StoredMessage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, type Generation, observeGenerations, postChat, readSse, serveApp, type Served, type SseEvent, testDb, testEngine } from "../support";
+import {
+  allowSlowTests,
+  bearer,
+  type Generation,
+  observeGenerations,
+  postChat,
+  readSse,
+  type Served,
+  type SseEvent,
+  serveApp,
+  testDb,
+  testEngine,
+} from "../support";
 
 allowSlowTests();
 
@@ -23,7 +35,6 @@ afterAll(async () => {
   await engine.close();
   await db.storage.close();
 });
-
 
 const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) => postChat(server.url, key, body, signal);
 
@@ -84,7 +95,10 @@ describe("POST /api/v1.0/chat", () => {
 
     const start = events[0]!.data as ChatStart;
     const done = events.at(-1)!.data as ChatReply;
-    const text = events.filter((event) => event.event === "delta").map((event) => (event.data as { content: string }).content).join("");
+    const text = events
+      .filter((event) => event.event === "delta")
+      .map((event) => (event.data as { content: string }).content)
+      .join("");
     expect(start).toEqual({ conversation_id: "streamed", new_conversation: true, user_message: done.user_message, model: "parley-demo" });
     expect(text).toBe(done.message.content);
     expect(await stored(alice.key, "streamed")).toEqual([done.user_message, done.message]);
@@ -98,15 +112,16 @@ describe("POST /api/v1.0/chat", () => {
   });
 
   test("temperature 1: the same seed repeats the reply, different seeds vary it", async () => {
-    const ask = (conversation: string, seed: number) =>
-      chat(alice.key, { message: "Tell me something.", conversation_id: conversation, temperature: 1, seed });
+    const ask = (conversation: string, seed: number) => chat(alice.key, { message: "Tell me something.", conversation_id: conversation, temperature: 1, seed });
     const first = await ask("seed-a", 42);
     const again = await ask("seed-b", 42);
     expect(again.message.content).toBe(first.message.content);
     const others = await Promise.all([1, 2, 3, 4, 5].map((seed) => ask(`seed-${seed}`, seed)));
     expect(new Set(others.map((reply) => reply.message.content)).size).toBeGreaterThan(1);
     // Without a seed, requests in the same second must not share one.
-    const unseeded = await Promise.all([1, 2, 3, 4, 5].map((n) => chat(alice.key, { message: "Tell me something.", conversation_id: `unseeded-${n}`, temperature: 1 })));
+    const unseeded = await Promise.all(
+      [1, 2, 3, 4, 5].map((n) => chat(alice.key, { message: "Tell me something.", conversation_id: `unseeded-${n}`, temperature: 1 })),
+    );
     expect(new Set(unseeded.map((reply) => reply.message.content)).size).toBeGreaterThan(1);
   });
 
@@ -153,9 +168,7 @@ describe("POST /api/v1.0/chat", () => {
   });
 
   test("four concurrent conversations with two sequences all complete", async () => {
-    const replies = await Promise.all(
-      [1, 2, 3, 4].map((n) => chat(bob.key, { message: `Hello number ${n}`, conversation_id: `parallel-${n}` })),
-    );
+    const replies = await Promise.all([1, 2, 3, 4].map((n) => chat(bob.key, { message: `Hello number ${n}`, conversation_id: `parallel-${n}` })));
     expect(replies.map((reply) => reply.message.finish_reason)).toEqual(["stop", "stop", "stop", "stop"]);
     expect(engine.stats()).toMatchObject({ busy: 0, queued: 0 });
   });

@@ -7,10 +7,10 @@ import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
 import addFormats from "ajv-formats";
 import { ChatService, type TurnInput } from "../../src/chat/service";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
+import type { CreatedKey } from "../../src/db/types";
 import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import type { CreatedKey } from "../../src/db/types";
-import { allowSlowTests, backends, bearer, type OpenedBackend, readSse, serveApp, type Served, testEngine } from "../support";
+import { allowSlowTests, backends, bearer, type OpenedBackend, readSse, type Served, serveApp, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -176,7 +176,12 @@ for (const backend of backends()) {
         [
           "an X-Conversation-Id header naming another conversation",
           422,
-          () => fetch(`${ready.url}${CHAT}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json", "x-conversation-id": "other" }, body: ask("x") }),
+          () =>
+            fetch(`${ready.url}${CHAT}`, {
+              method: "POST",
+              headers: { ...bearer(alice.key), "content-type": "application/json", "x-conversation-id": "other" },
+              body: ask("x"),
+            }),
         ],
         ["no model yet", 503, () => postChat(loading, alice.key, ask("x"))],
       ];
@@ -203,10 +208,22 @@ for (const backend of backends()) {
 
       const conversationErrors: [string, number, string, string, () => Promise<Response>][] = [
         ["no key", 401, CONVERSATIONS, "get", () => fetch(`${ready.url}${CONVERSATIONS}`)],
-        ["another user's conversations", 403, CONVERSATIONS, "get", () => fetch(`${ready.url}${CONVERSATIONS}?user_id=${alice.userId}`, { headers: bearer(bob.key) })],
+        [
+          "another user's conversations",
+          403,
+          CONVERSATIONS,
+          "get",
+          () => fetch(`${ready.url}${CONVERSATIONS}?user_id=${alice.userId}`, { headers: bearer(bob.key) }),
+        ],
         ["a bad page", 422, CONVERSATIONS, "get", () => fetch(`${ready.url}${CONVERSATIONS}?current_page=0`, { headers: bearer(bob.key) })],
         ["delete without a key", 401, CONVERSATION, "delete", () => fetch(`${ready.url}${CONVERSATIONS}/plain`, { method: "DELETE" })],
-        ["delete another user's", 404, CONVERSATION, "delete", () => fetch(`${ready.url}${CONVERSATIONS}/plain`, { method: "DELETE", headers: bearer(bob.key) })],
+        [
+          "delete another user's",
+          404,
+          CONVERSATION,
+          "delete",
+          () => fetch(`${ready.url}${CONVERSATIONS}/plain`, { method: "DELETE", headers: bearer(bob.key) }),
+        ],
         ["delete a bad id", 422, CONVERSATION, "delete", () => fetch(`${ready.url}${CONVERSATIONS}/:eq:plain`, { method: "DELETE", headers: bearer(bob.key) })],
       ];
       for (const [what, status, path, method, send] of conversationErrors) {
@@ -231,7 +248,11 @@ for (const backend of backends()) {
         const root = await db.storage.keys.create("root", "admin");
         const carol = await db.storage.keys.create("carol", "user");
         const quotas = (method: string, path: string, body?: unknown, key = root.key) =>
-          fetch(`${ready.url}${QUOTAS}${path}`, { method, headers: { ...bearer(key), "content-type": "application/json" }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+          fetch(`${ready.url}${QUOTAS}${path}`, {
+            method,
+            headers: { ...bearer(key), "content-type": "application/json" },
+            ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+          });
         const cases: [Promise<Response>, number, string, string][] = [
           [quotas("PUT", `/${carol.userId}`, { tokens: 10, period: "day" }), 200, `${QUOTAS}/{user}`, "put"],
           [quotas("PUT", "/999999", { tokens: 1, period: "day" }), 404, `${QUOTAS}/{user}`, "put"],

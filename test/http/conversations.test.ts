@@ -7,7 +7,7 @@ import { ChatService } from "../../src/chat/service";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, presetModel, serveApp, type Served, testDb, until } from "../support";
+import { allowSlowTests, bearer, postChat, presetModel, type Served, serveApp, testDb, until } from "../support";
 
 allowSlowTests();
 
@@ -25,7 +25,13 @@ beforeAll(async () => {
   bob = await db.keys.create("bob", "user");
   admin = await db.keys.create("root", "admin");
   // One sequence: each conversation that takes it saves the previous one's KV state to a file.
-  engine = await Engine.load({ modelPath: await presetModel("demo"), parallel: 1, contextSize: 1024, threads: 1, kvCache: { dir: kvDir, maxBytes: 64 * 2 ** 20 } });
+  engine = await Engine.load({
+    modelPath: await presetModel("demo"),
+    parallel: 1,
+    contextSize: 1024,
+    threads: 1,
+    kvCache: { dir: kvDir, maxBytes: 64 * 2 ** 20 },
+  });
   served = serveApp({ storage: db.storage, engine });
 });
 afterAll(async () => {
@@ -57,7 +63,9 @@ async function messages(key: string, conversationId?: string): Promise<MessagePa
 
 /** The saved KV state of a conversation, by its row id: kv/<model>/<hash>.kv. */
 function kvFileOf(conversationId: string, userId: number): string | undefined {
-  const row = db.storage.sqlite.query("SELECT id FROM conversations WHERE user_id = ? AND external_id = ?").get(userId, conversationId) as { id: number } | null;
+  const row = db.storage.sqlite.query("SELECT id FROM conversations WHERE user_id = ? AND external_id = ?").get(userId, conversationId) as {
+    id: number;
+  } | null;
   if (!row) throw new Error(`no conversation ${conversationId}`);
   const name = `${createHash("sha256").update(String(row.id)).digest("hex").slice(0, 32)}.kv`;
   return readdirSync(kvDir, { recursive: true, encoding: "utf8" }).find((path) => path.endsWith(name));
@@ -100,7 +108,11 @@ describe("GET /api/v1.0/chat/conversations", () => {
   });
 
   test("the paging parameters are validated like the message listing's", async () => {
-    for (const [query, param] of [["?rows_per_page=0", "rows_per_page"], ["?current_page=x", "current_page"], ["?user_id=:gt:1", "user_id"]]) {
+    for (const [query, param] of [
+      ["?rows_per_page=0", "rows_per_page"],
+      ["?current_page=x", "current_page"],
+      ["?user_id=:gt:1", "user_id"],
+    ]) {
       const response = await get(`${LIST}${query}`, alice.key);
       expect(response.status).toBe(422);
       expect(((await response.json()) as { error: { param: string } }).error.param).toBe(param!);
@@ -164,7 +176,13 @@ describe("DELETE /api/v1.0/chat/conversations/{conversation_id}", () => {
   });
 
   test("a delete during a running reply leaves nothing of the conversation behind", async () => {
-    const streaming = await postChat(served.url, alice.key, { message: "Talk at length", conversation_id: "busy", temperature: 0, max_tokens: 48, stream: true });
+    const streaming = await postChat(served.url, alice.key, {
+      message: "Talk at length",
+      conversation_id: "busy",
+      temperature: 0,
+      max_tokens: 48,
+      stream: true,
+    });
     const reader = streaming.body!.getReader();
     await reader.read(); // the stream has begun: the turn holds the conversation
     const deleting = remove("busy", alice.key);
@@ -178,17 +196,28 @@ describe("PARLEY_SYSTEM_PROMPT", () => {
   test("goes before the history of every turn, and is not stored", async () => {
     const prompts: string[] = [];
     const persona = "You are Captain Parley, a pirate.";
-    const spying = oneEngine(() => engine && Object.assign(Object.create(engine), {
-      generate(this: Engine, request: Parameters<Engine["generate"]>[0]) {
-        prompts.push(JSON.stringify(request.history));
-        return engine.generate(request);
-      },
-    }) as Engine);
-    const withPersona = serveApp({ storage: db.storage, engine, chat: new ChatService(db.storage.conversations, new TurnRunner(spying), { systemPrompt: persona }) });
+    const spying = oneEngine(
+      () =>
+        engine &&
+        (Object.assign(Object.create(engine), {
+          generate(this: Engine, request: Parameters<Engine["generate"]>[0]) {
+            prompts.push(JSON.stringify(request.history));
+            return engine.generate(request);
+          },
+        }) as Engine),
+    );
+    const withPersona = serveApp({
+      storage: db.storage,
+      engine,
+      chat: new ChatService(db.storage.conversations, new TurnRunner(spying), { systemPrompt: persona }),
+    });
     try {
       const response = await postChat(withPersona.url, alice.key, { message: "Who are you?", conversation_id: "persona", temperature: 0, max_tokens: 4 });
       expect(response.status).toBe(200);
-      expect(JSON.parse(prompts[0]!)).toEqual([{ role: "system", content: persona }, { role: "user", content: "Who are you?" }]);
+      expect(JSON.parse(prompts[0]!)).toEqual([
+        { role: "system", content: persona },
+        { role: "user", content: "Who are you?" },
+      ]);
       expect((await messages(alice.key, "persona")).data.map((message) => message.role)).toEqual(["assistant", "user"]);
     } finally {
       await withPersona.stop();

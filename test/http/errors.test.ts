@@ -28,7 +28,7 @@ function expectError(result: Awaited<ReturnType<typeof call>>, status: number, c
   expect(result.body.error.param).toBe(param as string);
   expect(result.body.error.request_id).toBe(result.response.headers.get("x-request-id")!);
   expect(result.text).not.toContain(MARK);
-  expect(result.text).not.toContain("\"found\"");
+  expect(result.text).not.toContain('"found"');
 }
 
 describe("the contract's error table", () => {

@@ -1,19 +1,48 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { Template } from "@huggingface/jinja";
 import Anthropic from "@anthropic-ai/sdk";
-import { getLlama, JinjaTemplateChatWrapper, type ChatHistoryItem, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
+import { Template } from "@huggingface/jinja";
+import { type ChatHistoryItem, getLlama, JinjaTemplateChatWrapper, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
+import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/gguf/families";
 import type { ChatReply, MessagePage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateResult } from "../../src/llm/engine";
-import { FAMILIES, FAMILY_PRESETS, type FamilyPreset } from "../../src/gguf/families";
 import { describeTools, pythonJson } from "../../src/llm/template-chat";
 import { toolSyntaxOf } from "../../src/llm/tool-syntax";
-import { allowSlowTests, bearer, type Generation, observeGenerations, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
+import {
+  allowSlowTests,
+  bearer,
+  type Generation,
+  observeGenerations,
+  postChat,
+  presetModel,
+  readSse,
+  type Served,
+  type SseEvent,
+  serveApp,
+  sseEvents,
+  testDb,
+  testEngine,
+} from "../support";
 
 allowSlowTests();
 
 /** Template and special-token text no reply or stored message may ever show. */
-const TEMPLATE_TEXT = ["<think>", "</think>", "<|eot_id|>", "<|start_header_id|>", "<|im_end|>", "<|im_start|>", "<end_of_turn>", "<start_of_turn>", "[/INST]", "[INST]", "</s>", "<|end|>", "<|assistant|>", "<|user|>"];
+const TEMPLATE_TEXT = [
+  "<think>",
+  "</think>",
+  "<|eot_id|>",
+  "<|start_header_id|>",
+  "<|im_end|>",
+  "<|im_start|>",
+  "<end_of_turn>",
+  "<start_of_turn>",
+  "[/INST]",
+  "[INST]",
+  "</s>",
+  "<|end|>",
+  "<|assistant|>",
+  "<|user|>",
+];
 const NON_ASCII = "Héllo wörld, ça va? 👋🏽 日本語のテキスト 中文 ñandú";
 
 let llama: Llama;
@@ -97,11 +126,17 @@ for (const preset of FAMILY_PRESETS) {
 
     test("Anthropic's Messages API: no template text in any block; end_turn, stop_sequence, max_tokens and tool_use where they belong", async () => {
       const client = new Anthropic({ apiKey: key, baseURL: server.url, maxRetries: 0 });
-      const ask = { model: "any", max_tokens: 100, messages: [{ role: "user", content: "Hello there!" }], temperature: 0 } as Anthropic.MessageCreateParamsNonStreaming;
+      const ask = {
+        model: "any",
+        max_tokens: 100,
+        messages: [{ role: "user", content: "Hello there!" }],
+        temperature: 0,
+      } as Anthropic.MessageCreateParamsNonStreaming;
       const texts = (message: Anthropic.Message) => message.content.flatMap((block) => (block.type === "text" ? [block.text] : []));
       /** A reasoning model's thought is a block of its own, as clean as the text. */
       const expectCleanBlocks = (message: Anthropic.Message) => {
-        for (const block of message.content) if (block.type === "text" || block.type === "thinking") expectClean(block.type === "text" ? block.text : block.thinking);
+        for (const block of message.content)
+          if (block.type === "text" || block.type === "thinking") expectClean(block.type === "text" ? block.text : block.thinking);
       };
       const whole = await client.messages.create(ask);
       expect(whole.stop_reason).toBe("end_turn");
@@ -115,8 +150,16 @@ for (const preset of FAMILY_PRESETS) {
       expect(texts(stopped)).toEqual([text!.slice(0, text!.indexOf(word))]);
       expect((await client.messages.create({ ...ask, max_tokens: 2 })).stop_reason).toBe("max_tokens");
       // A bounded city: these models' random weights would write one without end.
-      const tool = { name: "get_weather", input_schema: { type: "object" as const, properties: { city: { type: "string", maxLength: 16 } }, required: ["city"] } };
-      const called = await client.messages.create({ ...ask, max_tokens: 900, tools: [tool], tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true } });
+      const tool = {
+        name: "get_weather",
+        input_schema: { type: "object" as const, properties: { city: { type: "string", maxLength: 16 } }, required: ["city"] },
+      };
+      const called = await client.messages.create({
+        ...ask,
+        max_tokens: 900,
+        tools: [tool],
+        tool_choice: { type: "tool", name: "get_weather", disable_parallel_tool_use: true },
+      });
       expect(called.stop_reason).toBe("tool_use");
       expect(called.content.find((block) => block.type === "tool_use")).toMatchObject({ name: "get_weather", input: { city: expect.any(String) } });
       expectCleanBlocks(called);
@@ -153,7 +196,8 @@ for (const preset of FAMILY_PRESETS) {
 
       const response = await completion({ stop: stop, stream: true });
       const chunks: ChatCompletionChunk[] = [];
-      for await (const { event, data } of sseEvents(response)) if (event === "message" && data !== "[DONE]") chunks.push(JSON.parse(data) as ChatCompletionChunk);
+      for await (const { event, data } of sseEvents(response))
+        if (event === "message" && data !== "[DONE]") chunks.push(JSON.parse(data) as ChatCompletionChunk);
       const pieces = chunks.flatMap((chunk) => chunk.choices[0]?.delta.content || []);
       // Concatenated, the deltas are the cut reply: nothing of the stop string was sent and then taken back.
       expect(pieces.join("")).toBe(expected);
@@ -218,7 +262,14 @@ for (const preset of FAMILY_PRESETS) {
       const response = await fetch(`${server.url}/v1/chat/completions`, {
         method: "POST",
         headers: { ...bearer(key), "content-type": "application/json" },
-        body: JSON.stringify({ model: "any", temperature: 0, messages, tools: [tool], tool_choice: { type: "function", function: { name: "get_weather" } }, parallel_tool_calls: false }),
+        body: JSON.stringify({
+          model: "any",
+          temperature: 0,
+          messages,
+          tools: [tool],
+          tool_choice: { type: "function", function: { name: "get_weather" } },
+          parallel_tool_calls: false,
+        }),
       });
       const body = await response.text();
       expect({ status: response.status, body }).toEqual({ status: 200, body });
@@ -253,7 +304,13 @@ for (const preset of FAMILY_PRESETS) {
           ];
       const bos = model.tokens.bosString ?? "";
       const render = (list: unknown[]) =>
-        new Template(template).render({ messages: list, ...(native ? { tools: [tool] } : {}), add_generation_prompt: true, bos_token: bos, eos_token: model.tokens.eosString ?? "" });
+        new Template(template).render({
+          messages: list,
+          ...(native ? { tools: [tool] } : {}),
+          add_generation_prompt: true,
+          bos_token: bos,
+          eos_token: model.tokens.eosString ?? "",
+        });
       let text: string;
       try {
         text = render(shown);

@@ -9,7 +9,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { ABANDONED } from "../../src/db/types";
 import type { Engine } from "../../src/llm/engine";
 import { SCHEMA_LIMITS } from "../../src/llm/json-schema";
-import { allowSlowTests, bearer, isErrorLine, readSse, serveApp, type Served, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, isErrorLine, readSse, type Served, serveApp, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -41,7 +41,11 @@ interface Answer {
 }
 
 async function post(path: string, body: unknown, headers: Record<string, string> = bearer(alice.key)): Promise<Answer> {
-  const response = await fetch(`${served.url}${path}`, { method: "POST", headers: { ...headers, "content-type": "application/json" }, body: JSON.stringify(body) });
+  const response = await fetch(`${served.url}${path}`, {
+    method: "POST",
+    headers: { ...headers, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
   return { status: response.status, body: (await response.json()) as Answer["body"] };
 }
 
@@ -56,10 +60,28 @@ describe("a history longer than the context", () => {
   const histories: [string, { role: string; content: string }[]][] = [
     ["1,200 alternating one-word messages ending with the assistant", alternating(1200, "assistant")],
     ["1,201 ending with the user", alternating(1201, "user")],
-    ["a question and a reply far longer than the context", [{ role: "user", content: "hi" }, { role: "assistant", content: LONG_REPLY }]],
-    ["a reply far longer than the context, then a question", [{ role: "assistant", content: LONG_REPLY }, { role: "user", content: "and?" }]],
+    [
+      "a question and a reply far longer than the context",
+      [
+        { role: "user", content: "hi" },
+        { role: "assistant", content: LONG_REPLY },
+      ],
+    ],
+    [
+      "a reply far longer than the context, then a question",
+      [
+        { role: "assistant", content: LONG_REPLY },
+        { role: "user", content: "and?" },
+      ],
+    ],
     ["a system prompt far longer than the context, alone", [{ role: "system", content: LONG_REPLY }]],
-    ["a question, then a system message far longer than the context", [{ role: "user", content: "hi" }, { role: "system", content: LONG_REPLY }]],
+    [
+      "a question, then a system message far longer than the context",
+      [
+        { role: "user", content: "hi" },
+        { role: "system", content: LONG_REPLY },
+      ],
+    ],
   ];
 
   for (const [label, messages] of histories) {
@@ -72,7 +94,15 @@ describe("a history longer than the context", () => {
   }
 
   test("responses: a reply far longer than the context as the last input item", async () => {
-    const answer = await post("/v1/responses", { model: "any", input: [{ role: "user", content: "hi" }, { role: "assistant", content: LONG_REPLY }], max_output_tokens: 4, store: false });
+    const answer = await post("/v1/responses", {
+      model: "any",
+      input: [
+        { role: "user", content: "hi" },
+        { role: "assistant", content: LONG_REPLY },
+      ],
+      max_output_tokens: 4,
+      store: false,
+    });
     expect(answer.status, JSON.stringify(answer.body)).toBe(200);
   });
 
@@ -95,7 +125,8 @@ describe("a history longer than the context", () => {
 });
 
 /** Schemas that once failed inside the grammar's construction, each with the keyword a refusal must name. */
-const nested = (depth: number, leaf: object = { type: "string" }): object => (depth === 0 ? leaf : { type: "object", properties: { a: nested(depth - 1, leaf) }, required: ["a"] });
+const nested = (depth: number, leaf: object = { type: "string" }): object =>
+  depth === 0 ? leaf : { type: "object", properties: { a: nested(depth - 1, leaf) }, required: ["a"] };
 const UNBUILDABLE: [string, Record<string, unknown>, string][] = [
   ["minItems 1e5", { type: "object", properties: { a: { type: "array", items: { type: "integer" }, minItems: 1e5 } } }, "minItems"],
   ["minItems 1e9", { type: "object", properties: { a: { type: "array", items: { type: "integer" }, minItems: 1e9 } } }, "minItems"],
@@ -105,13 +136,25 @@ const UNBUILDABLE: [string, Record<string, unknown>, string][] = [
   ["minProperties 1e6", { type: "object", additionalProperties: { type: "integer" }, minProperties: 1e6 }, "minProperties"],
   ["a $ref to itself", { type: "object", properties: { a: { $ref: "#/$defs/self" } }, $defs: { self: { $ref: "#/$defs/self" } } }, "$ref"],
   ["a mutual $ref loop", { type: "object", properties: { a: { $ref: "#/$defs/x" } }, $defs: { x: { $ref: "#/$defs/y" }, y: { $ref: "#/$defs/x" } } }, "$ref"],
-  ["a recursive object", { type: "object", properties: { a: { $ref: "#/$defs/node" } }, $defs: { node: { type: "object", properties: { next: { $ref: "#/$defs/node" } } } } }, "$ref"],
+  [
+    "a recursive object",
+    { type: "object", properties: { a: { $ref: "#/$defs/node" } }, $defs: { node: { type: "object", properties: { next: { $ref: "#/$defs/node" } } } } },
+    "$ref",
+  ],
   ["nesting 500 deep", nested(500) as Record<string, unknown>, "depth"],
   ["nesting 1,000 deep", nested(1000) as Record<string, unknown>, "depth"],
   ["maxLength below minLength", { type: "object", properties: { a: { type: "string", minLength: 4, maxLength: 2 } } }, "maxLength"],
-  ["maxItems below prefixItems", { type: "object", properties: { a: { type: "array", prefixItems: [{ type: "integer" }, { type: "integer" }], maxItems: 1 } } }, "prefixItems"],
+  [
+    "maxItems below prefixItems",
+    { type: "object", properties: { a: { type: "array", prefixItems: [{ type: "integer" }, { type: "integer" }], maxItems: 1 } } },
+    "prefixItems",
+  ],
   ["maxProperties below its properties", { type: "object", properties: { a: { type: "integer" }, b: { type: "integer" } }, maxProperties: 1 }, "properties"],
-  ["arrays nested 1,000 deep", { type: "object", properties: { a: JSON.parse(`${'{"type":"array","items":'.repeat(1000)}{"type":"integer"}${"}".repeat(1000)}`) } }, "depth"],
+  [
+    "arrays nested 1,000 deep",
+    { type: "object", properties: { a: JSON.parse(`${'{"type":"array","items":'.repeat(1000)}{"type":"integer"}${"}".repeat(1000)}`) } },
+    "depth",
+  ],
 ];
 
 /** A repetition past the limit is a bound the grammar cannot hold: refused when strict, advisory (left out) otherwise. */
@@ -120,11 +163,28 @@ const ADVISORY = new Set(["minItems 1e5", "minItems 1e9", "minLength 1e6", "minL
 describe("schemas a grammar cannot be built from are refused naming the keyword and its place", () => {
   /** Every protocol's ways of holding a reply to a schema, strict or not. */
   const asks = (schema: object, strict: boolean): [string, string, object, Record<string, string>?][] => [
-    ["response_format", "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 4, response_format: { type: "json_schema", json_schema: { name: "x", strict, schema } } }],
+    [
+      "response_format",
+      "/v1/chat/completions",
+      { messages: [{ role: "user", content: "hi" }], max_tokens: 4, response_format: { type: "json_schema", json_schema: { name: "x", strict, schema } } },
+    ],
     ["text.format", "/v1/responses", { input: "hi", store: false, max_output_tokens: 4, text: { format: { type: "json_schema", name: "x", strict, schema } } }],
-    ["tools[0].function.parameters", "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 4, tools: [{ type: "function", function: { name: "f", strict, parameters: schema } }] }],
-    ["tools[0].input_schema", "/v1/messages", { max_tokens: 4, messages: [{ role: "user", content: "hi" }], tools: [{ name: "f", strict, input_schema: schema }] }, { "x-api-key": alice.key }],
-    ["response_format", "/api/v1.0/chat", { message: "hi", conversation_id: "schema", max_tokens: 4, response_format: { type: "json_schema", json_schema: { name: "x", strict, schema } } }],
+    [
+      "tools[0].function.parameters",
+      "/v1/chat/completions",
+      { messages: [{ role: "user", content: "hi" }], max_tokens: 4, tools: [{ type: "function", function: { name: "f", strict, parameters: schema } }] },
+    ],
+    [
+      "tools[0].input_schema",
+      "/v1/messages",
+      { max_tokens: 4, messages: [{ role: "user", content: "hi" }], tools: [{ name: "f", strict, input_schema: schema }] },
+      { "x-api-key": alice.key },
+    ],
+    [
+      "response_format",
+      "/api/v1.0/chat",
+      { message: "hi", conversation_id: "schema", max_tokens: 4, response_format: { type: "json_schema", json_schema: { name: "x", strict, schema } } },
+    ],
   ];
 
   for (const [label, schema, keyword] of UNBUILDABLE) {
@@ -148,7 +208,12 @@ describe("schemas a grammar cannot be built from are refused naming the keyword 
   test("a schema as deep as the limits allow, with repetitions at their limit, is held", async () => {
     const repeated = { type: "array", items: { type: "integer" }, maxItems: SCHEMA_LIMITS.repetition };
     const wide = { type: "object", properties: Object.fromEntries(Array.from({ length: 8 }, (_, i) => [`k${i}`, repeated])) };
-    const answer = await post("/v1/chat/completions", { model: "any", messages: [{ role: "user", content: "hi" }], max_tokens: 8, response_format: { type: "json_schema", json_schema: { name: "x", schema: nested(SCHEMA_LIMITS.depth - 3, wide) } } });
+    const answer = await post("/v1/chat/completions", {
+      model: "any",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 8,
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: nested(SCHEMA_LIMITS.depth - 3, wide) } },
+    });
     expect(answer.status, JSON.stringify(answer.body)).toBe(200);
   });
 });
@@ -161,7 +226,9 @@ describe("a large tool list", () => {
       description: `Tool number ${i}`,
       parameters: {
         type: "object",
-        properties: Object.fromEntries(Array.from({ length: 20 }, (_, p) => [`p${p}`, { type: "string", enum: Array.from({ length: 50 }, (_, v) => `value_${i}_${p}_${v}`) }])),
+        properties: Object.fromEntries(
+          Array.from({ length: 20 }, (_, p) => [`p${p}`, { type: "string", enum: Array.from({ length: 50 }, (_, v) => `value_${i}_${p}_${v}`) }]),
+        ),
       },
     },
   }));
@@ -213,7 +280,18 @@ describe("the resumed stream of a background response whose server died", () => 
   test("ends with the response's terminal event, from the start or after any event", async () => {
     const id = "resp_diedmidway0000000000000000000000000000";
     await db.storage.responses.create(
-      { id, userId: alice.userId, previousResponseId: null, chainKey: id, conversationId: null, model: engine.modelName, createdAt: Date.now(), params: {}, input: [], background: true },
+      {
+        id,
+        userId: alice.userId,
+        previousResponseId: null,
+        chainKey: id,
+        conversationId: null,
+        model: engine.modelName,
+        createdAt: Date.now(),
+        params: {},
+        input: [],
+        background: true,
+      },
       1,
     );
     const kept = ["response.created", "response.in_progress", "response.output_item.added"].map((type, seq) => ({

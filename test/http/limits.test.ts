@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, readSse, serveApp, type Served, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, postChat, readSse, type Served, serveApp, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -53,7 +53,9 @@ describe("body time", () => {
         error: () => answer.resolve(received),
       },
     });
-    socket.write(`POST /api/v1.0/chat HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${alice.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`);
+    socket.write(
+      `POST /api/v1.0/chat HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${alice.key}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{`,
+    );
     // One byte every 100 ms: the whole body would take 10 s.
     const trickle = setInterval(() => socket.write(" "), 100);
     const text = await Promise.race([answer.promise, Bun.sleep(5_000).then(() => `no answer; got: ${received}`)]);
@@ -112,7 +114,13 @@ describe("streams per key and the time cap on a reply", () => {
   let server: Served;
   beforeAll(async () => {
     engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
-    const chat = new ChatService(db.storage.conversations, new TurnRunner(oneEngine(() => engine), { generationTimeoutMs: 300 }));
+    const chat = new ChatService(
+      db.storage.conversations,
+      new TurnRunner(
+        oneEngine(() => engine),
+        { generationTimeoutMs: 300 },
+      ),
+    );
     server = serveApp({ storage: db.storage, engine, chat, limits: { maxStreamsPerKey: 1 } });
   });
   afterAll(async () => {
@@ -167,7 +175,8 @@ describe("the queue", () => {
 
     // Room for two more (parallel 1 + queue 2), though all of them wait for one conversation.
     const waiting = [1, 2].map(() => postChat(server.url, alice.key, { message: "Me next", conversation_id: "one", max_tokens: 1 }));
-    const turns = async () => Number(/^parley_chat_turns (\d+)$/m.exec(await (await fetch(`${server.url}/metrics`, { headers: bearer(admin.key) })).text())?.[1]);
+    const turns = async () =>
+      Number(/^parley_chat_turns (\d+)$/m.exec(await (await fetch(`${server.url}/metrics`, { headers: bearer(admin.key) })).text())?.[1]);
     await until(async () => (await turns()) === 3, "the two to be waiting");
     const refused = await Promise.all([3, 4].map(() => postChat(server.url, bob.key, { message: "And me", conversation_id: "two", max_tokens: 1 })));
     expect(refused.map((response) => response.status)).toEqual([503, 503]);

@@ -20,7 +20,11 @@ type Params = Omit<OpenAI.ChatCompletionCreateParamsNonStreaming, "model" | "mes
  * The text the entries spell, as the content shows it: a SentencePiece model's first token carries
  * the space its text is tokenized with, which the detokenized reply leaves out.
  */
-const spelled = (entries: readonly { token: string }[]) => entries.map((entry) => entry.token).join("").trimStart();
+const spelled = (entries: readonly { token: string }[]) =>
+  entries
+    .map((entry) => entry.token)
+    .join("")
+    .trimStart();
 
 const clientOf = (app: { key: string; served: { url: string } }) => new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 
@@ -47,13 +51,15 @@ describe.skipIf(natives === undefined)("logprobs (compiled natives)", () => {
     client = clientOf(app);
     vocabulary = (readGgufHeader(await presetModel("demo")).metadata["tokenizer.ggml.tokens"] as { items: readonly string[] }).items;
   });
-  const complete = (params: Params) => client.chat.completions.create({ model: "any", messages: hello, ...params } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  const complete = (params: Params) =>
+    client.chat.completions.create({ model: "any", messages: hello, ...params } as OpenAI.ChatCompletionCreateParamsNonStreaming);
 
   test("greedy: one entry per answer token, spelling the content; each token the most likely at its place", async () => {
     const { message, logprobs } = (await complete({ temperature: 0, logprobs: true, top_logprobs: 5 })).choices[0]!;
     expectWellFormed(logprobs!, 5);
     expect(spelled(logprobs!.content!)).toBe(message.content!);
-    for (const entry of logprobs!.content!) expect({ token: entry.token, logprob: entry.logprob }).toEqual({ token: entry.top_logprobs[0]!.token, logprob: entry.top_logprobs[0]!.logprob });
+    for (const entry of logprobs!.content!)
+      expect({ token: entry.token, logprob: entry.logprob }).toEqual({ token: entry.top_logprobs[0]!.token, logprob: entry.top_logprobs[0]!.logprob });
     // Without top_logprobs, the same tokens and values and no others.
     const plain = (await complete({ temperature: 0, logprobs: true })).choices[0]!.logprobs!;
     expect(plain.content!.map(({ token, logprob, top_logprobs }) => ({ token, logprob, top: top_logprobs.length }))).toEqual(
@@ -115,7 +121,8 @@ describe.skipIf(natives === undefined)("logprobs of a reasoning model (compiled 
 
   test("the thought has none: the entries spell the answer, streamed or not", async () => {
     const client = clientOf(app);
-    const { message, logprobs } = (await client.chat.completions.create({ model: "any", messages: hello, temperature: 0, logprobs: true, top_logprobs: 1 })).choices[0]!;
+    const { message, logprobs } = (await client.chat.completions.create({ model: "any", messages: hello, temperature: 0, logprobs: true, top_logprobs: 1 }))
+      .choices[0]!;
     expect((message as { reasoning_content?: string }).reasoning_content!.length).toBeGreaterThan(0);
     expectWellFormed(logprobs!, 1);
     // The first answer token may carry the whitespace after the thought, which the answer leaves out.

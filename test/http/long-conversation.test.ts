@@ -27,8 +27,7 @@ const TURN_CHARS = 16_000;
 /** Stored turns put in directly, as if they had run: 120 × 16,000 characters, ~940 context's worth of tokens. */
 const STORED_EXCHANGES = 60;
 
-const cjk = (random: Random, length: number) =>
-  String.fromCharCode(...Array.from({ length }, () => random.int(0x4e00, 0x9fff)));
+const cjk = (random: Random, length: number) => String.fromCharCode(...Array.from({ length }, () => random.int(0x4e00, 0x9fff)));
 
 /**
  * The event loop's worst lateness while `work` runs, from a 10 ms timer, and the slowest `/healthz`
@@ -59,7 +58,11 @@ async function watchLoop<T>(work: () => Promise<T>): Promise<{ value: T; worstDe
 
 async function turn(random: Random): Promise<{ ms: number; worstDelayMs: number; worstHealthMs: number }> {
   const started = performance.now();
-  const { value: ms, worstDelayMs, worstHealthMs } = await watchLoop(async () => {
+  const {
+    value: ms,
+    worstDelayMs,
+    worstHealthMs,
+  } = await watchLoop(async () => {
     const response = await postChat(server.url, key, { conversation_id: "long", message: cjk(random, TURN_CHARS), max_tokens: 8, temperature: 0 });
     expect(response.status).toBe(200);
     const body = (await response.json()) as { usage: { prompt_tokens: number } };
@@ -81,7 +84,10 @@ test(
     }
     const later = [await turn(random), await turn(random)];
     const last = later.at(-1)!;
-    const figures = [first, ...later].map((t, i) => `turn ${i === 0 ? 1 : STORED_EXCHANGES + 1 + i}: ${t.ms.toFixed(0)} ms, loop ${t.worstDelayMs.toFixed(0)} ms, /healthz ${t.worstHealthMs.toFixed(0)} ms`);
+    const figures = [first, ...later].map(
+      (t, i) =>
+        `turn ${i === 0 ? 1 : STORED_EXCHANGES + 1 + i}: ${t.ms.toFixed(0)} ms, loop ${t.worstDelayMs.toFixed(0)} ms, /healthz ${t.worstHealthMs.toFixed(0)} ms`,
+    );
     console.log(figures.join("; "));
 
     // Generous bounds: they guard the design (bounded work, tokenizing in slices), not a speed.

@@ -36,7 +36,8 @@ const chat = async (served: Served, body: Record<string, unknown>, as = key) => 
 };
 
 async function streamed(served: Served, body: Record<string, unknown>): Promise<ChatReply> {
-  for await (const { event, data } of readSse(await postChat(served.url, key, { temperature: 0, max_tokens: 6, stream: true, ...body }))) if (event === "done") return data as ChatReply;
+  for await (const { event, data } of readSse(await postChat(served.url, key, { temperature: 0, max_tokens: 6, stream: true, ...body })))
+    if (event === "done") return data as ChatReply;
   throw new Error("the stream ended without its done event");
 }
 
@@ -63,12 +64,23 @@ describe("two models, both loaded", () => {
     // Two different models: their greedy replies differ; an alias's is its model's.
     expect(demo.choices[0]!.message.content).not.toBe(bench.choices[0]!.message.content);
     expect(alias.choices[0]!.message.content).toBe(bench.choices[0]!.message.content);
-    const stream = await client.chat.completions.create({ model: BENCH, messages: [{ role: "user", content: "Hello" }], temperature: 0, max_tokens: 6, stream: true });
+    const stream = await client.chat.completions.create({
+      model: BENCH,
+      messages: [{ role: "user", content: "Hello" }],
+      temperature: 0,
+      max_tokens: 6,
+      stream: true,
+    });
     let text = "";
     for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
     expect(text).toBe(bench.choices[0]!.message.content!);
     // Anthropic's Messages API picks the same way.
-    const message = await anthropic.messages.create({ model: "gpt-4o-mini", max_tokens: 6, messages: [{ role: "user", content: "Hello" }], temperature: 0 } as Anthropic.MessageCreateParamsNonStreaming);
+    const message = await anthropic.messages.create({
+      model: "gpt-4o-mini",
+      max_tokens: 6,
+      messages: [{ role: "user", content: "Hello" }],
+      temperature: 0,
+    } as Anthropic.MessageCreateParamsNonStreaming);
     expect(message.model).toBe(BENCH);
     expect(message.content).toEqual([{ type: "text", text: bench.choices[0]!.message.content!, citations: null }]);
     // "parley", the name the docs' examples send, stays the default's beside a second model.
@@ -114,7 +126,9 @@ describe("two models, both loaded", () => {
     expect(moved.body.usage.prompt_tokens).toBeGreaterThan(first.body.usage.prompt_tokens);
     const stays = await chat(service.served, { message: "More", conversation_id: "switch", model: BENCH }, bob);
     // Each stored reply names the model that wrote it.
-    const listing = await fetch(`${service.served.url}/api/v1.0/chat/messages?conversation_id=switch&sort_by=id:asc`, { headers: { authorization: `Bearer ${bob}` } });
+    const listing = await fetch(`${service.served.url}/api/v1.0/chat/messages?conversation_id=switch&sort_by=id:asc`, {
+      headers: { authorization: `Bearer ${bob}` },
+    });
     const replies = ((await listing.json()) as { data: { role: string; model?: string }[] }).data.filter((message) => message.role === "assistant");
     expect(replies.map((message) => message.model)).toEqual([DEMO, DEMO, BENCH, BENCH]);
     expect(stays.body.usage.cached_tokens).toBeGreaterThanOrEqual(moved.body.usage.prompt_tokens);
@@ -124,12 +138,18 @@ describe("two models, both loaded", () => {
 test("with a cap of one: alternating requests load and unload; a model with a running stream is not unloaded while another's request waits", async () => {
   const service = await serveBoth({ max: 1, keepAliveMs: -1 });
   try {
-    for (const model of [DEMO, BENCH, DEMO]) expect((await chat(service.served, { message: "Hi", conversation_id: `alt-${model}`, model })).body.model).toBe(model);
+    for (const model of [DEMO, BENCH, DEMO])
+      expect((await chat(service.served, { message: "Hi", conversation_id: `alt-${model}`, model })).body.model).toBe(model);
     expect(service.loads).toEqual([DEMO, BENCH, DEMO]);
 
     // bench-small never ends a reply by itself: the stream holds it until cancelled.
     const leaving = new AbortController();
-    const long = await postChat(service.served.url, key, { message: "Talk", conversation_id: "long", model: BENCH, max_tokens: 2000, stream: true }, leaving.signal);
+    const long = await postChat(
+      service.served.url,
+      key,
+      { message: "Talk", conversation_id: "long", model: BENCH, max_tokens: 2000, stream: true },
+      leaving.signal,
+    );
     const events = readSse(long);
     for (;;) if ((await events.next()).value?.event === "delta") break;
     const waiting = chat(service.served, { message: "Me next", conversation_id: "waits", model: DEMO });

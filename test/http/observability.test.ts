@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import parsePrometheusTextFormat from "parse-prometheus-text-format";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, serveApp, type Served, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, postChat, type Served, serveApp, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 

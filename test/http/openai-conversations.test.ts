@@ -19,7 +19,13 @@ beforeAll(() => {
   other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 });
 
-const weather = { type: "function" as const, name: "get_weather", description: "The weather in a city", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false } };
+const weather = {
+  type: "function" as const,
+  name: "get_weather",
+  description: "The weather in a city",
+  strict: true,
+  parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false },
+};
 
 type Item = OpenAI.Conversations.ConversationItem;
 const textOf = (item: Item) => (item.type === "message" ? item.content.map((part) => ("text" in part ? part.text : "")).join("") : undefined);
@@ -125,7 +131,14 @@ describe("the openai SDK's conversations", () => {
 
   test("a function call round trip in a conversation: the call and its output are items the native API does not list", async () => {
     const conversation = await client.conversations.create();
-    const first = await client.responses.create({ model: "any", conversation: conversation.id, input: "What is the weather in Paris?", tools: [weather], tool_choice: "required", temperature: 0 });
+    const first = await client.responses.create({
+      model: "any",
+      conversation: conversation.id,
+      input: "What is the weather in Paris?",
+      tools: [weather],
+      tool_choice: "required",
+      temperature: 0,
+    });
     const call = first.output.find((item) => item.type === "function_call");
     if (call?.type !== "function_call") throw new Error("a function call was expected");
     const second = await client.responses.create({

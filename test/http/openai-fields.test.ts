@@ -50,7 +50,11 @@ describe("conformance", () => {
   test("every reply has message.refusal null; an assistant's refusal part in the history is what it said", async () => {
     const completion = await client.chat.completions.create({ model: "any", messages: hello, temperature: 0 });
     expect(completion.choices[0]!.message).toEqual({ role: "assistant", content: GREEDY_REPLY, refusal: null });
-    const history: OpenAI.ChatCompletionMessageParam[] = [...hello, { role: "assistant", content: [{ type: "refusal", refusal: "I cannot." }] }, { role: "user", content: "Why?" }];
+    const history: OpenAI.ChatCompletionMessageParam[] = [
+      ...hello,
+      { role: "assistant", content: [{ type: "refusal", refusal: "I cannot." }] },
+      { role: "user", content: "Why?" },
+    ];
     const followUp = await client.chat.completions.create({ model: "any", messages: history, temperature: 0 });
     expect(followUp.choices[0]!.message.content).toBeString();
     expect(await refusedParam({ messages: [{ role: "user", content: [{ type: "refusal", refusal: "no" }] }] } as never)).toBe("messages[0]");
@@ -59,10 +63,20 @@ describe("conformance", () => {
 
 describe("refused, never ignored", () => {
   test.each([
-    ["tools[0].function.parameters", { tools: [{ type: "function", function: { name: "lookup", parameters: { type: "object", properties: { code: { type: "string", pattern: "^a" } } } } }] }],
+    [
+      "tools[0].function.parameters",
+      {
+        tools: [
+          {
+            type: "function",
+            function: { name: "lookup", strict: true, parameters: { type: "object", properties: { code: { type: "string", pattern: "^a" } } } },
+          },
+        ],
+      },
+    ],
     ["tool_choice", { tool_choice: "required" }],
     ["functions", { functions: [{ name: "lookup" }] }],
-    ["response_format", { response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a" } } } }],
+    ["response_format", { response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: { type: "string", pattern: "^a" } } } }],
     ["top_logprobs", { top_logprobs: 2 }],
     ["top_logprobs", { logprobs: true, top_logprobs: 21 }],
     ["reasoning_effort", { reasoning_effort: "low" }],
@@ -149,4 +163,3 @@ describe("the native API takes the same sampling fields", () => {
     expect(((await listing.json()) as { data: unknown[] }).data).toEqual([]);
   });
 });
-

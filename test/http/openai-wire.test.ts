@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
 import addFormats from "ajv-formats";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, serveApp, type Served, sseEvents, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, type Served, serveApp, sseEvents, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -39,7 +39,13 @@ afterAll(async () => {
 const post = (server: Served, body: unknown, key = alice.key, signal?: AbortSignal) =>
   fetch(`${server.url}${COMPLETIONS}`, { method: "POST", headers: { ...bearer(key), "content-type": "application/json" }, body: JSON.stringify(body), signal });
 
-const ask = (extra: Record<string, unknown> = {}) => ({ model: "any", messages: [{ role: "user", content: "Hello" }], temperature: 0, max_tokens: 4, ...extra });
+const ask = (extra: Record<string, unknown> = {}) => ({
+  model: "any",
+  messages: [{ role: "user", content: "Hello" }],
+  temperature: 0,
+  max_tokens: 4,
+  ...extra,
+});
 
 function schemaAt(...segments: string[]): ValidateFunction {
   const pointer = segments.map((s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
@@ -54,7 +60,11 @@ function expectValid(validate: ValidateFunction, body: unknown, what: string): v
 
 async function expectDocumented(path: string, method: string, response: Response): Promise<unknown> {
   const body = await response.json();
-  expectValid(schemaAt("paths", path, method, "responses", String(response.status), "content", "application/json", "schema"), body, `${method} ${path} ${response.status}`);
+  expectValid(
+    schemaAt("paths", path, method, "responses", String(response.status), "content", "application/json", "schema"),
+    body,
+    `${method} ${path} ${response.status}`,
+  );
   return body;
 }
 
@@ -82,7 +92,11 @@ describe("responses match the served OpenAPI document", () => {
   });
 
   const errors: [string, number, () => Promise<Response>][] = [
-    ["malformed JSON", 400, () => fetch(`${ready.url}${COMPLETIONS}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: "{" })],
+    [
+      "malformed JSON",
+      400,
+      () => fetch(`${ready.url}${COMPLETIONS}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: "{" }),
+    ],
     ["n: 2", 400, () => post(ready, ask({ n: 2 }))],
     ["a stop list of 5", 400, () => post(ready, ask({ stop: ["a", "b", "c", "d", "e"] }))],
     ["an image part", 400, () => post(ready, ask({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] }))],
@@ -100,7 +114,11 @@ describe("responses match the served OpenAPI document", () => {
 
   test("a response, whole and as its typed events, and a refusal", async () => {
     const respond = (body: Record<string, unknown>) =>
-      fetch(`${ready.url}/v1/responses`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify({ model: "any", input: "Hello", store: false, temperature: 0, max_output_tokens: 4, ...body }) });
+      fetch(`${ready.url}/v1/responses`, {
+        method: "POST",
+        headers: { ...bearer(alice.key), "content-type": "application/json" },
+        body: JSON.stringify({ model: "any", input: "Hello", store: false, temperature: 0, max_output_tokens: 4, ...body }),
+      });
     const whole = await respond({});
     expect(whole.status).toBe(200);
     await expectDocumented("/v1/responses", "post", whole);
@@ -125,22 +143,44 @@ describe("responses match the served OpenAPI document", () => {
 
   test("kept responses and conversations: each route's answers, and not found", async () => {
     const call = (method: string, path: string, body?: unknown) =>
-      fetch(`${ready.url}${path}`, { method, headers: { ...bearer(alice.key), ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
-    const conversation = (await expectDocumented("/v1/conversations", "post", await call("POST", "/v1/conversations", { items: [{ role: "user", content: "Hi" }], metadata: { a: "b" } }))) as { id: string };
+      fetch(`${ready.url}${path}`, {
+        method,
+        headers: { ...bearer(alice.key), ...(body === undefined ? {} : { "content-type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    const conversation = (await expectDocumented(
+      "/v1/conversations",
+      "post",
+      await call("POST", "/v1/conversations", { items: [{ role: "user", content: "Hi" }], metadata: { a: "b" } }),
+    )) as { id: string };
     const at = `/v1/conversations/${conversation.id}`;
     await expectDocumented("/v1/conversations/{id}", "get", await call("GET", at));
     await expectDocumented("/v1/conversations/{id}", "post", await call("POST", at, { metadata: { a: "c" } }));
-    const response = (await expectDocumented("/v1/responses", "post", await call("POST", "/v1/responses", { model: "any", input: "Hello", conversation: conversation.id, max_output_tokens: 4 }))) as { id: string };
+    const response = (await expectDocumented(
+      "/v1/responses",
+      "post",
+      await call("POST", "/v1/responses", { model: "any", input: "Hello", conversation: conversation.id, max_output_tokens: 4 }),
+    )) as { id: string };
     await expectDocumented("/v1/responses/{id}", "get", await call("GET", `/v1/responses/${response.id}`));
     await expectDocumented("/v1/responses/{id}/input_items", "get", await call("GET", `/v1/responses/${response.id}/input_items`));
     const items = (await expectDocumented("/v1/conversations/{id}/items", "get", await call("GET", `${at}/items?order=asc`))) as { data: { id: string }[] };
     expect(items.data).toHaveLength(3);
-    await expectDocumented("/v1/conversations/{id}/items", "post", await call("POST", `${at}/items`, { items: [{ type: "message", role: "system", content: "Be brief." }] }));
+    await expectDocumented(
+      "/v1/conversations/{id}/items",
+      "post",
+      await call("POST", `${at}/items`, { items: [{ type: "message", role: "system", content: "Be brief." }] }),
+    );
     await expectDocumented("/v1/conversations/{id}/items/{item_id}", "get", await call("GET", `${at}/items/${items.data[0]!.id}`));
     await expectDocumented("/v1/conversations/{id}/items/{item_id}", "delete", await call("DELETE", `${at}/items/${items.data[0]!.id}`));
     await expectDocumented("/v1/responses/{id}", "delete", await call("DELETE", `/v1/responses/${response.id}`));
-    const background = (await expectDocumented("/v1/responses", "post", await call("POST", "/v1/responses", { model: "any", input: "Go on", background: true, max_output_tokens: 400 }))) as { id: string };
-    const cancelled = (await expectDocumented("/v1/responses/{id}/cancel", "post", await call("POST", `/v1/responses/${background.id}/cancel`))) as { status: string };
+    const background = (await expectDocumented(
+      "/v1/responses",
+      "post",
+      await call("POST", "/v1/responses", { model: "any", input: "Go on", background: true, max_output_tokens: 400 }),
+    )) as { id: string };
+    const cancelled = (await expectDocumented("/v1/responses/{id}/cancel", "post", await call("POST", `/v1/responses/${background.id}/cancel`))) as {
+      status: string;
+    };
     expect(cancelled.status).toBe("cancelled");
     await expectDocumented("/v1/conversations/{id}", "delete", await call("DELETE", at));
     for (const [method, path] of [
@@ -151,7 +191,11 @@ describe("responses match the served OpenAPI document", () => {
     ] as const) {
       const missing = await call(method, path);
       expect(missing.status).toBe(404);
-      await expectDocumented(path.startsWith("/v1/responses") ? "/v1/responses/{id}" : path.endsWith("/items") ? "/v1/conversations/{id}/items" : "/v1/conversations/{id}", method.toLowerCase(), missing);
+      await expectDocumented(
+        path.startsWith("/v1/responses") ? "/v1/responses/{id}" : path.endsWith("/items") ? "/v1/conversations/{id}/items" : "/v1/conversations/{id}",
+        method.toLowerCase(),
+        missing,
+      );
     }
   });
 

@@ -8,7 +8,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { streamText } from "ai";
 import OpenAI from "openai";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, rejection, serveApp, type Served, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, rejection, type Served, serveApp, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -117,7 +117,8 @@ describe("chat.completions.create", () => {
   }
 
   test("a seed repeats a sampled reply (temperature 1)", async () => {
-    const ask = () => client.chat.completions.create({ model: "any", messages: [{ role: "user", content: "Tell me a story" }], temperature: 1, seed: 1234, max_tokens: 24 });
+    const ask = () =>
+      client.chat.completions.create({ model: "any", messages: [{ role: "user", content: "Tell me a story" }], temperature: 1, seed: 1234, max_tokens: 24 });
     const [first, second] = [await ask(), await ask()];
     expect(first.choices[0]!.message.content).toBe(second.choices[0]!.message.content!);
     expect(first.choices[0]!.message.content!.length).toBeGreaterThan(0);
@@ -130,7 +131,13 @@ describe("chat.completions.create", () => {
       max_tokens: 4,
       messages: [
         { role: "system", content: "Be brief." },
-        { role: "user", content: [{ type: "text", text: "Hel" }, { type: "text", text: "lo" }] },
+        {
+          role: "user",
+          content: [
+            { type: "text", text: "Hel" },
+            { type: "text", text: "lo" },
+          ],
+        },
       ],
     });
     expect(completion.choices[0]!.message.content!.length).toBeGreaterThan(0);
@@ -192,7 +199,10 @@ describe("errors in OpenAI's shape raise the SDK's typed errors", () => {
     expect(((await unknown.json()) as { error: { type: string } }).error.type).toBe("not_found_error");
     const native = await fetch(`${served.url}/api/v1.0/chat`, { method: "POST" });
     expect(native.status).toBe(401);
-    expect(((await native.json()) as { error: { code: string; request_id: string } }).error).toMatchObject({ code: "unauthorized", request_id: expect.any(String) });
+    expect(((await native.json()) as { error: { code: string; request_id: string } }).error).toMatchObject({
+      code: "unauthorized",
+      request_id: expect.any(String),
+    });
   });
 });
 

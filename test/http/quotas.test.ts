@@ -10,7 +10,7 @@ import OpenAI from "openai";
 import { TokenLedger, usageDay } from "../../src/chat/token-ledger";
 import type { ChatReply, QuotaEntryJson, QuotaList, UsageReport } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, readSse, rejection, serveApp, type Served, testDb, testEngine, until, withSeed } from "../support";
+import { bearer, postChat, readSse, rejection, type Served, serveApp, testDb, testEngine, until, withSeed } from "../support";
 
 const db = testDb("quotas-http");
 type User = { key: string; userId: number };
@@ -58,18 +58,40 @@ const openai = (key: string) => new OpenAI({ apiKey: key, baseURL: `${served.url
 /** The conversation's stored messages: none when the conversation was never stored. */
 const storedIn = (userId: number, conversationId: string) =>
   db.storage.sqlite
-    .query("SELECT m.role, m.prompt_tokens, m.completion_tokens FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.user_id = ? AND c.external_id = ? ORDER BY m.id")
+    .query(
+      "SELECT m.role, m.prompt_tokens, m.completion_tokens FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.user_id = ? AND c.external_id = ? ORDER BY m.id",
+    )
     .all(userId, conversationId) as { role: string; prompt_tokens: number | null; completion_tokens: number | null }[];
 
 test("admin routes set, list and clear quotas; a user key is refused; bad input is named", async () => {
   const bob = await user("bob");
-  expect(await setQuota("default", 50_000)).toEqual({ user_id: null, user: null, limit: 50_000, period: "day", used: null, remaining: null, resets_at: "2026-11-27T00:00:00.000Z" });
-  expect(await setQuota(bob.userId, 1_000, "month")).toEqual({ user_id: bob.userId, user: "bob", limit: 1_000, period: "month", used: 0, remaining: 1_000, resets_at: "2026-12-01T00:00:00.000Z" });
+  expect(await setQuota("default", 50_000)).toEqual({
+    user_id: null,
+    user: null,
+    limit: 50_000,
+    period: "day",
+    used: null,
+    remaining: null,
+    resets_at: "2026-11-27T00:00:00.000Z",
+  });
+  expect(await setQuota(bob.userId, 1_000, "month")).toEqual({
+    user_id: bob.userId,
+    user: "bob",
+    limit: 1_000,
+    period: "month",
+    used: 0,
+    remaining: 1_000,
+    resets_at: "2026-12-01T00:00:00.000Z",
+  });
   const listed = (await (await admitted(admin.key, "GET", "")).json()) as QuotaList;
   expect(listed.data.map((entry) => entry.user_id)).toEqual([null, bob.userId]);
   expect((await usage(bob.key)).quota).toEqual({ limit: 1_000, period: "month", used: 0, remaining: 1_000, resets_at: "2026-12-01T00:00:00.000Z" });
 
-  for (const [method, path] of [["GET", ""], ["PUT", `/${bob.userId}`], ["DELETE", `/${bob.userId}`]] as const) {
+  for (const [method, path] of [
+    ["GET", ""],
+    ["PUT", `/${bob.userId}`],
+    ["DELETE", `/${bob.userId}`],
+  ] as const) {
     expect((await admitted(bob.key, method, path, method === "PUT" ? { tokens: 1, period: "day" } : undefined)).status).toBe(403);
   }
   expect((await admitted(admin.key, "PUT", "/999999", { tokens: 1, period: "day" })).status).toBe(404);
@@ -139,7 +161,9 @@ test("a quota's used tokens equal the sum of every reply's usage: plain, streame
   await setQuota(carol.userId, 1_000_000);
   const plain = (await (await postChat(served.url, carol.key, { message: "plain", conversation_id: "mix", max_tokens: 5 })).json()) as ChatReply;
   let streamed: ChatReply | undefined;
-  for await (const { event, data } of readSse(await postChat(served.url, carol.key, { message: "streamed", conversation_id: "mix", max_tokens: 7, stream: true }))) {
+  for await (const { event, data } of readSse(
+    await postChat(served.url, carol.key, { message: "streamed", conversation_id: "mix", max_tokens: 7, stream: true }),
+  )) {
     if (event === "done") streamed = data as ChatReply;
   }
   const viaOpenAi = await openai(carol.key).chat.completions.create({ model: "any", messages: [{ role: "user", content: "v1" }], max_tokens: 6 });
@@ -153,7 +177,8 @@ test("a quota's used tokens equal the sum of every reply's usage: plain, streame
   const [, partial] = storedIn(carol.userId, "left");
   expect(partial!.completion_tokens).toBeLessThan(400);
 
-  const expected = plain.usage.total_tokens + streamed!.usage.total_tokens + viaOpenAi.usage!.total_tokens + partial!.prompt_tokens! + partial!.completion_tokens!;
+  const expected =
+    plain.usage.total_tokens + streamed!.usage.total_tokens + viaOpenAi.usage!.total_tokens + partial!.prompt_tokens! + partial!.completion_tokens!;
   await until(async () => (await usage(carol.key)).quota?.used === expected, `used reaches ${expected}`);
   expect((await usage(carol.key)).quota).toMatchObject({ used: expected, remaining: 1_000_000 - expected });
 });
@@ -167,10 +192,22 @@ test(
     const asks = Array.from({ length: 20 }, (_, i) => ({ conversation: `burst-${i}`, maxTokens: random.int(4, 40), stream: random.int(0, 1) === 1 }));
     const answers = await Promise.all(
       asks.map(async ({ conversation, maxTokens, stream }) => {
-        const response = await postChat(served.url, dave.key, { message: `question ${conversation}`, conversation_id: conversation, max_tokens: maxTokens, stream });
-        if (response.status !== 200) return { status: response.status, code: ((await response.json()) as { error: { code: string } }).error.code, conversation, retryAfter: response.headers.get("retry-after") };
+        const response = await postChat(served.url, dave.key, {
+          message: `question ${conversation}`,
+          conversation_id: conversation,
+          max_tokens: maxTokens,
+          stream,
+        });
+        if (response.status !== 200)
+          return {
+            status: response.status,
+            code: ((await response.json()) as { error: { code: string } }).error.code,
+            conversation,
+            retryAfter: response.headers.get("retry-after"),
+          };
         if (!stream) return { status: 200, total: ((await response.json()) as ChatReply).usage.total_tokens, conversation };
-        for await (const { event, data } of readSse(response)) if (event === "done") return { status: 200, total: (data as ChatReply).usage.total_tokens, conversation };
+        for await (const { event, data } of readSse(response))
+          if (event === "done") return { status: 200, total: (data as ChatReply).usage.total_tokens, conversation };
         throw new Error("a stream ended without its done event");
       }),
     );
@@ -194,8 +231,12 @@ test("Anthropic's Messages API is held to the quota too: a spent one is the SDK'
   const frank = await user("frank");
   await setQuota(frank.userId, 1_000);
   const client = new Anthropic({ apiKey: frank.key, baseURL: served.url, maxRetries: 0 });
-  const { data: message, response } = await client.messages.create({ model: "any", max_tokens: 4, messages: [{ role: "user", content: "hello" }] }).withResponse();
-  expect(Number(response.headers.get("x-quota-remaining"))).toBe(1_000 - message.usage.input_tokens - message.usage.cache_read_input_tokens! - message.usage.output_tokens);
+  const { data: message, response } = await client.messages
+    .create({ model: "any", max_tokens: 4, messages: [{ role: "user", content: "hello" }] })
+    .withResponse();
+  expect(Number(response.headers.get("x-quota-remaining"))).toBe(
+    1_000 - message.usage.input_tokens - message.usage.cache_read_input_tokens! - message.usage.output_tokens,
+  );
   await db.storage.usage.add(frank.userId, usageDay(now), 1_000, 0);
   const refusal = await rejection(client.messages.create({ model: "any", max_tokens: 4, messages: [{ role: "user", content: "again" }] }));
   expect(refusal).toBeInstanceOf(Anthropic.RateLimitError);

@@ -11,7 +11,7 @@ import { readGgufFileInfo } from "node-llama-cpp";
 import type { ChatReply, MessagePage, Message as StoredMessage } from "../../src/http/contract";
 import type { ChatCompletion, ChatCompletionChunk } from "../../src/http/openai/contract";
 import type { Engine, GenerateRequest, GenerateResult, ReasoningMode } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, presetModel, readSse, serveApp, sseEvents, type Served, type SseEvent, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, presetModel, readSse, type Served, type SseEvent, serveApp, sseEvents, testDb, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -90,7 +90,8 @@ async function completionChunks(mode: ReasoningMode, body: Record<string, unknow
   return chunks;
 }
 
-const contents = (events: SseEvent[], name: string) => events.filter((event) => event.event === name).map((event) => (event.data as { content: string }).content);
+const contents = (events: SseEvent[], name: string) =>
+  events.filter((event) => event.event === name).map((event) => (event.data as { content: string }).content);
 
 const expectNoMarkers = (...texts: string[]) => {
   for (const text of texts) for (const marker of MARKERS) expect(text).not.toContain(marker);
@@ -164,7 +165,10 @@ describe("PARLEY_REASONING=separate (the default)", () => {
     const cut = await chat("separate", { message: "Hello there!", conversation_id: "cut", temperature: 0, max_tokens: 4 });
     expect(cut.message).toMatchObject({ finish_reason: "length", content: "" });
     // Every token of a reply cut inside its thought is the thought's; a whole reply's answer is not.
-    const [whole, thinking] = [modes.separate.generations.find(({ request }) => request.conversationKey !== undefined && request.maxTokens !== 4)!.result, modes.separate.generations.at(-1)!.result];
+    const [whole, thinking] = [
+      modes.separate.generations.find(({ request }) => request.conversationKey !== undefined && request.maxTokens !== 4)!.result,
+      modes.separate.generations.at(-1)!.result,
+    ];
     expect(thinking.reasoningTokens).toBe(4);
     expect(whole.reasoningTokens).toBeGreaterThan(0);
     expect(whole.reasoningTokens).toBeLessThan(whole.completionTokens);
@@ -177,9 +181,23 @@ describe("the OpenAI API", () => {
   const hello = [{ role: "user", content: "Hello there!" }];
 
   test("response_format: the model thinks freely, then its answer is JSON valid against the schema", async () => {
-    const schema = { type: "object", properties: { mood: { type: "string" }, score: { type: "integer" } }, required: ["mood", "score"], additionalProperties: false };
-    for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]]) {
-      const response = await completion("separate", { messages: hello, temperature, seed, response_format: { type: "json_schema", json_schema: { name: "mood", schema } } });
+    const schema = {
+      type: "object",
+      properties: { mood: { type: "string" }, score: { type: "integer" } },
+      required: ["mood", "score"],
+      additionalProperties: false,
+    };
+    for (const [temperature, seed] of [
+      [0, 1],
+      [1, 2],
+      [1, 3],
+    ]) {
+      const response = await completion("separate", {
+        messages: hello,
+        temperature,
+        seed,
+        response_format: { type: "json_schema", json_schema: { name: "mood", schema } },
+      });
       const { choices } = (await response.json()) as ChatCompletion;
       const { message, finish_reason } = choices[0]!;
       expect({ temperature, seed, finish_reason }).toEqual({ temperature, seed, finish_reason: "stop" });
@@ -197,7 +215,12 @@ describe("the OpenAI API", () => {
     const response = await completion("separate", { messages: hello });
     expect(response.status).toBe(200);
     const { choices } = (await response.json()) as ChatCompletion;
-    expect(choices[0]!.message).toEqual({ role: "assistant", content: reference.message.content, refusal: null, reasoning_content: reference.message.reasoning });
+    expect(choices[0]!.message).toEqual({
+      role: "assistant",
+      content: reference.message.content,
+      refusal: null,
+      reasoning_content: reference.message.reasoning,
+    });
 
     const chunks = await completionChunks("separate", { messages: hello });
     const deltas = chunks.map((chunk) => chunk.choices[0]?.delta ?? {});

@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, serveApp, type Served, testDb, testEngine } from "../support";
+import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
 
 const db = testDb("refusals");
 const alice = await db.keys.create("alice", "user");
@@ -30,7 +30,12 @@ afterAll(async () => {
 });
 
 const send = (server: Served, path: string, body: unknown, signal?: AbortSignal) =>
-  fetch(`${server.url}${path}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify(body), ...(signal ? { signal } : {}) });
+  fetch(`${server.url}${path}`, {
+    method: "POST",
+    headers: { ...bearer(alice.key), "content-type": "application/json" },
+    body: JSON.stringify(body),
+    ...(signal ? { signal } : {}),
+  });
 
 /** Everything the user can see of what is stored. */
 async function stored(): Promise<unknown> {
@@ -49,11 +54,12 @@ beforeAll(async () => {
 });
 
 /** The first turn of a new conversation, natively; a kept response, alone and in a conversation. */
-const turns = (extra: Record<string, unknown> = {}, stream = false) => [
-  ["/api/v1.0/chat", { message: "Hello", conversation_id: `refused-${crypto.randomUUID()}`, max_tokens: 2, stream, ...extra }],
-  ["/v1/responses", { model: "any", input: "Hello", max_output_tokens: 2, stream, ...extra }],
-  ["/v1/responses", { model: "any", input: "Hello", conversation, max_output_tokens: 2, stream, ...extra }],
-] as const;
+const turns = (extra: Record<string, unknown> = {}, stream = false) =>
+  [
+    ["/api/v1.0/chat", { message: "Hello", conversation_id: `refused-${crypto.randomUUID()}`, max_tokens: 2, stream, ...extra }],
+    ["/v1/responses", { model: "any", input: "Hello", max_output_tokens: 2, stream, ...extra }],
+    ["/v1/responses", { model: "any", input: "Hello", conversation, max_output_tokens: 2, stream, ...extra }],
+  ] as const;
 
 async function refusedAll(server: Served, status: number, extra?: Record<string, unknown>, stream = false) {
   for (const [path, body] of turns(extra, stream)) {
@@ -70,7 +76,9 @@ describe("a refused turn stores nothing", () => {
     const schema = { type: "object", properties: { a: { $ref: "#/$defs/a" } }, $defs: { a: { $ref: "#/$defs/a" } } };
     for (const [path, body] of turns()) {
       const before = await stored();
-      const format = path.startsWith("/api/") ? { response_format: { type: "json_schema", json_schema: { name: "x", schema } } } : { text: { format: { type: "json_schema", name: "x", schema } } };
+      const format = path.startsWith("/api/")
+        ? { response_format: { type: "json_schema", json_schema: { name: "x", schema } } }
+        : { text: { format: { type: "json_schema", name: "x", schema } } };
       const response = await send(served, path, { ...body, ...format });
       expect(response.status).toBe(path.startsWith("/api/") ? 422 : 400);
       expect(await stored(), path).toEqual(before);

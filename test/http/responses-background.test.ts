@@ -41,8 +41,9 @@ describe("background responses", () => {
   });
 
   test("a stream left after three deltas is resumed after its last event, from the kept events: the deltas make the final text", async () => {
-    const first = await readUntil(await client.responses.create({ model: "any", input: "Hello", background: true, stream: true, max_output_tokens: 40, temperature: 0 }), (events) =>
-      events.filter((event) => event.type === "response.output_text.delta").length === 3,
+    const first = await readUntil(
+      await client.responses.create({ model: "any", input: "Hello", background: true, stream: true, max_output_tokens: 40, temperature: 0 }),
+      (events) => events.filter((event) => event.type === "response.output_text.delta").length === 3,
     );
     const created = first[0] as OpenAI.Responses.ResponseCreatedEvent;
     expect(created.response.background).toBe(true);
@@ -63,7 +64,9 @@ describe("background responses", () => {
     const live = await client.responses.retrieve(started.id, { stream: true });
     const seen = readUntil(live, () => false);
     // A second follower, left at the first delta: the response is generating.
-    await readUntil(await client.responses.retrieve(started.id, { stream: true }), (events) => events.some((event) => event.type === "response.output_text.delta"));
+    await readUntil(await client.responses.retrieve(started.id, { stream: true }), (events) =>
+      events.some((event) => event.type === "response.output_text.delta"),
+    );
     const cancelled = await client.responses.cancel(started.id);
     expect(cancelled.status).toBe("cancelled");
     const events = await seen;
@@ -80,6 +83,7 @@ describe("background responses", () => {
     expect((await rejection(client.responses.retrieve(foreground.id, { stream: true }))) as object).toBeInstanceOf(OpenAI.BadRequestError);
     expect((await rejection(client.responses.cancel(foreground.id))) as object).toBeInstanceOf(OpenAI.BadRequestError);
     const theirs = await client.responses.create({ model: "any", input: "Hi", background: true, max_output_tokens: 2 });
-    for (const attempt of [other.responses.retrieve(theirs.id, { stream: true }), other.responses.cancel(theirs.id)]) expect(await rejection(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
+    for (const attempt of [other.responses.retrieve(theirs.id, { stream: true }), other.responses.cancel(theirs.id)])
+      expect(await rejection(attempt)).toBeInstanceOf(OpenAI.NotFoundError);
   });
 });

@@ -23,16 +23,34 @@ beforeAll(() => {
   client = new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 });
 
-const weather = { type: "function" as const, name: "get_weather", description: "The weather in a city", strict: true, parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false } };
+const weather = {
+  type: "function" as const,
+  name: "get_weather",
+  description: "The weather in a city",
+  strict: true,
+  parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false },
+};
 
 describe("the openai SDK's responses", () => {
   test("create: the model's text as a message item, output_text, usage, status completed", async () => {
     const response = await client.responses.create({ model: "any", input: "Hello", store: false, temperature: 0 });
-    expect(response).toMatchObject({ object: "response", status: "completed", store: false, error: null, incomplete_details: null, previous_response_id: null });
+    expect(response).toMatchObject({
+      object: "response",
+      status: "completed",
+      store: false,
+      error: null,
+      incomplete_details: null,
+      previous_response_id: null,
+    });
     expect(response.id).toMatch(/^resp_/);
     expect(response.output_text).toBe(GREEDY_REPLY);
     expect(response.output).toHaveLength(1);
-    expect(response.output[0]).toMatchObject({ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: GREEDY_REPLY }] });
+    expect(response.output[0]).toMatchObject({
+      type: "message",
+      role: "assistant",
+      status: "completed",
+      content: [{ type: "output_text", text: GREEDY_REPLY }],
+    });
     expect(response.usage!.input_tokens).toBeGreaterThan(0);
     expect(response.usage!.output_tokens).toBeGreaterThan(0);
     expect(response.usage!.total_tokens).toBe(response.usage!.input_tokens + response.usage!.output_tokens);
@@ -61,14 +79,24 @@ describe("the openai SDK's responses", () => {
     const deltas = events.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta] : []));
     expect(deltas.length).toBeGreaterThan(1);
     const completed = events.at(-1) as OpenAI.Responses.ResponseCompletedEvent;
-    expect(deltas.join("")).toBe(completed.response.output_text ?? (completed.response.output[0] as OpenAI.Responses.ResponseOutputMessage).content.map((part) => (part.type === "output_text" ? part.text : "")).join(""));
+    expect(deltas.join("")).toBe(
+      completed.response.output_text ??
+        (completed.response.output[0] as OpenAI.Responses.ResponseOutputMessage).content.map((part) => (part.type === "output_text" ? part.text : "")).join(""),
+    );
     // The SDK's own helper assembles the same.
     const final = await client.responses.stream({ model: "any", input: "Hello", store: false, temperature: 0 }).finalResponse();
     expect(final.output_text).toBe(GREEDY_REPLY);
   });
 
   test("a function call round trip: a forced call, its output as an input item, then the answer in words", async () => {
-    const first = await client.responses.create({ model: "any", input: "What is the weather in Paris?", tools: [weather], tool_choice: "required", store: false, temperature: 0 });
+    const first = await client.responses.create({
+      model: "any",
+      input: "What is the weather in Paris?",
+      tools: [weather],
+      tool_choice: "required",
+      store: false,
+      temperature: 0,
+    });
     const call = first.output.find((item) => item.type === "function_call");
     if (call?.type !== "function_call") throw new Error("a function call was expected");
     expect(call.name).toBe("get_weather");
@@ -76,7 +104,11 @@ describe("the openai SDK's responses", () => {
     expect(first.output.some((item) => item.type === "message")).toBe(false);
     const second = await client.responses.create({
       model: "any",
-      input: [{ role: "user", content: "What is the weather in Paris?" }, call, { type: "function_call_output", call_id: call.call_id, output: '{"temperature": 21}' }],
+      input: [
+        { role: "user", content: "What is the weather in Paris?" },
+        call,
+        { type: "function_call_output", call_id: call.call_id, output: '{"temperature": 21}' },
+      ],
       tools: [weather],
       store: false,
       temperature: 0,
@@ -86,7 +118,14 @@ describe("the openai SDK's responses", () => {
   });
 
   test("streamed call: added, its arguments as they are written, done; the final response has the call", async () => {
-    const stream = client.responses.stream({ model: "any", input: "Weather in Rome?", tools: [weather], tool_choice: { type: "function", name: "get_weather" }, store: false, temperature: 0 });
+    const stream = client.responses.stream({
+      model: "any",
+      input: "Weather in Rome?",
+      tools: [weather],
+      tool_choice: { type: "function", name: "get_weather" },
+      store: false,
+      temperature: 0,
+    });
     const types: string[] = [];
     for await (const event of stream) types.push(event.type);
     expect(types.filter((type) => type === "response.function_call_arguments.delta").length).toBeGreaterThan(1);
@@ -98,7 +137,12 @@ describe("the openai SDK's responses", () => {
 
   test("text.format json_schema: responses.parse returns a parsed object that validates", async () => {
     const Person = z.object({ name: z.string(), age: z.number().int() });
-    const response = await client.responses.parse({ model: "any", input: "Describe a person", temperature: 0, text: { format: zodTextFormat(Person, "person") } });
+    const response = await client.responses.parse({
+      model: "any",
+      input: "Describe a person",
+      temperature: 0,
+      text: { format: zodTextFormat(Person, "person") },
+    });
     expect(Person.parse(response.output_parsed)).toEqual(response.output_parsed!);
     // Kept with its format.
     const kept = await client.responses.retrieve(response.id);
@@ -133,19 +177,34 @@ describe("the openai SDK's responses", () => {
 describe("kept responses", () => {
   /** The same turns on chat completions, user and assistant by turns, greedy. */
   const statelessly = (turns: string[]) =>
-    client.chat.completions.create({ model: "any", temperature: 0, messages: turns.map((content, i) => ({ role: i % 2 === 0 ? ("user" as const) : ("assistant" as const), content })) });
+    client.chat.completions.create({
+      model: "any",
+      temperature: 0,
+      messages: turns.map((content, i) => ({ role: i % 2 === 0 ? ("user" as const) : ("assistant" as const), content })),
+    });
   let other: OpenAI;
   beforeAll(() => {
     other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
   });
 
   test("kept by default: retrieved as it was answered, its input items listed in pages, deleted", async () => {
-    const response = await client.responses.create({ model: "any", instructions: "Be brief.", input: [{ role: "user", content: "Hi" }, { role: "assistant", content: "Hello." }, { role: "user", content: "More" }], temperature: 0 });
+    const response = await client.responses.create({
+      model: "any",
+      instructions: "Be brief.",
+      input: [
+        { role: "user", content: "Hi" },
+        { role: "assistant", content: "Hello." },
+        { role: "user", content: "More" },
+      ],
+      temperature: 0,
+    });
     expect(response).toMatchObject({ status: "completed", store: true, previous_response_id: null });
     expect(await client.responses.retrieve(response.id)).toEqual(response);
 
     const items = await client.responses.inputItems.list(response.id);
-    expect(items.data.map((item) => (item.type === "message" ? [item.role, item.content.map((part) => ("text" in part ? part.text : "")).join("")] : item.type))).toEqual([
+    expect(
+      items.data.map((item) => (item.type === "message" ? [item.role, item.content.map((part) => ("text" in part ? part.text : "")).join("")] : item.type)),
+    ).toEqual([
       ["user", "More"],
       ["assistant", "Hello."],
       ["user", "Hi"],
@@ -182,7 +241,13 @@ describe("kept responses", () => {
   });
 
   test("a function call round trip over a chain: the call kept, only its output sent", async () => {
-    const first = await client.responses.create({ model: "any", input: "What is the weather in Paris?", tools: [weather], tool_choice: "required", temperature: 0 });
+    const first = await client.responses.create({
+      model: "any",
+      input: "What is the weather in Paris?",
+      tools: [weather],
+      tool_choice: "required",
+      temperature: 0,
+    });
     const call = first.output.find((item) => item.type === "function_call");
     if (call?.type !== "function_call") throw new Error("a function call was expected");
     const second = await client.responses.create({
@@ -244,7 +309,12 @@ test("the AI SDK's Responses provider over a chain: previousResponseId continues
   const first = await generateText({ model: parley.responses("any"), prompt: "Hello", temperature: 0 });
   const previousResponseId = first.providerMetadata?.openai?.responseId as string;
   expect(previousResponseId).toMatch(/^resp_/);
-  const second = await generateText({ model: parley.responses("any"), prompt: "Tell me more", temperature: 0, providerOptions: { openai: { previousResponseId } } });
+  const second = await generateText({
+    model: parley.responses("any"),
+    prompt: "Tell me more",
+    temperature: 0,
+    providerOptions: { openai: { previousResponseId } },
+  });
   const viaSdk = await client.responses.create({ model: "any", previous_response_id: previousResponseId, input: "Tell me more", temperature: 0 });
   expect(second.text).toBe(viaSdk.output_text);
   expect(second.text.length).toBeGreaterThan(0);
@@ -280,7 +350,11 @@ describe("a reasoning model's response", () => {
         return fetch(url, init);
       }) as typeof fetch,
     });
-    const weather = tool({ description: "The weather in a city", inputSchema: z.object({ city: z.string() }), execute: async ({ city }) => `sunny in ${city}` });
+    const weather = tool({
+      description: "The weather in a city",
+      inputSchema: z.object({ city: z.string() }),
+      execute: async ({ city }) => `sunny in ${city}`,
+    });
     const result = await generateText({
       model: parley.responses("any"),
       prompt: "What is the weather in Paris?",
@@ -297,7 +371,9 @@ describe("a reasoning model's response", () => {
     const references = sent[1]!.input.filter((item) => item.type === "item_reference");
     expect(references.length).toBeGreaterThan(0);
     // Each reference is an item step 1's kept response returned.
-    const first = await new OpenAI({ apiKey: qwen.key, baseURL: `${qwen.served.url}/v1`, maxRetries: 0 }).responses.retrieve(String(result.steps[0]!.providerMetadata?.openai?.responseId));
+    const first = await new OpenAI({ apiKey: qwen.key, baseURL: `${qwen.served.url}/v1`, maxRetries: 0 }).responses.retrieve(
+      String(result.steps[0]!.providerMetadata?.openai?.responseId),
+    );
     for (const reference of references) expect(first.output.map((item) => item.id)).toContain(reference.id!);
   });
 });
@@ -309,11 +385,28 @@ describe("item_reference", () => {
     const kept = await client.responses.create({ model: "any", input: "Hello", max_output_tokens: 4, temperature: 0 });
     const reference = { type: "item_reference" as const, id: kept.output[0]!.id! };
     // Its owner may name it: the kept message is the history.
-    const continued = await client.responses.create({ model: "any", input: [reference, { role: "user", content: "And?" }], max_output_tokens: 4, temperature: 0 });
+    const continued = await client.responses.create({
+      model: "any",
+      input: [reference, { role: "user", content: "And?" }],
+      max_output_tokens: 4,
+      temperature: 0,
+    });
     expect(continued.status).not.toBe("failed");
     expect((await client.responses.inputItems.list(continued.id)).data.map((item) => item.id)).toContain(reference.id);
-    for (const [who, id] of [[otherUser(), reference.id], [client, "msg_0123456789abcdef0123456789abcdef"], [client, "not-an-item"]] as const) {
-      const refused = await rejection(who.responses.create({ model: "any", input: [{ role: "user", content: "Hi" }, { type: "item_reference", id }] }));
+    for (const [who, id] of [
+      [otherUser(), reference.id],
+      [client, "msg_0123456789abcdef0123456789abcdef"],
+      [client, "not-an-item"],
+    ] as const) {
+      const refused = await rejection(
+        who.responses.create({
+          model: "any",
+          input: [
+            { role: "user", content: "Hi" },
+            { type: "item_reference", id },
+          ],
+        }),
+      );
       expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
       expect((refused as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("input[1]");
     }

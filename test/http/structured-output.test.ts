@@ -39,8 +39,18 @@ addFormats(ajv);
 
 describe("the openai SDK", () => {
   test("chat.completions.parse with zodResponseFormat: a parsed object that validates, greedy and sampled", async () => {
-    for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]] as const) {
-      const completion = await client.chat.completions.parse({ model: "any", messages: ask, temperature, seed, response_format: zodResponseFormat(Person, "person") });
+    for (const [temperature, seed] of [
+      [0, 1],
+      [1, 2],
+      [1, 3],
+    ] as const) {
+      const completion = await client.chat.completions.parse({
+        model: "any",
+        messages: ask,
+        temperature,
+        seed,
+        response_format: zodResponseFormat(Person, "person"),
+      });
       const { message, finish_reason } = completion.choices[0]!;
       expect(finish_reason).toBe("stop");
       expect(Person.parse(message.parsed)).toEqual(message.parsed!);
@@ -50,7 +60,13 @@ describe("the openai SDK", () => {
   });
 
   test("streamed: the deltas assemble to a JSON object that validates", async () => {
-    const stream = client.chat.completions.stream({ model: "any", messages: ask, temperature: 1, seed: 5, response_format: zodResponseFormat(Person, "person") });
+    const stream = client.chat.completions.stream({
+      model: "any",
+      messages: ask,
+      temperature: 1,
+      seed: 5,
+      response_format: zodResponseFormat(Person, "person"),
+    });
     const final = await stream.finalChatCompletion();
     expect(Person.parse(final.choices[0]!.message.parsed)).toBeDefined();
   });
@@ -64,22 +80,42 @@ describe("the openai SDK", () => {
   });
 
   test("a reply cut by max_tokens is finish_reason length, its JSON incomplete", async () => {
-    const completion = await client.chat.completions.create({ model: "any", messages: ask, temperature: 0, max_tokens: 3, response_format: zodResponseFormat(Person, "person") });
+    const completion = await client.chat.completions.create({
+      model: "any",
+      messages: ask,
+      temperature: 0,
+      max_tokens: 3,
+      response_format: zodResponseFormat(Person, "person"),
+    });
     expect(completion.choices[0]!.finish_reason).toBe("length");
     expect(() => JSON.parse(completion.choices[0]!.message.content!)).toThrow();
   });
 
   /** Keywords the grammar cannot hold, each with the schema's structure that it still holds without them. */
-  const UNENFORCED: [string, object, object][] = [
-    ["pattern", { type: "object", properties: { code: { type: "string", pattern: "^[A-Z]+$" } } }, { type: "object", properties: { code: { type: "string" } } }],
+  const UNENFORCED: [string, Record<string, unknown>, Record<string, unknown>][] = [
+    [
+      "pattern",
+      { type: "object", properties: { code: { type: "string", pattern: "^[A-Z]+$" } } },
+      { type: "object", properties: { code: { type: "string" } } },
+    ],
     ["minimum", { type: "object", properties: { n: { type: "integer", minimum: 3 } } }, { type: "object", properties: { n: { type: "integer" } } }],
-    ["oneOf", { type: "object", properties: { n: { oneOf: [{ type: "integer" }, { type: "string" }] } } }, { type: "object", properties: { n: { anyOf: [{ type: "integer" }, { type: "string" }] } } }],
+    [
+      "oneOf",
+      { type: "object", properties: { n: { oneOf: [{ type: "integer" }, { type: "string" }] } } },
+      { type: "object", properties: { n: { anyOf: [{ type: "integer" }, { type: "string" }] } } },
+    ],
     ["format", { type: "object", properties: { mail: { type: "string", format: "email" } } }, { type: "object", properties: { mail: { type: "string" } } }],
     ["uniqueItems", { type: "array", items: { type: "string" }, uniqueItems: true }, { type: "array", items: { type: "string" } }],
   ];
 
   test.each(UNENFORCED)("strict, a schema with %s is a BadRequestError naming response_format and the keyword", async (keyword, schema) => {
-    const refusal = await rejection(client.chat.completions.create({ model: "any", messages: ask, response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema } } }));
+    const refusal = await rejection(
+      client.chat.completions.create({
+        model: "any",
+        messages: ask,
+        response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema } },
+      }),
+    );
     expect(refusal).toBeInstanceOf(OpenAI.BadRequestError);
     expect((refusal as InstanceType<typeof OpenAI.BadRequestError>).param).toBe("response_format");
     expect((refusal as Error).message).toContain(keyword);
@@ -88,7 +124,14 @@ describe("the openai SDK", () => {
   test.each(UNENFORCED)("not strict, a schema with %s is held to the rest: the keyword is advisory", async (_, schema, structure) => {
     const validate = ajv.compile(structure);
     for (const seed of [1, 2, 3]) {
-      const completion = await client.chat.completions.create({ model: "any", messages: ask, temperature: 1, seed, max_tokens: 200, response_format: { type: "json_schema", json_schema: { name: "x", schema } } });
+      const completion = await client.chat.completions.create({
+        model: "any",
+        messages: ask,
+        temperature: 1,
+        seed,
+        max_tokens: 200,
+        response_format: { type: "json_schema", json_schema: { name: "x", schema } },
+      });
       const { message, finish_reason } = completion.choices[0]!;
       // A reply cut by max_tokens is incomplete JSON by design; a finished one holds the structure.
       if (finish_reason === "stop") expect(validate(JSON.parse(message.content!)), `seed ${seed}: ${message.content}`).toBe(true);
@@ -97,7 +140,16 @@ describe("the openai SDK", () => {
 
   test("a $ref outside $defs is refused, strict or not: no grammar can follow it", async () => {
     for (const strict of [true, false]) {
-      const refusal = await rejection(client.chat.completions.create({ model: "any", messages: ask, response_format: { type: "json_schema", json_schema: { name: "x", strict, schema: { type: "object", properties: { n: { $ref: "#/definitions/n" } } } } } }));
+      const refusal = await rejection(
+        client.chat.completions.create({
+          model: "any",
+          messages: ask,
+          response_format: {
+            type: "json_schema",
+            json_schema: { name: "x", strict, schema: { type: "object", properties: { n: { $ref: "#/definitions/n" } } } },
+          },
+        }),
+      );
       expect(refusal).toBeInstanceOf(OpenAI.BadRequestError);
       expect((refusal as Error).message).toContain("$ref");
     }
@@ -124,18 +176,35 @@ test("LangChain's ChatOpenAI.withStructuredOutput: each of its three methods ret
 test("the native API: response_format holds the stored reply to the schema; a bad schema is refused before anything is stored", async () => {
   const schema = z.toJSONSchema(Person);
   const chat = (body: object) =>
-    fetch(`${app.served.url}/api/v1.0/chat`, { method: "POST", headers: { ...bearer(app.key), "content-type": "application/json" }, body: JSON.stringify(body) });
-  const response = await chat({ message: "Describe a person", conversation_id: "structured-1", temperature: 0, response_format: { type: "json_schema", json_schema: { name: "person", schema } } });
+    fetch(`${app.served.url}/api/v1.0/chat`, {
+      method: "POST",
+      headers: { ...bearer(app.key), "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  const response = await chat({
+    message: "Describe a person",
+    conversation_id: "structured-1",
+    temperature: 0,
+    response_format: { type: "json_schema", json_schema: { name: "person", schema } },
+  });
   expect(response.status).toBe(200);
   const { message } = (await response.json()) as { message: { content: string } };
   expect(Person.parse(JSON.parse(message.content))).toBeDefined();
-  const stored = (await (await fetch(`${app.served.url}/api/v1.0/chat/messages?conversation_id=structured-1&sort_by=id:desc`, { headers: bearer(app.key) })).json()) as { data: { content: string }[] };
+  const stored = (await (
+    await fetch(`${app.served.url}/api/v1.0/chat/messages?conversation_id=structured-1&sort_by=id:desc`, { headers: bearer(app.key) })
+  ).json()) as { data: { content: string }[] };
   expect(stored.data[0]!.content).toBe(message.content);
 
-  const refused = await chat({ message: "Hi", conversation_id: "structured-2", response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: { type: "string", pattern: "a" } } } });
+  const refused = await chat({
+    message: "Hi",
+    conversation_id: "structured-2",
+    response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: { type: "string", pattern: "a" } } },
+  });
   expect(refused.status).toBe(422);
   expect(((await refused.json()) as { error: { param: string } }).error.param).toBe("response_format");
-  const none = (await (await fetch(`${app.served.url}/api/v1.0/chat/messages?conversation_id=structured-2`, { headers: bearer(app.key) })).json()) as { data: unknown[] };
+  const none = (await (await fetch(`${app.served.url}/api/v1.0/chat/messages?conversation_id=structured-2`, { headers: bearer(app.key) })).json()) as {
+    data: unknown[];
+  };
   expect(none.data).toEqual([]);
 });
 
@@ -156,7 +225,12 @@ function randomSchema(random: Random, depth: number): Record<string, unknown> {
     () => {
       const names = Array.from({ length: random.int(1, 4) }, (_, i) => `p${i}`);
       const required = names.filter(() => random.int(0, 3) > 0);
-      return { type: "object", properties: Object.fromEntries(names.map((name) => [name, randomSchema(random, depth - 1)])), required, additionalProperties: false };
+      return {
+        type: "object",
+        properties: Object.fromEntries(names.map((name) => [name, randomSchema(random, depth - 1)])),
+        required,
+        additionalProperties: false,
+      };
     },
     () => ({ type: "array", items: randomSchema(random, depth - 1), minItems: random.int(0, 1), maxItems: random.int(2, 4) }),
     () => ({ anyOf: [randomSchema(random, depth - 1), randomSchema(random, depth - 1)] }),
@@ -164,24 +238,27 @@ function randomSchema(random: Random, depth: number): Record<string, unknown> {
   return depth > 0 && random.int(0, 2) > 0 ? random.pick(nodes)() : random.pick(leaves)();
 }
 
-test("seeded random schemas of the enforced subset, seeds and temperatures up to 2: every reply validates, or is finish_reason length", withSeed(async (random) => {
-  for (let trial = 0; trial < 16; trial++) {
-    const properties = { a: randomSchema(random, 2), b: randomSchema(random, 2) };
-    const schema = { type: "object", properties, required: ["a", "b"], additionalProperties: false };
-    const temperature = random.pick([0, 0.7, 1, 1.5, 2]);
-    const completion = await client.chat.completions.create({
-      model: "any",
-      messages: ask,
-      temperature,
-      seed: random.int(0, 2 ** 31),
-      max_tokens: 400,
-      response_format: { type: "json_schema", json_schema: { name: "random", schema } },
-    });
-    const { message, finish_reason } = completion.choices[0]!;
-    const outcome = { trial, schema, temperature, content: message.content };
-    if (finish_reason === "length") continue;
-    expect({ ...outcome, finish_reason }).toEqual({ ...outcome, finish_reason: "stop" });
-    const validate = ajv.compile(schema);
-    expect({ ...outcome, valid: validate(JSON.parse(message.content!)), errors: validate.errors }).toEqual({ ...outcome, valid: true, errors: null });
-  }
-}));
+test(
+  "seeded random schemas of the enforced subset, seeds and temperatures up to 2: every reply validates, or is finish_reason length",
+  withSeed(async (random) => {
+    for (let trial = 0; trial < 16; trial++) {
+      const properties = { a: randomSchema(random, 2), b: randomSchema(random, 2) };
+      const schema = { type: "object", properties, required: ["a", "b"], additionalProperties: false };
+      const temperature = random.pick([0, 0.7, 1, 1.5, 2]);
+      const completion = await client.chat.completions.create({
+        model: "any",
+        messages: ask,
+        temperature,
+        seed: random.int(0, 2 ** 31),
+        max_tokens: 400,
+        response_format: { type: "json_schema", json_schema: { name: "random", schema } },
+      });
+      const { message, finish_reason } = completion.choices[0]!;
+      const outcome = { trial, schema, temperature, content: message.content };
+      if (finish_reason === "length") continue;
+      expect({ ...outcome, finish_reason }).toEqual({ ...outcome, finish_reason: "stop" });
+      const validate = ajv.compile(schema);
+      expect({ ...outcome, valid: validate(JSON.parse(message.content!)), errors: validate.errors }).toEqual({ ...outcome, valid: true, errors: null });
+    }
+  }),
+);

@@ -26,13 +26,28 @@ beforeAll(() => {
 
 const Weather = z.object({ city: z.string().max(24), days: z.number().int(), unit: z.enum(["celsius", "fahrenheit"]) });
 const Time = z.object({ zone: z.string().max(16) });
-const tools = [zodFunction({ name: "get_weather", description: "The weather in a city", parameters: Weather }), zodFunction({ name: "get_time", parameters: Time })];
+const tools = [
+  zodFunction({ name: "get_weather", description: "The weather in a city", parameters: Weather }),
+  zodFunction({ name: "get_time", parameters: Time }),
+];
 const ask: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris?" }];
 
 describe("the openai SDK", () => {
   test("tool_choice required: the reply is a call that parses, its arguments valid, no content, finish_reason tool_calls", async () => {
-    for (const [temperature, seed] of [[0, 1], [1, 2], [1, 3]] as const) {
-      const completion = await client.chat.completions.parse({ model: "any", messages: ask, tools, tool_choice: "required", parallel_tool_calls: false, temperature, seed });
+    for (const [temperature, seed] of [
+      [0, 1],
+      [1, 2],
+      [1, 3],
+    ] as const) {
+      const completion = await client.chat.completions.parse({
+        model: "any",
+        messages: ask,
+        tools,
+        tool_choice: "required",
+        parallel_tool_calls: false,
+        temperature,
+        seed,
+      });
       const { message, finish_reason } = completion.choices[0]!;
       expect(finish_reason).toBe("tool_calls");
       expect(message.content).toBeNull();
@@ -47,7 +62,14 @@ describe("the openai SDK", () => {
 
   test("a named tool_choice calls that function", async () => {
     for (const name of ["get_time", "get_weather"]) {
-      const completion = await client.chat.completions.parse({ model: "any", messages: ask, tools, tool_choice: { type: "function", function: { name } }, temperature: 1, seed: 4 });
+      const completion = await client.chat.completions.parse({
+        model: "any",
+        messages: ask,
+        tools,
+        tool_choice: { type: "function", function: { name } },
+        temperature: 1,
+        seed: 4,
+      });
       const calls = completion.choices[0]!.message.tool_calls!;
       expect(calls.length).toBeGreaterThanOrEqual(1);
       for (const call of calls) expect(call.type === "function" && call.function.name).toBe(name);
@@ -55,7 +77,13 @@ describe("the openai SDK", () => {
   });
 
   test("a round trip: the call, its result as a tool message, then the model's answer in words", async () => {
-    const first = await client.chat.completions.create({ model: "any", messages: ask, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, temperature: 0 });
+    const first = await client.chat.completions.create({
+      model: "any",
+      messages: ask,
+      tools,
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+      temperature: 0,
+    });
     const message = first.choices[0]!.message;
     const call = message.tool_calls![0]!;
     const history: OpenAI.ChatCompletionMessageParam[] = [
@@ -71,7 +99,15 @@ describe("the openai SDK", () => {
   });
 
   test("streamed: the call's id and name come first, then its arguments in fragments as they are written; reassembled, the same call as unstreamed", async () => {
-    const params = { model: "any", messages: ask, tools, tool_choice: { type: "function", function: { name: "get_weather" } }, parallel_tool_calls: false, temperature: 1, seed: 9 } as const;
+    const params = {
+      model: "any",
+      messages: ask,
+      tools,
+      tool_choice: { type: "function", function: { name: "get_weather" } },
+      parallel_tool_calls: false,
+      temperature: 1,
+      seed: 9,
+    } as const;
     const whole = (await client.chat.completions.create(params)).choices[0]!.message.tool_calls![0]!;
     const stream = await client.chat.completions.create({ ...params, stream: true });
     const deltas: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
@@ -185,10 +221,22 @@ describe("refused, with the field named", () => {
   const call = { id: "call_1", type: "function", function: { name: "lookup", arguments: "{}" } };
 
   test.each([
-    ["an unknown function in tool_choice", { tools: [lookup({ type: "object" })], tool_choice: { type: "function", function: { name: "nope" } } }, "tool_choice"],
+    [
+      "an unknown function in tool_choice",
+      { tools: [lookup({ type: "object" })], tool_choice: { type: "function", function: { name: "nope" } } },
+      "tool_choice",
+    ],
     ["a call asked for with no tools", { tool_choice: "required" }, "tool_choice"],
     ["two tools of one name", { tools: [lookup({ type: "object" }), lookup({ type: "object" })] }, "tools[1].function.name"],
-    ["strict parameters with a keyword the grammar cannot hold", { tools: [{ type: "function", function: { name: "lookup", strict: true, parameters: { type: "object", properties: { n: { type: "integer", minimum: 1 } } } } }] }, "tools[0].function.parameters"],
+    [
+      "strict parameters with a keyword the grammar cannot hold",
+      {
+        tools: [
+          { type: "function", function: { name: "lookup", strict: true, parameters: { type: "object", properties: { n: { type: "integer", minimum: 1 } } } } },
+        ],
+      },
+      "tools[0].function.parameters",
+    ],
     ["parameters that are no object", { tools: [lookup({ type: "string" })] }, "tools[0].function.parameters"],
     ["a tool message that answers no call", { messages: [...ask, { role: "tool", tool_call_id: "call_x", content: "{}" }] }, "messages[1].tool_call_id"],
     [
@@ -196,9 +244,17 @@ describe("refused, with the field named", () => {
       { messages: [...ask, { role: "assistant", content: null, tool_calls: [call] }, { role: "tool", tool_call_id: "call_2", content: "{}" }] },
       "messages[2].tool_call_id",
     ],
-    ["a call's arguments that are no JSON object", { messages: [...ask, { role: "assistant", tool_calls: [{ ...call, function: { name: "lookup", arguments: "[1]" } }] }] }, "messages[1].tool_calls[0].function.arguments"],
+    [
+      "a call's arguments that are no JSON object",
+      { messages: [...ask, { role: "assistant", tool_calls: [{ ...call, function: { name: "lookup", arguments: "[1]" } }] }] },
+      "messages[1].tool_calls[0].function.arguments",
+    ],
     ["tool_calls on a user message", { messages: [{ role: "user", content: "hi", tool_calls: [call] }] }, "messages[0].tool_calls"],
-    ["response_format beside a forced call", { tools: [lookup({ type: "object" })], tool_choice: "required", response_format: { type: "json_object" } }, "response_format"],
+    [
+      "response_format beside a forced call",
+      { tools: [lookup({ type: "object" })], tool_choice: "required", response_format: { type: "json_object" } },
+      "response_format",
+    ],
     ["response_format beside tools the model may call", { tools: [lookup({ type: "object" })], response_format: { type: "json_object" } }, "response_format"],
   ])("%s", async (_, params, param) => {
     expect(await refusedParam(params)).toBe(param);

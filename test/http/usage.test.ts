@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { ChatReply, UsageReport } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, readSse, serveApp, type Served, testDb, testEngine } from "../support";
+import { bearer, postChat, readSse, type Served, serveApp, testDb, testEngine } from "../support";
 
 const db = testDb("usage-http");
 let alice: { key: string; userId: number };
@@ -59,7 +59,12 @@ async function openAiChat(key: string, message: string): Promise<Counted> {
 const usage = async (key: string, query = "") => fetch(`${served.url}/api/v1.0/usage${query}`, { headers: bearer(key) });
 
 test("every reply's tokens are added to its user's day, as its usage counted them, on every protocol", async () => {
-  const counted = await Promise.all([nativeChat(alice.key, "hello there"), nativeStream(alice.key, "tell me a story"), openAiChat(alice.key, "what is the sea"), nativeChat(alice.key, "and the hills")]);
+  const counted = await Promise.all([
+    nativeChat(alice.key, "hello there"),
+    nativeStream(alice.key, "tell me a story"),
+    openAiChat(alice.key, "what is the sea"),
+    nativeChat(alice.key, "and the hills"),
+  ]);
   await nativeChat(bob.key, "bob's own");
   const response = await usage(alice.key);
   expect(response.status).toBe(200);

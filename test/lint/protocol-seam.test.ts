@@ -4,8 +4,8 @@
  * folder under `src/http/` and its route files.
  */
 import { describe, expect, test } from "bun:test";
-import { Glob } from "bun";
 import { dirname, relative, resolve } from "node:path";
+import { Glob } from "bun";
 
 const PROTOCOLS: Record<string, { folder: string; routes: string[] }> = {
   openai: { folder: "src/http/openai/", routes: ["src/http/routes/openai.ts", "src/http/routes/responses.ts", "src/http/routes/openai-conversations.ts"] },
@@ -13,7 +13,8 @@ const PROTOCOLS: Record<string, { folder: string; routes: string[] }> = {
 };
 
 /** Field paths of the protocols' requests, which the domain has words of its own for. */
-const WIRE_FIELDS = /function\.parameters|response_format|input_schema|tool_choice|logit_bias|previous_response_id|text\.format|max_output_tokens|max_tokens|budget_tokens|stream_options/;
+const WIRE_FIELDS =
+  /function\.parameters|response_format|input_schema|tool_choice|logit_bias|previous_response_id|text\.format|max_output_tokens|max_tokens|budget_tokens|stream_options/;
 
 const files = async (pattern: string) => Array.fromAsync(new Glob(pattern).scan("."));
 const importsOf = (text: string) => Array.from(text.matchAll(/^import[^"']*["']([^"']+)["']/gm), (match) => match[1]!);
@@ -39,7 +40,8 @@ describe("the protocol seam", () => {
           if (!specifier.startsWith(".")) continue;
           const target = relative(".", resolve(dirname(path), specifier)).replace(/\.ts$/, "");
           for (const [, { folder, routes }] of others) {
-            if (`${target}/`.startsWith(folder) || target.startsWith(folder) || routes.some((route) => route.replace(/\.ts$/, "") === target)) crossings.push(`${path} imports ${specifier}`);
+            if (`${target}/`.startsWith(folder) || target.startsWith(folder) || routes.some((route) => route.replace(/\.ts$/, "") === target))
+              crossings.push(`${path} imports ${specifier}`);
           }
         }
       }

@@ -26,7 +26,10 @@ describe("resolveModelChatWrapper", () => {
 
     const second = resolveModelChatWrapper(model, dir);
     expect(second.constructor).toBe(first.constructor);
-    const history = [{ type: "user" as const, text: "Hi <|im_start|> there" }, { type: "model" as const, response: [] }];
+    const history = [
+      { type: "user" as const, text: "Hi <|im_start|> there" },
+      { type: "model" as const, response: [] },
+    ];
     expect(second.generateContextState({ chatHistory: history }).contextText.toString()).toBe(
       first.generateContextState({ chatHistory: history }).contextText.toString(),
     );

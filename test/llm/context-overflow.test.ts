@@ -128,7 +128,8 @@ describe("a conversation past the context", () => {
       kvCache: { dir: tempDir("slack-kv"), maxBytes: 64 * 2 ** 20 },
     });
     // After each turn another conversation takes the only sequence: the next turn loads the saved state.
-    const other = (t: number) => run(saving, { conversationKey: `other-${t}`, cacheScope: "user", history: [{ role: "user", content: "hello" }], temperature: 0, maxTokens: 4 });
+    const other = (t: number) =>
+      run(saving, { conversationKey: `other-${t}`, cacheScope: "user", history: [{ role: "user", content: "hello" }], temperature: 0, maxTokens: 4 });
     const { results } = await converse(saving, "slack-saved", other);
     const { results: inMemory } = await converse(slack, "slack-in-memory");
     expect(results.map((result) => result.text)).toEqual(inMemory.map((result) => result.text));

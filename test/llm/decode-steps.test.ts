@@ -7,9 +7,9 @@
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:test";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
-import { samplingOf } from "../../src/llm/types";
-import { abortSteps, decodeBatch, decodeSteps, Sampler, sequenceIdOf, type StepsEntry } from "../../src/natives/addon";
 import { Scheduler } from "../../src/llm/scheduler";
+import { samplingOf } from "../../src/llm/types";
+import { abortSteps, decodeBatch, decodeSteps, Sampler, type StepsEntry, sequenceIdOf } from "../../src/natives/addon";
 import { compiledNatives, endlessSampler, presetModel, runTurn, until, withSeed } from "../support";
 
 const natives = await compiledNatives();
@@ -90,7 +90,14 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
    * A turn on `sequence` that takes at most `count` tokens (its last unevaluated), or stops at the
    * end of generation; the scheduler is told the count only with `declared`.
    */
-  function reply(scheduler: Scheduler, sequence: LlamaContextSequence, input: Token[], count: number, sampling: { temperature: number; seed?: number }, declared = false) {
+  function reply(
+    scheduler: Scheduler,
+    sequence: LlamaContextSequence,
+    input: Token[],
+    count: number,
+    sampling: { temperature: number; seed?: number },
+    declared = false,
+  ) {
     const tokens: Token[] = [];
     const slot = scheduler.slots.find((slot) => slot.sequence === sequence)!;
     const done = runTurn(scheduler, slot, input, {
@@ -185,7 +192,13 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const otherSampler = endlessSampler(other, model);
     try {
       const [otherSampled] = await decodeBatch(other, [{ sequence: otherSequence, tokens: model.tokenize(LONG.text), sampler: otherSampler }]);
-      const blocking = (other as unknown as { _ctx: Addon })._ctx.decodeSteps([0], [otherSequence.nextTokenIndex], [otherSampled!.token], [otherSampler.native], most);
+      const blocking = (other as unknown as { _ctx: Addon })._ctx.decodeSteps(
+        [0],
+        [otherSequence.nextTokenIndex],
+        [otherSampled!.token],
+        [otherSampler.native],
+        most,
+      );
       // The call through addon.ts begins after the abort: it decodes nothing, and its sequence holds what it held.
       const held = { next: second.sequence.nextTokenIndex, tokens: [...second.sequence.contextTokens] };
       onStepsCall = () => (addon.abortSteps(), true);
@@ -215,41 +228,50 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     }
   });
 
-  test("sequences 0 and 2 stepping on bench-small, aborted at random moments: each holds its recorded tokens and no cell past them", withSeed(async (random) => {
-    // llama.cpp computes a batch of non-consecutive sequence ids in pieces (ubatches) and, aborted,
-    // takes back only the piece it was computing; bench-small's steps are long enough for an abort
-    // to land inside either piece.
-    const small = await model.llama.loadModel({ modelPath: await presetModel("bench-small"), gpuLayers: 0 });
-    const three = await small.createContext({ contextSize: 2048, sequences: 3, threads: 2 });
-    const [first, idle, third] = Array.from({ length: 3 }, () => three.getSequence());
-    const entries: StepsEntry[] = [];
-    try {
-      for (const sequence of [first!, third!]) {
-        const sampler = endlessSampler(three, small);
-        entries.push({ sequence, token: 0 as Token, sampler });
-        const [sampled] = await decodeBatch(three, [{ sequence, tokens: small.tokenize("the sea is calm tonight"), sampler }]);
-        entries.at(-1)!.token = sampled!.token;
+  test(
+    "sequences 0 and 2 stepping on bench-small, aborted at random moments: each holds its recorded tokens and no cell past them",
+    withSeed(async (random) => {
+      // llama.cpp computes a batch of non-consecutive sequence ids in pieces (ubatches) and, aborted,
+      // takes back only the piece it was computing; bench-small's steps are long enough for an abort
+      // to land inside either piece.
+      const small = await model.llama.loadModel({ modelPath: await presetModel("bench-small"), gpuLayers: 0 });
+      const three = await small.createContext({ contextSize: 2048, sequences: 3, threads: 2 });
+      const [first, idle, third] = Array.from({ length: 3 }, () => three.getSequence());
+      const entries: StepsEntry[] = [];
+      try {
+        for (const sequence of [first!, third!]) {
+          const sampler = endlessSampler(three, small);
+          entries.push({ sequence, token: 0 as Token, sampler });
+          const [sampled] = await decodeBatch(three, [{ sequence, tokens: small.tokenize("the sea is calm tonight"), sampler }]);
+          entries.at(-1)!.token = sampled!.token;
+        }
+        const positions = (three as unknown as { _ctx: Addon })._ctx;
+        const held = () =>
+          entries.map(({ sequence }) => ({
+            id: sequenceIdOf(sequence),
+            next: sequence.nextTokenIndex,
+            last: positions.getSequenceKvCacheMaxPosition(sequenceIdOf(sequence)),
+          }));
+        expect(sequenceIdOf(idle!)).toBe(1);
+        for (let trial = 0; trial < 24; trial++) {
+          // A step of two sequences takes a few ms here: the abort lands anywhere in the first few.
+          const timer = setTimeout(() => abortSteps(three), random.int(1, 25));
+          const tokens = await decodeSteps(three, entries, () => 200);
+          clearTimeout(timer);
+          for (const [i, entry] of entries.entries()) entry.token = tokens[i]!.at(-1) ?? entry.token;
+          expect(held()).toEqual(held().map(({ id, next }) => ({ id, next, last: next - 1 })));
+        }
+        // And they go on stepping from there.
+        const more = await decodeSteps(three, entries, () => 4);
+        expect(more.map((tokens) => tokens.length)).toEqual([4, 4]);
+      } finally {
+        for (const { sampler } of entries) sampler.dispose();
+        await three.dispose();
+        await small.dispose();
       }
-      const positions = (three as unknown as { _ctx: Addon })._ctx;
-      const held = () => entries.map(({ sequence }) => ({ id: sequenceIdOf(sequence), next: sequence.nextTokenIndex, last: positions.getSequenceKvCacheMaxPosition(sequenceIdOf(sequence)) }));
-      expect(sequenceIdOf(idle!)).toBe(1);
-      for (let trial = 0; trial < 24; trial++) {
-        // A step of two sequences takes a few ms here: the abort lands anywhere in the first few.
-        const timer = setTimeout(() => abortSteps(three), random.int(1, 25));
-        const tokens = await decodeSteps(three, entries, () => 200);
-        clearTimeout(timer);
-        for (const [i, entry] of entries.entries()) entry.token = tokens[i]!.at(-1) ?? entry.token;
-        expect(held()).toEqual(held().map(({ id, next }) => ({ id, next, last: next - 1 })));
-      }
-      // And they go on stepping from there.
-      const more = await decodeSteps(three, entries, () => 4);
-      expect(more.map((tokens) => tokens.length)).toEqual([4, 4]);
-    } finally {
-      for (const { sampler } of entries) sampler.dispose();
-      await three.dispose();
-      await small.dispose();
-    }
-  }), 30_000);
+    }),
+    30_000,
+  );
 
   test("a reply's maxTokens bounds the calls: none steps past its last token, and the reply is the same", async () => {
     const [sequence] = sequences;
@@ -351,10 +373,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     // Once the lone reply has streamed a while, the next turn arrives during one of its calls.
     onStepsCall = () => first.tokens.length >= 8 && (arrived.resolve(reply(scheduler, other!, model.tokenize(OTHER.text), 12, OTHER.sampling)), true);
     const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling);
-    const second = await Promise.race([
-      arrived.promise,
-      first.done.then(() => Promise.reject(new Error("the lone reply ended before a turn could arrive"))),
-    ]);
+    const second = await Promise.race([arrived.promise, first.done.then(() => Promise.reject(new Error("the lone reply ended before a turn could arrive")))]);
     await Promise.all([first.done, second.done]);
     expect(aborts).toBe(before + 1);
     expect(expected.map((tokens) => tokens.length)).toEqual([30, 12]);
@@ -372,7 +391,9 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       expect(() => addon.decodeSteps([id], [0], ["1"], [sampler.native], 4)).toThrow(TypeError);
       expect(() => addon.decodeSteps([], [], [], [], 4)).toThrow(/one to the context's sequence count/);
       expect(() => addon.decodeSteps([id, id + 1], [0], [1, 1], [sampler.native, sampler.native], 4)).toThrow(/one to the context's sequence count/);
-      expect(() => addon.decodeSteps([0, 1, 2], [0, 0, 0], [1, 1, 1], [sampler.native, sampler.native, sampler.native], 4)).toThrow(/one to the context's sequence count/);
+      expect(() => addon.decodeSteps([0, 1, 2], [0, 0, 0], [1, 1, 1], [sampler.native, sampler.native, sampler.native], 4)).toThrow(
+        /one to the context's sequence count/,
+      );
       expect(() => addon.decodeSteps([id], [0], [1], [{}], 4)).toThrow(/not an AddonSampler/);
       expect(() => addon.decodeSteps([id], [0], [1], [disposed.native], 4)).toThrow(/a sampler is disposed/);
       expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], 0)).toThrow(/outside the context/);
@@ -450,7 +471,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
 
   test("aborted steps log nothing, and a batch llama.cpp refuses afterwards is logged", async () => {
     // bench-small's steps are long: aborts 15 ms into a call land inside a decode.
-    const { code, out } = await child(`
+    const { code, out } = await child(
+      `
       const [first] = await decodeBatch(context, [{ sequence, tokens: model.tokenize("the sea is calm"), sampler }]);
       let token = first.token;
       let cut = 0;
@@ -467,7 +489,9 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       addon.addToBatch(0, sequence.nextTokenIndex, Uint32Array.of(model.fileInfo.metadata.tokenizer.ggml.tokens.length + 1), new Uint32Array(0));
       await addon.decodeBatch().catch(() => console.log("refused"));
       await context.dispose();
-    `, "bench-small");
+    `,
+      "bench-small",
+    );
     expect(out).toMatch(/^cut 5$/m);
     expect(out).toMatch(/^refused$/m);
     expect(out.split("\n").filter((line) => /failed to decode|removing memory module|compute/.test(line))).toEqual([expect.stringContaining("ret = -1")]);

@@ -1,13 +1,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
 import { Overloaded } from "../../src/errors";
+import { DEMO_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
 import { wireError } from "../../src/http/errors";
 import { bridge } from "../../src/llm/bridge";
 import { Engine, type GenerateRequest, type GenerateResult, type ReplyPiece, type Turn } from "../../src/llm/engine";
-import { DEMO_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
 import { SequencePool } from "../../src/llm/pool";
 
 const dir = mkdtempSync(join(tmpdir(), "parley-engine-"));
@@ -197,8 +197,7 @@ describe("Engine (parallel 2)", () => {
   });
 
   test("temperature 1: the same seed repeats, different seeds differ", async () => {
-    const sample = async (seed: number) =>
-      (await run(engine, ask("say something", { temperature: 1, seed, maxTokens: 40 }))).result.text;
+    const sample = async (seed: number) => (await run(engine, ask("say something", { temperature: 1, seed, maxTokens: 40 }))).result.text;
     expect(await sample(7)).toBe(await sample(7));
     const others = new Set([await sample(1), await sample(2), await sample(3)]);
     expect(others.size).toBeGreaterThan(1);
@@ -301,9 +300,7 @@ describe("Engine (parallel 2)", () => {
   });
 
   test("four concurrent conversations all complete", async () => {
-    const results = await Promise.all(
-      ["k1", "k2", "k3", "k4"].map((key) => run(engine, ask(`hi from ${key}`, { conversationKey: key }))),
-    );
+    const results = await Promise.all(["k1", "k2", "k3", "k4"].map((key) => run(engine, ask(`hi from ${key}`, { conversationKey: key }))));
     for (const { result } of results) expect(["stop", "length"]).toContain(result.finishReason);
     expect(engine.stats()).toMatchObject({ parallel: 2, busy: 0, queued: 0 });
   });

@@ -89,50 +89,54 @@ describe("saved KV states on a small filesystem", () => {
     expect(back.cachedTokens).toBeGreaterThan(small.promptTokens);
   });
 
-  test.skipIf(skipped !== undefined)("with the database beside it, every chat is answered and the cache keeps a margin", async () => {
-    const CONVERSATIONS = 24;
-    const ADMIN_KEY = "kv-disk-space-admin-key-0123456789abcdef";
-    const dir = smallFs!;
-    // One sequence: each new conversation pushes the last one's state to disk.
-    server = await startServer({
-      dbPath: join(dir, "parley.db"),
-      adminKey: ADMIN_KEY,
-      env: { PARLEY_PARALLEL: "1", PARLEY_RATE_LIMIT: "0", PARLEY_CONTEXT_SIZE: "2048" },
-    });
-    const chat = async (conversation_id: string, message: string) => {
-      const response = await fetch(`${server!.url}/api/v1.0/chat`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
-        body: JSON.stringify({ conversation_id, message, temperature: 0, max_tokens: 16 }),
+  test.skipIf(skipped !== undefined)(
+    "with the database beside it, every chat is answered and the cache keeps a margin",
+    async () => {
+      const CONVERSATIONS = 24;
+      const ADMIN_KEY = "kv-disk-space-admin-key-0123456789abcdef";
+      const dir = smallFs!;
+      // One sequence: each new conversation pushes the last one's state to disk.
+      server = await startServer({
+        dbPath: join(dir, "parley.db"),
+        adminKey: ADMIN_KEY,
+        env: { PARLEY_PARALLEL: "1", PARLEY_RATE_LIMIT: "0", PARLEY_CONTEXT_SIZE: "2048" },
       });
-      const body = await response.text();
-      expect(response.status, `${conversation_id}: ${body}\n${server!.lines.slice(-5).join("\n")}`).toBe(200);
-      const reply = JSON.parse(body) as { message: { finish_reason: string }; usage: { prompt_tokens: number; cached_tokens: number } };
-      expect(["stop", "length"]).toContain(reply.message.finish_reason);
-      return reply;
-    };
-    let restored = 0;
-    let leastFree = SMALL_FS;
-    let peakKv = 0;
-    for (let i = 0; i < CONVERSATIONS; i++) {
-      // About 1.1 MB of state each.
-      const first = await chat(`c${i}`, longMessage(50, `c${i}`));
-      expect(first.usage.prompt_tokens).toBeGreaterThan(1000);
-      if (i > 0) {
-        // Back from disk: all but its new message is cached.
-        const back = await chat(`c${i - 1}`, "and once more");
-        if (back.usage.cached_tokens >= first.usage.prompt_tokens) restored++;
-        // On an empty filesystem the first state fits.
-        if (i === 1) expect(restored).toBe(1);
+      const chat = async (conversation_id: string, message: string) => {
+        const response = await fetch(`${server!.url}/api/v1.0/chat`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${ADMIN_KEY}`, "content-type": "application/json" },
+          body: JSON.stringify({ conversation_id, message, temperature: 0, max_tokens: 16 }),
+        });
+        const body = await response.text();
+        expect(response.status, `${conversation_id}: ${body}\n${server!.lines.slice(-5).join("\n")}`).toBe(200);
+        const reply = JSON.parse(body) as { message: { finish_reason: string }; usage: { prompt_tokens: number; cached_tokens: number } };
+        expect(["stop", "length"]).toContain(reply.message.finish_reason);
+        return reply;
+      };
+      let restored = 0;
+      let leastFree = SMALL_FS;
+      let peakKv = 0;
+      for (let i = 0; i < CONVERSATIONS; i++) {
+        // About 1.1 MB of state each.
+        const first = await chat(`c${i}`, longMessage(50, `c${i}`));
+        expect(first.usage.prompt_tokens).toBeGreaterThan(1000);
+        if (i > 0) {
+          // Back from disk: all but its new message is cached.
+          const back = await chat(`c${i - 1}`, "and once more");
+          if (back.usage.cached_tokens >= first.usage.prompt_tokens) restored++;
+          // On an empty filesystem the first state fits.
+          if (i === 1) expect(restored).toBe(1);
+        }
+        const { bavail, bsize } = await statfs(dir);
+        leastFree = Math.min(leastFree, bavail * bsize);
+        peakKv = Math.max(peakKv, bytesUnder(join(dir, "kv")));
       }
-      const { bavail, bsize } = await statfs(dir);
-      leastFree = Math.min(leastFree, bavail * bsize);
-      peakKv = Math.max(peakKv, bytesUnder(join(dir, "kv")));
-    }
-    // The states written add up to several times the filesystem: the cache gave space back (to
-    // the database too, which grows into it) and kept a margin, yet most returns were cached.
-    expect(leastFree).toBeGreaterThan(2 ** 20);
-    expect(peakKv).toBeLessThan(SMALL_FS - 2 * 2 ** 20);
-    expect(restored).toBeGreaterThan(CONVERSATIONS / 2);
-  }, 60_000);
+      // The states written add up to several times the filesystem: the cache gave space back (to
+      // the database too, which grows into it) and kept a margin, yet most returns were cached.
+      expect(leastFree).toBeGreaterThan(2 ** 20);
+      expect(peakKv).toBeLessThan(SMALL_FS - 2 * 2 ** 20);
+      expect(restored).toBeGreaterThan(CONVERSATIONS / 2);
+    },
+    60_000,
+  );
 });

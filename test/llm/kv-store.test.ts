@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
-import fc from "fast-check";
-import { getLlama, LlamaText } from "node-llama-cpp";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
-import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
+import fc from "fast-check";
+import { getLlama, LlamaText } from "node-llama-cpp";
 import { writePresetModel } from "../../src/gguf/presets";
+import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { forgetSaved, KvStore, stateSizeBound } from "../../src/llm/kv-store";
 import { until } from "../support";
 
@@ -305,7 +305,11 @@ describe("saved KV states, two sequences", () => {
   test("a conversation whose sequence another turn took, back at that moment on the other sequence, loads the state that turn saved", async () => {
     const engine = await Engine.load({ modelPath, contextSize: 1024, parallel: 2, threads: 1, kvCache: { dir: join(dir, "kv-two"), maxBytes: 64 * 2 ** 20 } });
     try {
-      const [a, c, y] = ["a", "c", "y"].map((key) => conversation(() => engine, key)) as [ReturnType<typeof conversation>, ReturnType<typeof conversation>, ReturnType<typeof conversation>];
+      const [a, c, y] = ["a", "c", "y"].map((key) => conversation(() => engine, key)) as [
+        ReturnType<typeof conversation>,
+        ReturnType<typeof conversation>,
+        ReturnType<typeof conversation>,
+      ];
       const first = await a("hello there");
       // On the other sequence: a's is now the least recently used.
       await c("something else");
@@ -332,7 +336,14 @@ describe("KvStore", () => {
       };
       const root = join(dir, "store");
       mkdirSync(root);
-      const store = await KvStore.open({ root, identity: "test", maxBytes: 2 ** 30, contextSize: 256, maxStateBytes: await stateSizeBound(model, context), warn });
+      const store = await KvStore.open({
+        root,
+        identity: "test",
+        maxBytes: 2 ** 30,
+        contextSize: 256,
+        maxStateBytes: await stateSizeBound(model, context),
+        warn,
+      });
       const transcript = { key: "k", text, tokens: [...sequence.contextTokens] };
 
       const { written } = await store.save(transcript).capture(sequence);

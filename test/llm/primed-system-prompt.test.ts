@@ -15,7 +15,14 @@ async function firstTurn(engine: Engine, key: string, scope: string, system: str
     { role: "system", content: system },
     { role: "user", content: "Where do I start?" },
   ];
-  const generation = engine.generate({ conversationKey: key, cacheScope: scope, publicTurns: 1, history, temperature: 0, maxTokens: 12 } satisfies GenerateRequest);
+  const generation = engine.generate({
+    conversationKey: key,
+    cacheScope: scope,
+    publicTurns: 1,
+    history,
+    temperature: 0,
+    maxTokens: 12,
+  } satisfies GenerateRequest);
   for (;;) {
     const step = await generation.next();
     if (step.done) return step.value;

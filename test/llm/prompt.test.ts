@@ -44,7 +44,9 @@ describe("cachingTokenizer", () => {
         const tokenizer = cachingTokenizers(model.tokenizer, capacity)("a user");
         for (let round = 0; round < 3; round++) {
           const history = Array.from({ length: random.int(1, 6) }, (_, i) =>
-            i % 2 === 0 ? { type: "user" as const, text: mixedText(random, random.int(0, 300)) } : { type: "model" as const, response: [mixedText(random, random.int(0, 300))] },
+            i % 2 === 0
+              ? { type: "user" as const, text: mixedText(random, random.int(0, 300)) }
+              : { type: "model" as const, response: [mixedText(random, random.int(0, 300))] },
           );
           const text = wrapper.generateContextState({ chatHistory: history }).contextText;
           const expected = text.tokenize(model.tokenizer);
@@ -59,7 +61,10 @@ describe("cachingTokenizer", () => {
 
 test("a scope finds only what it tokenized itself: another user's text is tokenized anew", () => {
   let calls = 0;
-  const counting = Object.assign(((...args: Parameters<typeof model.tokenizer>) => (calls++, model.tokenizer(...args))) as typeof model.tokenizer, model.tokenizer);
+  const counting = Object.assign(
+    ((...args: Parameters<typeof model.tokenizer>) => (calls++, model.tokenizer(...args))) as typeof model.tokenizer,
+    model.tokenizer,
+  );
   const tokenizers = cachingTokenizers(counting, 1 << 20);
   const text = "a message only its sender has sent";
   const alice = tokenizers("alice")(text);
@@ -111,7 +116,8 @@ describe("PromptRenderer", () => {
         for (let i = 0; i < 30; i++) {
           history.push({ role: "user", content: mixedText(random, random.int(1, 100)) });
           const call = { id: `call_${i}`, name: "lookup", arguments: JSON.stringify({ word: mixedText(random, random.int(1, 10)) }) };
-          if (random.next() < 0.3) history.push({ role: "assistant", content: "", toolCalls: [call] }, { role: "tool", content: mixedText(random, 20), toolCallId: call.id });
+          if (random.next() < 0.3)
+            history.push({ role: "assistant", content: "", toolCalls: [call] }, { role: "tool", content: mixedText(random, 20), toolCallId: call.id });
           history.push({ role: "assistant", content: mixedText(random, random.int(1, 100)) });
         }
         history.push({ role: "user", content: mixedText(random, random.int(1, 100)) });

@@ -1,8 +1,7 @@
+import { dlopen, FFIType, ptr } from "bun:ffi";
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { dlopen, FFIType, ptr } from "bun:ffi";
-import type { Engine, GenerateResult, ReplyPiece } from "../../src/llm/engine";
 import { FILE_TYPES, tensorTypeFor } from "../../src/gguf/file-type";
 import type { FileType } from "../../src/gguf/presets";
 import { quantizeQ4_0, quantizeQ8_0 } from "../../src/gguf/quantize";
@@ -10,6 +9,7 @@ import { readGgufHeader } from "../../src/gguf/reader";
 import { encoded } from "../../src/gguf/tensor-data";
 import { GGML_TYPES } from "../../src/gguf/tensor-types";
 import { encodeGgufHeader, TENSOR_TYPES } from "../../src/gguf/writer";
+import type { Engine, GenerateResult, ReplyPiece } from "../../src/llm/engine";
 import { allowSlowTests, presetModel, type Random, testEngine, withSeed } from "../support";
 
 allowSlowTests();
@@ -163,15 +163,24 @@ describe("against ggml itself", () => {
         const bits = new Uint32Array(x.buffer);
         for (let i = 0; i < n; i++) {
           switch (Math.floor(i / 32) % 4) {
-            case 0: x[i] = random.next() * 2 - 1; break;
-            case 1: x[i] = random.int(-20, 20) / 2; break; // ties
-            case 2: x[i] = random.int(0, 3) === 0 ? (random.next() - 0.5) * 1e-6 : 0; break;
+            case 0:
+              x[i] = random.next() * 2 - 1;
+              break;
+            case 1:
+              x[i] = random.int(-20, 20) / 2;
+              break; // ties
+            case 2:
+              x[i] = random.int(0, 3) === 0 ? (random.next() - 0.5) * 1e-6 : 0;
+              break;
             default: // any finite float
               do bits[i] = Math.floor(random.next() * 2 ** 32);
               while (!Number.isFinite(x[i]!) || Math.abs(x[i]!) > 1e30);
           }
         }
-        for (const [type, mine] of [["q8_0", q8], ["q4_0", q4]] as const) {
+        for (const [type, mine] of [
+          ["q8_0", q8],
+          ["q4_0", q4],
+        ] as const) {
           const theirs = new Uint8Array((n / 32) * (type === "q8_0" ? 34 : 18));
           lib.symbols[`quantize_row_${type}_ref`](ptr(x), ptr(theirs), n);
           expect(Buffer.from(mine(x)).equals(Buffer.from(theirs))).toBe(true);

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, beforeEach, expect, test } from "bun:test";
 import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
-import { checkInternals, sequenceIdOf } from "../../src/natives/addon";
-import { Scheduler, SlotState, type Slot } from "../../src/llm/scheduler";
+import { Scheduler, type Slot, SlotState } from "../../src/llm/scheduler";
 import { samplingOf } from "../../src/llm/types";
+import { checkInternals, sequenceIdOf } from "../../src/natives/addon";
 import { eventLoopTurns, presetModel, runTurn } from "../support";
 
 // The scheduler drives node-llama-cpp's addon below its public API (src/natives/addon.ts). These tests
@@ -103,11 +103,20 @@ test("a prompt's end goes first, then the running replies in ascending sequence 
     [[ids[3]!, 5]],
     [[ids[0]!, 3]],
     [[ids[1]!, CHUNK]],
-    [[ids[0]!, 1], [ids[3]!, 1]],
+    [
+      [ids[0]!, 1],
+      [ids[3]!, 1],
+    ],
     [[ids[1]!, CHUNK]],
     [[ids[1]!, 4]],
-    [[ids[0]!, 1], [ids[3]!, 1]],
-    [[ids[1]!, 1], [ids[3]!, 1]],
+    [
+      [ids[0]!, 1],
+      [ids[3]!, 1],
+    ],
+    [
+      [ids[1]!, 1],
+      [ids[3]!, 1],
+    ],
   ]);
 });
 
@@ -121,7 +130,10 @@ test("promptEnds together: while nothing replies, prompts wait for the slots sti
   expect(slots.map((slot) => slot.state)).toEqual([SlotState.Preparing, SlotState.Prompt, SlotState.Idle, SlotState.Idle]);
   fitted.resolve(promptOf(3, 10));
   await Promise.all([first, second]);
-  expect(batches[0]).toEqual([[ids[0]!, 3], [ids[1]!, 4]]);
+  expect(batches[0]).toEqual([
+    [ids[0]!, 3],
+    [ids[1]!, 4],
+  ]);
   expect(slots.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
 
   // A slot Preparing once a reply runs: the reply's batches go on, and the turn joins when its prompt comes.
@@ -149,14 +161,27 @@ test("promptEnds shortest: an end goes once it is ready; ends go one a batch, sh
   const together = async (lengths: [number, number, number]) => {
     batches.length = 0;
     const joined: Promise<Token[]>[] = [];
-    await turn(own[3]!, promptOf(5, 1), 4, () => {
-      for (const [i, length] of lengths.entries()) joined.push(turn(own[i]!, promptOf(length, 20 + i), 2, undefined, apart));
-    }, apart);
+    await turn(
+      own[3]!,
+      promptOf(5, 1),
+      4,
+      () => {
+        for (const [i, length] of lengths.entries()) joined.push(turn(own[i]!, promptOf(length, 20 + i), 2, undefined, apart));
+      },
+      apart,
+    );
     await Promise.all(joined);
     return batches.slice(1, 4);
   };
   const replies = ids.map((id): [number, number] => [id, 1]);
-  expect(await together([20, 2, 3])).toEqual([[[ids[1]!, 2], [ids[2]!, 3]], [[ids[0]!, 20]], replies]);
+  expect(await together([20, 2, 3])).toEqual([
+    [
+      [ids[1]!, 2],
+      [ids[2]!, 3],
+    ],
+    [[ids[0]!, 20]],
+    replies,
+  ]);
   expect(await together([20, 6, 5])).toEqual([[[ids[2]!, 5]], [[ids[1]!, 6]], [[ids[0]!, 20]]]);
   expect(own.map((slot) => slot.state)).toEqual(Array(4).fill(SlotState.Idle));
 });
@@ -175,7 +200,14 @@ test("work on a sequence asked for outside any turn is done between two batches,
   await Promise.all([cleared, joined]);
   // The spare slot was idle: emptied. The running one was not.
   expect(spare.sequence.contextTokens).toEqual([]);
-  expect(batches.slice(0, 3)).toEqual([[[ids[3]!, 5]], [[ids[0]!, 3]], [[ids[0]!, 1], [ids[3]!, 1]]]);
+  expect(batches.slice(0, 3)).toEqual([
+    [[ids[3]!, 5]],
+    [[ids[0]!, 3]],
+    [
+      [ids[0]!, 1],
+      [ids[3]!, 1],
+    ],
+  ]);
 });
 
 test("a turn's tokens are node-llama-cpp's own, and the sequence holds what was evaluated", async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { DeepSeekChatWrapper, GeneralChatWrapper, QwenChatWrapper } from "node-llama-cpp";
 import { ReplyText } from "../../src/llm/reply-text";
-import { thoughtMarkersOf, ThoughtText, type ThoughtMarkers } from "../../src/llm/thought-text";
+import { type ThoughtMarkers, ThoughtText, thoughtMarkersOf } from "../../src/llm/thought-text";
 import type { ReplyPiece } from "../../src/llm/types";
 import { type Random, withSeed } from "../support";
 
@@ -137,7 +137,9 @@ describe("ReplyText", () => {
     "random replies and cuts: the answer ends where a stop begins, and that place is the stop's in the generated text",
     withSeed(async (random) => {
       for (let round = 0; round < 1_000; round++) {
-        const thought = Array.from({ length: random.int(0, 4) }, () => WORDS[random.int(0, WORDS.length - 1)]).join("").replaceAll("</think>", "");
+        const thought = Array.from({ length: random.int(0, 4) }, () => WORDS[random.int(0, WORDS.length - 1)])
+          .join("")
+          .replaceAll("</think>", "");
         const answer = Array.from({ length: random.int(0, 8) }, () => ["ab", " ", "\n", "c", "STOP", "ST"][random.int(0, 5)]).join("");
         const text = `<think>\n${thought}\n</think>\n\n${answer}`;
         const { content, reasoning, stoppedAt } = stream(THINK, ["STOP"], randomCuts(random, text));

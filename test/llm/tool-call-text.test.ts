@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { type SplitText, ToolCallText } from "../../src/llm/tool-call-text";
-import { toolSyntaxOf, type ToolSyntax } from "../../src/llm/tool-syntax";
+import { type ToolSyntax, toolSyntaxOf } from "../../src/llm/tool-syntax";
 import { type Random, withSeed } from "../support";
 
 const HERMES = toolSyntaxOf("{{ '<tool_call>' }}");
@@ -50,16 +50,47 @@ const CASES: [string, ToolSyntax, string, { content: string; calls: { name: stri
     "Hermes: text, then two calls",
     HERMES,
     'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET"}}\n</tool_call>',
-    { content: "Let me look.", calls: [{ name: "get_weather", arguments: '{"city":"Paris"}' }, { name: "get_time", arguments: '{"zone":"CET"}' }] },
+    {
+      content: "Let me look.",
+      calls: [
+        { name: "get_weather", arguments: '{"city":"Paris"}' },
+        { name: "get_time", arguments: '{"zone":"CET"}' },
+      ],
+    },
   ],
-  ["Hermes: a string holding braces and the closing tag", HERMES, '<tool_call>\n{"name": "get_time", "arguments": {"zone": "}</tool_call>{\\""}}\n</tool_call>', { content: "", calls: [{ name: "get_time", arguments: '{"zone":"}</tool_call>{\\""}' }] }],
-  ["Hermes: a call of a function not offered is dropped, markup and all", HERMES, 'Hm.<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call>', { content: "Hm.", calls: [] }],
+  [
+    "Hermes: a string holding braces and the closing tag",
+    HERMES,
+    '<tool_call>\n{"name": "get_time", "arguments": {"zone": "}</tool_call>{\\""}}\n</tool_call>',
+    { content: "", calls: [{ name: "get_time", arguments: '{"zone":"}</tool_call>{\\""}' }] },
+  ],
+  [
+    "Hermes: a call of a function not offered is dropped, markup and all",
+    HERMES,
+    'Hm.<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call>',
+    { content: "Hm.", calls: [] },
+  ],
   ["Hermes: a call cut short is dropped", HERMES, 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"ci', { content: "Sure.", calls: [] }],
   ["Hermes: a text that only looks like an opener's start is content", HERMES, "a <tool and <tool_ca", { content: "a <tool and <tool_ca", calls: [] }],
-  ["Llama 3: a bare JSON call, its arguments under parameters", LLAMA3, ' {"name": "get_weather", "parameters": {"city": "Rome"}}', { content: "", calls: [{ name: "get_weather", arguments: '{"city":"Rome"}' }] }],
+  [
+    "Llama 3: a bare JSON call, its arguments under parameters",
+    LLAMA3,
+    ' {"name": "get_weather", "parameters": {"city": "Rome"}}',
+    { content: "", calls: [{ name: "get_weather", arguments: '{"city":"Rome"}' }] },
+  ],
   ["Llama 3: a reply that is JSON but no call stays text", LLAMA3, '{"answer": 42} is it.', { content: '{"answer": 42} is it.', calls: [] }],
-  ["Llama 3: a call after <|python_tag|>", LLAMA3, '<|python_tag|>{"name": "get_time", "parameters": {}}', { content: "", calls: [{ name: "get_time", arguments: "{}" }] }],
-  ["Llama 3: text first, then JSON, is text", LLAMA3, 'Here: {"name": "get_time", "parameters": {}}', { content: 'Here: {"name": "get_time", "parameters": {}}', calls: [] }],
+  [
+    "Llama 3: a call after <|python_tag|>",
+    LLAMA3,
+    '<|python_tag|>{"name": "get_time", "parameters": {}}',
+    { content: "", calls: [{ name: "get_time", arguments: "{}" }] },
+  ],
+  [
+    "Llama 3: text first, then JSON, is text",
+    LLAMA3,
+    'Here: {"name": "get_time", "parameters": {}}',
+    { content: 'Here: {"name": "get_time", "parameters": {}}', calls: [] },
+  ],
   [
     "Mistral: a list of calls, each counted as it closes, also when the list is cut",
     MISTRAL,
@@ -70,7 +101,10 @@ const CASES: [string, ToolSyntax, string, { content: string; calls: { name: stri
 
 describe("ToolCallText", () => {
   /** The expectation with its calls' arguments parsed, as `Seen` has them. */
-  const parsed = ({ content, calls }: (typeof CASES)[number][3]) => ({ content, calls: calls.map((call) => ({ ...call, arguments: JSON.parse(call.arguments) as unknown })) });
+  const parsed = ({ content, calls }: (typeof CASES)[number][3]) => ({
+    content,
+    calls: calls.map((call) => ({ ...call, arguments: JSON.parse(call.arguments) as unknown })),
+  });
 
   test.each(CASES)("%s", (_, syntax, text, expected) => {
     for (const constrained of [false, true]) {

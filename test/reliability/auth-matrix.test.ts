@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, postChat, serveApp, type Served, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, type Served, serveApp, testDb, testEngine } from "../support";
 import { contractResponse } from "./support";
 
 allowSlowTests();
@@ -118,8 +118,7 @@ interface Message {
 describe("conversations belong to their user", () => {
   const aliceChat = (body: Record<string, unknown>) => postChat(server.url, alice.key, { temperature: 0, max_tokens: 8, ...body });
   const bobChat = (body: Record<string, unknown>) => postChat(server.url, bob.key, { temperature: 0, seed: 7, max_tokens: 8, ...body });
-  const aliceRows = () =>
-    db.storage.sqlite.query("SELECT id, user_id, content FROM messages WHERE user_id = ? ORDER BY id").all(alice.userId);
+  const aliceRows = () => db.storage.sqlite.query("SELECT id, user_id, content FROM messages WHERE user_id = ? ORDER BY id").all(alice.userId);
 
   test("whatever conversation id or user id bob sends, he never reads, continues or shapes alice's conversation", async () => {
     for (const message of ["My secret is 4711", "Remember it"]) {

@@ -69,44 +69,50 @@ async function client(server: ChildServer, worker: number, stopped: AbortSignal)
 }
 
 describe("crash safety", () => {
-  test(`SIGKILL at random moments under concurrent chat traffic, ${KILLS} times: nothing acknowledged is lost`, withSeed(async (random) => {
-    let turns = 0;
-    for (let kill = 0; kill < KILLS; kill++) {
-      current = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_RATE_LIMIT: "0", PARLEY_PARALLEL: "2" } });
-      const stopped = new AbortController();
-      const clients = Array.from({ length: WORKERS }, (_, worker) => client(current!, worker, stopped.signal));
-      // A random moment in the traffic: just after a random number of this round's replies.
-      const killAt = acknowledged.replies.size + random.int(3, 8);
-      await until(() => acknowledged.replies.size >= killAt, `${killAt} acknowledged replies`, 30_000);
-      current.child.kill("SIGKILL");
-      await current.child.exited;
-      stopped.abort();
-      turns += (await Promise.all(clients)).reduce((a, b) => a + b, 0);
-    }
-    console.log(`crash: ${KILLS} kills survived; ${turns} turns completed, ${acknowledged.userMessages.size} user messages and ${acknowledged.replies.size} replies acknowledged`);
-    // Each round must have done real work for the kills to have landed mid-traffic.
-    expect(acknowledged.replies.size).toBeGreaterThan(KILLS * 2);
+  test(
+    `SIGKILL at random moments under concurrent chat traffic, ${KILLS} times: nothing acknowledged is lost`,
+    withSeed(async (random) => {
+      let turns = 0;
+      for (let kill = 0; kill < KILLS; kill++) {
+        current = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_RATE_LIMIT: "0", PARLEY_PARALLEL: "2" } });
+        const stopped = new AbortController();
+        const clients = Array.from({ length: WORKERS }, (_, worker) => client(current!, worker, stopped.signal));
+        // A random moment in the traffic: just after a random number of this round's replies.
+        const killAt = acknowledged.replies.size + random.int(3, 8);
+        await until(() => acknowledged.replies.size >= killAt, `${killAt} acknowledged replies`, 30_000);
+        current.child.kill("SIGKILL");
+        await current.child.exited;
+        stopped.abort();
+        turns += (await Promise.all(clients)).reduce((a, b) => a + b, 0);
+      }
+      console.log(
+        `crash: ${KILLS} kills survived; ${turns} turns completed, ${acknowledged.userMessages.size} user messages and ${acknowledged.replies.size} replies acknowledged`,
+      );
+      // Each round must have done real work for the kills to have landed mid-traffic.
+      expect(acknowledged.replies.size).toBeGreaterThan(KILLS * 2);
 
-    withDb(dbPath, (db) => {
-      expect(db.query("PRAGMA integrity_check").all()).toEqual([{ integrity_check: "ok" }]);
-      expect(db.query("PRAGMA foreign_key_check").all()).toEqual([]);
-      const rows = db.query("SELECT id, role FROM messages").all() as { id: number; role: string }[];
-      const roleOf = new Map(rows.map((row) => [row.id, row.role]));
-      const lostUser = [...acknowledged.userMessages].filter((id) => roleOf.get(id) !== "user");
-      const lostReplies = [...acknowledged.replies].filter((id) => roleOf.get(id) !== "assistant");
-      expect({ lostUser, lostReplies }).toEqual({ lostUser: [], lostReplies: [] });
-      // Every reply directly follows a user message of its conversation: replies are stored only
-      // after their user message, and turns of one conversation never interleave.
-      const orphans = db
-        .query(
-          `SELECT r.id FROM messages r WHERE r.role = 'assistant' AND coalesce((
+      withDb(dbPath, (db) => {
+        expect(db.query("PRAGMA integrity_check").all()).toEqual([{ integrity_check: "ok" }]);
+        expect(db.query("PRAGMA foreign_key_check").all()).toEqual([]);
+        const rows = db.query("SELECT id, role FROM messages").all() as { id: number; role: string }[];
+        const roleOf = new Map(rows.map((row) => [row.id, row.role]));
+        const lostUser = [...acknowledged.userMessages].filter((id) => roleOf.get(id) !== "user");
+        const lostReplies = [...acknowledged.replies].filter((id) => roleOf.get(id) !== "assistant");
+        expect({ lostUser, lostReplies }).toEqual({ lostUser: [], lostReplies: [] });
+        // Every reply directly follows a user message of its conversation: replies are stored only
+        // after their user message, and turns of one conversation never interleave.
+        const orphans = db
+          .query(
+            `SELECT r.id FROM messages r WHERE r.role = 'assistant' AND coalesce((
              SELECT p.role FROM messages p WHERE p.conversation_id = r.conversation_id AND p.id < r.id ORDER BY p.id DESC LIMIT 1
            ), 'none') <> 'user'`,
-        )
-        .all();
-      expect(orphans).toEqual([]);
-    });
-  }), 120_000);
+          )
+          .all();
+        expect(orphans).toEqual([]);
+      });
+    }),
+    120_000,
+  );
 
   test("after the kills, the server starts on the same data and serves normally", async () => {
     current = await startServer({ dbPath, adminKey: ADMIN_KEY });

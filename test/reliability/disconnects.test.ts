@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatService } from "../../src/chat/service";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, postChat, readSse, serveApp, type Served, testDb, testEngine, until, withSeed } from "../support";
+import { allowSlowTests, postChat, readSse, type Served, serveApp, testDb, testEngine, until, withSeed } from "../support";
 
 allowSlowTests();
 
@@ -88,62 +88,73 @@ const idle = () => {
 };
 
 describe("clients that disconnect", () => {
-  test("50 dropped streams: every generation stops, every sequence is free, partial replies are cancelled, queued leavers have no reply", withSeed(async (random) => {
-    const holders = [open("holder-0"), open("holder-1")];
-    await until(() => holders.every((h) => h.deltas > 0), "both sequences to be generating", 20_000);
+  test(
+    "50 dropped streams: every generation stops, every sequence is free, partial replies are cancelled, queued leavers have no reply",
+    withSeed(async (random) => {
+      const holders = [open("holder-0"), open("holder-1")];
+      await until(() => holders.every((h) => h.deltas > 0), "both sequences to be generating", 20_000);
 
-    const queued = Array.from({ length: 20 }, (_, i) => open(`queued-${i}`, (c) => c.sawStart && c.deltas === 0 && random.next() < 0.3));
-    await Promise.all(queued.map((client) => client.gone));
-    // They left while both sequences were taken: none of them can have generated a token.
-    expect(queued.every((client) => client.sawStart && client.deltas === 0)).toBe(true);
-    await until(() => engine.stats().queued === 0, "the queue to empty");
-    for (const holder of holders) holder.leave();
+      const queued = Array.from({ length: 20 }, (_, i) => open(`queued-${i}`, (c) => c.sawStart && c.deltas === 0 && random.next() < 0.3));
+      await Promise.all(queued.map((client) => client.gone));
+      // They left while both sequences were taken: none of them can have generated a token.
+      expect(queued.every((client) => client.sawStart && client.deltas === 0)).toBe(true);
+      await until(() => engine.stats().queued === 0, "the queue to empty");
+      for (const holder of holders) holder.leave();
 
-    // First in the queue, so that some get a sequence and are cut mid-reply, others while waiting.
-    const anytime = Array.from({ length: 8 }, (_, i) => open(`anytime-${i}`, undefined, random.int(0, 2000)));
-    const midReply = Array.from({ length: 20 }, (_, i) => {
-      const leaveAfter = random.int(1, 6);
-      return open(`mid-${i}`, (c) => c.deltas >= leaveAfter);
-    });
-    const everyone = [...holders, ...queued, ...midReply, ...anytime];
-    await Promise.all(everyone.map((client) => client.gone));
+      // First in the queue, so that some get a sequence and are cut mid-reply, others while waiting.
+      const anytime = Array.from({ length: 8 }, (_, i) => open(`anytime-${i}`, undefined, random.int(0, 2000)));
+      const midReply = Array.from({ length: 20 }, (_, i) => {
+        const leaveAfter = random.int(1, 6);
+        return open(`mid-${i}`, (c) => c.deltas >= leaveAfter);
+      });
+      const everyone = [...holders, ...queued, ...midReply, ...anytime];
+      await Promise.all(everyone.map((client) => client.gone));
 
-    await until(idle, "every sequence to be free and every turn to end", 20_000);
-    const leftBehind = () =>
-      db.storage.sqlite
-        .query("SELECT count(*) AS n, coalesce(sum(length(content)), 0) AS chars FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.external_id <> 'after'")
-        .get();
-    const snapshot = leftBehind();
-    // And the service still answers, from a free sequence. A whole turn later, anything the
-    // leavers had still set going would have written by now.
-    const response = await postChat(server.url, key, { message: "still there?", conversation_id: "after", max_tokens: 2 });
-    expect(response.status).toBe(200);
-    // Nothing is still generating in the background.
-    expect(leftBehind()).toEqual(snapshot);
-    expect(engine.stats()).toMatchObject({ busy: 0, queued: 0 });
+      await until(idle, "every sequence to be free and every turn to end", 20_000);
+      const leftBehind = () =>
+        db.storage.sqlite
+          .query(
+            "SELECT count(*) AS n, coalesce(sum(length(content)), 0) AS chars FROM messages m JOIN conversations c ON c.id = m.conversation_id WHERE c.external_id <> 'after'",
+          )
+          .get();
+      const snapshot = leftBehind();
+      // And the service still answers, from a free sequence. A whole turn later, anything the
+      // leavers had still set going would have written by now.
+      const response = await postChat(server.url, key, { message: "still there?", conversation_id: "after", max_tokens: 2 });
+      expect(response.status).toBe(200);
+      // Nothing is still generating in the background.
+      expect(leftBehind()).toEqual(snapshot);
+      expect(engine.stats()).toMatchObject({ busy: 0, queued: 0 });
 
-    for (const client of queued) {
-      expect(storedTurn(client.conversation), client.conversation).toEqual([{ role: "user", content: `Talk forever (${client.conversation})`, finish_reason: null }]);
-    }
-    for (const client of [...holders, ...midReply]) {
-      const rows = storedTurn(client.conversation);
-      expect(rows.map((row) => [row.role, row.finish_reason]), client.conversation).toEqual([
-        ["user", null],
-        ["assistant", "cancelled"],
-      ]);
-      // The stored reply is what the client saw, plus at most the few tokens made before the stop.
-      expect(rows[1]!.content.startsWith(client.received), client.conversation).toBe(true);
-      expect(rows[1]!.content.length).toBeLessThan(client.received.length + 400);
-    }
-    const outcomes = { nothing: 0, userOnly: 0, cancelled: 0 };
-    for (const client of anytime) {
-      const rows = storedTurn(client.conversation);
-      const shape = rows.map((row) => `${row.role}:${row.finish_reason ?? "-"}`).join(",");
-      // Whenever it left, a reply never exists without its user message and is never complete.
-      expect(["", "user:-", "user:-,assistant:cancelled"], client.conversation).toContain(shape);
-      if (client.deltas > 0) expect(shape).toBe("user:-,assistant:cancelled");
-      outcomes[shape === "" ? "nothing" : shape === "user:-" ? "userOnly" : "cancelled"]++;
-    }
-    console.log(`disconnects: 20 left while queued, ${holders.length + midReply.length} mid-reply, random moments ${JSON.stringify(outcomes)}`);
-  }), 60_000);
+      for (const client of queued) {
+        expect(storedTurn(client.conversation), client.conversation).toEqual([
+          { role: "user", content: `Talk forever (${client.conversation})`, finish_reason: null },
+        ]);
+      }
+      for (const client of [...holders, ...midReply]) {
+        const rows = storedTurn(client.conversation);
+        expect(
+          rows.map((row) => [row.role, row.finish_reason]),
+          client.conversation,
+        ).toEqual([
+          ["user", null],
+          ["assistant", "cancelled"],
+        ]);
+        // The stored reply is what the client saw, plus at most the few tokens made before the stop.
+        expect(rows[1]!.content.startsWith(client.received), client.conversation).toBe(true);
+        expect(rows[1]!.content.length).toBeLessThan(client.received.length + 400);
+      }
+      const outcomes = { nothing: 0, userOnly: 0, cancelled: 0 };
+      for (const client of anytime) {
+        const rows = storedTurn(client.conversation);
+        const shape = rows.map((row) => `${row.role}:${row.finish_reason ?? "-"}`).join(",");
+        // Whenever it left, a reply never exists without its user message and is never complete.
+        expect(["", "user:-", "user:-,assistant:cancelled"], client.conversation).toContain(shape);
+        if (client.deltas > 0) expect(shape).toBe("user:-,assistant:cancelled");
+        outcomes[shape === "" ? "nothing" : shape === "user:-" ? "userOnly" : "cancelled"]++;
+      }
+      console.log(`disconnects: 20 left while queued, ${holders.length + midReply.length} mid-reply, random moments ${JSON.stringify(outcomes)}`);
+    }),
+    60_000,
+  );
 });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import fc from "fast-check";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, rawRequest, serveApp, type Served, testDb, testEngine, testSeed } from "../support";
+import { allowSlowTests, rawRequest, type Served, serveApp, testDb, testEngine, testSeed } from "../support";
 import { contractResponse } from "./support";
 
 allowSlowTests();
@@ -50,14 +50,73 @@ const counts = () =>
 // ---- building blocks -------------------------------------------------------------------------
 
 const NASTY = [
-  "", " ", "\t\n", "\u0000", "a\u0000b", "\ud800", "\udfff", "x\udc00y", "\uffff", "\ufeff", "\u202e", "💥", "e\u0301",
-  "' OR '1'='1", "'; DROP TABLE messages; --", "1; DELETE FROM messages", "1 UNION SELECT hash FROM api_keys", "%' --",
-  "../../etc/passwd", "..\\..\\windows", "/dev/zero", "..%2f..%2f", "%2e%2e/",
-  "__proto__", "constructor", "prototype", "toString", "hasOwnProperty",
-  "null", "true", "NaN", "Infinity", "-Infinity", "-0", "1e309", "0x10", "1_000", "٣",
-  ":eq:", ":eq::eq:1", ":gt:1", ":in:1,2", ":eq:-1", ":EQ:1",
-  "%", "%%", "%zz", "%0", "%00", "%C3%28", "%ED%A0%80", "%FF%FE", "%F0%9F%92", "%25", "%2525", "+", "&", "=", "?", "#",
-  "created_at:desc", "id:asc", "created_at:DESC", "created_at", "id:asc:desc", ":asc", "created_at%3Aasc",
+  "",
+  " ",
+  "\t\n",
+  "\u0000",
+  "a\u0000b",
+  "\ud800",
+  "\udfff",
+  "x\udc00y",
+  "\uffff",
+  "\ufeff",
+  "\u202e",
+  "💥",
+  "e\u0301",
+  "' OR '1'='1",
+  "'; DROP TABLE messages; --",
+  "1; DELETE FROM messages",
+  "1 UNION SELECT hash FROM api_keys",
+  "%' --",
+  "../../etc/passwd",
+  "..\\..\\windows",
+  "/dev/zero",
+  "..%2f..%2f",
+  "%2e%2e/",
+  "__proto__",
+  "constructor",
+  "prototype",
+  "toString",
+  "hasOwnProperty",
+  "null",
+  "true",
+  "NaN",
+  "Infinity",
+  "-Infinity",
+  "-0",
+  "1e309",
+  "0x10",
+  "1_000",
+  "٣",
+  ":eq:",
+  ":eq::eq:1",
+  ":gt:1",
+  ":in:1,2",
+  ":eq:-1",
+  ":EQ:1",
+  "%",
+  "%%",
+  "%zz",
+  "%0",
+  "%00",
+  "%C3%28",
+  "%ED%A0%80",
+  "%FF%FE",
+  "%F0%9F%92",
+  "%25",
+  "%2525",
+  "+",
+  "&",
+  "=",
+  "?",
+  "#",
+  "created_at:desc",
+  "id:asc",
+  "created_at:DESC",
+  "created_at",
+  "id:asc:desc",
+  ":asc",
+  "created_at%3Aasc",
 ];
 const nasty = fc.constantFrom(...NASTY);
 const anyString = fc.oneof(nasty, fc.string({ maxLength: 40 }), fc.string({ unit: "binary", maxLength: 20 }));
@@ -90,7 +149,14 @@ interface Credential {
   valid: boolean;
 }
 const credential = fc.oneof(
-  { weight: 10, arbitrary: fc.constantFrom<Credential>({ header: `Bearer ${alice.key}`, valid: true }, { header: `bearer   ${alice.key}`, valid: true }, { header: `BEARER ${admin.key}`, valid: true }) },
+  {
+    weight: 10,
+    arbitrary: fc.constantFrom<Credential>(
+      { header: `Bearer ${alice.key}`, valid: true },
+      { header: `bearer   ${alice.key}`, valid: true },
+      { header: `BEARER ${admin.key}`, valid: true },
+    ),
+  },
   {
     weight: 1,
     arbitrary: fc.constantFrom<Credential>(
@@ -116,7 +182,17 @@ const credential = fc.oneof(
 const FIELD_VALUE_ILLEGAL = /[\u0000-\u0008\u000a-\u001f\u007f]/g;
 const extraHeaders = fc.array(
   fc.tuple(
-    fc.constantFrom("x-request-id", "accept", "accept-encoding", "x-forwarded-for", "cookie", "origin", "x-http-method-override", "content-encoding", "x-custom"),
+    fc.constantFrom(
+      "x-request-id",
+      "accept",
+      "accept-encoding",
+      "x-forwarded-for",
+      "cookie",
+      "origin",
+      "x-http-method-override",
+      "content-encoding",
+      "x-custom",
+    ),
     fc.oneof(anyString, fc.string({ unit: "binary-ascii", maxLength: 200 })).map((value) => value.replace(FIELD_VALUE_ILLEGAL, "")),
   ),
   { maxLength: 3 },
@@ -140,7 +216,9 @@ function headersFor(cred: Credential, extra: [string, string][], contentType?: s
 
 const chatObject = fc.record(
   {
-    message: mostly(fc.oneof(fc.constantFrom("hi", "Hello there", "\u0000", "\ud800 lone", "💥 boom", "' OR 1=1 --"), fc.string({ minLength: 1, maxLength: 30 }))),
+    message: mostly(
+      fc.oneof(fc.constantFrom("hi", "Hello there", "\u0000", "\ud800 lone", "💥 boom", "' OR 1=1 --"), fc.string({ minLength: 1, maxLength: 30 })),
+    ),
     conversation_id: mostly(fc.oneof(fc.constantFrom("fuzz", "seed-a", "a.b_c:d-e"), fc.stringMatching(/^[A-Za-z0-9._-][A-Za-z0-9._:-]{0,20}$/))),
     stream: mostly(fc.boolean()),
     temperature: mostly(fc.double({ min: 0, max: 1, noNaN: true })),
@@ -214,7 +292,10 @@ const chatBody = fc.oneof(
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }) },
   { weight: 1, arbitrary: fc.string({ maxLength: 64 }) },
 );
-const contentType = fc.oneof({ weight: 8, arbitrary: fc.constant("application/json") }, { weight: 2, arbitrary: fc.option(fc.constantFrom(...CONTENT_TYPES), { nil: undefined }) });
+const contentType = fc.oneof(
+  { weight: 8, arbitrary: fc.constant("application/json") },
+  { weight: 2, arbitrary: fc.option(fc.constantFrom(...CONTENT_TYPES), { nil: undefined }) },
+);
 
 // ---- paths -----------------------------------------------------------------------------------
 
@@ -284,7 +365,20 @@ describe("fuzzing", () => {
 
   const LISTING_PARAMS = ["user_id", "conversation_id", "rows_per_page", "current_page", "sort_by"];
   const listingValue = fc.oneof(
-    fc.constantFrom(`${alice.userId}`, `:eq:${alice.userId}`, `${bob.userId}`, `:eq:${bob.userId}`, "999999", "0", "00", "-1", "1.0", "1e2", "9007199254740993", "99999999999999999999999"),
+    fc.constantFrom(
+      `${alice.userId}`,
+      `:eq:${alice.userId}`,
+      `${bob.userId}`,
+      `:eq:${bob.userId}`,
+      "999999",
+      "0",
+      "00",
+      "-1",
+      "1.0",
+      "1e2",
+      "9007199254740993",
+      "99999999999999999999999",
+    ),
     fc.constantFrom("seed-a", ":eq:seed-a", "fuzz", "1", "20", "100", "101", "created_at:asc", "id:desc", "created_at%3Adesc", "id%3aasc"),
     nasty,
     fc.string({ maxLength: 30 }),
@@ -294,7 +388,10 @@ describe("fuzzing", () => {
   const queryString = fc
     .array(
       fc.tuple(
-        fc.oneof({ weight: 6, arbitrary: fc.constantFrom(...LISTING_PARAMS) }, { weight: 1, arbitrary: fc.constantFrom("access_token", "__proto__", "constructor", "user_id[]", "sort_by[field]", "", "unknown", "%75ser_id") }),
+        fc.oneof(
+          { weight: 6, arbitrary: fc.constantFrom(...LISTING_PARAMS) },
+          { weight: 1, arbitrary: fc.constantFrom("access_token", "__proto__", "constructor", "user_id[]", "sort_by[field]", "", "unknown", "%75ser_id") },
+        ),
         listingValue,
         fc.boolean(),
       ),
@@ -332,7 +429,11 @@ describe("fuzzing", () => {
     const accepted: string[] = [];
     for (const body of [...RAW_BODIES, ...INVALID_UTF8]) {
       const before = counts();
-      const outcome = await attempt(`${server.url}/api/v1.0/chat`, { method: "POST", headers: headersFor({ header: `Bearer ${alice.key}`, valid: true }, [], "application/json"), body });
+      const outcome = await attempt(`${server.url}/api/v1.0/chat`, {
+        method: "POST",
+        headers: headersFor({ header: `Bearer ${alice.key}`, valid: true }, [], "application/json"),
+        body,
+      });
       const label = typeof body === "string" ? body.slice(0, 60) : `bytes ${[...body].join(",")}`;
       expect([200, 400, 413, 422], label).toContain(outcome.status);
       if (outcome.status !== 200) continue;
@@ -358,7 +459,10 @@ describe("fuzzing", () => {
     // NUL bytes are text like any other: stored, not refused or dropped. A lone surrogate is not
     // text (UTF-8 storage would turn it into U+FFFD): refused.
     for (const body of ['{"message":"\\u0000"', '{"message":"hi\\u0000there"']) {
-      expect(accepted.some((label) => label.startsWith(body)), body).toBe(true);
+      expect(
+        accepted.some((label) => label.startsWith(body)),
+        body,
+      ).toBe(true);
     }
     expect(accepted.some((label) => label.startsWith('{"message":"\\ud800"'))).toBe(false);
   });
@@ -376,7 +480,7 @@ describe("fuzzing", () => {
       `POST /api/v1.0/chat HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n`,
       `POST /api/v1.0/chat HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: -1\r\nConnection: close\r\n\r\n`,
       `POST /api/v1.0/chat HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nContent-Length: 99999999999\r\nConnection: close\r\n\r\n{}`,
-      `POST /api/v1.0/chat HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${"10000\r\n" + "x".repeat(65_536) + "\r\n"}${"10000\r\n" + "x".repeat(65_536) + "\r\n"}0\r\n\r\n`,
+      `POST /api/v1.0/chat HTTP/1.1\r\nHost: x\r\n${auth}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${`10000\r\n${"x".repeat(65_536)}\r\n`}${`10000\r\n${"x".repeat(65_536)}\r\n`}0\r\n\r\n`,
       `GET /api/v1.0/chat/messages HTTP/1.1\r\nHost: x\r\n${auth}Cookie: ${"c".repeat(100_000)}\r\nConnection: close\r\n\r\n`,
       "GARBAGE\r\n\r\n",
       // Hosts that are not hosts (RFC 9112: a 400), on every kind of route.

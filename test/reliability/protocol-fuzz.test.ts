@@ -13,7 +13,7 @@
 import { afterAll, beforeAll, describe, test } from "bun:test";
 import fc from "fast-check";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, isErrorLine, serveApp, type Served, sseEvents, testDb, testEngine, testSeed, until } from "../support";
+import { allowSlowTests, bearer, isErrorLine, type Served, serveApp, sseEvents, testDb, testEngine, testSeed, until } from "../support";
 
 allowSlowTests();
 
@@ -38,14 +38,24 @@ beforeAll(async () => {
   engine = await testEngine({ preset: "demo", parallel: 2, contextSize: 512 });
   served = serveApp({ storage: db.storage, engine, logLines, limits: { bodyLimitBytes: 1 << 20 } });
   const post = async (path: string, body: object) => {
-    const response = await fetch(`${served.url}${path}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify(body) });
+    const response = await fetch(`${served.url}${path}`, {
+      method: "POST",
+      headers: { ...bearer(alice.key), "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
     return ((await response.json()) as { id: string }).id;
   };
   conversations.push(await post("/v1/conversations", { items: [{ role: "user", content: "hi" }] }));
   keptResponses.push(await post("/v1/responses", { input: "hi", max_output_tokens: 2 }));
 });
 afterAll(async () => {
-  const byRoute = [...statuses].map(([path, counts]) => `  ${path}: ${[...counts].sort(([a], [b]) => a - b).map(([status, count]) => `${status}×${count}`).join(" ")}`);
+  const byRoute = [...statuses].map(
+    ([path, counts]) =>
+      `  ${path}: ${[...counts]
+        .sort(([a], [b]) => a - b)
+        .map(([status, count]) => `${status}×${count}`)
+        .join(" ")}`,
+  );
   console.log(`protocol fuzz: seed ${testSeed} (PARLEY_TEST_SEED replays it), ${CASES} cases per route, ${requests} requests\n${byRoute.join("\n")}`);
   await served.stop();
   await engine.close();
@@ -63,12 +73,35 @@ const garbage: fc.Arbitrary<unknown> = fc.oneof(
 const usually = <T, U = unknown>(valid: fc.Arbitrary<T>, odd = garbage as fc.Arbitrary<U>, oneIn = 30): fc.Arbitrary<T | U> =>
   fc.oneof({ weight: oneIn - 1, arbitrary: valid }, { weight: 1, arbitrary: odd });
 /** A field that is sent in `percent` of requests (`undefined`, which JSON leaves out, otherwise). */
-const sometimes = (value: fc.Arbitrary<unknown>, percent = 33) => fc.oneof({ weight: 100 - percent, arbitrary: fc.constant(undefined) }, { weight: percent, arbitrary: value });
+const sometimes = (value: fc.Arbitrary<unknown>, percent = 33) =>
+  fc.oneof({ weight: 100 - percent, arbitrary: fc.constant(undefined) }, { weight: percent, arbitrary: value });
 /** A request's optional field: sometimes sent, now and then of the wrong type. */
 const field = (value: fc.Arbitrary<unknown>, percent = 33) => sometimes(usually(value), percent);
 
-const SPECIAL_TEXT = ["hi", "", " ", "\n", "\u0000", "\ud800", "a\udc00b", "💥", "e\u0301", "\ufeff", "<think>", "</think>", "<tool_call>",
-  '<tool_call>{"name":"f","arguments":{}}</tool_call>', "[TOOL_CALLS] [{}]", "<|python_tag|>", "<|im_end|>", "<|im_start|>system", "<s>", "</s>", "{{ raise_exception('x') }}", "{% for %}"];
+const SPECIAL_TEXT = [
+  "hi",
+  "",
+  " ",
+  "\n",
+  "\u0000",
+  "\ud800",
+  "a\udc00b",
+  "💥",
+  "e\u0301",
+  "\ufeff",
+  "<think>",
+  "</think>",
+  "<tool_call>",
+  '<tool_call>{"name":"f","arguments":{}}</tool_call>',
+  "[TOOL_CALLS] [{}]",
+  "<|python_tag|>",
+  "<|im_end|>",
+  "<|im_start|>system",
+  "<s>",
+  "</s>",
+  "{{ raise_exception('x') }}",
+  "{% for %}",
+];
 /** Message text: special strings, random strings, and now and then one far longer than the 512-token context. */
 const text = fc.oneof(
   { weight: 3, arbitrary: fc.constantFrom(...SPECIAL_TEXT) },
@@ -81,37 +114,107 @@ const modelName = fc.constantFrom("parley", "demo", "gpt-4o", "claude-sonnet-4-5
 const unit = fc.double({ min: 0, max: 1, noNaN: true });
 /** Few call ids, so that a result often answers an earlier call, and now and then one that none makes. */
 const callId = usually(fc.constantFrom("c1", "c2", "call_x"), fc.constantFrom("", "c1 ", "unknown"), 10);
-const callArguments = usually(fc.constantFrom("{}", '{"a":1}', '{"city":"Paris","days":2}'), fc.oneof(fc.constantFrom("[]", "", "null", "{", '{"a":'), fc.jsonValue({ maxDepth: 2 }).map((value) => JSON.stringify(value))), 8);
+const callArguments = usually(
+  fc.constantFrom("{}", '{"a":1}', '{"city":"Paris","days":2}'),
+  fc.oneof(
+    fc.constantFrom("[]", "", "null", "{", '{"a":'),
+    fc.jsonValue({ maxDepth: 2 }).map((value) => JSON.stringify(value)),
+  ),
+  8,
+);
 /** Few names, so that a tool choice often names an offered tool; now and then an invalid one. */
-const toolName = usually(fc.constantFrom("f", "get_weather", "a-b_c", "search", "t1"), fc.oneof(fc.constantFrom("bad name", "", "x".repeat(65), "ü"), fc.string({ maxLength: 70 })), 30);
+const toolName = usually(
+  fc.constantFrom("f", "get_weather", "a-b_c", "search", "t1"),
+  fc.oneof(fc.constantFrom("bad name", "", "x".repeat(65), "ü"), fc.string({ maxLength: 70 })),
+  30,
+);
 
 // ---- JSON schemas: at and past the grammar's limits (docs/API.md, Structured output) ------------
 
 const bound = usually(fc.nat(4), fc.constantFrom(-1, 1.5, 999, 1000, 1001, 1e5, 1e9, 2 ** 53, 1e308, "NaN", "1", null), 12);
 const extremeNumber = fc.constantFrom(-1, 0, 1.5, 1e9, 999999999999999, -999999999999999, 1e15, 1e308, -1e308, "NaN");
 const DEFS = ["A", "B", "node"];
-const ref = usually(fc.constantFrom(...DEFS.map((name) => `#/$defs/${name}`)), fc.constantFrom("#/$defs/missing", "#", "#/properties/a", "#/definitions/A", "other.json#/x", "#/$defs/A/properties/a", ""), 6);
+const ref = usually(
+  fc.constantFrom(...DEFS.map((name) => `#/$defs/${name}`)),
+  fc.constantFrom("#/$defs/missing", "#", "#/properties/a", "#/definitions/A", "other.json#/x", "#/$defs/A/properties/a", ""),
+  6,
+);
 const propertyName = usually(fc.constantFrom("a", "b", "name", "city"), fc.constantFrom("__proto__", "constructor", "", "x y", "ü"), 8);
-const unknownKeyword = fc.constantFrom("pattern", "minimum", "maximum", "multipleOf", "oneOf", "allOf", "not", "uniqueItems", "if", "contains", "patternProperties", "$id", "x-custom", "title", "default", "examples", "$schema");
-const asObject = (value: unknown): Record<string, unknown> => (typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : { value });
+const unknownKeyword = fc.constantFrom(
+  "pattern",
+  "minimum",
+  "maximum",
+  "multipleOf",
+  "oneOf",
+  "allOf",
+  "not",
+  "uniqueItems",
+  "if",
+  "contains",
+  "patternProperties",
+  "$id",
+  "x-custom",
+  "title",
+  "default",
+  "examples",
+  "$schema",
+);
+const asObject = (value: unknown): Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : { value };
 const primitive = fc.oneof(fc.string({ maxLength: 8 }), fc.integer(), fc.boolean(), fc.constant(null));
 
 const { schema } = fc.letrec<{ schema: unknown }>((tie) => ({
   schema: fc.oneof(
     { depthSize: "small", maxDepth: 5 },
     { weight: 3, arbitrary: fc.record({ type: fc.constant("string"), minLength: bound, maxLength: bound }, { requiredKeys: ["type"] }) },
-    { weight: 1, arbitrary: fc.record({ type: fc.constant("string"), format: usually(fc.constantFrom("date", "time", "date-time"), fc.constant("email"), 6), maxLength: sometimes(bound, 5) }) },
-    { weight: 4, arbitrary: fc.record({ type: usually(fc.constantFrom<unknown>("integer", "number", "boolean", "null", ["string", "null"], ["integer", "boolean"]), fc.constantFrom<unknown>("date", [], "any"), 12) }) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        type: fc.constant("string"),
+        format: usually(fc.constantFrom("date", "time", "date-time"), fc.constant("email"), 6),
+        maxLength: sometimes(bound, 5),
+      }),
+    },
+    {
+      weight: 4,
+      arbitrary: fc.record({
+        type: usually(
+          fc.constantFrom<unknown>("integer", "number", "boolean", "null", ["string", "null"], ["integer", "boolean"]),
+          fc.constantFrom<unknown>("date", [], "any"),
+          12,
+        ),
+      }),
+    },
     { weight: 1, arbitrary: fc.record({ type: fc.constant("integer"), minimum: extremeNumber, maximum: extremeNumber }, { requiredKeys: ["type"] }) },
-    { weight: 2, arbitrary: fc.oneof(fc.record({ enum: usually(fc.array(primitive, { minLength: 1, maxLength: 5 }), fc.array(fc.jsonValue({ maxDepth: 1 }), { maxLength: 3 }), 6) }), fc.record({ const: primitive }), fc.constantFrom<unknown>(true, false, {})) },
+    {
+      weight: 2,
+      arbitrary: fc.oneof(
+        fc.record({ enum: usually(fc.array(primitive, { minLength: 1, maxLength: 5 }), fc.array(fc.jsonValue({ maxDepth: 1 }), { maxLength: 3 }), 6) }),
+        fc.record({ const: primitive }),
+        fc.constantFrom<unknown>(true, false, {}),
+      ),
+    },
     {
       weight: 4,
       arbitrary: fc.record(
-        { type: fc.constant("object"), properties: fc.dictionary(propertyName, tie("schema"), { maxKeys: 4 }), required: fc.array(propertyName, { maxLength: 3 }), additionalProperties: fc.oneof(fc.boolean(), tie("schema")), minProperties: bound, maxProperties: bound },
+        {
+          type: fc.constant("object"),
+          properties: fc.dictionary(propertyName, tie("schema"), { maxKeys: 4 }),
+          required: fc.array(propertyName, { maxLength: 3 }),
+          additionalProperties: fc.oneof(fc.boolean(), tie("schema")),
+          minProperties: bound,
+          maxProperties: bound,
+        },
         { requiredKeys: ["type"] },
       ),
     },
-    { weight: 4, arbitrary: fc.record({ type: fc.constant("array"), items: tie("schema"), prefixItems: fc.array(tie("schema"), { maxLength: 3 }), minItems: bound, maxItems: bound }, { requiredKeys: ["type"] }) },
+    {
+      weight: 4,
+      arbitrary: fc.record(
+        { type: fc.constant("array"), items: tie("schema"), prefixItems: fc.array(tie("schema"), { maxLength: 3 }), minItems: bound, maxItems: bound },
+        { requiredKeys: ["type"] },
+      ),
+    },
     { weight: 2, arbitrary: fc.record({ anyOf: fc.array(tie("schema"), { minLength: 1, maxLength: 4 }) }) },
     { weight: 2, arbitrary: ref.map(($ref) => ({ $ref })) },
     { weight: 1, arbitrary: fc.tuple(tie("schema"), unknownKeyword, garbage).map(([inner, keyword, value]) => ({ ...asObject(inner), [keyword]: value })) },
@@ -124,13 +227,25 @@ const deepSchema = fc.tuple(schema, fc.integer({ min: 25, max: 45 }), fc.boolean
   return nested;
 });
 /** What a client would ask for: held to by the grammar, so that a share of cases generate under one. */
-const WEATHER = { type: "object", properties: { city: { type: "string", maxLength: 12 }, days: { type: "integer" }, unit: { enum: ["c", "f"] } }, required: ["city", "days"], additionalProperties: false };
+const WEATHER = {
+  type: "object",
+  properties: { city: { type: "string", maxLength: 12 }, days: { type: "integer" }, unit: { enum: ["c", "f"] } },
+  required: ["city", "days"],
+  additionalProperties: false,
+};
 /** A request's schema: mostly an object's, with the `$defs` its `$ref`s lead into (cycles among them included). */
 const rootSchema = fc.oneof(
   {
     weight: 10,
     arbitrary: fc
-      .tuple(usually(schema.map((root) => ({ type: "object", properties: { a: root }, required: ["a"] })), fc.oneof(schema, deepSchema), 4), sometimes(fc.record({ A: schema, B: schema, node: schema }, { requiredKeys: [] }), 60))
+      .tuple(
+        usually(
+          schema.map((root) => ({ type: "object", properties: { a: root }, required: ["a"] })),
+          fc.oneof(schema, deepSchema),
+          4,
+        ),
+        sometimes(fc.record({ A: schema, B: schema, node: schema }, { requiredKeys: [] }), 60),
+      )
       .map(([root, $defs]) => ({ ...asObject(root), ...($defs ? { $defs } : {}) })),
   },
   { weight: 5, arbitrary: fc.constant(WEATHER) },
@@ -140,7 +255,10 @@ const schemaName = usually(fc.constantFrom("x", "person_1", "a-b"), fc.string({ 
 const responseFormat = usually(
   fc.oneof(
     fc.constantFrom({ type: "text" }, { type: "json_object" }),
-    fc.record({ type: fc.constant("json_schema"), json_schema: fc.record({ name: schemaName, schema: sometimes(rootSchema, 85), strict: sometimes(fc.boolean()) }) }),
+    fc.record({
+      type: fc.constant("json_schema"),
+      json_schema: fc.record({ name: schemaName, schema: sometimes(rootSchema, 85), strict: sometimes(fc.boolean()) }),
+    }),
   ),
   fc.constantFrom({ type: "json_schema" }, { type: "xml" }, "json_object"),
   20,
@@ -150,14 +268,23 @@ const responseFormat = usually(
 
 type ToolSpec = { name: unknown; description: unknown; schema: unknown };
 // Descriptions short: a tool list's prompt must leave room in the 512-token context for most to be served.
-const toolSpec = fc.record({ name: toolName, description: sometimes(fc.oneof(fc.constantFrom(...SPECIAL_TEXT), fc.string({ maxLength: 20 }))), schema: sometimes(rootSchema, 67) });
+const toolSpec = fc.record({
+  name: toolName,
+  description: sometimes(fc.oneof(fc.constantFrom(...SPECIAL_TEXT), fc.string({ maxLength: 20 }))),
+  schema: sometimes(rootSchema, 67),
+});
 /** A few tools of distinct names, or two of one name, or a list past the limit of 128 (one spec renamed), or garbage. */
 const toolList = (shape: (spec: ToolSpec) => unknown) =>
   usually(
     fc.oneof(
       { weight: 20, arbitrary: fc.uniqueArray(toolSpec, { selector: (spec) => spec.name, minLength: 1, maxLength: 4 }).map((specs) => specs.map(shape)) },
       { weight: 1, arbitrary: fc.array(toolSpec, { minLength: 2, maxLength: 4 }).map((specs) => [...specs, specs[0]!].map(shape)) },
-      { weight: 1, arbitrary: fc.tuple(toolSpec, fc.integer({ min: 100, max: 200 })).map(([spec, count]) => Array.from({ length: count }, (_, i) => shape({ ...spec, name: `${String(spec.name)}${i}` }))) },
+      {
+        weight: 1,
+        arbitrary: fc
+          .tuple(toolSpec, fc.integer({ min: 100, max: 200 }))
+          .map(([spec, count]) => Array.from({ length: count }, (_, i) => shape({ ...spec, name: `${String(spec.name)}${i}` }))),
+      },
     ),
   );
 /** Tools and a choice, in the protocol's shapes: mostly none, else tools with or without a choice, now and then a choice alone. */
@@ -177,11 +304,23 @@ const filler = fc.oneof({ weight: 3, arbitrary: fc.constant(0) }, { weight: 1, a
  */
 const history = (turn: fc.Arbitrary<unknown[]>, odd: fc.Arbitrary<unknown>, last?: fc.Arbitrary<unknown>) =>
   usually(
-    fc.record({ count: filler, drawn: fc.array(turn, { minLength: 1, maxLength: 5 }), odd: sometimes(odd, 16), at: fc.nat(6), ending: last ? sometimes(last, 80) : fc.constant(undefined) }).map(({ count, drawn, odd, at, ending }) => {
-      const messages = drawn.flat();
-      if (odd !== undefined) messages.splice(at, 0, odd);
-      return [...Array.from({ length: count }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `word${i % 7}` })), ...messages, ...(ending === undefined ? [] : [ending])];
-    }),
+    fc
+      .record({
+        count: filler,
+        drawn: fc.array(turn, { minLength: 1, maxLength: 5 }),
+        odd: sometimes(odd, 16),
+        at: fc.nat(6),
+        ending: last ? sometimes(last, 80) : fc.constant(undefined),
+      })
+      .map(({ count, drawn, odd, at, ending }) => {
+        const messages = drawn.flat();
+        if (odd !== undefined) messages.splice(at, 0, odd);
+        return [
+          ...Array.from({ length: count }, (_, i) => ({ role: i % 2 ? "assistant" : "user", content: `word${i % 7}` })),
+          ...messages,
+          ...(ending === undefined ? [] : [ending]),
+        ];
+      }),
     fc.constant([]),
   );
 const one = (message: fc.Arbitrary<unknown>) => message.map((m) => [m]);
@@ -190,10 +329,16 @@ const callsAndResults = <C, R>(call: fc.Arbitrary<C>, results: fc.Arbitrary<R[]>
   fc.tuple(fc.array(call, { minLength: 1, maxLength: 3 }), results).map(([calls, answers]) => turn(calls, answers));
 
 const openAiCall = fc.record({ id: callId, type: fc.constant("function"), function: fc.record({ name: toolName, arguments: callArguments }) });
-const openAiContent = fc.oneof({ weight: 3, arbitrary: text }, { weight: 1, arbitrary: fc.array(fc.record({ type: fc.constant("text"), text }), { maxLength: 3 }) });
+const openAiContent = fc.oneof(
+  { weight: 3, arbitrary: text },
+  { weight: 1, arbitrary: fc.array(fc.record({ type: fc.constant("text"), text }), { maxLength: 3 }) },
+);
 const openAiTurn = fc.oneof(
   { weight: 3, arbitrary: one(fc.record({ role: fc.constantFrom("system", "developer", "user"), content: openAiContent })) },
-  { weight: 2, arbitrary: one(fc.record({ role: fc.constant("assistant"), content: fc.option(openAiContent, { nil: null }), reasoning_content: sometimes(text) })) },
+  {
+    weight: 2,
+    arbitrary: one(fc.record({ role: fc.constant("assistant"), content: fc.option(openAiContent, { nil: null }), reasoning_content: sometimes(text) })),
+  },
   {
     weight: 2,
     arbitrary: callsAndResults(openAiCall, fc.array(openAiContent, { maxLength: 3 }), (calls, results) => [
@@ -203,8 +348,15 @@ const openAiTurn = fc.oneof(
   },
 );
 const oddOpenAiMessage = fc.oneof(
-  fc.record({ role: fc.constantFrom("function", "tool", "user", "assistant"), content: garbage, tool_calls: garbage, tool_call_id: garbage, name: garbage }, { requiredKeys: ["role"] }),
-  fc.record({ role: fc.constantFrom("user", "assistant", "tool"), tool_call_id: callId, content: fc.constantFrom([{ type: "refusal", refusal: "no" }], [{ type: "image_url", image_url: { url: "data:," } }], "orphan result") }),
+  fc.record(
+    { role: fc.constantFrom("function", "tool", "user", "assistant"), content: garbage, tool_calls: garbage, tool_call_id: garbage, name: garbage },
+    { requiredKeys: ["role"] },
+  ),
+  fc.record({
+    role: fc.constantFrom("user", "assistant", "tool"),
+    tool_call_id: callId,
+    content: fc.constantFrom([{ type: "refusal", refusal: "no" }], [{ type: "image_url", image_url: { url: "data:," } }], "orphan result"),
+  }),
 );
 
 const itemId = sometimes(fc.constantFrom("msg_1", "fc_1", "rs_1", "x", ""), 25);
@@ -212,15 +364,33 @@ const itemPart = fc.record({ type: fc.constantFrom("input_text", "output_text"),
 const responsesTurn = fc.oneof(
   {
     weight: 4,
-    arbitrary: one(fc.record({ type: sometimes(fc.constant("message"), 50), id: itemId, role: fc.constantFrom("user", "system", "developer", "assistant"), content: fc.oneof(text, fc.array(itemPart, { maxLength: 3 })) })),
+    arbitrary: one(
+      fc.record({
+        type: sometimes(fc.constant("message"), 50),
+        id: itemId,
+        role: fc.constantFrom("user", "system", "developer", "assistant"),
+        content: fc.oneof(text, fc.array(itemPart, { maxLength: 3 })),
+      }),
+    ),
   },
-  { weight: 1, arbitrary: one(fc.record({ type: fc.constant("reasoning"), id: itemId, summary: fc.constant([]), content: sometimes(fc.array(fc.record({ type: fc.constant("reasoning_text"), text }), { maxLength: 2 }), 50) })) },
+  {
+    weight: 1,
+    arbitrary: one(
+      fc.record({
+        type: fc.constant("reasoning"),
+        id: itemId,
+        summary: fc.constant([]),
+        content: sometimes(fc.array(fc.record({ type: fc.constant("reasoning_text"), text }), { maxLength: 2 }), 50),
+      }),
+    ),
+  },
   {
     weight: 2,
-    arbitrary: callsAndResults(fc.record({ type: fc.constant("function_call"), id: itemId, call_id: callId, name: toolName, arguments: callArguments }), fc.array(text, { maxLength: 3 }), (calls, results) => [
-      ...calls,
-      ...results.map((output, i) => ({ type: "function_call_output", call_id: calls[i % calls.length]!.call_id, output })),
-    ]),
+    arbitrary: callsAndResults(
+      fc.record({ type: fc.constant("function_call"), id: itemId, call_id: callId, name: toolName, arguments: callArguments }),
+      fc.array(text, { maxLength: 3 }),
+      (calls, results) => [...calls, ...results.map((output, i) => ({ type: "function_call_output", call_id: calls[i % calls.length]!.call_id, output }))],
+    ),
   },
 );
 const oddResponsesItem = fc.oneof(
@@ -236,15 +406,28 @@ const anthropicContent = fc.oneof(text, fc.array(textBlock, { minLength: 1, maxL
 const anthropicQuestion = fc.record({ role: fc.constant("user"), content: anthropicContent });
 const anthropicTurn = fc.oneof(
   { weight: 3, arbitrary: one(anthropicQuestion) },
-  { weight: 2, arbitrary: one(fc.record({ role: fc.constant("assistant"), content: fc.oneof(text, fc.array(fc.oneof(textBlock, thinkingBlock), { minLength: 1, maxLength: 3 })) })) },
+  {
+    weight: 2,
+    arbitrary: one(
+      fc.record({ role: fc.constant("assistant"), content: fc.oneof(text, fc.array(fc.oneof(textBlock, thinkingBlock), { minLength: 1, maxLength: 3 })) }),
+    ),
+  },
   {
     weight: 2,
     arbitrary: callsAndResults(
-      fc.record({ type: fc.constant("tool_use"), id: callId, name: toolName, input: fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }) }),
+      fc.record({
+        type: fc.constant("tool_use"),
+        id: callId,
+        name: toolName,
+        input: fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 2 }), { maxKeys: 3 }),
+      }),
       fc.array(fc.record({ content: sometimes(anthropicContent, 67), is_error: sometimes(fc.boolean()) }), { maxLength: 3 }),
       (calls, results) => [
         { role: "assistant", content: calls },
-        { role: "user", content: results.length === 0 ? "go on" : results.map((result, i) => ({ type: "tool_result", tool_use_id: calls[i % calls.length]!.id, ...result })) },
+        {
+          role: "user",
+          content: results.length === 0 ? "go on" : results.map((result, i) => ({ type: "tool_result", tool_use_id: calls[i % calls.length]!.id, ...result })),
+        },
       ],
     ),
   },
@@ -253,7 +436,13 @@ const oddAnthropicMessage = fc.oneof(
   fc.record({ role: fc.constantFrom("system", "tool", "user"), content: garbage }),
   fc.record({
     role: fc.constantFrom("user", "assistant"),
-    content: fc.constantFrom([{ type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }], [{ type: "redacted_thinking", data: "x" }], [{ type: "document" }], [{ type: "tool_use", id: "c1", name: "f", input: [] }], [{ type: "tool_result", tool_use_id: "none" }]),
+    content: fc.constantFrom(
+      [{ type: "image", source: { type: "base64", media_type: "image/png", data: "iVBORw0KGgo=" } }],
+      [{ type: "redacted_thinking", data: "x" }],
+      [{ type: "document" }],
+      [{ type: "tool_use", id: "c1", name: "f", input: [] }],
+      [{ type: "tool_result", tool_use_id: "none" }],
+    ),
   }),
 );
 
@@ -262,8 +451,16 @@ const oddAnthropicMessage = fc.oneof(
 /** OpenAI's tool choices, a named one in the shape of `named` (chat completions' and Responses' differ). */
 const openAiChoice = (named: (name: unknown) => object) => fc.oneof(fc.constantFrom("auto", "none", "required"), toolName.map(named));
 
-const conversationId = usually(fc.nat().map((i) => conversations[i % conversations.length]!), fc.constantFrom("conv_unknown", ":x", "a".repeat(129)), 10);
-const responseId = usually(fc.nat().map((i) => keptResponses[i % keptResponses.length]!), fc.constantFrom("resp_unknown", "resp_", "x"), 4);
+const conversationId = usually(
+  fc.nat().map((i) => conversations[i % conversations.length]!),
+  fc.constantFrom("conv_unknown", ":x", "a".repeat(129)),
+  10,
+);
+const responseId = usually(
+  fc.nat().map((i) => keptResponses[i % keptResponses.length]!),
+  fc.constantFrom("resp_unknown", "resp_", "x"),
+  4,
+);
 /** Fields joined into one body: the tool fields are drawn together, so that a choice mostly has tools to choose from. */
 const merged = (...parts: fc.Arbitrary<object>[]) => fc.tuple(...parts).map((drawn) => Object.assign({}, ...drawn) as Record<string, unknown>);
 
@@ -291,14 +488,20 @@ const chatCompletionBody = merged(
     top_p: field(unit, 20),
     seed: field(fc.integer()),
     stop: field(fc.oneof(text, fc.array(text, { maxLength: 5 })), 25),
-    logit_bias: field(fc.dictionary(fc.oneof(fc.nat(40_000).map(String), fc.string({ maxLength: 4 })), fc.double({ min: -100, max: 100, noNaN: true }), { maxKeys: 3 }), 17),
+    logit_bias: field(
+      fc.dictionary(fc.oneof(fc.nat(40_000).map(String), fc.string({ maxLength: 4 })), fc.double({ min: -100, max: 100, noNaN: true }), { maxKeys: 3 }),
+      17,
+    ),
     logprobs: field(fc.boolean(), 20),
     top_logprobs: field(fc.integer({ min: 0, max: 20 }), 17),
     n: field(fc.constantFrom(1, 2), 12),
     parallel_tool_calls: field(fc.boolean(), 20),
     response_format: field(responseFormat, 25),
   }),
-  tooling((spec) => ({ type: "function", function: { name: spec.name, description: spec.description, parameters: spec.schema } }), openAiChoice((name) => ({ type: "function", function: { name } }))),
+  tooling(
+    (spec) => ({ type: "function", function: { name: spec.name, description: spec.description, parameters: spec.schema } }),
+    openAiChoice((name) => ({ type: "function", function: { name } })),
+  ),
 );
 
 const responsesBody = merged(
@@ -309,8 +512,22 @@ const responsesBody = merged(
     max_output_tokens: usually(replyLength),
     stream: field(fc.boolean(), 50),
     previous_response_id: field(responseId, 15),
-    conversation: field(fc.oneof(conversationId, conversationId.map((id) => ({ id }))), 15),
-    text: field(fc.record({ format: fc.oneof(fc.constantFrom({ type: "text" }, { type: "json_object" }), fc.record({ type: fc.constant("json_schema"), name: schemaName, schema: rootSchema, strict: field(fc.boolean()) })) }), 25),
+    conversation: field(
+      fc.oneof(
+        conversationId,
+        conversationId.map((id) => ({ id })),
+      ),
+      15,
+    ),
+    text: field(
+      fc.record({
+        format: fc.oneof(
+          fc.constantFrom({ type: "text" }, { type: "json_object" }),
+          fc.record({ type: fc.constant("json_schema"), name: schemaName, schema: rootSchema, strict: field(fc.boolean()) }),
+        ),
+      }),
+      25,
+    ),
     parallel_tool_calls: field(fc.boolean(), 20),
     temperature: field(fc.double({ min: 0, max: 2, noNaN: true }), 25),
   }),
@@ -321,7 +538,10 @@ const responsesBody = merged(
     { weight: 2, arbitrary: fc.constant({ store: true, background: true }) },
     { weight: 1, arbitrary: fc.record({ store: garbage, background: fc.oneof(fc.boolean(), garbage) }) },
   ),
-  tooling((spec) => ({ type: "function", name: spec.name, description: spec.description, parameters: spec.schema }), openAiChoice((name) => ({ type: "function", name }))),
+  tooling(
+    (spec) => ({ type: "function", name: spec.name, description: spec.description, parameters: spec.schema }),
+    openAiChoice((name) => ({ type: "function", name })),
+  ),
 );
 
 const anthropicBody = merged(
@@ -331,7 +551,13 @@ const anthropicBody = merged(
     messages: usually(history(anthropicTurn, oddAnthropicMessage, anthropicQuestion)),
     system: field(fc.oneof(text, fc.array(textBlock, { maxLength: 2 }))),
     stop_sequences: field(fc.array(text, { maxLength: 3 }), 25),
-    thinking: field(fc.oneof(fc.record({ type: fc.constant("enabled"), budget_tokens: fc.integer({ min: -1, max: 8 }) }), fc.constantFrom({ type: "adaptive" }, { type: "disabled" }, { type: "adaptive", display: "omitted" })), 15),
+    thinking: field(
+      fc.oneof(
+        fc.record({ type: fc.constant("enabled"), budget_tokens: fc.integer({ min: -1, max: 8 }) }),
+        fc.constantFrom({ type: "adaptive" }, { type: "disabled" }, { type: "adaptive", display: "omitted" }),
+      ),
+      15,
+    ),
     stream: field(fc.boolean(), 50),
     temperature: field(unit, 25),
     top_k: field(fc.nat(50), 17),
@@ -339,20 +565,55 @@ const anthropicBody = merged(
   // Anthropic's tools need a schema: one left out is an empty object's.
   tooling(
     (spec) => ({ name: spec.name, description: spec.description, input_schema: spec.schema ?? { type: "object" } }),
-    fc.oneof(fc.constantFrom({ type: "auto" }, { type: "any" }, { type: "none" }, { type: "any", disable_parallel_tool_use: true }), toolName.map((name) => ({ type: "tool", name }))),
+    fc.oneof(
+      fc.constantFrom({ type: "auto" }, { type: "any" }, { type: "none" }, { type: "any", disable_parallel_tool_use: true }),
+      toolName.map((name) => ({ type: "tool", name })),
+    ),
   ),
 );
 /** count_tokens takes a subset of the fields: mostly that subset, now and then the whole request. */
 const countTokensBody = fc
   .tuple(anthropicBody, usually(fc.constant(false), fc.constant(true), 12))
-  .map(([{ model, messages, system, thinking, tools, tool_choice, ...rest }, whole]) => ({ model, messages, system, thinking, tools, tool_choice, ...(whole ? rest : {}) }));
+  .map(([{ model, messages, system, thinking, tools, tool_choice, ...rest }, whole]) => ({
+    model,
+    messages,
+    system,
+    thinking,
+    tools,
+    tool_choice,
+    ...(whole ? rest : {}),
+  }));
 
 /** The body's JSON, or now and then something that is not a request at all. */
-const RAW = ["", "{", "null", "[]", '"hi"', '{"messages":[],}', '{"model":"x","model":1}', '{"max_tokens":1e999}', "\ufeff{}", `${'{"a":'.repeat(5000)}1${"}".repeat(5000)}`];
+const RAW = [
+  "",
+  "{",
+  "null",
+  "[]",
+  '"hi"',
+  '{"messages":[],}',
+  '{"model":"x","model":1}',
+  '{"max_tokens":1e999}',
+  "\ufeff{}",
+  `${'{"a":'.repeat(5000)}1${"}".repeat(5000)}`,
+];
 const wire = (body: fc.Arbitrary<unknown>) =>
-  fc.oneof({ weight: 20, arbitrary: body.map((value) => JSON.stringify(value)) }, { weight: 1, arbitrary: fc.oneof(fc.constantFrom(...RAW), fc.jsonValue().map((value) => JSON.stringify(value))) });
+  fc.oneof(
+    { weight: 20, arbitrary: body.map((value) => JSON.stringify(value)) },
+    {
+      weight: 1,
+      arbitrary: fc.oneof(
+        fc.constantFrom(...RAW),
+        fc.jsonValue().map((value) => JSON.stringify(value)),
+      ),
+    },
+  );
 
-const anthropicKey = fc.constantFrom<Record<string, string>>({ "x-api-key": alice.key }, { "x-api-key": alice.key, "anthropic-version": "2023-06-01" }, bearer(alice.key));
+const anthropicKey = fc.constantFrom<Record<string, string>>(
+  { "x-api-key": alice.key },
+  { "x-api-key": alice.key, "anthropic-version": "2023-06-01" },
+  bearer(alice.key),
+);
 const ROUTES: { path: string; body: fc.Arbitrary<string>; headers: fc.Arbitrary<Record<string, string>> }[] = [
   { path: "/api/v1.0/chat", body: wire(nativeBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/v1/chat/completions", body: wire(chatCompletionBody), headers: fc.constant(bearer(alice.key)) },
@@ -427,9 +688,9 @@ async function exchange(path: string, body: string, headers: Record<string, stri
   if (status >= 500) problems.push(`status ${status}: ${JSON.stringify(payloads[0]).slice(0, 300)}`);
   if (status === 200) {
     // A Responses reply is the response, or events that carry it.
-    const kept = payloads.map((data) => (data as { response?: unknown })?.response ?? data).find((data) => (data as { object?: string })?.object === "response") as
-      | { id: string; store: boolean; background: boolean }
-      | undefined;
+    const kept = payloads
+      .map((data) => (data as { response?: unknown })?.response ?? data)
+      .find((data) => (data as { object?: string })?.object === "response") as { id: string; store: boolean; background: boolean } | undefined;
     if (kept?.background) payloads.push(await backgroundEnding(kept.id));
     if (kept?.store) keptResponses.push(kept.id);
     problems.push(...payloads.flatMap((data) => internalError(data) ?? []).map((error) => `an internal error in a 200: ${error}`));

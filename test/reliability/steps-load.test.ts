@@ -25,38 +25,45 @@ afterEach(async () => {
 
 describe("mixed load on several sequences", () => {
   for (const parallel of [3, 4, 8]) {
-    test(`PARLEY_PARALLEL=${parallel}: every request ends cleanly, nothing logged at error level`, withSeed(async (random) => {
-      const dbPath = join(tempDir(`steps-load-${parallel}`), "parley.db");
-      const keys = await seedKeys(dbPath, 10);
-      server = await startServer({
-        dbPath,
-        adminKey: keys.admin,
-        preset: "bench-small",
-        env: { PARLEY_PARALLEL: String(parallel), PARLEY_CONTEXT_SIZE: "1024", PARLEY_THREADS: "2", PARLEY_RATE_LIMIT: "0" },
-      });
-      const result = await runChatMix({
-        url: server.url,
-        keys: keys.users,
-        nativeClients: 6,
-        openaiClients: 4,
-        logprobsClients: 1,
-        structuredClients: 2,
-        toolClients: 2,
-        responsesClients: 2,
-        anthropicClients: 2,
-        durationMs: DURATION_MS,
-        deadlineMs: 30_000,
-        random,
-      });
-      console.log(`steps-load parallel ${parallel}: ${result.requests} requests ${JSON.stringify(result.ok)}, ${result.failures.length} failed; cached tokens on /v1: ${result.cachedTokens}`);
-      expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
-      // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
-      for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs", "anthropic stream", "anthropic reply"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
-      expect((result.ok["structured"] ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
-      expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
-      expect(Object.keys(result.ok).filter((kind) => kind.startsWith("responses")).length).toBeGreaterThan(2);
-      expect(result.cachedTokens).toBeGreaterThan(0);
-      expect(await server.stop()).toBe(0);
-    }), 60_000);
+    test(
+      `PARLEY_PARALLEL=${parallel}: every request ends cleanly, nothing logged at error level`,
+      withSeed(async (random) => {
+        const dbPath = join(tempDir(`steps-load-${parallel}`), "parley.db");
+        const keys = await seedKeys(dbPath, 10);
+        server = await startServer({
+          dbPath,
+          adminKey: keys.admin,
+          preset: "bench-small",
+          env: { PARLEY_PARALLEL: String(parallel), PARLEY_CONTEXT_SIZE: "1024", PARLEY_THREADS: "2", PARLEY_RATE_LIMIT: "0" },
+        });
+        const result = await runChatMix({
+          url: server.url,
+          keys: keys.users,
+          nativeClients: 6,
+          openaiClients: 4,
+          logprobsClients: 1,
+          structuredClients: 2,
+          toolClients: 2,
+          responsesClients: 2,
+          anthropicClients: 2,
+          durationMs: DURATION_MS,
+          deadlineMs: 30_000,
+          random,
+        });
+        console.log(
+          `steps-load parallel ${parallel}: ${result.requests} requests ${JSON.stringify(result.ok)}, ${result.failures.length} failed; cached tokens on /v1: ${result.cachedTokens}`,
+        );
+        expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
+        // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
+        for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs", "anthropic stream", "anthropic reply"])
+          expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
+        expect((result.ok.structured ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
+        expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
+        expect(Object.keys(result.ok).filter((kind) => kind.startsWith("responses")).length).toBeGreaterThan(2);
+        expect(result.cachedTokens).toBeGreaterThan(0);
+        expect(await server.stop()).toBe(0);
+      }),
+      60_000,
+    );
   }
 });

@@ -2,19 +2,19 @@
 import { afterAll, beforeAll } from "bun:test";
 import { join } from "node:path";
 import { CompletionService } from "../../src/chat/completions";
-import { ResponseService } from "../../src/chat/responses";
 import { ConversationItemService } from "../../src/chat/conversation-item-service";
-import { BackgroundResponses } from "../../src/http/background-responses";
+import { ResponseService } from "../../src/chat/responses";
 import { ChatService } from "../../src/chat/service";
-import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import { TokenLedger } from "../../src/chat/token-ledger";
+import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import { openSqliteStorage, type SqliteStorage } from "../../src/db/sqlite/storage";
 import type { KeyStore, Storage } from "../../src/db/storage";
+import type { FileType, ModelPreset } from "../../src/gguf/presets";
 import { createApp, type HttpLimits } from "../../src/http/app";
+import { BackgroundResponses } from "../../src/http/background-responses";
+import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode, type Turn } from "../../src/llm/engine";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
-import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode, type Turn } from "../../src/llm/engine";
-import type { FileType, ModelPreset } from "../../src/gguf/presets";
 import { presetModel, tempDir } from "./files";
 
 export interface TestDb {
@@ -80,7 +80,12 @@ export const isErrorLine = (line: string): boolean => {
 export function serveApp(options: ServeOptions): Served {
   const { storage, engine } = options;
   const ledger = options.ledger ?? new TokenLedger(storage.usage, storage.quotas);
-  const runner = options.runner ?? new TurnRunner(oneEngine(() => engine), { ledger });
+  const runner =
+    options.runner ??
+    new TurnRunner(
+      oneEngine(() => engine),
+      { ledger },
+    );
   const completions = options.completions ?? new CompletionService(runner);
   const chat = options.chat ?? new ChatService(storage.conversations, runner);
   const app = createApp({

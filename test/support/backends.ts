@@ -5,8 +5,8 @@
  */
 import { join } from "node:path";
 import { openStorage } from "../../src/db/open";
-import { PgStorage } from "../../src/db/pg/storage";
-import { SqliteStorage } from "../../src/db/sqlite/storage";
+import type { PgStorage } from "../../src/db/pg/storage";
+import type { SqliteStorage } from "../../src/db/sqlite/storage";
 import type { Storage } from "../../src/db/storage";
 import { tempDir } from "./files";
 import { freshPostgresDb, postgresMissing } from "./postgres";

@@ -67,7 +67,12 @@ export const STRUCTURED_SCHEMA = {
   type: "object",
   properties: {
     title: { type: "string", maxLength: 40 },
-    author: { type: "object", properties: { name: { type: "string", maxLength: 20 }, born: { type: "integer" } }, required: ["name", "born"], additionalProperties: false },
+    author: {
+      type: "object",
+      properties: { name: { type: "string", maxLength: 20 }, born: { type: "integer" } },
+      required: ["name", "born"],
+      additionalProperties: false,
+    },
     tags: { type: "array", items: { type: "string", maxLength: 12 }, maxItems: 3 },
     kind: { enum: ["story", "poem", "essay"] },
   },
@@ -196,16 +201,32 @@ function judge(kind: OpenAiKind, chunks: readonly Chunk[], reply: string, body: 
   if (finish === "length") return { ok: "tools cut" };
   const calls = toolCallsOf(chunks);
   if (finish === "stop" && calls.length === 0 && body.tool_choice === "auto") return { ok: "tools answered" };
-  if (finish !== "tool_calls" || calls.length === 0) return { failure: `tools ${finish}: ${calls.length} calls under tool_choice ${JSON.stringify(body.tool_choice)}` };
+  if (finish !== "tool_calls" || calls.length === 0)
+    return { failure: `tools ${finish}: ${calls.length} calls under tool_choice ${JSON.stringify(body.tool_choice)}` };
   if (body.parallel_tool_calls === false && calls.length > 1) return { failure: `tools: ${calls.length} calls with parallel_tool_calls false` };
   const bad = calls.find((call) => call.name !== "get_weather" || !validJson(validToolCall, call.arguments));
   return bad ? { failure: `tools: a call not valid against its schema: ${JSON.stringify(bad).slice(0, 200)}` } : { ok: "tool call" };
 }
 
-async function openaiTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal, kind: OpenAiKind, turn: number): Promise<Ending> {
+async function openaiTurn(
+  options: ChatMixOptions,
+  random: Random,
+  key: string,
+  history: { role: string; content: string }[],
+  signal: AbortSignal,
+  kind: OpenAiKind,
+  turn: number,
+): Promise<Ending> {
   const stream = random.next() < 0.5;
   history.push({ role: "user", content: message(random) });
-  const body = { model: "parley", messages: history, stream, temperature: 0.8, ...requestFields(kind, random, turn), ...(stream ? { stream_options: { include_usage: true } } : {}) };
+  const body = {
+    model: "parley",
+    messages: history,
+    stream,
+    temperature: 0.8,
+    ...requestFields(kind, random, turn),
+    ...(stream ? { stream_options: { include_usage: true } } : {}),
+  };
   const response = await fetch(`${options.url}/v1/chat/completions`, {
     method: "POST",
     headers: { ...bearer(key), "content-type": "application/json" },
@@ -226,15 +247,21 @@ async function openaiTurn(options: ChatMixOptions, random: Random, key: string, 
     done = true;
   }
   const failed = chunks.find((chunk) => chunk.error !== undefined);
-  if (failed || !done) return { failure: `openai ${stream ? "stream" : "reply"} ${failed ? `error: ${JSON.stringify(failed.error).slice(0, 200)}` : "without [DONE]"}` };
+  if (failed || !done)
+    return { failure: `openai ${stream ? "stream" : "reply"} ${failed ? `error: ${JSON.stringify(failed.error).slice(0, 200)}` : "without [DONE]"}` };
   const reply = chunks.map((chunk) => chunk.choices?.[0]?.message?.content ?? chunk.choices?.[0]?.delta?.content ?? "").join("");
   const judged = judge(kind, chunks, reply, body);
   if (judged) return judged;
   if (kind === "logprobs") {
     // The entries spell the reply (leading spaces aside: a first SentencePiece token's), or as much of it as they reached.
-    const spelled = chunks.flatMap((chunk) => chunk.choices?.[0]?.logprobs?.content ?? []).map((entry) => entry.token).join("").trimStart();
+    const spelled = chunks
+      .flatMap((chunk) => chunk.choices?.[0]?.logprobs?.content ?? [])
+      .map((entry) => entry.token)
+      .join("")
+      .trimStart();
     const text = reply.trimStart();
-    if ((text !== "" && spelled === "") || !text.startsWith(spelled)) return { failure: `openai logprobs spell ${JSON.stringify(spelled.slice(0, 80))}, the reply is ${JSON.stringify(reply.slice(0, 80))}` };
+    if ((text !== "" && spelled === "") || !text.startsWith(spelled))
+      return { failure: `openai logprobs spell ${JSON.stringify(spelled.slice(0, 80))}, the reply is ${JSON.stringify(reply.slice(0, 80))}` };
   }
   history.push({ role: "assistant", content: reply });
   // A history that outgrows the context starts over, as a user's new chat would.
@@ -254,7 +281,14 @@ interface AnthropicEventData {
  * quarter of the streams left after a few text deltas) once its first two requests are made. A stream must run from `message_start` to
  * `message_stop`, each block started and stopped, with no error event.
  */
-async function anthropicTurn(options: ChatMixOptions, random: Random, key: string, history: { role: string; content: string }[], signal: AbortSignal, turn: number): Promise<Ending> {
+async function anthropicTurn(
+  options: ChatMixOptions,
+  random: Random,
+  key: string,
+  history: { role: string; content: string }[],
+  signal: AbortSignal,
+  turn: number,
+): Promise<Ending> {
   // A client's first two requests are a plain reply and a whole stream, whatever the draws after
   // them: a short run may make only a few.
   const drawn = turn > 1;
@@ -301,8 +335,14 @@ async function anthropicTurn(options: ChatMixOptions, random: Random, key: strin
       return { failure: `anthropic stream out of shape: ${types.join(",").slice(0, 200)}` };
     }
   } else {
-    const message = (await response.json()) as { type: string; stop_reason: string; content: { type: string; text?: string }[]; usage: { cache_read_input_tokens: number } };
-    if (message.type !== "message" || !["end_turn", "max_tokens"].includes(message.stop_reason)) return { failure: `anthropic reply ${message.type} ${message.stop_reason}` };
+    const message = (await response.json()) as {
+      type: string;
+      stop_reason: string;
+      content: { type: string; text?: string }[];
+      usage: { cache_read_input_tokens: number };
+    };
+    if (message.type !== "message" || !["end_turn", "max_tokens"].includes(message.stop_reason))
+      return { failure: `anthropic reply ${message.type} ${message.stop_reason}` };
     reply = message.content.flatMap((block) => (block.type === "text" ? [block.text!] : [])).join("");
     cached = message.usage.cache_read_input_tokens;
   }
@@ -337,15 +377,35 @@ const RESPONSE_ENDINGS = ["response.completed", "response.incomplete"];
  * not; in the background a third of the time, its stream left after a few deltas and resumed.
  * A stream it cancels ends its chain. The text streamed must be the text kept.
  */
-async function responsesTurn(options: ChatMixOptions, random: Random, key: string, chain: { previous?: string }, signal: AbortSignal, turn: number): Promise<Ending> {
+async function responsesTurn(
+  options: ChatMixOptions,
+  random: Random,
+  key: string,
+  chain: { previous?: string },
+  signal: AbortSignal,
+  turn: number,
+): Promise<Ending> {
   // A client's first three requests are a plain reply, a background stream and a stream, whatever
   // the draws after them: a short run may make only a few.
   const drawn = turn > 2;
   const background = drawn ? random.next() < 0.35 : turn === 1;
   const stream = background || (drawn ? random.next() < 0.6 : turn === 2);
-  const body = { model: "parley", input: message(random), temperature: 0.8, max_output_tokens: random.int(4, 48), stream, background, ...(chain.previous ? { previous_response_id: chain.previous } : {}) };
+  const body = {
+    model: "parley",
+    input: message(random),
+    temperature: 0.8,
+    max_output_tokens: random.int(4, 48),
+    stream,
+    background,
+    ...(chain.previous ? { previous_response_id: chain.previous } : {}),
+  };
   const post = (path: string, method = "GET", sent?: unknown) =>
-    fetch(`${options.url}/v1${path}`, { method, headers: { ...bearer(key), "content-type": "application/json" }, body: sent === undefined ? undefined : JSON.stringify(sent), signal });
+    fetch(`${options.url}/v1${path}`, {
+      method,
+      headers: { ...bearer(key), "content-type": "application/json" },
+      body: sent === undefined ? undefined : JSON.stringify(sent),
+      signal,
+    });
   const response = await post("/responses", "POST", body);
   if (response.status !== 200) return { failure: `responses ${response.status}: ${(await response.text()).slice(0, 200)}` };
   if (!stream) {

@@ -2,9 +2,10 @@
  * HAProxy in front of Parley nodes, running the shipped deploy/haproxy.cfg with only its listening
  * address and its server lines replaced: what the tests route through is what operators deploy.
  */
-import type { Subprocess } from "bun";
+
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Subprocess } from "bun";
 import { tempDir } from "./files";
 import { until } from "./wait";
 
@@ -56,7 +57,13 @@ export async function startHaproxy(nodes: string[]): Promise<Balancer> {
   if (HAPROXY === undefined) throw new Error("HAProxy not found");
   const port = freePort();
   const file = join(tempDir("haproxy"), "haproxy.cfg");
-  writeFileSync(file, haproxyConfig(port, nodes.map((url) => new URL(url).host)));
+  writeFileSync(
+    file,
+    haproxyConfig(
+      port,
+      nodes.map((url) => new URL(url).host),
+    ),
+  );
   const child = Bun.spawn([HAPROXY, "-db", "-f", file], { stdout: "ignore", stderr: "pipe" });
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
@@ -65,7 +72,16 @@ export async function startHaproxy(nodes: string[]): Promise<Balancer> {
   };
   try {
     // /readyz through the balancer answers 200 once HAProxy listens and a checked node is up.
-    await until(async () => (await fetch(`${url}/readyz`).then((r) => r.status, () => 0)) === 200, "HAProxy to route", 15_000, 50);
+    await until(
+      async () =>
+        (await fetch(`${url}/readyz`).then(
+          (r) => r.status,
+          () => 0,
+        )) === 200,
+      "HAProxy to route",
+      15_000,
+      50,
+    );
   } catch (error) {
     await stop();
     throw new Error(`${(error as Error).message}: ${await new Response(child.stderr).text()}`);

@@ -49,10 +49,16 @@ async function one(options: LoadOptions, key: string, kind: Kind, conversation: 
     const response =
       kind === "list"
         ? await fetch(`${options.url}/api/v1.0/chat/messages?rows_per_page=50&sort_by=id:desc`, { headers: bearer(key), signal })
-        : await postChat(options.url, key, { message: "Tell me something", conversation_id: conversation, stream: kind === "stream", max_tokens: options.maxTokens }, signal);
+        : await postChat(
+            options.url,
+            key,
+            { message: "Tell me something", conversation_id: conversation, stream: kind === "stream", max_tokens: options.maxTokens },
+            signal,
+          );
     if (response.status !== 200 || kind !== "stream") {
       const text = await response.text();
-      const outcome: Outcome = response.status === 200 || response.status === 429 || response.status === 503 ? (String(response.status) as Outcome) : `other ${response.status}`;
+      const outcome: Outcome =
+        response.status === 200 || response.status === 429 || response.status === 503 ? (String(response.status) as Outcome) : `other ${response.status}`;
       const retryAfter = Number(response.headers.get("retry-after") ?? NaN);
       return { outcome, detail: outcome.startsWith("other") ? text.slice(0, 200) : undefined, retryAfter };
     }
@@ -69,24 +75,25 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const result: LoadResult = { requests: 0, outcomes: {}, latencies: [], maxRssKb: 0, samples: [] };
   const endAt = Date.now() + options.durationMs;
   const kinds: Kind[] = ["stream", "chat", "list"];
-  const clients = () => Promise.all(
-    Array.from({ length: options.clients }, async (_, client) => {
-      const key = options.keys[client % options.keys.length]!;
-      for (let i = 0; Date.now() < endAt; i++) {
-        const kind = kinds[(client + i) % kinds.length]!;
-        const started = performance.now();
-        const { outcome, detail, retryAfter } = await one(options, key, kind, `load-${client}-${i % 3}`);
-        result.latencies.push(performance.now() - started);
-        result.requests++;
-        result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
-        if (detail !== undefined && result.samples.length < 5) result.samples.push(`${outcome}: ${detail}`);
-        if (outcome === "429" || outcome === "503") {
-          const waitMs = options.honourRetryAfter && retryAfter! > 0 ? retryAfter! * 1000 : 20 + options.random.next() * 30;
-          await Bun.sleep(Math.min(waitMs, Math.max(0, endAt - Date.now())));
+  const clients = () =>
+    Promise.all(
+      Array.from({ length: options.clients }, async (_, client) => {
+        const key = options.keys[client % options.keys.length]!;
+        for (let i = 0; Date.now() < endAt; i++) {
+          const kind = kinds[(client + i) % kinds.length]!;
+          const started = performance.now();
+          const { outcome, detail, retryAfter } = await one(options, key, kind, `load-${client}-${i % 3}`);
+          result.latencies.push(performance.now() - started);
+          result.requests++;
+          result.outcomes[outcome] = (result.outcomes[outcome] ?? 0) + 1;
+          if (detail !== undefined && result.samples.length < 5) result.samples.push(`${outcome}: ${detail}`);
+          if (outcome === "429" || outcome === "503") {
+            const waitMs = options.honourRetryAfter && retryAfter! > 0 ? retryAfter! * 1000 : 20 + options.random.next() * 30;
+            await Bun.sleep(Math.min(waitMs, Math.max(0, endAt - Date.now())));
+          }
         }
-      }
-    }),
-  );
+      }),
+    );
   if (options.pid === undefined) await clients();
   else result.maxRssKb = (await peakResident(options.pid, clients)).peak.rss;
   return result;

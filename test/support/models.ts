@@ -1,12 +1,12 @@
 /** The app serving several models, as `parley serve` composes it: a registry, the models in memory, a runner over both. */
 import { CompletionService } from "../../src/chat/completions";
-import { ChatService } from "../../src/chat/service";
 import { ServedModels } from "../../src/chat/served-models";
+import { ChatService } from "../../src/chat/service";
 import { TurnRunner } from "../../src/chat/turn-runner";
 import type { Storage } from "../../src/db/storage";
 import { LoadedModels } from "../../src/llm/loaded-models";
 import { ModelRegistry } from "../../src/llm/model";
-import { serveApp, testEngine, type Served } from "./app";
+import { type Served, serveApp, testEngine } from "./app";
 import { tempDir } from "./files";
 
 export interface ServedModelsApp {
@@ -19,8 +19,18 @@ export interface ServedModelsApp {
   stop(): Promise<void>;
 }
 
-export async function serveModels(options: { storage: Storage; paths: string[]; max: number; keepAliveMs: number; aliases?: Record<string, string> }): Promise<ServedModelsApp> {
-  const registry = await ModelRegistry.open({ paths: options.paths, modelsDir: tempDir("no-models"), ...(options.aliases ? { aliases: options.aliases } : {}) });
+export async function serveModels(options: {
+  storage: Storage;
+  paths: string[];
+  max: number;
+  keepAliveMs: number;
+  aliases?: Record<string, string>;
+}): Promise<ServedModelsApp> {
+  const registry = await ModelRegistry.open({
+    paths: options.paths,
+    modelsDir: tempDir("no-models"),
+    ...(options.aliases ? { aliases: options.aliases } : {}),
+  });
   let loadedAtOnce = 0;
   let mostAtOnce = 0;
   const loads: string[] = [];
@@ -36,7 +46,12 @@ export async function serveModels(options: { storage: Storage; paths: string[]; 
     onUnloaded: () => loadedAtOnce--,
   });
   const runner = new TurnRunner(new ServedModels(registry, memory, () => true));
-  const served = serveApp({ storage: options.storage, runner, chat: new ChatService(options.storage.conversations, runner), completions: new CompletionService(runner) });
+  const served = serveApp({
+    storage: options.storage,
+    runner,
+    chat: new ChatService(options.storage.conversations, runner),
+    completions: new CompletionService(runner),
+  });
   return {
     memory,
     served,

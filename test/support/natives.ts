@@ -1,9 +1,9 @@
 /** What the tests of the scheduler and of Parley's own addon methods share (src/natives/decode-steps.cpp). */
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
+import type { Prompter, Scheduler, Slot } from "../../src/llm/scheduler";
+import { type Sampling, samplingOf } from "../../src/llm/types";
 import { Sampler } from "../../src/natives/addon";
 import { useLocalNatives } from "../../src/natives/local";
-import type { Prompter, Scheduler, Slot } from "../../src/llm/scheduler";
-import { samplingOf, type Sampling } from "../../src/llm/types";
 
 /**
  * The compiled natives' directory, now in use, or undefined where they are not built (`bun run
@@ -24,7 +24,6 @@ export function endlessSampler(context: LlamaContext, model: LlamaModel): Sample
   return sampler;
 }
 
-
 /** A prompt that evaluates `input` after all the slot holds. */
 export const continuing =
   (input: readonly Token[]): Prompter =>
@@ -35,7 +34,12 @@ export function runTurn(
   scheduler: Scheduler,
   slot: Slot,
   input: readonly Token[] | Promise<readonly Token[]>,
-  { sampling, onToken, signal = new AbortController().signal, maxTokens }: { sampling: Sampling; onToken(token: Token): boolean; signal?: AbortSignal; maxTokens?: number },
+  {
+    sampling,
+    onToken,
+    signal = new AbortController().signal,
+    maxTokens,
+  }: { sampling: Sampling; onToken(token: Token): boolean; signal?: AbortSignal; maxTokens?: number },
 ): Promise<void> {
   const prompt = input instanceof Promise ? input.then(continuing) : continuing(input);
   return scheduler.run({ slot, scope: "", prompt, sampling, signal, onToken, ...(maxTokens !== undefined ? { maxTokens } : {}) });

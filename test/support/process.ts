@@ -2,8 +2,9 @@
  * `parley serve` as a child process on a free port, resolved once /readyz answers 200: from this
  * checkout's source (tests, benchmarks), or as a built executable installed alone (binary.ts).
  */
-import type { Subprocess } from "bun";
+
 import { join } from "node:path";
+import type { Subprocess } from "bun";
 import type { ModelPreset } from "../../src/gguf/presets";
 import type { Installed } from "./binary";
 import { presetModel, tempDir } from "./files";
@@ -62,7 +63,11 @@ async function command(options: ServerOptions): Promise<{ argv: string[]; cwd: s
   // A free port unless `env` names one. One thread: two test processes must not fight over the
   // cores. An empty models directory: the checkout's `models/` may hold a developer's models,
   // which would be served too.
-  return { argv: ["bun", "src/cli.ts", "serve"], cwd: ROOT, env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_THREADS: "1", PARLEY_MODELS_DIR: tempDir("no-models"), ...model } };
+  return {
+    argv: ["bun", "src/cli.ts", "serve"],
+    cwd: ROOT,
+    env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_THREADS: "1", PARLEY_MODELS_DIR: tempDir("no-models"), ...model },
+  };
 }
 
 /** Spawns `parley serve` and resolves once it is ready; throws with its output if it exits or times out first. */
@@ -108,7 +113,14 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
   let readyMs: number | undefined;
   const readyOrExited = async () => {
     if (child.exitCode !== null) return true;
-    if (url === undefined || !(await fetch(`${url}/readyz`).then((r) => r.status === 200, () => false))) return false;
+    if (
+      url === undefined ||
+      !(await fetch(`${url}/readyz`).then(
+        (r) => r.status === 200,
+        () => false,
+      ))
+    )
+      return false;
     readyMs = performance.now() - started;
     return true;
   };

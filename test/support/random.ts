@@ -34,14 +34,12 @@ export function seededRandom(seed = testSeed): Random {
  * A test body given a fresh generator on the process's seed: `test(name, withSeed(async (random) => …))`.
  * A failure names the seed that replays it.
  */
-export const withSeed =
-  (body: (random: Random) => Promise<void>) =>
-  async (): Promise<void> => {
-    const random = seededRandom();
-    try {
-      await body(random);
-    } catch (error) {
-      console.error(`failed with random seed ${random.seed}; replay with PARLEY_TEST_SEED=${random.seed}`);
-      throw error;
-    }
-  };
+export const withSeed = (body: (random: Random) => Promise<void>) => async (): Promise<void> => {
+  const random = seededRandom();
+  try {
+    await body(random);
+  } catch (error) {
+    console.error(`failed with random seed ${random.seed}; replay with PARLEY_TEST_SEED=${random.seed}`);
+    throw error;
+  }
+};

@@ -14,10 +14,7 @@ export interface XmlElement {
 
 const NAME = "[A-Za-z_][\\w.:-]*";
 const REFERENCE = /&(?!(?:amp|lt|gt|quot|apos|#\d+|#x[\da-fA-F]+);)/;
-const TOKEN = new RegExp(
-  `(<\\?xml[^?]*\\?>)|(<!--[\\s\\S]*?-->)|<(/?)(${NAME})((?:\\s+${NAME}\\s*=\\s*"[^"<]*")*)\\s*(/?)>|([^<]+)`,
-  "y",
-);
+const TOKEN = new RegExp(`(<\\?xml[^?]*\\?>)|(<!--[\\s\\S]*?-->)|<(/?)(${NAME})((?:\\s+${NAME}\\s*=\\s*"[^"<]*")*)\\s*(/?)>|([^<]+)`, "y");
 const ATTRIBUTE = new RegExp(`(${NAME})\\s*=\\s*"([^"<]*)"`, "g");
 
 export function parseXml(source: string): XmlElement {
@@ -33,7 +30,6 @@ export function parseXml(source: string): XmlElement {
     if (declaration !== undefined) {
       if (at !== 0) throw new Error("the XML declaration must come first");
     } else if (comment !== undefined) {
-      continue;
     } else if (text !== undefined) {
       if (REFERENCE.test(text)) throw new Error(`a bare & in text at ${at}`);
       if (parent) parent.text += text;

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, presetModel, serveApp, serveModels, type Served, type TestDb, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, presetModel, type Served, serveApp, serveModels, type TestDb, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -52,7 +52,16 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     // `launch` gives the browser a fresh temporary profile (its --user-data-dir) and removes it on close.
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"],
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
+      ],
     });
   });
 
@@ -74,7 +83,10 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   });
 
   async function open(options: { width?: number; height?: number; colorScheme?: "light" | "dark"; server?: Served } = {}): Promise<Page> {
-    context = await browser.newContext({ viewport: { width: options.width ?? 1280, height: options.height ?? 800 }, colorScheme: options.colorScheme ?? "light" });
+    context = await browser.newContext({
+      viewport: { width: options.width ?? 1280, height: options.height ?? 800 },
+      colorScheme: options.colorScheme ?? "light",
+    });
     const page = await context.newPage();
     page.on("pageerror", (error) => pageErrors.push(error.message));
     page.on("console", (message) => {
@@ -288,7 +300,12 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const start = Date.parse("2026-01-01T00:00:00Z");
     for (let i = 1; i <= 45; i++) {
       const role = i % 2 === 1 ? "user" : "assistant";
-      await db.storage.conversations.addMessage(conversation, { role, content: `message ${i}`, createdAt: start + i * 1000, ...(role === "assistant" ? { finishReason: "stop" } : {}) });
+      await db.storage.conversations.addMessage(conversation, {
+        role,
+        content: `message ${i}`,
+        createdAt: start + i * 1000,
+        ...(role === "assistant" ? { finishReason: "stop" } : {}),
+      });
     }
     const page = await open({ height: 600 });
     await signIn(page, "long-1");
@@ -318,7 +335,11 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     for (const [i, content] of turns.entries()) await db.storage.conversations.addMessage(conversation, { role: i % 2 ? "assistant" : "user", content });
     mkdirSync(ARTIFACTS, { recursive: true });
 
-    for (const [width, height, colorScheme] of [[360, 740, "light"], [1280, 800, "light"], [1280, 800, "dark"]] as const) {
+    for (const [width, height, colorScheme] of [
+      [360, 740, "light"],
+      [1280, 800, "light"],
+      [1280, 800, "dark"],
+    ] as const) {
       const page = await open({ width, height, colorScheme });
       await signIn(page, "screenshot");
       await page.locator("#log li").nth(3).waitFor();
@@ -433,7 +454,12 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const conversation = await db.storage.conversations.findOrCreate(alice.userId, conversationId);
     for (const [i, content] of contents.entries()) {
       const role = i % 2 ? "assistant" : "user";
-      await db.storage.conversations.addMessage(conversation, { role, content, createdAt: start + i * 60_000, ...(role === "assistant" ? { finishReason: "stop" } : {}) });
+      await db.storage.conversations.addMessage(conversation, {
+        role,
+        content,
+        createdAt: start + i * 60_000,
+        ...(role === "assistant" ? { finishReason: "stop" } : {}),
+      });
     }
   }
 
@@ -482,12 +508,24 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
 
   test("a conversation made through /v1/conversations and /v1/responses is listed and opened like any other", async () => {
     const post = async (path: string, body: unknown) =>
-      (await (await fetch(`${served.url}${path}`, { method: "POST", headers: { ...bearer(alice.key), "content-type": "application/json" }, body: JSON.stringify(body) })).json()) as {
+      (await (
+        await fetch(`${served.url}${path}`, {
+          method: "POST",
+          headers: { ...bearer(alice.key), "content-type": "application/json" },
+          body: JSON.stringify(body),
+        })
+      ).json()) as {
         id: string;
         output: { content: { text: string }[] }[];
       };
     const conversation = await post("/v1/conversations", { items: [{ type: "message", role: "developer", content: "Be brief." }] });
-    const response = await post("/v1/responses", { model: "any", conversation: conversation.id, input: "Made through the Conversations API", max_output_tokens: 4, temperature: 0 });
+    const response = await post("/v1/responses", {
+      model: "any",
+      conversation: conversation.id,
+      input: "Made through the Conversations API",
+      max_output_tokens: 4,
+      temperature: 0,
+    });
 
     const page = await open();
     await signIn(page, "another");
@@ -570,7 +608,14 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const body = [
       sse("start", { conversation_id: "markdown-stream", new_conversation: true, user_message: question, model: "test" }),
       ...deltas.map((content) => sse("delta", { content })),
-      sse("done", { conversation_id: "markdown-stream", new_conversation: true, message: answer, user_message: question, usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, model: "test" }),
+      sse("done", {
+        conversation_id: "markdown-stream",
+        new_conversation: true,
+        message: answer,
+        user_message: question,
+        usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        model: "test",
+      }),
     ].join("");
     await page.route("**/api/v1.0/chat", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
     await send(page, "Stream me code");
@@ -583,7 +628,13 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const thought = "They greet me <b>warmly</b>;\nso I greet back.";
     const conversation = await db.storage.conversations.findOrCreate(alice.userId, "thinking-1");
     await db.storage.conversations.addMessage(conversation, { role: "user", content: "Hi", createdAt: Date.parse("2026-03-01T00:00:00Z") });
-    await db.storage.conversations.addMessage(conversation, { role: "assistant", content: "Hello!", reasoning: thought, finishReason: "stop", createdAt: Date.parse("2026-03-01T00:00:01Z") });
+    await db.storage.conversations.addMessage(conversation, {
+      role: "assistant",
+      content: "Hello!",
+      reasoning: thought,
+      finishReason: "stop",
+      createdAt: Date.parse("2026-03-01T00:00:01Z"),
+    });
     const page = await open();
     await signIn(page, "thinking-1");
     const stored = page.locator("#log .assistant details.reasoning");
@@ -611,7 +662,14 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
       sse("start", { conversation_id: "thinking-1", new_conversation: false, user_message: question, model: "test" }),
       ...thought.match(/[\s\S]{1,5}/g)!.map((content) => sse("reasoning", { content })),
       ...["Hello", " again!"].map((content) => sse("delta", { content })),
-      sse("done", { conversation_id: "thinking-1", new_conversation: false, message: answer, user_message: question, usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }, model: "test" }),
+      sse("done", {
+        conversation_id: "thinking-1",
+        new_conversation: false,
+        message: answer,
+        user_message: question,
+        usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        model: "test",
+      }),
     ].join("");
     await page.route("**/api/v1.0/chat", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
     await send(page, "Again");

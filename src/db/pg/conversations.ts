@@ -1,4 +1,5 @@
 import { and, asc, count, desc, eq, isNull, sql } from "drizzle-orm";
+import { conversationRow, messageRecord, messageRow, rowColumns } from "../message-rows";
 import type { ConversationStore } from "../storage";
 import {
   CONVERSATION_TITLE_CHARS,
@@ -15,7 +16,6 @@ import {
   type StoredTurn,
   storedTurn,
 } from "../types";
-import { conversationRow, messageRecord, messageRow, rowColumns } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
@@ -72,7 +72,10 @@ export class PgConversationStore implements ConversationStore {
   async addMessages(conversation: ConversationRef, added: readonly NewMessage[]): Promise<MessageRecord[]> {
     if (added.length === 0) return [];
     // One statement: all or none, returned in the order given.
-    const rows = await this.db.insert(messages).values(added.map((message) => messageRow(conversation, message))).returning();
+    const rows = await this.db
+      .insert(messages)
+      .values(added.map((message) => messageRow(conversation, message)))
+      .returning();
     return rows.map((row) => messageRecord(conversation, row));
   }
 
@@ -85,7 +88,11 @@ export class PgConversationStore implements ConversationStore {
         .from(messages)
         .where(and(eq(messages.conversationId, conversationId), eq(messages.itemId, from)));
       if (!start) return undefined;
-      filters.push(order === "asc" ? sql`(${messages.createdAt}, ${messages.id}) >= (${start.createdAt}, ${start.id})` : sql`(${messages.createdAt}, ${messages.id}) <= (${start.createdAt}, ${start.id})`);
+      filters.push(
+        order === "asc"
+          ? sql`(${messages.createdAt}, ${messages.id}) >= (${start.createdAt}, ${start.id})`
+          : sql`(${messages.createdAt}, ${messages.id}) <= (${start.createdAt}, ${start.id})`,
+      );
     }
     const rows = await this.db
       .select(ROW)
@@ -122,7 +129,9 @@ export class PgConversationStore implements ConversationStore {
     let chars = 0;
     // Read through a cursor, a few rows at a time: the rows beyond the bound are never fetched.
     // Counted in JavaScript, as SQLite's does: the bound is in UTF-16 units, PostgreSQL counts code points.
-    stepping: for await (const rows of this.db.$client.unsafe<(Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: MessageItem | null })[]>(this.newestFirst, [conversationId]).cursor(TURNS_PER_FETCH)) {
+    stepping: for await (const rows of this.db.$client
+      .unsafe<(Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: MessageItem | null })[]>(this.newestFirst, [conversationId])
+      .cursor(TURNS_PER_FETCH)) {
       for (const turn of rows) {
         turns.push(storedTurn(turn));
         chars += turn.content.length;

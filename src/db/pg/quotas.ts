@@ -1,9 +1,9 @@
 import { and, asc, eq, gt, gte, lte, sql } from "drizzle-orm";
+import { DEFAULT_QUOTA_ROW, grant, quotaEntry, quotaRow } from "../quota-rows";
 import type { HoldRequest, QuotaEntry, QuotaRule, QuotaStanding, QuotaStore } from "../storage";
 import type { Db, Tx } from "./client";
 import { tokenHolds, tokenQuotas, tokenUsage, users } from "./schema";
 import { addTokens } from "./usage";
-import { DEFAULT_QUOTA_ROW, grant, quotaEntry, quotaRow } from "../quota-rows";
 
 /** Any constant the nodes agree on: with the user id, the advisory lock that makes one node's hold at a time. */
 const HOLDS_LOCK = 0x71756f74; // "quot"

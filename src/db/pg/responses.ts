@@ -10,13 +10,18 @@ const LINKS_PER_FETCH = 16;
 
 const RUNNING: ("queued" | "in_progress")[] = ["queued", "in_progress"];
 
-const recordOf = ({ previousId, cancelRequested: _, leaseExpiresAt: __, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+const recordOf = ({ previousId, cancelRequested: _, leaseExpiresAt: __, ...row }: typeof responses.$inferSelect): ResponseRecord => ({
+  ...row,
+  previousResponseId: previousId,
+});
 
 export class PgResponseStore implements ResponseStore {
   constructor(private readonly db: Db) {}
 
   async create({ previousResponseId, ...response }: NewResponse, leaseMs: number): Promise<void> {
-    await this.db.insert(responses).values({ ...response, previousId: previousResponseId, status: "in_progress", output: [], leaseExpiresAt: sql`${NOW_MS} + ${leaseMs}` });
+    await this.db
+      .insert(responses)
+      .values({ ...response, previousId: previousResponseId, status: "in_progress", output: [], leaseExpiresAt: sql`${NOW_MS} + ${leaseMs}` });
   }
 
   async renew(ids: readonly string[], leaseMs: number): Promise<void> {
@@ -28,18 +33,29 @@ export class PgResponseStore implements ResponseStore {
   }
 
   async finish(id: string, end: ResponseEnd): Promise<boolean> {
-    const updated = await this.db.update(responses).set({ ...end, leaseExpiresAt: null }).where(eq(responses.id, id)).returning({ id: responses.id });
+    const updated = await this.db
+      .update(responses)
+      .set({ ...end, leaseExpiresAt: null })
+      .where(eq(responses.id, id))
+      .returning({ id: responses.id });
     return updated.length > 0;
   }
 
   async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
     const mine = and(eq(responses.id, id), eq(responses.userId, userId));
-    const [row] = await this.db.select({ ...getTableColumns(responses), lapsed: sql<boolean>`${responses.leaseExpiresAt} < ${NOW_MS}` }).from(responses).where(mine);
+    const [row] = await this.db
+      .select({ ...getTableColumns(responses), lapsed: sql<boolean>`${responses.leaseExpiresAt} < ${NOW_MS}` })
+      .from(responses)
+      .where(mine);
     if (!row) return undefined;
     const { lapsed, ...record } = row;
     // A response whose node died is failed by whichever node reads it first; any other read stays a read.
     if (!lapsed || !RUNNING.includes(record.status as (typeof RUNNING)[number])) return recordOf(record);
-    const [failed] = await this.db.update(responses).set({ status: "failed", error: ABANDONED, leaseExpiresAt: null }).where(and(mine, inArray(responses.status, RUNNING))).returning();
+    const [failed] = await this.db
+      .update(responses)
+      .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
+      .where(and(mine, inArray(responses.status, RUNNING)))
+      .returning();
     return recordOf(failed ?? record);
   }
 
@@ -69,7 +85,11 @@ export class PgResponseStore implements ResponseStore {
   }
 
   async requestCancel(userId: number, id: string): Promise<boolean> {
-    const asked = await this.db.update(responses).set({ cancelRequested: true }).where(and(eq(responses.id, id), eq(responses.userId, userId))).returning({ id: responses.id });
+    const asked = await this.db
+      .update(responses)
+      .set({ cancelRequested: true })
+      .where(and(eq(responses.id, id), eq(responses.userId, userId)))
+      .returning({ id: responses.id });
     return asked.length > 0;
   }
 

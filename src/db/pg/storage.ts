@@ -1,14 +1,14 @@
 import type { Storage } from "../storage";
-import { type Db, openDatabase } from "./client";
 import { PgTokenBuckets } from "./buckets";
+import { type Db, openDatabase } from "./client";
 import { PgConversationStore } from "./conversations";
 import { PgKeyStore } from "./keys";
 import { PgConversationLeases } from "./leases";
 import { PgMessageStore } from "./messages";
 import { OutageGuard } from "./outage";
+import { PgQuotaStore } from "./quotas";
 import { PgResponseStore } from "./responses";
 import { PgStreamSlots } from "./stream-slots";
-import { PgQuotaStore } from "./quotas";
 import { PgUsageStore } from "./usage";
 
 export interface PgOptions {
@@ -46,7 +46,18 @@ export class PgStorage implements Storage {
     this.conversations = guard.guard(new PgConversationStore(db), ["findOrCreate", "find", "setMetadata", "recentTurns", "list", "rows", "row"]);
     this.messages = guard.guard(new PgMessageStore(db), ["list"]);
     // A response is finished by id with the same end however often, an event kept once by its seq: repeatable too.
-    this.responses = guard.guard(new PgResponseStore(db), ["get", "renew", "chain", "finish", "appendEvents", "events", "requestCancel", "cancelRequested", "expire", "count"]);
+    this.responses = guard.guard(new PgResponseStore(db), [
+      "get",
+      "renew",
+      "chain",
+      "finish",
+      "appendEvents",
+      "events",
+      "requestCancel",
+      "cancelRequested",
+      "expire",
+      "count",
+    ]);
     // Adding is not repeatable: a retried add after a lost answer would count a reply twice.
     this.usage = guard.guard(new PgUsageStore(db), ["days"]);
     // A hold taken twice would hold twice; a settlement twice would count twice.

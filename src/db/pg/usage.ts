@@ -10,7 +10,10 @@ export async function addTokens(db: Db | Tx, userId: number, day: string, prompt
     .values({ userId, day, promptTokens, completionTokens })
     .onConflictDoUpdate({
       target: [tokenUsage.userId, tokenUsage.day],
-      set: { promptTokens: sql`${tokenUsage.promptTokens} + excluded.prompt_tokens`, completionTokens: sql`${tokenUsage.completionTokens} + excluded.completion_tokens` },
+      set: {
+        promptTokens: sql`${tokenUsage.promptTokens} + excluded.prompt_tokens`,
+        completionTokens: sql`${tokenUsage.completionTokens} + excluded.completion_tokens`,
+      },
     });
 }
 

@@ -20,8 +20,7 @@ export const isBusy = (error: unknown): boolean =>
   typeof (error as { code?: unknown })?.code === "string" && (error as { code: string }).code.startsWith("SQLITE_BUSY");
 
 /** What a caller sees once the lock stayed taken for longer than it would wait. */
-export const databaseBusy = (): Overloaded =>
-  new Overloaded("the database is busy: another process holds its write lock; try again shortly", RETRY_AFTER_MS);
+export const databaseBusy = (): Overloaded => new Overloaded("the database is busy: another process holds its write lock; try again shortly", RETRY_AFTER_MS);
 
 /** Runs `attempt` until it does not fail busy, pausing between tries with a growing backoff. */
 export async function whileBusy<T>(attempt: () => T | Promise<T>, patienceMs = PATIENCE_MS): Promise<T> {

@@ -1,5 +1,6 @@
 import type { Statement } from "bun:sqlite";
 import { and, asc, count, desc, eq, isNull, sql } from "drizzle-orm";
+import { conversationRow, messageRecord, messageRow, rowColumns } from "../message-rows";
 import type { ConversationStore } from "../storage";
 import {
   CONVERSATION_TITLE_CHARS,
@@ -15,7 +16,6 @@ import {
   type StoredTurn,
   storedTurn,
 } from "../types";
-import { conversationRow, messageRecord, messageRow, rowColumns } from "../message-rows";
 import type { Db } from "./client";
 import { conversationMessageCounts, conversations, messages } from "./schema";
 
@@ -82,16 +82,19 @@ export class SqliteConversationStore implements ConversationStore {
 
   async findOrCreate(userId: number, externalId: string, metadata?: Record<string, string>): Promise<FoundConversation> {
     // Immediate: see SqliteKeyStore.create.
-    return this.db.transaction((tx) => {
-      const existing = tx
-        .select({ id: conversations.id })
-        .from(conversations)
-        .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
-        .get();
-      if (existing) return { id: existing.id, userId, externalId, created: false };
-      const row = tx.insert(conversations).values({ userId, externalId, metadata }).returning({ id: conversations.id }).get();
-      return { id: row.id, userId, externalId, created: true };
-    }, { behavior: "immediate" });
+    return this.db.transaction(
+      (tx) => {
+        const existing = tx
+          .select({ id: conversations.id })
+          .from(conversations)
+          .where(and(eq(conversations.userId, userId), eq(conversations.externalId, externalId)))
+          .get();
+        if (existing) return { id: existing.id, userId, externalId, created: false };
+        const row = tx.insert(conversations).values({ userId, externalId, metadata }).returning({ id: conversations.id }).get();
+        return { id: row.id, userId, externalId, created: true };
+      },
+      { behavior: "immediate" },
+    );
   }
 
   async find(userId: number, externalId: string): Promise<StoredConversation | undefined> {
@@ -130,7 +133,11 @@ export class SqliteConversationStore implements ConversationStore {
         .where(and(eq(messages.conversationId, conversationId), eq(messages.itemId, from)))
         .get();
       if (!start) return undefined;
-      filters.push(order === "asc" ? sql`(${messages.createdAt}, ${messages.id}) >= (${start.createdAt}, ${start.id})` : sql`(${messages.createdAt}, ${messages.id}) <= (${start.createdAt}, ${start.id})`);
+      filters.push(
+        order === "asc"
+          ? sql`(${messages.createdAt}, ${messages.id}) >= (${start.createdAt}, ${start.id})`
+          : sql`(${messages.createdAt}, ${messages.id}) <= (${start.createdAt}, ${start.id})`,
+      );
     }
     return this.db
       .select(ROW)

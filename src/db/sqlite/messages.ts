@@ -36,8 +36,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
     );
   }
   // Ties on created_at are broken by id in the same direction, so pages never overlap.
-  const order = (createdAt: SQLiteColumn, id: SQLiteColumn) =>
-    shape.sortField === "id" ? [direction(id)] : [direction(createdAt), direction(id)];
+  const order = (createdAt: SQLiteColumn, id: SQLiteColumn) => (shape.sortField === "id" ? [direction(id)] : [direction(createdAt), direction(id)]);
   const page = db
     .select({
       id: messages.id,

@@ -24,6 +24,8 @@ export function migrate(sqlite: Database, migrationsFolder: string): void {
 
 function pending(sqlite: Database, migrations: MigrationMeta[]): MigrationMeta[] {
   const table = sqlite.query(`SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '__drizzle_migrations'`).get();
-  const last = table ? (sqlite.query(`SELECT created_at FROM "__drizzle_migrations" ORDER BY created_at DESC LIMIT 1`).values()[0]?.[0] as number | undefined) : undefined;
+  const last = table
+    ? (sqlite.query(`SELECT created_at FROM "__drizzle_migrations" ORDER BY created_at DESC LIMIT 1`).values()[0]?.[0] as number | undefined)
+    : undefined;
   return migrations.filter((migration) => last === undefined || Number(last) < migration.folderMillis);
 }

@@ -1,9 +1,9 @@
 import { and, asc, eq, gt, gte, lte, sql } from "drizzle-orm";
+import { DEFAULT_QUOTA_ROW, grant, quotaEntry, quotaRow } from "../quota-rows";
 import type { HoldRequest, QuotaEntry, QuotaRule, QuotaStanding, QuotaStore } from "../storage";
 import type { Db, Tx } from "./client";
-import { addTokens } from "./usage";
-import { DEFAULT_QUOTA_ROW, grant, quotaEntry, quotaRow } from "../quota-rows";
 import { tokenHolds, tokenQuotas, tokenUsage, users } from "./schema";
+import { addTokens } from "./usage";
 
 function standingIn(tx: Db | Tx, userId: number, since: string, now: number): QuotaStanding {
   const used = tx
@@ -68,7 +68,9 @@ export class SqliteQuotaStore implements QuotaStore {
     const { userId, since, holder, expiresAt } = request;
     return this.db.transaction(
       (tx) => {
-        tx.delete(tokenHolds).where(and(eq(tokenHolds.userId, userId), lte(tokenHolds.expiresAt, now))).run();
+        tx.delete(tokenHolds)
+          .where(and(eq(tokenHolds.userId, userId), lte(tokenHolds.expiresAt, now)))
+          .run();
         const result = grant(request, standingIn(tx, userId, since, now));
         if (result.granted > 0) tx.insert(tokenHolds).values({ holder, userId, since, tokens: result.granted, expiresAt }).run();
         return result;

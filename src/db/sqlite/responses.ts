@@ -10,7 +10,10 @@ import { responseEvents, responses } from "./schema";
 const NOW_MS = sql`cast(unixepoch('subsec') * 1000 as integer)`;
 const RUNNING: ("queued" | "in_progress")[] = ["queued", "in_progress"];
 
-const recordOf = ({ previousId, cancelRequested: _, leaseExpiresAt: __, ...row }: typeof responses.$inferSelect): ResponseRecord => ({ ...row, previousResponseId: previousId });
+const recordOf = ({ previousId, cancelRequested: _, leaseExpiresAt: __, ...row }: typeof responses.$inferSelect): ResponseRecord => ({
+  ...row,
+  previousResponseId: previousId,
+});
 
 export class SqliteResponseStore implements ResponseStore {
   private readonly chainRows: Statement<{ id: string; input: string; output: string }, [string, number]>;
@@ -36,17 +39,33 @@ export class SqliteResponseStore implements ResponseStore {
   }
 
   async finish(id: string, end: ResponseEnd): Promise<boolean> {
-    return this.db.update(responses).set({ ...end, leaseExpiresAt: null }).where(eq(responses.id, id)).returning({ id: responses.id }).all().length > 0;
+    return (
+      this.db
+        .update(responses)
+        .set({ ...end, leaseExpiresAt: null })
+        .where(eq(responses.id, id))
+        .returning({ id: responses.id })
+        .all().length > 0
+    );
   }
 
   async get(userId: number, id: string): Promise<ResponseRecord | undefined> {
     const mine = and(eq(responses.id, id), eq(responses.userId, userId));
-    const row = this.db.select({ ...getTableColumns(responses), lapsed: sql<number>`${responses.leaseExpiresAt} < ${NOW_MS}` }).from(responses).where(mine).get();
+    const row = this.db
+      .select({ ...getTableColumns(responses), lapsed: sql<number>`${responses.leaseExpiresAt} < ${NOW_MS}` })
+      .from(responses)
+      .where(mine)
+      .get();
     if (!row) return undefined;
     const { lapsed, ...record } = row;
     // Written only for a response whose process died: a read stays a read.
     if (!lapsed || !RUNNING.includes(record.status as (typeof RUNNING)[number])) return recordOf(record);
-    const failed = this.db.update(responses).set({ status: "failed", error: ABANDONED, leaseExpiresAt: null }).where(and(mine, inArray(responses.status, RUNNING))).returning().get();
+    const failed = this.db
+      .update(responses)
+      .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
+      .where(and(mine, inArray(responses.status, RUNNING)))
+      .returning()
+      .get();
     return recordOf(failed ?? record);
   }
 
@@ -78,7 +97,14 @@ export class SqliteResponseStore implements ResponseStore {
   }
 
   async requestCancel(userId: number, id: string): Promise<boolean> {
-    return this.db.update(responses).set({ cancelRequested: true }).where(and(eq(responses.id, id), eq(responses.userId, userId))).returning({ id: responses.id }).all().length > 0;
+    return (
+      this.db
+        .update(responses)
+        .set({ cancelRequested: true })
+        .where(and(eq(responses.id, id), eq(responses.userId, userId)))
+        .returning({ id: responses.id })
+        .all().length > 0
+    );
   }
 
   async cancelRequested(id: string): Promise<boolean> {
@@ -112,8 +138,5 @@ export class SqliteResponseStore implements ResponseStore {
  * start any response still running is one nothing will end. They stay readable, `failed`.
  */
 export function failAbandoned(db: Db): void {
-  db.update(responses)
-    .set({ status: "failed", error: ABANDONED, leaseExpiresAt: null })
-    .where(inArray(responses.status, RUNNING))
-    .run();
+  db.update(responses).set({ status: "failed", error: ABANDONED, leaseExpiresAt: null }).where(inArray(responses.status, RUNNING)).run();
 }

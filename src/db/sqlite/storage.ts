@@ -7,9 +7,9 @@ import { type Db, openDatabase } from "./client";
 import { SqliteConversationStore } from "./conversations";
 import { SqliteKeyStore } from "./keys";
 import { SqliteMessageStore } from "./messages";
+import { SqliteQuotaStore } from "./quotas";
 import { failAbandoned, SqliteResponseStore } from "./responses";
 import { ServingLock } from "./serving-lock";
-import { SqliteQuotaStore } from "./quotas";
 import { SqliteUsageStore } from "./usage";
 
 /** Storage in one SQLite file. `db` and `sqlite` are for SQLite's own tools (tests, benchmarks). */

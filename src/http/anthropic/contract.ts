@@ -11,7 +11,10 @@ const CONTENT_RULE =
   "content must be a string or blocks: text {type, text}, thinking {type, thinking, signature} and tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} (a user's); images and documents are not supported";
 
 /** A cache hint: accepted, since Parley's prefix cache needs none. */
-const CacheControl = optional(t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }), "cache_control must be {type: \"ephemeral\"}");
+const CacheControl = optional(
+  t.Object({ type: t.Literal("ephemeral"), ttl: optional(t.String(), "ttl must be a string") }),
+  'cache_control must be {type: "ephemeral"}',
+);
 
 /** A text block; its cache hint is accepted (Parley's prefix cache needs none) and its citations are none. */
 const TextBlockParam = t.Object({
@@ -27,7 +30,7 @@ const ToolUseBlockParam = t.Object({
   name: t.String(),
   input: t.Record(t.String(), t.Unknown()),
   cache_control: CacheControl,
-  caller: optional(t.Object({ type: t.Literal("direct") }), "caller must be {type: \"direct\"}: Parley runs no tools of its own"),
+  caller: optional(t.Object({ type: t.Literal("direct") }), 'caller must be {type: "direct"}: Parley runs no tools of its own'),
 });
 
 /** A thought of an earlier reply, sent back: the chat template decides whether the model sees it. Its signature is not checked (Parley signs none). */
@@ -52,7 +55,10 @@ const ToolResultBlockParam = t.Object({
 const MessageParam = t.Object(
   {
     role: t.Union([t.Literal("user"), t.Literal("assistant")], { error: "role must be user or assistant (the system prompt is the system field)" }),
-    content: t.Union([t.String(), t.Array(t.Union([TextBlockParam, ThinkingBlockParam, RedactedThinkingBlockParam, ToolUseBlockParam, ToolResultBlockParam]))], { error: CONTENT_RULE }),
+    content: t.Union(
+      [t.String(), t.Array(t.Union([TextBlockParam, ThinkingBlockParam, RedactedThinkingBlockParam, ToolUseBlockParam, ToolResultBlockParam]))],
+      { error: CONTENT_RULE },
+    ),
   },
   { error: `each message needs a role (user or assistant) and content; ${CONTENT_RULE}` },
 );
@@ -85,7 +91,8 @@ const ToolChoiceParam = t.Union(
   { error: TOOL_CHOICE_RULE },
 );
 
-const THINKING_RULE = 'thinking must be {type: "enabled", budget_tokens (a positive integer below max_tokens), display?}, {type: "adaptive", display?} or {type: "disabled"}';
+const THINKING_RULE =
+  'thinking must be {type: "enabled", budget_tokens (a positive integer below max_tokens), display?}, {type: "adaptive", display?} or {type: "disabled"}';
 /** Parley shows a thought whole: "summarized" is taken as that; "omitted" leaves the block's text empty. */
 const ThinkingDisplay = optional(t.Union([t.Literal("summarized"), t.Literal("omitted")]), "thinking.display must be summarized or omitted");
 
@@ -166,7 +173,16 @@ export const AnthropicMessage = t.Object(
       t.Union([
         t.Object({ type: t.Literal("thinking"), thinking: t.String(), signature: t.String({ description: "Always empty: Parley signs no thought" }) }, closed),
         t.Object({ type: t.Literal("text"), text: t.String(), citations: NONE }, closed),
-        t.Object({ type: t.Literal("tool_use"), id: t.String(), name: t.String(), input: t.Record(t.String(), t.Unknown()), caller: t.Object({ type: t.Literal("direct") }, closed) }, closed),
+        t.Object(
+          {
+            type: t.Literal("tool_use"),
+            id: t.String(),
+            name: t.String(),
+            input: t.Record(t.String(), t.Unknown()),
+            caller: t.Object({ type: t.Literal("direct") }, closed),
+          },
+          closed,
+        ),
       ]),
     ),
     stop_reason: t.Union(STOP_REASONS.map((reason) => t.Literal(reason))),
@@ -180,7 +196,16 @@ export const AnthropicMessage = t.Object(
 );
 export type AnthropicMessage = Static<typeof AnthropicMessage>;
 
-const ANTHROPIC_ERROR_TYPES = ["invalid_request_error", "authentication_error", "permission_error", "not_found_error", "request_too_large", "rate_limit_error", "api_error", "overloaded_error"] as const;
+const ANTHROPIC_ERROR_TYPES = [
+  "invalid_request_error",
+  "authentication_error",
+  "permission_error",
+  "not_found_error",
+  "request_too_large",
+  "rate_limit_error",
+  "api_error",
+  "overloaded_error",
+] as const;
 export type AnthropicErrorType = (typeof ANTHROPIC_ERROR_TYPES)[number];
 
 export const AnthropicErrorBody = t.Object(

@@ -19,7 +19,13 @@ export const newMessageId = () => `msg_${crypto.randomUUID().replaceAll("-", "")
 const stopReasonOf = (result: CompletionResult): StopReason =>
   result.finishReason !== "stop" ? "max_tokens" : result.toolCalls ? "tool_use" : result.stopSequence !== undefined ? "stop_sequence" : "end_turn";
 
-const toolUseJson = (call: ToolCall) => ({ type: "tool_use" as const, id: call.id, name: call.name, input: JSON.parse(call.arguments) as Record<string, unknown>, caller: { type: "direct" as const } });
+const toolUseJson = (call: ToolCall) => ({
+  type: "tool_use" as const,
+  id: call.id,
+  name: call.name,
+  input: JSON.parse(call.arguments) as Record<string, unknown>,
+  caller: { type: "direct" as const },
+});
 
 /** Anthropic counts input apart from what its cache read: the two add up to the prompt. */
 const usageJson = (usage: Usage): MessageUsage => ({
@@ -98,7 +104,25 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
     if (started) return [];
     started = true;
     const usage = usageJson({ promptTokens, completionTokens: 0, cachedTokens, reasoningTokens: 0 });
-    return [event("message_start", { type: "message_start", message: { id, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage, container: null, diagnostics: null, stop_details: null } }), PING];
+    return [
+      event("message_start", {
+        type: "message_start",
+        message: {
+          id,
+          type: "message",
+          role: "assistant",
+          model,
+          content: [],
+          stop_reason: null,
+          stop_sequence: null,
+          usage,
+          container: null,
+          diagnostics: null,
+          stop_details: null,
+        },
+      }),
+      PING,
+    ];
   };
   return {
     start: (start) => {
@@ -115,7 +139,8 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
     delta: (delta) => [...text(), event("content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: delta } })],
     toolCall: (part) => {
       if (part.part === "open") return begin({ type: "tool_use", id: part.id, name: part.name, input: {}, caller: { type: "direct" } }, "tool_use");
-      if (part.part === "arguments") return [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: part.text } })];
+      if (part.part === "arguments")
+        return [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: part.text } })];
       return close();
     },
     done: (result) => [
@@ -123,14 +148,23 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
       // A reply with no text and no call still has its (empty) text block, as when not streamed.
       ...(answered ? [] : text()),
       ...close(),
-      event("message_delta", { type: "message_delta", delta: { stop_reason: stopReasonOf(result), stop_sequence: result.stopSequence ?? null }, usage: deltaUsageJson(result.usage) }),
+      event("message_delta", {
+        type: "message_delta",
+        delta: { stop_reason: stopReasonOf(result), stop_sequence: result.stopSequence ?? null },
+        usage: deltaUsageJson(result.usage),
+      }),
       event("message_stop", { type: "message_stop" }),
     ],
     error: (error) => [...startMessage(), event("error", anthropicErrorBody(error))],
   };
 }
 
-export const anthropicModelJson = (model: ModelInfo): AnthropicModel => ({ type: "model", id: model.id, display_name: model.id, created_at: new Date(model.created * 1000).toISOString() });
+export const anthropicModelJson = (model: ModelInfo): AnthropicModel => ({
+  type: "model",
+  id: model.id,
+  display_name: model.id,
+  created_at: new Date(model.created * 1000).toISOString(),
+});
 
 /** A page of the models, as Anthropic's Models API pages them: `limit` of them after `after_id`, or before `before_id`. */
 export function anthropicModelPage(models: readonly ModelInfo[], query: { limit?: number; after_id?: string; before_id?: string }): AnthropicModelList {
@@ -141,7 +175,10 @@ export function anthropicModelPage(models: readonly ModelInfo[], query: { limit?
     if (index < 0) throw new InvalidInput(param, `no model ${JSON.stringify(id)}`);
     return index;
   };
-  const [from, to] = before_id !== undefined ? [Math.max(0, at(before_id, "before_id") - limit), at(before_id, "before_id")] : [after_id === undefined ? 0 : at(after_id, "after_id") + 1, Infinity];
+  const [from, to] =
+    before_id !== undefined
+      ? [Math.max(0, at(before_id, "before_id") - limit), at(before_id, "before_id")]
+      : [after_id === undefined ? 0 : at(after_id, "after_id") + 1, Infinity];
   const page = models.slice(from, Math.min(to, from + limit));
   const more = before_id !== undefined ? from > 0 : from + page.length < models.length;
   return { data: page.map(anthropicModelJson), first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: more };

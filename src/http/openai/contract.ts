@@ -15,7 +15,9 @@ export const OpenAiErrorBody = t.Object(
     error: t.Object(
       {
         message: t.String(),
-        type: t.String({ description: "invalid_request_error, authentication_error, permission_error, not_found_error, rate_limit_error, insufficient_quota or server_error" }),
+        type: t.String({
+          description: "invalid_request_error, authentication_error, permission_error, not_found_error, rate_limit_error, insufficient_quota or server_error",
+        }),
         param: t.Union([t.String(), t.Null()]),
         code: t.String({ description: "Parley's error code (see Errors); insufficient_quota for a spent token quota, as OpenAI's" }),
       },
@@ -41,7 +43,10 @@ const ToolCall = t.Object(
   {
     id: t.String(),
     type: t.Literal("function"),
-    function: t.Object({ name: t.String(), arguments: t.String({ description: "The arguments as JSON text: an object valid against the function's parameters" }) }, closed),
+    function: t.Object(
+      { name: t.String(), arguments: t.String({ description: "The arguments as JSON text: an object valid against the function's parameters" }) },
+      closed,
+    ),
   },
   closed,
 );
@@ -67,10 +72,7 @@ const Logprobs = t.Union(
     t.Null(),
     t.Object(
       {
-        content: t.Union([
-          t.Array(t.Object({ ...SpelledToken, top_logprobs: t.Array(t.Object(SpelledToken, closed), { maxItems: 20 }) }, closed)),
-          t.Null(),
-        ]),
+        content: t.Union([t.Array(t.Object({ ...SpelledToken, top_logprobs: t.Array(t.Object(SpelledToken, closed), { maxItems: 20 }) }, closed)), t.Null()]),
         refusal: t.Null(),
       },
       closed,
@@ -95,7 +97,9 @@ export const ChatCompletion = t.Object(
               content: t.Union([t.String(), t.Null()], { description: "Null when the reply only calls tools" }),
               refusal: t.Null({ description: "Always null: Parley's models have no refusal channel apart from their text" }),
               tool_calls: t.Optional(t.Array(ToolCall, { minItems: 1, description: "The tools the reply calls, after its content" })),
-              reasoning_content: t.Optional(t.String({ description: "A reasoning model's thought, as llama-server and DeepSeek return it; never part of content" })),
+              reasoning_content: t.Optional(
+                t.String({ description: "A reasoning model's thought, as llama-server and DeepSeek return it; never part of content" }),
+              ),
             },
             closed,
           ),

@@ -1,7 +1,6 @@
 /** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
 import { t } from "elysia";
-import type { ItemInput, ItemReference } from "../../chat/response-items";
-import type { ItemPageQuery } from "../../chat/response-items";
+import type { ItemInput, ItemPageQuery, ItemReference } from "../../chat/response-items";
 import { InvalidInput } from "../../errors";
 import { checkedArguments } from "./tools";
 
@@ -21,7 +20,12 @@ export const ITEM = t.Union(
     }),
     t.Object({ type: t.Literal("function_call"), call_id: t.String({ minLength: 1 }), name: t.String(), arguments: t.String(), ...seen }),
     t.Object({ type: t.Literal("function_call_output"), call_id: t.String(), output: t.String(), ...seen }),
-    t.Object({ type: t.Literal("reasoning"), summary: t.Array(t.Unknown()), content: t.Optional(t.Array(t.Object({ type: t.Literal("reasoning_text"), text: t.String() }))), ...seen }),
+    t.Object({
+      type: t.Literal("reasoning"),
+      summary: t.Array(t.Unknown()),
+      content: t.Optional(t.Array(t.Object({ type: t.Literal("reasoning_text"), text: t.String() }))),
+      ...seen,
+    }),
   ],
   { error: ITEM_RULE },
 );
@@ -62,7 +66,6 @@ function itemOf(entry: Item, at: string): ItemInput {
   }
 }
 
-
 // `include` among them: what it would add, Parley does not have.
 export const QUERY_RULE = "unknown query parameter: Parley refuses one it does not know rather than ignore it";
 
@@ -76,4 +79,8 @@ export const ITEM_PAGE_QUERY = t.Object(
   { additionalProperties: false, error: QUERY_RULE },
 );
 
-export const itemPageOf = (query: typeof ITEM_PAGE_QUERY.static): ItemPageQuery => ({ order: query.order ?? "desc", limit: query.limit ?? 20, ...(query.after ? { after: query.after } : {}) });
+export const itemPageOf = (query: typeof ITEM_PAGE_QUERY.static): ItemPageQuery => ({
+  order: query.order ?? "desc",
+  limit: query.limit ?? 20,
+  ...(query.after ? { after: query.after } : {}),
+});

@@ -5,7 +5,7 @@ import type { FinishReason, TokenLogprob, ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { data } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { ChatCompletion, ChatCompletionChunk, CompletionUsage, OpenAiModel, OPENAI_FINISH_REASONS } from "./contract";
+import type { ChatCompletion, ChatCompletionChunk, CompletionUsage, OPENAI_FINISH_REASONS, OpenAiModel } from "./contract";
 
 type OpenAiFinishReason = (typeof OPENAI_FINISH_REASONS)[number];
 
@@ -29,7 +29,12 @@ export const newCompletion = (): CompletionIdentity => ({
 const finishReason = (reason: FinishReason, calls: boolean): OpenAiFinishReason => (reason !== "stop" ? "length" : calls ? "tool_calls" : "stop");
 
 const logprobsJson = (entries: readonly TokenLogprob[]) => ({
-  content: entries.map(({ token, logprob, bytes, top }) => ({ token, logprob, bytes, top_logprobs: top.map((other) => ({ token: other.token, logprob: other.logprob, bytes: other.bytes })) })),
+  content: entries.map(({ token, logprob, bytes, top }) => ({
+    token,
+    logprob,
+    bytes,
+    top_logprobs: top.map((other) => ({ token: other.token, logprob: other.logprob, bytes: other.bytes })),
+  })),
   refusal: null,
 });
 
@@ -114,4 +119,10 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
   };
 }
 
-export const modelJson = (model: ModelInfo): OpenAiModel => ({ id: model.id, object: "model", created: model.created, owned_by: "parley", loaded: model.loaded });
+export const modelJson = (model: ModelInfo): OpenAiModel => ({
+  id: model.id,
+  object: "model",
+  created: model.created,
+  owned_by: "parley",
+  loaded: model.loaded,
+});

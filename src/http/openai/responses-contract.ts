@@ -50,7 +50,13 @@ const InputText = t.Object({ type: t.Literal("input_text"), text: t.String() }, 
 /** An item a response was given, as `input_items` lists it; an assistant message is listed as output. */
 export const InputItem = t.Union([
   t.Object(
-    { type: t.Literal("message"), id: t.String(), status: t.Literal("completed"), role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer")]), content: t.Array(InputText) },
+    {
+      type: t.Literal("message"),
+      id: t.String(),
+      status: t.Literal("completed"),
+      role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer")]),
+      content: t.Array(InputText),
+    },
     closed,
   ),
   MessageItem,
@@ -78,7 +84,13 @@ const TextFormat = t.Union([
   t.Object({ type: t.Literal("text") }, closed),
   t.Object({ type: t.Literal("json_object") }, closed),
   t.Object(
-    { type: t.Literal("json_schema"), name: t.String(), schema: t.Record(t.String(), t.Unknown()), strict: t.Optional(t.Union([t.Boolean(), t.Null()])), description: t.Optional(t.String()) },
+    {
+      type: t.Literal("json_schema"),
+      name: t.String(),
+      schema: t.Record(t.String(), t.Unknown()),
+      strict: t.Optional(t.Union([t.Boolean(), t.Null()])),
+      description: t.Optional(t.String()),
+    },
     closed,
   ),
 ]);
@@ -86,7 +98,10 @@ const TextFormat = t.Union([
 export const ResponseUsage = t.Object(
   {
     input_tokens: t.Integer(),
-    input_tokens_details: t.Object({ cached_tokens: t.Integer(), cache_write_tokens: t.Integer({ description: "Parley writes no separate cache: 0" }) }, closed),
+    input_tokens_details: t.Object(
+      { cached_tokens: t.Integer(), cache_write_tokens: t.Integer({ description: "Parley writes no separate cache: 0" }) },
+      closed,
+    ),
     output_tokens: t.Integer(),
     output_tokens_details: t.Object({ reasoning_tokens: t.Integer({ description: "Of output_tokens, the thought's" }) }, closed),
     total_tokens: t.Integer(),
@@ -110,7 +125,9 @@ export const ResponseObject = t.Object(
     output: t.Array(OutputItem),
     parallel_tool_calls: t.Boolean(),
     previous_response_id: t.Union([t.String(), t.Null()]),
-    conversation: t.Union([t.Object({ id: t.String() }, closed), t.Null()], { description: "The conversation it was answered in: its input and output are that conversation's items" }),
+    conversation: t.Union([t.Object({ id: t.String() }, closed), t.Null()], {
+      description: "The conversation it was answered in: its input and output are that conversation's items",
+    }),
     store: t.Boolean({ description: "Kept: it can be retrieved, continued and deleted" }),
     background: t.Boolean({ description: "Generated whatever its client does; its stream's events are kept" }),
     temperature: t.Number(),

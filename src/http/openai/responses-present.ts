@@ -5,8 +5,8 @@
  */
 import { append } from "../../append";
 import type { ItemPage } from "../../chat/response-items";
-import type { ResponseResult, ResponseStart } from "../../chat/responses";
 import { outputItemId } from "../../chat/response-items";
+import type { ResponseResult, ResponseStart } from "../../chat/responses";
 import type { ResponseRecord, StoredConversation, StoredItem } from "../../db/types";
 import type { ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
@@ -17,7 +17,17 @@ import type { ConversationObject, InputItem, InputItemList, OutputItem, Response
 /** What a response repeats of its request: kept with it, as its `params`. */
 export type ResponseEcho = Pick<
   ResponseObject,
-  "instructions" | "max_output_tokens" | "temperature" | "top_p" | "text" | "tool_choice" | "tools" | "parallel_tool_calls" | "metadata" | "store" | "conversation"
+  | "instructions"
+  | "max_output_tokens"
+  | "temperature"
+  | "top_p"
+  | "text"
+  | "tool_choice"
+  | "tools"
+  | "parallel_tool_calls"
+  | "metadata"
+  | "store"
+  | "conversation"
 >;
 
 type ItemStatus = "in_progress" | "completed" | "incomplete";
@@ -53,7 +63,13 @@ export function responseObject(record: ResponseRecord): ResponseObject {
 type ReasoningOutput = Extract<OutputItem, { type: "reasoning" }>;
 type MessageOutput = Extract<OutputItem, { type: "message" }>;
 
-const reasoningJson = (id: string, text: string, status: ItemStatus): ReasoningOutput => ({ type: "reasoning", id, summary: [], content: [{ type: "reasoning_text", text }], status });
+const reasoningJson = (id: string, text: string, status: ItemStatus): ReasoningOutput => ({
+  type: "reasoning",
+  id,
+  summary: [],
+  content: [{ type: "reasoning_text", text }],
+  status,
+});
 
 const messageJson = (id: string, text: string, status: ItemStatus): MessageOutput => ({
   type: "message",
@@ -63,7 +79,14 @@ const messageJson = (id: string, text: string, status: ItemStatus): MessageOutpu
   content: [{ type: "output_text", text, annotations: [], logprobs: [] }],
 });
 
-const callJson = (id: string, call: ToolCall): OutputItem => ({ type: "function_call", id, call_id: call.id, name: call.name, arguments: call.arguments, status: "completed" });
+const callJson = (id: string, call: ToolCall): OutputItem => ({
+  type: "function_call",
+  id,
+  call_id: call.id,
+  name: call.name,
+  arguments: call.arguments,
+  status: "completed",
+});
 
 /** An item the model wrote; a message's status is its response's. */
 function outputItemJson(item: StoredItem, status: ItemStatus): OutputItem {
@@ -80,8 +103,10 @@ function outputItemJson(item: StoredItem, status: ItemStatus): OutputItem {
 }
 
 export function inputItemJson(item: StoredItem): InputItem {
-  if (item.type === "function_call_output") return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
-  if (item.type === "message" && item.role !== "assistant") return { type: "message", id: item.id, status: "completed", role: item.role, content: [{ type: "input_text", text: item.text }] };
+  if (item.type === "function_call_output")
+    return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
+  if (item.type === "message" && item.role !== "assistant")
+    return { type: "message", id: item.id, status: "completed", role: item.role, content: [{ type: "input_text", text: item.text }] };
   return outputItemJson(item, "completed");
 }
 
@@ -138,7 +163,12 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
     output[output.length - 1] = done;
     const part = done.content[0]!;
     return [
-      send(item.type === "reasoning" ? "response.reasoning_text.done" : "response.output_text.done", { ...where(), content_index: 0, text, ...(item.type === "message" ? { logprobs: [] } : {}) }),
+      send(item.type === "reasoning" ? "response.reasoning_text.done" : "response.output_text.done", {
+        ...where(),
+        content_index: 0,
+        text,
+        ...(item.type === "message" ? { logprobs: [] } : {}),
+      }),
       send("response.content_part.done", { ...where(), content_index: 0, part }),
       send("response.output_item.done", { output_index: output.length - 1, item: done }),
     ];
@@ -195,7 +225,8 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
       const status: ItemStatus = ended.status === "completed" ? "completed" : "incomplete";
       const events = close(status);
       // A response that says nothing and calls nothing still has its (empty) message.
-      if (ended.output.some((item) => item.type === "message") && !output.some((item) => item.type === "message")) append(append(events, begin("message")), close(status));
+      if (ended.output.some((item) => item.type === "message") && !output.some((item) => item.type === "message"))
+        append(append(events, begin("message")), close(status));
       return [...events, send(ENDING[ended.status as keyof typeof ENDING] ?? "response.incomplete", { response: responseObject(ended) })];
     },
     error: (error) => {

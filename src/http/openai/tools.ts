@@ -9,7 +9,8 @@ import type { ToolCall } from "../../llm/tools";
 import type { OfferedTools } from "../offered-tools";
 import { optional } from "../sampling-fields";
 
-const TOOL_RULE = 'each tool must be {type: "function", function: {name, description?, parameters?, strict?}}, its name of letters, digits, _ and - (at most 64)';
+const TOOL_RULE =
+  'each tool must be {type: "function", function: {name, description?, parameters?, strict?}}, its name of letters, digits, _ and - (at most 64)';
 
 export const TOOLS = optional(
   t.Array(
@@ -66,7 +67,11 @@ export function chatTools(body: {
 
 /** An assistant message's calls, each one's arguments a JSON object as the API returned them. */
 export function callsOf(calls: readonly { id: string; function: { name: string; arguments: string } }[], at: string): ToolCall[] {
-  return calls.map(({ id, function: fn }, j) => ({ id, name: fn.name, arguments: checkedArguments(fn.arguments, `${at}.tool_calls[${j}].function.arguments`) }));
+  return calls.map(({ id, function: fn }, j) => ({
+    id,
+    name: fn.name,
+    arguments: checkedArguments(fn.arguments, `${at}.tool_calls[${j}].function.arguments`),
+  }));
 }
 
 /** A call's arguments as given, once they are seen to be a JSON object (`InvalidInput` naming `param` if not). */
@@ -77,6 +82,7 @@ export function checkedArguments(text: string, param: string): string {
   } catch {
     parsed = undefined;
   }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new InvalidInput(param, "a call's arguments must be a JSON object, as text");
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    throw new InvalidInput(param, "a call's arguments must be a JSON object, as text");
   return text;
 }

@@ -8,17 +8,16 @@ import { Elysia } from "elysia";
 import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
 import type { Turn } from "../../llm/engine";
-import { requireKey } from "../auth";
 import { CountTokensRequest, MessagesRequest } from "../anthropic/contract";
-import { anthropicErrorResponses, jsonResponse } from "../openapi";
+import { anthropicFields } from "../anthropic/fields";
 import { messageJson, messagesFraming, newMessageId } from "../anthropic/present";
+import { requireKey } from "../auth";
+import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
+import { anthropicErrorResponses, jsonResponse } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
-import type { RequestHooks } from "../turn-driver";
-import type { CompletionRouteDeps } from "../turn-driver";
-import { namingFields } from "../field-names";
-import { anthropicFields } from "../anthropic/fields";
+import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
 const TAGS = ["Anthropic-compatible"];
 
@@ -37,21 +36,34 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
   if (typeof content === "string") return [{ role, content }];
   const blocksOf = <T extends Block["type"]>(type: T) => content.filter((block): block is Extract<Block, { type: T }> => block.type === type);
   const redacted = content.findIndex((block) => block.type === "redacted_thinking");
-  if (redacted >= 0) throw new InvalidInput(`${at}.content[${redacted}]`, "redacted_thinking blocks are another service's encrypted thoughts, which Parley cannot read (it writes none)");
-  const text = blocksOf("text").map((block) => block.text).join("");
+  if (redacted >= 0)
+    throw new InvalidInput(
+      `${at}.content[${redacted}]`,
+      "redacted_thinking blocks are another service's encrypted thoughts, which Parley cannot read (it writes none)",
+    );
+  const text = blocksOf("text")
+    .map((block) => block.text)
+    .join("");
   if (role === "assistant") {
     const result = content.findIndex((block) => block.type === "tool_result");
     if (result >= 0) throw new InvalidInput(`${at}.content[${result}]`, "a tool_result belongs to a user message");
     const toolCalls = blocksOf("tool_use").map((block) => ({ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }));
     for (const call of toolCalls) calls.set(call.id, call.name);
-    const thought = blocksOf("thinking").map((block) => block.thinking).join("");
+    const thought = blocksOf("thinking")
+      .map((block) => block.thinking)
+      .join("");
     return [{ role, content: text, ...(thought !== "" ? { reasoning: thought } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) }];
   }
   const results = content.flatMap((block, j): Turn[] => {
-    if (block.type === "tool_use" || block.type === "thinking") throw new InvalidInput(`${at}.content[${j}]`, `a ${block.type} block belongs to an assistant message`);
+    if (block.type === "tool_use" || block.type === "thinking")
+      throw new InvalidInput(`${at}.content[${j}]`, `a ${block.type} block belongs to an assistant message`);
     if (block.type !== "tool_result") return [];
     const name = calls.get(block.tool_use_id);
-    if (name === undefined) throw new InvalidInput(`${at}.content[${j}].tool_use_id`, `a tool_result must answer a tool_use of an earlier assistant message (${JSON.stringify(block.tool_use_id)} answers none)`);
+    if (name === undefined)
+      throw new InvalidInput(
+        `${at}.content[${j}].tool_use_id`,
+        `a tool_result must answer a tool_use of an earlier assistant message (${JSON.stringify(block.tool_use_id)} answers none)`,
+      );
     const output = textOf(block.content ?? "");
     return [{ role: "tool", content: block.is_error === true ? `Error: ${output}` : output, toolCallId: block.tool_use_id, name }];
   });
@@ -66,7 +78,10 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
 function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] {
   const last = request.messages.length - 1;
   if (request.messages[last]!.role === "assistant") {
-    throw new InvalidInput(`messages[${last}]`, `messages[${last}] is an assistant's: a final assistant message (a prefill for the reply to continue) is not supported; end with a user message`);
+    throw new InvalidInput(
+      `messages[${last}]`,
+      `messages[${last}] is an assistant's: a final assistant message (a prefill for the reply to continue) is not supported; end with a user message`,
+    );
   }
   const calls = new Map<string, string>();
   const turns: Turn[] = [
@@ -84,9 +99,14 @@ function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] 
 function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">) {
   const choice = body.tool_choice ?? undefined;
   return toolRequestOf({
-    functions: (body.tools ?? []).map((tool) => ({ name: tool.name, description: tool.description, parameters: tool.input_schema, strict: tool.strict === true })),
+    functions: (body.tools ?? []).map((tool) => ({
+      name: tool.name,
+      description: tool.description,
+      parameters: tool.input_schema,
+      strict: tool.strict === true,
+    })),
     choice: choice === undefined ? undefined : choice.type === "any" ? "required" : choice.type === "tool" ? { name: choice.name } : choice.type,
-    parallel: choice !== undefined && choice.type !== "none" && choice.disable_parallel_tool_use === true ? false : true,
+    parallel: !(choice !== undefined && choice.type !== "none" && choice.disable_parallel_tool_use === true),
   });
 }
 
@@ -100,7 +120,11 @@ function thinkingOf({ thinking, max_tokens }: Pick<MessagesRequest, "thinking" |
   if (thinking.type === "disabled") return { tokens: 0, shown: true };
   const shown = thinking.display !== "omitted";
   if (thinking.type === "adaptive") return { shown };
-  if (thinking.budget_tokens >= max_tokens) throw new InvalidInput("thinking.budget_tokens", `thinking.budget_tokens must be less than max_tokens (${max_tokens}): the thought's tokens are part of the reply's`);
+  if (thinking.budget_tokens >= max_tokens)
+    throw new InvalidInput(
+      "thinking.budget_tokens",
+      `thinking.budget_tokens must be less than max_tokens (${max_tokens}): the thought's tokens are part of the reply's`,
+    );
   return { tokens: thinking.budget_tokens, shown };
 }
 
@@ -124,7 +148,16 @@ function completionInput(body: MessagesRequest, thoughtTokens: number | undefine
 }
 
 /** What a turn's request can be refused for, the quota aside (`count_tokens` generates nothing). */
-const REFUSALS = ["invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "model_not_found", "rate_limited", "overloaded"] as const;
+const REFUSALS = [
+  "invalid_json",
+  "invalid_input",
+  "unauthorized",
+  "payload_too_large",
+  "unsupported_media_type",
+  "model_not_found",
+  "rate_limited",
+  "overloaded",
+] as const;
 
 export const anthropicRoutes = (deps: CompletionRouteDeps) =>
   new Elysia({ name: "parley/routes/anthropic" })
@@ -159,7 +192,13 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       "/v1/messages/count_tokens",
       async ({ body, principal, request }) => {
         const tools = toolsOf(body);
-        const count = await deps.completions.countTokens({ userId: principal.userId, model: body.model, messages: turnsOf(body), signal: request.signal, ...(tools ? { tools } : {}) });
+        const count = await deps.completions.countTokens({
+          userId: principal.userId,
+          model: body.model,
+          messages: turnsOf(body),
+          signal: request.signal,
+          ...(tools ? { tools } : {}),
+        });
         return { input_tokens: count };
       },
       {

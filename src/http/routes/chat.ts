@@ -2,18 +2,17 @@ import { Elysia, t } from "elysia";
 import type { ChatService, TurnResult, TurnStart } from "../../chat/service";
 import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
-import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
-import { SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
+import { namingFields } from "../field-names";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatReplyResponse, errorResponses } from "../openapi";
-import { resultJson, startJson } from "../present";
+import { nativeFields, resultJson, startJson } from "../present";
 import { contextOf } from "../request-context";
+import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
+import { SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
 import { event } from "../sse";
 import type { Framing, RequestHooks, TurnDriver } from "../turn-driver";
-import { namingFields } from "../field-names";
-import { nativeFields } from "../present";
 
 const MAX_MESSAGE_CODE_POINTS = 16_000;
 const MESSAGE_RULE = `message must be a string of 1 to ${MAX_MESSAGE_CODE_POINTS} characters`;
@@ -68,49 +67,52 @@ export interface ChatRouteDeps {
 }
 
 export const chatRoutes = (deps: ChatRouteDeps) =>
-  new Elysia({ name: "parley/routes/chat" }).use(requireKey).onBeforeHandle(namingFields(nativeFields)).post(
-    "/api/v1.0/chat",
-    async function* ({ body, principal, request, server, set }) {
-      checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);
-      contextOf(request).conversationId = body.conversation_id;
-      checkMessage(body.message);
-      const turn = (hooks: RequestHooks) =>
-        deps.chat.turn({
-          userId: principal.userId,
-          conversationId: body.conversation_id,
-          message: body.message,
-          sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
-          maxTokens: body.max_tokens ?? 512,
-          format: formatOf(body.response_format),
-          ...(body.model !== undefined ? { model: body.model } : {}),
-          ...hooks,
-        });
-      if (body.stream !== true) {
-        const result = await deps.turns.complete({ request, set }, turn);
-        return result && resultJson(result);
-      }
-      yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, nativeFraming);
-    },
-    {
-      auth: "key",
-      body: chatRequest,
-      parse: jsonBody(deps.body),
-      detail: {
-        summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
-        responses: {
-          "200": chatReplyResponse,
-          ...errorResponses(
-            "invalid_json",
-            "unauthorized",
-            "payload_too_large",
-            "unsupported_media_type",
-            "invalid_input",
-            "model_not_found",
-            "rate_limited",
-            "quota_exceeded",
-            "overloaded",
-          ),
+  new Elysia({ name: "parley/routes/chat" })
+    .use(requireKey)
+    .onBeforeHandle(namingFields(nativeFields))
+    .post(
+      "/api/v1.0/chat",
+      async function* ({ body, principal, request, server, set }) {
+        checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);
+        contextOf(request).conversationId = body.conversation_id;
+        checkMessage(body.message);
+        const turn = (hooks: RequestHooks) =>
+          deps.chat.turn({
+            userId: principal.userId,
+            conversationId: body.conversation_id,
+            message: body.message,
+            sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
+            maxTokens: body.max_tokens ?? 512,
+            format: formatOf(body.response_format),
+            ...(body.model !== undefined ? { model: body.model } : {}),
+            ...hooks,
+          });
+        if (body.stream !== true) {
+          const result = await deps.turns.complete({ request, set }, turn);
+          return result && resultJson(result);
+        }
+        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, nativeFraming);
+      },
+      {
+        auth: "key",
+        body: chatRequest,
+        parse: jsonBody(deps.body),
+        detail: {
+          summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
+          responses: {
+            "200": chatReplyResponse,
+            ...errorResponses(
+              "invalid_json",
+              "unauthorized",
+              "payload_too_large",
+              "unsupported_media_type",
+              "invalid_input",
+              "model_not_found",
+              "rate_limited",
+              "quota_exceeded",
+              "overloaded",
+            ),
+          },
         },
       },
-    },
-  );
+    );

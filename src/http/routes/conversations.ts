@@ -4,10 +4,10 @@ import type { ConversationStore } from "../../db/storage";
 import { InvalidInput, isAbort, NotFound } from "../../errors";
 import { requireKey } from "../auth";
 import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
+import { namingFields } from "../field-names";
 import { listedUser, pageWindow, parsePaging } from "../listing-query";
 import { errorResponses, jsonResponse } from "../openapi";
 import { conversationPageJson, nativeFields } from "../present";
-import { namingFields } from "../field-names";
 
 const listingQuery = t.Object({
   user_id: t.Optional(t.String({ description: "`:eq:<int>` or `<int>`; default: the key's own user (others: admin keys only)" })),

@@ -14,24 +14,22 @@ const listingQuery = t.Object({
 });
 
 export const messagesRoutes = (deps: { messages: MessageStore }) =>
-  new Elysia({ name: "parley/routes/messages" })
-    .use(requireKey)
-    .get(
-      "/api/v1.0/chat/messages",
-      async ({ query, principal }) => {
-        const { query: filter, page, rowsPerPage } = parseListing(query, principal);
-        const { rows, total } = await deps.messages.list({ ...filter, ...pageWindow({ page, rowsPerPage }) });
-        return pageJson(rows, { current: page, rowsPerPage, totalRows: total });
-      },
-      {
-        auth: "key",
-        query: listingQuery,
-        detail: {
-          summary: "List a user's stored messages, paged and sorted",
-          responses: {
-            "200": jsonResponse("One page of messages", "MessagePage"),
-            ...errorResponses("unauthorized", "forbidden", "invalid_input", "rate_limited"),
-          },
+  new Elysia({ name: "parley/routes/messages" }).use(requireKey).get(
+    "/api/v1.0/chat/messages",
+    async ({ query, principal }) => {
+      const { query: filter, page, rowsPerPage } = parseListing(query, principal);
+      const { rows, total } = await deps.messages.list({ ...filter, ...pageWindow({ page, rowsPerPage }) });
+      return pageJson(rows, { current: page, rowsPerPage, totalRows: total });
+    },
+    {
+      auth: "key",
+      query: listingQuery,
+      detail: {
+        summary: "List a user's stored messages, paged and sorted",
+        responses: {
+          "200": jsonResponse("One page of messages", "MessagePage"),
+          ...errorResponses("unauthorized", "forbidden", "invalid_input", "rate_limited"),
         },
       },
-    );
+    },
+  );

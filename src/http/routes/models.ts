@@ -7,11 +7,11 @@
 import { Elysia, t } from "elysia";
 import { type ModelInfo, modelLoading } from "../../chat/turn-runner";
 import { ModelNotFound } from "../../errors";
-import { anthropicModelJson, anthropicModelPage } from "../anthropic/present";
 import { AnthropicModelQuery } from "../anthropic/contract";
+import { anthropicModelJson, anthropicModelPage } from "../anthropic/present";
 import { requireKey } from "../auth";
-import { either, eitherErrorResponses } from "../openapi";
 import { modelJson } from "../openai/present";
+import { either, eitherErrorResponses } from "../openapi";
 
 export interface ModelRouteDeps {
   /** Every model, the default first. */
@@ -31,15 +31,23 @@ export const modelRoutes = (deps: ModelRouteDeps) => {
   return (
     new Elysia({ name: "parley/routes/models" })
       .use(requireKey)
-      .get("/v1/models", ({ request, query }) => (isAnthropic(request) ? anthropicModelPage(models(), query) : { object: "list" as const, data: models().map(modelJson) }), {
-        auth: "key",
-        query: AnthropicModelQuery,
-        detail: {
-          summary: "The models Parley serves, the default first: OpenAI's list (each marked loaded or not), or with anthropic-version Anthropic's page (limit, after_id, before_id)",
-          tags: TAGS,
-          responses: { "200": either("The models Parley serves", "OpenAiModelList", "AnthropicModelList"), ...eitherErrorResponses("invalid_input", "unauthorized", "rate_limited", "overloaded") },
+      .get(
+        "/v1/models",
+        ({ request, query }) => (isAnthropic(request) ? anthropicModelPage(models(), query) : { object: "list" as const, data: models().map(modelJson) }),
+        {
+          auth: "key",
+          query: AnthropicModelQuery,
+          detail: {
+            summary:
+              "The models Parley serves, the default first: OpenAI's list (each marked loaded or not), or with anthropic-version Anthropic's page (limit, after_id, before_id)",
+            tags: TAGS,
+            responses: {
+              "200": either("The models Parley serves", "OpenAiModelList", "AnthropicModelList"),
+              ...eitherErrorResponses("invalid_input", "unauthorized", "rate_limited", "overloaded"),
+            },
+          },
         },
-      })
+      )
       // Clients encode a slash in a model's name (%2F), so one segment holds any name.
       .get(
         "/v1/models/:model",
@@ -54,7 +62,10 @@ export const modelRoutes = (deps: ModelRouteDeps) => {
           detail: {
             summary: "One model, by id, in OpenAI's shape or (with anthropic-version) Anthropic's",
             tags: TAGS,
-            responses: { "200": either("The model", "OpenAiModel", "AnthropicModel"), ...eitherErrorResponses("model_not_found", "unauthorized", "rate_limited", "overloaded") },
+            responses: {
+              "200": either("The model", "OpenAiModel", "AnthropicModel"),
+              ...eitherErrorResponses("model_not_found", "unauthorized", "rate_limited", "overloaded"),
+            },
           },
         },
       )

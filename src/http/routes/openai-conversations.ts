@@ -7,13 +7,13 @@ import { Elysia, t } from "elysia";
 import type { ConversationItemService } from "../../chat/conversation-item-service";
 import { isAbort } from "../../errors";
 import { requireKey } from "../auth";
+import { namingFields } from "../field-names";
 import { type BodyLimits, jsonBody } from "../json-body";
-import { jsonResponse, openAiErrorResponses } from "../openapi";
+import { responseFields } from "../openai/fields";
 import { ITEM, ITEM_PAGE_QUERY, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
 import { conversationJson, inputItemJson, inputItemList } from "../openai/responses-present";
+import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { optional, UNKNOWN_FIELD } from "../sampling-fields";
-import { namingFields } from "../field-names";
-import { responseFields } from "../openai/fields";
 
 export interface OpenAiConversationRouteDeps {
   conversationItems: ConversationItemService;
@@ -45,7 +45,8 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
     .use(requireKey)
     .post(
       "/v1/conversations",
-      async ({ body, principal }) => conversationJson(await deps.conversationItems.create(principal.userId, itemsOf(body?.items ?? [], "items"), body?.metadata ?? {})),
+      async ({ body, principal }) =>
+        conversationJson(await deps.conversationItems.create(principal.userId, itemsOf(body?.items ?? [], "items"), body?.metadata ?? {})),
       {
         auth: "key",
         parse: jsonBody(deps.body),
@@ -58,7 +59,10 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
         detail: {
           summary: "Create a conversation, with its first items (a native conversation too)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The conversation", "ConversationObject"), ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited") },
+          responses: {
+            "200": jsonResponse("The conversation", "ConversationObject"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited"),
+          },
         },
       },
     )
@@ -67,17 +71,25 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
       params: conversationId,
       detail: { summary: "A conversation", tags: TAGS, responses: { "200": jsonResponse("The conversation", "ConversationObject"), ...COMMON, ...NOT_FOUND } },
     })
-    .post("/v1/conversations/:id", async ({ body, params, principal }) => conversationJson(await deps.conversationItems.update(principal.userId, params.id, body.metadata ?? {})), {
-      auth: "key",
-      params: conversationId,
-      parse: jsonBody(deps.body),
-      body: t.Object({ metadata: t.Union([METADATA, t.Null()], { error: METADATA_RULE }) }, UNKNOWN_FIELD),
-      detail: {
-        summary: "Replace a conversation's metadata",
-        tags: TAGS,
-        responses: { "200": jsonResponse("The conversation", "ConversationObject"), ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+    .post(
+      "/v1/conversations/:id",
+      async ({ body, params, principal }) => conversationJson(await deps.conversationItems.update(principal.userId, params.id, body.metadata ?? {})),
+      {
+        auth: "key",
+        params: conversationId,
+        parse: jsonBody(deps.body),
+        body: t.Object({ metadata: t.Union([METADATA, t.Null()], { error: METADATA_RULE }) }, UNKNOWN_FIELD),
+        detail: {
+          summary: "Replace a conversation's metadata",
+          tags: TAGS,
+          responses: {
+            "200": jsonResponse("The conversation", "ConversationObject"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "rate_limited"),
+            ...NOT_FOUND,
+          },
+        },
       },
-    })
+    )
     .delete(
       "/v1/conversations/:id",
       async ({ params, principal, request }) => {
@@ -96,8 +108,7 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
     )
     .get(
       "/v1/conversations/:id/items",
-      async ({ params, principal, query }) =>
-        inputItemList(await deps.conversationItems.items(principal.userId, params.id, itemPageOf(query))),
+      async ({ params, principal, query }) => inputItemList(await deps.conversationItems.items(principal.userId, params.id, itemPageOf(query))),
       {
         auth: "key",
         params: conversationId,
@@ -105,7 +116,11 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
         detail: {
           summary: "A conversation's items, paged (newest first unless order=asc)",
           tags: TAGS,
-          responses: { "200": jsonResponse("One page of items", "InputItemList"), ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+          responses: {
+            "200": jsonResponse("One page of items", "InputItemList"),
+            ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"),
+            ...NOT_FOUND,
+          },
         },
       },
     )
@@ -124,16 +139,24 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
         detail: {
           summary: "Add items at the end of a conversation (after its running turn)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The items added", "InputItemList"), ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+          responses: {
+            "200": jsonResponse("The items added", "InputItemList"),
+            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "rate_limited"),
+            ...NOT_FOUND,
+          },
         },
       },
     )
-    .get("/v1/conversations/:id/items/:item_id", async ({ params, principal }) => inputItemJson(await deps.conversationItems.item(principal.userId, params.id, params.item_id)), {
-      auth: "key",
-      params: itemPath,
-      query: t.Object({}, { additionalProperties: false, error: QUERY_RULE }),
-      detail: { summary: "One item of a conversation", tags: TAGS, responses: { "200": jsonResponse("The item", "InputItem"), ...COMMON, ...NOT_FOUND } },
-    })
+    .get(
+      "/v1/conversations/:id/items/:item_id",
+      async ({ params, principal }) => inputItemJson(await deps.conversationItems.item(principal.userId, params.id, params.item_id)),
+      {
+        auth: "key",
+        params: itemPath,
+        query: t.Object({}, { additionalProperties: false, error: QUERY_RULE }),
+        detail: { summary: "One item of a conversation", tags: TAGS, responses: { "200": jsonResponse("The item", "InputItem"), ...COMMON, ...NOT_FOUND } },
+      },
+    )
     .delete(
       "/v1/conversations/:id/items/:item_id",
       async ({ params, principal, request }) => {

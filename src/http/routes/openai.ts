@@ -9,25 +9,28 @@ import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
 import type { Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
-import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
-import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
-import { jsonBody } from "../json-body";
-import { chatCompletionResponse, openAiErrorResponses } from "../openapi";
-import { completionFraming, completionJson, newCompletion } from "../openai/present";
-import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
-import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
-import { toolRequestOf } from "../offered-tools";
 import { namingFields } from "../field-names";
+import { jsonBody } from "../json-body";
+import { toolRequestOf } from "../offered-tools";
 import { chatCompletionFields } from "../openai/fields";
+import { completionFraming, completionJson, newCompletion } from "../openai/present";
+import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
+import { chatCompletionResponse, openAiErrorResponses } from "../openapi";
+import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
+import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
 const MESSAGE_RULE =
-  "each message needs a role (system, developer, user, assistant or tool) and text content: a string or [{type: \"text\", text}] (an assistant's also [{type: \"refusal\", refusal}], or none beside tool_calls)";
+  'each message needs a role (system, developer, user, assistant or tool) and text content: a string or [{type: "text", text}] (an assistant\'s also [{type: "refusal", refusal}], or none beside tool_calls)';
 
 const message = t.Object(
   {
     role: t.Union([t.Literal("system"), t.Literal("developer"), t.Literal("user"), t.Literal("assistant"), t.Literal("tool")], { error: MESSAGE_RULE }),
     content: optional(
-      t.Union([t.String(), t.Array(t.Union([t.Object({ type: t.Literal("text"), text: t.String() }), t.Object({ type: t.Literal("refusal"), refusal: t.String() })]))]),
+      t.Union([
+        t.String(),
+        t.Array(t.Union([t.Object({ type: t.Literal("text"), text: t.String() }), t.Object({ type: t.Literal("refusal"), refusal: t.String() })])),
+      ]),
       MESSAGE_RULE,
     ),
     // An assistant's thought as this API returned it: the chat template decides whether the model sees it.
@@ -39,51 +42,54 @@ const message = t.Object(
   { error: MESSAGE_RULE },
 );
 
-const completionRequest = t.Object({
-  messages: t.Array(message, { minItems: 1, error: `messages must be a non-empty array; ${MESSAGE_RULE}` }),
-  model: optional(t.String(), "model must be a string"),
-  temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
-  ...SAMPLING_FIELDS,
-  max_tokens: optional(t.Integer({ minimum: 1 }), "max_tokens must be a positive integer"),
-  max_completion_tokens: optional(t.Integer({ minimum: 1 }), "max_completion_tokens must be a positive integer"),
-  seed: optional(t.Integer(), "seed must be an integer"),
-  stop: optional(
-    t.Union([t.String({ minLength: 1 }), t.Array(t.String({ minLength: 1 }), { maxItems: 4 })]),
-    "stop must be a non-empty string or an array of up to 4",
-  ),
-  stream: optional(t.Boolean(), "stream must be true or false"),
-  stream_options: optional(
-    t.Object({
-      include_usage: optional(t.Boolean(), "include_usage must be true or false"),
-      // Padding against a side channel of OpenAI's network; Parley's chunks carry none.
-      include_obfuscation: optional(t.Boolean(), "include_obfuscation must be true or false"),
-    }),
-    "stream_options must be an object",
-  ),
-  n: optional(t.Literal(1), "n must be 1: Parley generates one choice"),
-  // Fields that change nothing in the reply Parley gives.
-  user: optional(t.String(), "user must be a string"),
-  metadata: optional(t.Record(t.String(), t.String()), "metadata must map strings to strings"),
-  service_tier: optional(t.String(), "service_tier must be a string"),
-  prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
-  safety_identifier: optional(t.String(), "safety_identifier must be a string"),
-  prediction: optional(t.Object({ type: t.Literal("content") }), "prediction must be {type: \"content\", content}"),
-  tools: TOOLS,
-  tool_choice: TOOL_CHOICE,
-  parallel_tool_calls: optional(t.Boolean(), "parallel_tool_calls must be true or false"),
-  store: optional(t.Literal(false), "store must be false: Parley stores no completion (its native API stores conversations)"),
-  modalities: optional(t.Array(t.Literal("text")), "modalities must be [\"text\"]: Parley answers with text only"),
-  functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are OpenAI's former tools: send tools instead"),
-  function_call: optional(t.Literal("none"), "function_call is OpenAI's former tool_choice: send tool_choice instead"),
-  response_format: optional(RESPONSE_FORMAT, RESPONSE_FORMAT_RULE),
-  logprobs: optional(t.Boolean(), "logprobs must be true or false"),
-  top_logprobs: optional(t.Integer({ minimum: 0, maximum: 20 }), "top_logprobs must be an integer from 0 to 20"),
-  audio: unsupported("audio is not supported: Parley answers with text only"),
-  reasoning_effort: unsupported("reasoning_effort is not supported: the model's chat template decides how it reasons"),
-  verbosity: unsupported("verbosity is not supported"),
-  web_search_options: unsupported("web_search_options are not supported: Parley has no network"),
-  // A field OpenAI does not define (nor llama-server's top_k, min_p, repeat_penalty) is refused.
-}, UNKNOWN_FIELD);
+const completionRequest = t.Object(
+  {
+    messages: t.Array(message, { minItems: 1, error: `messages must be a non-empty array; ${MESSAGE_RULE}` }),
+    model: optional(t.String(), "model must be a string"),
+    temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
+    ...SAMPLING_FIELDS,
+    max_tokens: optional(t.Integer({ minimum: 1 }), "max_tokens must be a positive integer"),
+    max_completion_tokens: optional(t.Integer({ minimum: 1 }), "max_completion_tokens must be a positive integer"),
+    seed: optional(t.Integer(), "seed must be an integer"),
+    stop: optional(
+      t.Union([t.String({ minLength: 1 }), t.Array(t.String({ minLength: 1 }), { maxItems: 4 })]),
+      "stop must be a non-empty string or an array of up to 4",
+    ),
+    stream: optional(t.Boolean(), "stream must be true or false"),
+    stream_options: optional(
+      t.Object({
+        include_usage: optional(t.Boolean(), "include_usage must be true or false"),
+        // Padding against a side channel of OpenAI's network; Parley's chunks carry none.
+        include_obfuscation: optional(t.Boolean(), "include_obfuscation must be true or false"),
+      }),
+      "stream_options must be an object",
+    ),
+    n: optional(t.Literal(1), "n must be 1: Parley generates one choice"),
+    // Fields that change nothing in the reply Parley gives.
+    user: optional(t.String(), "user must be a string"),
+    metadata: optional(t.Record(t.String(), t.String()), "metadata must map strings to strings"),
+    service_tier: optional(t.String(), "service_tier must be a string"),
+    prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
+    safety_identifier: optional(t.String(), "safety_identifier must be a string"),
+    prediction: optional(t.Object({ type: t.Literal("content") }), 'prediction must be {type: "content", content}'),
+    tools: TOOLS,
+    tool_choice: TOOL_CHOICE,
+    parallel_tool_calls: optional(t.Boolean(), "parallel_tool_calls must be true or false"),
+    store: optional(t.Literal(false), "store must be false: Parley stores no completion (its native API stores conversations)"),
+    modalities: optional(t.Array(t.Literal("text")), 'modalities must be ["text"]: Parley answers with text only'),
+    functions: optional(t.Array(t.Unknown(), { maxItems: 0 }), "functions are OpenAI's former tools: send tools instead"),
+    function_call: optional(t.Literal("none"), "function_call is OpenAI's former tool_choice: send tool_choice instead"),
+    response_format: optional(RESPONSE_FORMAT, RESPONSE_FORMAT_RULE),
+    logprobs: optional(t.Boolean(), "logprobs must be true or false"),
+    top_logprobs: optional(t.Integer({ minimum: 0, maximum: 20 }), "top_logprobs must be an integer from 0 to 20"),
+    audio: unsupported("audio is not supported: Parley answers with text only"),
+    reasoning_effort: unsupported("reasoning_effort is not supported: the model's chat template decides how it reasons"),
+    verbosity: unsupported("verbosity is not supported"),
+    web_search_options: unsupported("web_search_options are not supported: Parley has no network"),
+    // A field OpenAI does not define (nor llama-server's top_k, min_p, repeat_penalty) is refused.
+  },
+  UNKNOWN_FIELD,
+);
 
 type CompletionRequest = typeof completionRequest.static;
 
@@ -106,7 +112,11 @@ function toTurns(messages: readonly Message[]): Turn[] {
     const text = typeof content === "string" ? content : (content ?? []).map((part) => (part.type === "text" ? part.text : part.refusal)).join("");
     if (role === "tool") {
       const name = calls.get(tool_call_id ?? "");
-      if (name === undefined) throw new InvalidInput(`${at}.tool_call_id`, `a tool message must answer a call of an earlier assistant message (${JSON.stringify(tool_call_id ?? null)} answers none)`);
+      if (name === undefined)
+        throw new InvalidInput(
+          `${at}.tool_call_id`,
+          `a tool message must answer a call of an earlier assistant message (${JSON.stringify(tool_call_id ?? null)} answers none)`,
+        );
       return { role, content: text, toolCallId: tool_call_id!, name };
     }
     if (role !== "assistant") return { role: role === "developer" ? "system" : role, content: text };
@@ -172,7 +182,17 @@ export const openAiRoutes = (deps: CompletionRouteDeps) =>
           tags: ["OpenAI-compatible"],
           responses: {
             "200": chatCompletionResponse,
-            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "model_not_found", "rate_limited", "quota_exceeded", "overloaded"),
+            ...openAiErrorResponses(
+              "invalid_json",
+              "invalid_input",
+              "unauthorized",
+              "payload_too_large",
+              "unsupported_media_type",
+              "model_not_found",
+              "rate_limited",
+              "quota_exceeded",
+              "overloaded",
+            ),
           },
         },
       },

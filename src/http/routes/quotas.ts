@@ -11,7 +11,10 @@ const SUBJECT_RULE = "the path names a user id (an integer) or default";
 
 const quotaRequest = t.Object({
   tokens: t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, error: "tokens must be an integer from 0" }),
-  period: t.Union(QUOTA_PERIODS.map((period) => t.Literal(period)), { error: "period must be day or month" }),
+  period: t.Union(
+    QUOTA_PERIODS.map((period) => t.Literal(period)),
+    { error: "period must be day or month" },
+  ),
 });
 
 function subjectOf(raw: string): QuotaSubject {

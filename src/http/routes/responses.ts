@@ -9,16 +9,16 @@ import type { ResponseInput, ResponseService } from "../../chat/responses";
 import { InvalidInput } from "../../errors";
 import type { ReplyFormat } from "../../llm/engine";
 import { requireKey } from "../auth";
-import { type BodyLimits, jsonBody } from "../json-body";
-import { jsonResponse, openAiErrorResponses } from "../openapi";
-import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
-import { ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, QUERY_RULE, RESPONSE_ITEM, responseItemsOf } from "../openai/items";
-import { toolRequestOf } from "../offered-tools";
-import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { BackgroundResponses } from "../background-responses";
-import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 import { namingFields } from "../field-names";
+import { type BodyLimits, jsonBody } from "../json-body";
+import { toolRequestOf } from "../offered-tools";
 import { responseFields } from "../openai/fields";
+import { ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, QUERY_RULE, RESPONSE_ITEM, responseItemsOf } from "../openai/items";
+import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
+import { jsonResponse, openAiErrorResponses } from "../openapi";
+import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 
 const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
 
@@ -81,7 +81,10 @@ const responseRequest = t.Object(
     prompt_cache_key: optional(t.String(), "prompt_cache_key must be a string"),
     service_tier: optional(t.String(), "service_tier must be a string"),
     previous_response_id: optional(t.String({ minLength: 1 }), "previous_response_id must be the id of a kept response"),
-    conversation: optional(t.Union([t.String({ minLength: 1 }), t.Object({ id: t.String({ minLength: 1 }) })]), "conversation must be a conversation's id, or {id}"),
+    conversation: optional(
+      t.Union([t.String({ minLength: 1 }), t.Object({ id: t.String({ minLength: 1 }) })]),
+      "conversation must be a conversation's id, or {id}",
+    ),
     background: optional(t.Boolean(), "background must be true or false"),
     include: optional(t.Array(t.Never(), { maxItems: 0 }), "include is not supported"),
     reasoning: unsupported("reasoning is not supported: the model's chat template decides how it reasons"),
@@ -184,9 +187,24 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
           summary: "OpenAI-compatible Responses, kept unless store is false (JSON, or OpenAI's typed events with stream: true)",
           tags: TAGS,
           responses: {
-            "200": jsonResponse("The response; with stream: true, text/event-stream of OpenAI's typed events (ResponseEvent), the last response.completed, response.incomplete or response.failed", "ResponseObject"),
-            ...openAiErrorResponses("invalid_json", "invalid_input", "unauthorized", "payload_too_large", "unsupported_media_type", "rate_limited", "quota_exceeded", "overloaded"),
-            "404": { ...openAiErrorResponses("not_found", "model_not_found")["404"]!, description: "not_found: the caller has no kept response by the previous_response_id; model_not_found: no such model" },
+            "200": jsonResponse(
+              "The response; with stream: true, text/event-stream of OpenAI's typed events (ResponseEvent), the last response.completed, response.incomplete or response.failed",
+              "ResponseObject",
+            ),
+            ...openAiErrorResponses(
+              "invalid_json",
+              "invalid_input",
+              "unauthorized",
+              "payload_too_large",
+              "unsupported_media_type",
+              "rate_limited",
+              "quota_exceeded",
+              "overloaded",
+            ),
+            "404": {
+              ...openAiErrorResponses("not_found", "model_not_found")["404"]!,
+              description: "not_found: the caller has no kept response by the previous_response_id; model_not_found: no such model",
+            },
           },
         },
       },
@@ -199,9 +217,12 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
           if (query.starting_after !== undefined) throw new InvalidInput("starting_after", "starting_after needs stream=true");
           return responseObject(record);
         }
-        if (!record.background) throw new InvalidInput("stream", "only a background response's stream is kept: this response was not made with background: true");
+        if (!record.background)
+          throw new InvalidInput("stream", "only a background response's stream is kept: this response was not made with background: true");
         const after = query.starting_after ?? -1;
-        yield* deps.turns.replay({ request, set, server, keyId: principal.keyId }, (signal) => deps.background.events(principal.userId, record.id, after, signal));
+        yield* deps.turns.replay({ request, set, server, keyId: principal.keyId }, (signal) =>
+          deps.background.events(principal.userId, record.id, after, signal),
+        );
       },
       {
         auth: "key",
@@ -238,7 +259,11 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
         detail: {
           summary: "Stop a background response, on whichever node generates it; the response once it has ended (cancelled, with what was said)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The response", "ResponseObject"), ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+          responses: {
+            "200": jsonResponse("The response", "ResponseObject"),
+            ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"),
+            ...NOT_FOUND,
+          },
         },
       },
     )
@@ -260,8 +285,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
     )
     .get(
       "/v1/responses/:id/input_items",
-      async ({ params, principal, query }) =>
-        inputItemList(await deps.responses.inputItems(principal.userId, params.id, itemPageOf(query))),
+      async ({ params, principal, query }) => inputItemList(await deps.responses.inputItems(principal.userId, params.id, itemPageOf(query))),
       {
         auth: "key",
         params: responseId,
@@ -269,7 +293,11 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
         detail: {
           summary: "The items a kept response was given, paged (newest first unless order=asc)",
           tags: TAGS,
-          responses: { "200": jsonResponse("One page of items", "InputItemList"), ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"), ...NOT_FOUND },
+          responses: {
+            "200": jsonResponse("One page of items", "InputItemList"),
+            ...openAiErrorResponses("invalid_input", "unauthorized", "rate_limited"),
+            ...NOT_FOUND,
+          },
         },
       },
     );

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { type TokenLedger, usageDay } from "../../chat/token-ledger";
 import type { UsageStore } from "../../db/storage";
 import { requireKey } from "../auth";
-import { type UsageReport, USAGE_DAYS } from "../contract";
+import { USAGE_DAYS, type UsageReport } from "../contract";
 import { listedUser } from "../listing-query";
 import { errorResponses, jsonResponse } from "../openapi";
 import { quotaJson } from "../present";

@@ -1,9 +1,9 @@
 import { basename } from "node:path";
 import { Elysia } from "elysia";
-import { documentResponse } from "../openapi";
 // An HTML import: inside the single binary Bun has already bundled the page (its `files`); from a
 // checkout it is bundled here once, on the first request. Either way nothing is fetched elsewhere.
 import page from "../../web/index.html";
+import { documentResponse } from "../openapi";
 
 interface Asset {
   name: string;
@@ -82,5 +82,10 @@ export const webRoutes = () =>
         },
       });
     },
-    { detail: { summary: "The web page: chat with the service from a browser (a key is pasted into it)", responses: { "200": documentResponse("The page, its script and styles inlined", "text/html") } } },
+    {
+      detail: {
+        summary: "The web page: chat with the service from a browser (a key is pasted into it)",
+        responses: { "200": documentResponse("The page, its script and styles inlined", "text/html") },
+      },
+    },
   );
