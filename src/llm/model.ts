@@ -179,6 +179,8 @@ export class ModelRegistry {
       }
       const { description, created } = described;
       const clash = entries.find((entry) => entry.id === description.name);
+      // The demo an earlier start wrote into the directory yields to a named copy of it: Parley's own file, no operator's clash.
+      if (clash && basename(path) === DEMO_FILE && !named.includes(path)) continue;
       if (clash) {
         const reason = `its model id "${description.name}" is already ${clash.path}'s: rename one (general.name, else the file name)`;
         if (starting) throw new UnservableModelError(`cannot serve this model: ${path}: ${reason}`);

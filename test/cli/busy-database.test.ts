@@ -74,7 +74,7 @@ describe("a database locked by another process", () => {
     const holder = await holdWriteLock(dbPath);
     const child = Bun.spawn(["bun", "src/cli.ts", "serve"], {
       cwd: ROOT,
-      env: { ...Bun.env, PARLEY_DB: dbPath, PARLEY_PORT: "0", PARLEY_MODEL: await presetModel("demo") },
+      env: { ...Bun.env, PARLEY_DB: dbPath, PARLEY_PORT: "0", PARLEY_MODEL: await presetModel("demo"), PARLEY_MODELS_DIR: tempDir("no-models") },
       stdout: "pipe",
       stderr: "pipe",
     });

@@ -10,7 +10,8 @@ const model = await presetModel("demo");
 const run = (args: string[], env: Record<string, string>) => {
   const result = Bun.spawnSync(["bun", "src/cli.ts", ...args], {
     cwd: join(import.meta.dir, "../.."),
-    env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_MODEL: model, ...env },
+    // A models directory of its own: the checkout's may hold a developer's models.
+    env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_MODEL: model, PARLEY_MODELS_DIR: tempDir("refusals-models"), ...env },
     stdout: "pipe",
     stderr: "pipe",
   });

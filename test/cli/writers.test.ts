@@ -64,7 +64,7 @@ describe("one SQLite file, several processes", () => {
     const first = await serve(dbPath);
     const second = Bun.spawn(["bun", "src/cli.ts", "serve"], {
       cwd: ROOT,
-      env: { ...Bun.env, PARLEY_DB: dbPath, PARLEY_PORT: "0", PARLEY_MODEL: await presetModel("demo") },
+      env: { ...Bun.env, PARLEY_DB: dbPath, PARLEY_PORT: "0", PARLEY_MODEL: await presetModel("demo"), PARLEY_MODELS_DIR: tempDir("no-models") },
       stdout: "pipe",
       stderr: "pipe",
     });

@@ -69,6 +69,10 @@ describe("the model registry", () => {
     // An alias of that name wins: the operator chose it.
     expect((await open(dir, [await presetModel("demo")], { parley: "parley-bench-small" })).resolve("parley").id).toBe("parley-bench-small");
     await expect(open(dir, [await presetModel("demo")], { x: "nothing" })).rejects.toThrow("PARLEY_MODEL_ALIASES");
+    // The demo an earlier start wrote into the directory yields to a named copy of it.
+    copyFileSync(await presetModel("demo"), join(dir, "parley-demo.gguf"));
+    const both = await open(dir, [await presetModel("demo")]);
+    expect(both.models.map((model) => model.path)).toEqual([await presetModel("demo"), join(dir, "bench.gguf")]);
   });
 
   test("without a named file: every file is served, the demo too; the default, chosen at the start, is the first by name that is neither the demo nor random weights", async () => {
