@@ -26,8 +26,20 @@ const ENFORCED: Record<string, ReadonlySet<string>> = {
  */
 export const GRAMMAR_INTEGER_BOUND = 10 ** 15 - 1;
 
-/** The string formats the grammar writes. */
-const FORMATS = new Set(["date-time", "time", "date"]);
+/**
+ * Formats Parley writes itself, node-llama-cpp's grammar knowing none of them: each string is
+ * given to it as a constant standing in for the format, whose literal `withOwnFormats` replaces by
+ * the format's rule. An address's parts are bounded: a model that never wants to end a name cannot
+ * write on past them, and each stays within RFC 5321's lengths (and ajv's `email`).
+ */
+const OWN_FORMATS: Record<string, string> = {
+  uuid: '"\\"" [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12} "\\""',
+  email: '"\\"" [a-z0-9]{1,32} ("." [a-z0-9]{1,16}){0,2} "@" [a-z0-9]{1,32} ("." [a-z0-9]{1,16}){0,2} "." [a-z]{2,8} "\\""',
+};
+const ownFormatStandIn = (format: string) => `parley-own-format-${format}-6f2c1d`;
+
+/** The string formats the grammar writes: node-llama-cpp's, and Parley's own. */
+const FORMATS = new Set(["date-time", "time", "date", ...Object.keys(OWN_FORMATS)]);
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type SchemaObject = { [key: string]: Json };
@@ -179,9 +191,10 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
       case "string":
         only([...ENFORCED.string!]);
         if (node.format !== undefined && !(typeof node.format === "string" && FORMATS.has(node.format)))
-          unenforced(node, ["format"], at, `has format ${JSON.stringify(node.format)}; only date-time, time and date are enforced`);
+          unenforced(node, ["format"], at, `has format ${JSON.stringify(node.format)}; only ${[...FORMATS].join(", ")} are enforced`);
         if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined))
           unenforced(node, ["minLength", "maxLength"], at, "has a format with a length bound");
+        if (typeof node.format === "string" && node.format in OWN_FORMATS) return { ...keep, const: ownFormatStandIn(node.format) };
         return { ...keep, ...node };
       case "object": {
         only([...ENFORCED.object!]);
@@ -296,6 +309,17 @@ const CALENDAR_MONTH_DAY =
  * hold bytes that are no character. Numbers keep exponents of two digits at most.
  */
 export function boundedJsonGrammar(grammar: string): string {
+  return withOwnFormats(boundedJsonRules(grammar));
+}
+
+/** `grammar` with each of Parley's own formats' stand-in literals replaced by the format's rule. */
+function withOwnFormats(grammar: string): string {
+  let written = grammar;
+  for (const [format, rule] of Object.entries(OWN_FORMATS)) written = written.replaceAll(`"\\"${ownFormatStandIn(format)}\\""`, `(${rule})`);
+  return written;
+}
+
+function boundedJsonRules(grammar: string): string {
   const rules = [
     { rule: "root", from: /^(root ::= .*) "\\n\\n\\n\\n" \[\\n\]\*$/m, to: "$1" },
     {
