@@ -6,6 +6,7 @@
  */
 import type { GbnfJsonSchema } from "node-llama-cpp";
 import { type Field, InvalidInput } from "../errors";
+import { patternRule } from "./pattern-grammar";
 
 /** Keywords that say what a value is for, not what it may be. */
 const ANNOTATIONS = new Set(["title", "description", "$comment", "$schema", "$id", "examples", "default", "deprecated", "readOnly", "writeOnly"]);
@@ -14,7 +15,7 @@ const SCALAR_TYPES = new Set(["string", "number", "integer", "boolean", "null"])
 
 /** What the grammar enforces, per kind of schema. */
 const ENFORCED: Record<string, ReadonlySet<string>> = {
-  string: new Set(["type", "minLength", "maxLength", "format"]),
+  string: new Set(["type", "minLength", "maxLength", "format", "pattern"]),
   object: new Set(["type", "properties", "required", "additionalProperties", "minProperties", "maxProperties"]),
   array: new Set(["type", "items", "prefixItems", "minItems", "maxItems"]),
   scalar: new Set(["type"]),
@@ -27,16 +28,21 @@ const ENFORCED: Record<string, ReadonlySet<string>> = {
 export const GRAMMAR_INTEGER_BOUND = 10 ** 15 - 1;
 
 /**
- * Formats Parley writes itself, node-llama-cpp's grammar knowing none of them: each string is
- * given to it as a constant standing in for the format, whose literal `withOwnFormats` replaces by
- * the format's rule. An address's parts are bounded: a model that never wants to end a name cannot
- * write on past them, and each stays within RFC 5321's lengths (and ajv's `email`).
+ * Formats Parley writes itself, node-llama-cpp's grammar knowing none of them (a `pattern` is
+ * written the same way, pattern-grammar.ts). An address's parts are bounded: a model that never
+ * wants to end a name cannot write on past them, and each stays within RFC 5321's lengths (and
+ * ajv's `email`).
  */
 const OWN_FORMATS: Record<string, string> = {
   uuid: '"\\"" [0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12} "\\""',
   email: '"\\"" [a-z0-9]{1,32} ("." [a-z0-9]{1,16}){0,2} "@" [a-z0-9]{1,32} ("." [a-z0-9]{1,16}){0,2} "." [a-z]{2,8} "\\""',
 };
-const ownFormatStandIn = (format: string) => `parley-own-format-${format}-6f2c1d`;
+/**
+ * A string node-llama-cpp's grammar cannot write, given to it as a constant that carries the GBNF
+ * of the whole JSON string; `withOwnRules` puts that rule in place of the constant's literal.
+ */
+const ownRule = (rule: string) => ({ const: `parley-rule-${Buffer.from(rule).toString("base64url")}` });
+const OWN_RULE_LITERAL = /"\\"parley-rule-([A-Za-z0-9_-]+)\\""/g;
 
 /** The string formats the grammar writes: node-llama-cpp's, and Parley's own. */
 const FORMATS = new Set(["date-time", "time", "date", ...Object.keys(OWN_FORMATS)]);
@@ -194,7 +200,22 @@ export function grammarSchemaOf(schema: unknown, field: Field, { strict, budget 
           unenforced(node, ["format"], at, `has format ${JSON.stringify(node.format)}; only ${[...FORMATS].join(", ")} are enforced`);
         if (node.format !== undefined && (node.minLength !== undefined || node.maxLength !== undefined))
           unenforced(node, ["minLength", "maxLength"], at, "has a format with a length bound");
-        if (typeof node.format === "string" && node.format in OWN_FORMATS) return { ...keep, const: ownFormatStandIn(node.format) };
+        if (node.pattern !== undefined) {
+          const rule = typeof node.pattern === "string" ? patternRule(node.pattern, SCHEMA_LIMITS.repetition) : undefined;
+          if (rule === undefined)
+            unenforced(
+              node,
+              ["pattern"],
+              at,
+              `has "pattern" ${JSON.stringify(node.pattern)}, outside the regular subset Parley enforces (^…$ anchored; characters, ., classes, \\d \\w, groups, | and quantifiers)`,
+            );
+          else {
+            const besides = ["format", "minLength", "maxLength"].filter((keyword) => node[keyword] !== undefined);
+            if (besides.length > 0) unenforced(node, besides, at, `has "${besides[0]}" beside a pattern`);
+            return { ...keep, ...ownRule(rule) };
+          }
+        }
+        if (typeof node.format === "string" && node.format in OWN_FORMATS) return { ...keep, ...ownRule(OWN_FORMATS[node.format]!) };
         return { ...keep, ...node };
       case "object": {
         only([...ENFORCED.object!]);
@@ -309,14 +330,12 @@ const CALENDAR_MONTH_DAY =
  * hold bytes that are no character. Numbers keep exponents of two digits at most.
  */
 export function boundedJsonGrammar(grammar: string): string {
-  return withOwnFormats(boundedJsonRules(grammar));
+  return withOwnRules(boundedJsonRules(grammar));
 }
 
-/** `grammar` with each of Parley's own formats' stand-in literals replaced by the format's rule. */
-function withOwnFormats(grammar: string): string {
-  let written = grammar;
-  for (const [format, rule] of Object.entries(OWN_FORMATS)) written = written.replaceAll(`"\\"${ownFormatStandIn(format)}\\""`, `(${rule})`);
-  return written;
+/** `grammar` with each stand-in constant's literal (`ownRule`) replaced by the rule it carries. */
+function withOwnRules(grammar: string): string {
+  return grammar.replaceAll(OWN_RULE_LITERAL, (_, encoded: string) => `(${Buffer.from(encoded, "base64url").toString()})`);
 }
 
 function boundedJsonRules(grammar: string): string {
