@@ -339,10 +339,9 @@ export class ChatService {
           return endedWaiting(error, running);
         }
         releaseLease = held.releaseLease;
-        // Another node may have started the same conversation meanwhile: its turns come first.
-        request = held.conversation.created
-          ? { ...request, conversationKey: String(held.conversation.id) }
-          : await this.request(input, engine, held.conversation);
+        // Read again under the lease: another node may have started the same conversation, or
+        // taken the lease on the one created here first, and its turns come before this one.
+        request = await this.request(input, engine, held.conversation);
       }
       const { conversation } = held;
       const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
