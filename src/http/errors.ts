@@ -173,8 +173,11 @@ const MODELS_PREFIX = "/v1/models";
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
+/** A request of Anthropic's clients, which always send their API's version. */
+export const fromAnthropicClient = (headers: Headers): boolean => headers.has("anthropic-version");
+
 export const dialectOf = (path: string, headers: Headers): ErrorDialect =>
-  under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && headers.has("anthropic-version"))
+  under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && fromAnthropicClient(headers))
     ? "anthropic"
     : path.startsWith(OPENAI_PREFIX)
       ? "openai"

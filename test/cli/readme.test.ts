@@ -8,23 +8,18 @@
 import { afterAll, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { allowSlowTests, type ChildServer, startServer, tempDir } from "../support";
+import { allowSlowTests, type ChildServer, shellCommands, startServer, tempDir } from "../support";
 
 allowSlowTests();
 
 const ROOT = join(import.meta.dir, "../..");
 const ADMIN_KEY = "readme-test-admin-key-0123456789abcdef";
 
-/** The commands of the sh block under `heading`: continuation lines joined, comments and blanks dropped. */
+/** The commands of the sh block under `heading`. */
 function commandsUnder(heading: string): string[] {
   const readme = readFileSync(join(ROOT, "README.md"), "utf8");
   const section = readme.slice(readme.indexOf(heading));
-  const block = /```sh\n([\s\S]*?)```/.exec(section)![1]!;
-  return block
-    .replace(/\\\n\s*/g, "")
-    .split("\n")
-    .map((line) => line.replace(/\s+# .*$/, "").trim())
-    .filter((line) => line !== "" && !line.startsWith("#"));
+  return shellCommands(/```sh\n([\s\S]*?)```/.exec(section)![1]!);
 }
 
 let server: ChildServer | undefined;

@@ -9,7 +9,7 @@ import { afterAll, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { API_DOC, withContents } from "../../tools/api-contents";
-import { allowSlowTests, type ChildServer, startServer, tempDir } from "../support";
+import { allowSlowTests, type ChildServer, shellCommands, startServer, tempDir } from "../support";
 
 allowSlowTests();
 
@@ -17,21 +17,10 @@ const ROOT = join(import.meta.dir, "../..");
 const ADMIN_KEY = "api-examples-admin-key-0123456789abcdef";
 const doc = readFileSync(API_DOC, "utf8");
 
-/**
- * Each sh block's commands: continuation lines joined, and so are lines inside a quoted argument
- * (a JSON body written over several lines); comments, blanks and the `export` lines dropped.
- */
-const examples = Array.from(doc.matchAll(/```sh\n([\s\S]*?)```/g), (match) => {
-  const commands: string[] = [];
-  let open = "";
-  for (const line of match[1]!.replace(/\\\n\s*/g, "").split("\n")) {
-    open = open === "" ? line.replace(/\s+# .*$/, "").trim() : `${open}\n${line}`;
-    if ((open.match(/'/g)?.length ?? 0) % 2 === 1) continue;
-    if (open !== "" && !open.startsWith("#") && !open.startsWith("export ")) commands.push(open);
-    open = "";
-  }
-  return commands;
-}).flat();
+/** Each sh block's commands but the `export` lines, whose variables this test fills in. */
+const examples = Array.from(doc.matchAll(/```sh\n([\s\S]*?)```/g), (match) => shellCommands(match[1]!))
+  .flat()
+  .filter((command) => !command.startsWith("export "));
 
 let server: ChildServer | undefined;
 afterAll(() => server?.stop());

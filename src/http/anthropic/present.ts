@@ -170,16 +170,14 @@ export const anthropicModelJson = (model: ModelInfo): AnthropicModel => ({
 export function anthropicModelPage(models: readonly ModelInfo[], query: { limit?: number; after_id?: string; before_id?: string }): AnthropicModelList {
   const { limit = 20, after_id, before_id } = query;
   if (after_id !== undefined && before_id !== undefined) throw new InvalidInput("before_id", "send after_id or before_id, not both");
-  const at = (id: string, param: string) => {
+  const indexOf = (id: string, param: string) => {
     const index = models.findIndex((model) => model.id === id);
     if (index < 0) throw new InvalidInput(param, `no model ${JSON.stringify(id)}`);
     return index;
   };
-  const [from, to] =
-    before_id !== undefined
-      ? [Math.max(0, at(before_id, "before_id") - limit), at(before_id, "before_id")]
-      : [after_id === undefined ? 0 : at(after_id, "after_id") + 1, Infinity];
-  const page = models.slice(from, Math.min(to, from + limit));
-  const more = before_id !== undefined ? from > 0 : from + page.length < models.length;
+  const to = before_id === undefined ? undefined : indexOf(before_id, "before_id");
+  const from = to !== undefined ? Math.max(0, to - limit) : after_id === undefined ? 0 : indexOf(after_id, "after_id") + 1;
+  const page = models.slice(from, to ?? from + limit);
+  const more = to !== undefined ? from > 0 : from + page.length < models.length;
   return { data: page.map(anthropicModelJson), first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: more };
 }

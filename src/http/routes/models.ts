@@ -10,6 +10,7 @@ import { ModelNotFound } from "../../errors";
 import { AnthropicModelQuery } from "../anthropic/contract";
 import { anthropicModelJson, anthropicModelPage } from "../anthropic/present";
 import { requireKey } from "../auth";
+import { fromAnthropicClient } from "../errors";
 import { modelJson } from "../openai/present";
 import { either, eitherErrorResponses } from "../openapi";
 
@@ -18,7 +19,6 @@ export interface ModelRouteDeps {
   models(): ModelInfo[];
 }
 
-const isAnthropic = (request: Request) => request.headers.has("anthropic-version");
 const TAGS = ["OpenAI-compatible", "Anthropic-compatible"];
 
 export const modelRoutes = (deps: ModelRouteDeps) => {
@@ -33,7 +33,8 @@ export const modelRoutes = (deps: ModelRouteDeps) => {
       .use(requireKey)
       .get(
         "/v1/models",
-        ({ request, query }) => (isAnthropic(request) ? anthropicModelPage(models(), query) : { object: "list" as const, data: models().map(modelJson) }),
+        ({ request, query }) =>
+          fromAnthropicClient(request.headers) ? anthropicModelPage(models(), query) : { object: "list" as const, data: models().map(modelJson) },
         {
           auth: "key",
           query: AnthropicModelQuery,
@@ -54,7 +55,7 @@ export const modelRoutes = (deps: ModelRouteDeps) => {
         ({ params, request }) => {
           const model = models().find((listed) => listed.id === params.model);
           if (!model) throw new ModelNotFound(`no model ${JSON.stringify(params.model)}: GET /v1/models lists them`);
-          return isAnthropic(request) ? anthropicModelJson(model) : modelJson(model);
+          return fromAnthropicClient(request.headers) ? anthropicModelJson(model) : modelJson(model);
         },
         {
           auth: "key",
