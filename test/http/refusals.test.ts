@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
+import { bearer, type Served, serveApp, testDb, testEngine, until } from "../support";
 
 const db = testDb("refusals");
 const alice = await db.keys.create("alice", "user");
@@ -45,6 +45,12 @@ async function stored(): Promise<unknown> {
     messages: await read("/api/v1.0/chat/messages?rows_per_page=100"),
     responses: await db.storage.responses.count(),
   };
+}
+
+/** The roles stored in the conversation whose stream is held open. */
+async function heldOpen(): Promise<string[]> {
+  const response = await fetch(`${served.url}/api/v1.0/chat/messages?conversation_id=held-open`, { headers: bearer(alice.key) });
+  return ((await response.json()) as { data: { role: string }[] }).data.map((message) => message.role);
 }
 
 let conversation: string;
@@ -98,11 +104,15 @@ describe("a refused turn stores nothing", () => {
     const open = new AbortController();
     const holding = await send(served, "/api/v1.0/chat", { message: "Hello", conversation_id: "held-open", max_tokens: 400, stream: true }, open.signal);
     expect(holding.status).toBe(200);
+    // The held turn writes its question as it starts and its cancelled reply once it ends: the
+    // refusals are compared between those writes, and the next test starts after the second.
+    await until(async () => (await heldOpen()).includes("user"), "the held turn's question stored");
     try {
       await refusedAll(served, 429, {}, true);
     } finally {
       open.abort();
     }
+    await until(async () => (await heldOpen()).includes("assistant"), "the held turn's cancelled reply stored");
   });
 
   test("a used-up quota", async () => {
