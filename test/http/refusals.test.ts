@@ -104,6 +104,9 @@ describe("a refused turn stores nothing", () => {
     const open = new AbortController();
     const holding = await send(served, "/api/v1.0/chat", { message: "Hello", conversation_id: "held-open", max_tokens: 400, stream: true }, open.signal);
     expect(holding.status).toBe(200);
+    // Read as it comes: a response nobody reads any more may be collected, and bun then closes
+    // its connection, which ends the held turn.
+    const read = holding.text().catch(() => "");
     // The held turn writes its question as it starts and its cancelled reply once it ends: the
     // refusals are compared between those writes, and the next test starts after the second.
     await until(async () => (await heldOpen()).includes("user"), "the held turn's question stored");
@@ -111,6 +114,7 @@ describe("a refused turn stores nothing", () => {
       await refusedAll(served, 429, {}, true);
     } finally {
       open.abort();
+      await read;
     }
     await until(async () => (await heldOpen()).includes("assistant"), "the held turn's cancelled reply stored");
   });

@@ -1,0 +1,124 @@
+/**
+ * Items (the chat layer's: messages, thoughts, tool calls and results) and the turns the model is
+ * given: the history is the earlier items in order, then the new input. An item's id is a prefix,
+ * a stem shared by the items one turn adds, and its place: a kept response's items carry its id's
+ * hex, so a reference to one finds its response.
+ */
+import type { ConversationItem } from "../db/types";
+import { InvalidInput } from "../errors";
+import type { ToolCall, Turn } from "../llm/engine";
+import type { CompletionResult } from "./completions";
+
+/** A page of items, as OpenAI's lists take one. */
+export interface ItemPageQuery {
+  order: "asc" | "desc";
+  /** Items after the one with this id, in `order`. */
+  after?: string;
+  limit: number;
+}
+
+export interface ItemPage {
+  items: ConversationItem[];
+  hasMore: boolean;
+}
+
+/** The page of `ordered` (already in the query's order) after `after`; an `after` not among them is `InvalidInput`. */
+export function pageOf(ordered: readonly ConversationItem[], { after, limit }: ItemPageQuery, where: string): ItemPage {
+  const from = after === undefined ? 0 : ordered.findIndex((item) => item.id === after) + 1;
+  if (from === 0 && after !== undefined) throw new InvalidInput({ part: "pageAfter" }, `no item ${JSON.stringify(after)} in ${where}`);
+  return { items: ordered.slice(from, from + limit), hasMore: ordered.length > from + limit };
+}
+
+/** An item as a request gives it: its id is kept when it has one, else its turn gives it one. */
+export type ItemInput = ConversationItem extends infer I ? (I extends ConversationItem ? Omit<I, "id"> & { id?: string } : never) : never;
+
+/** An item a request names by the id of one of its user's kept responses' items, in place of the item. */
+export interface ItemReference {
+  type: "reference";
+  id: string;
+}
+
+const PREFIXES = { message: "msg", toolCall: "fc", toolResult: "fco", thought: "rs" } as const;
+
+/** The stem of the ids of the items one turn adds: 32 hex digits. */
+export const newStem = () => crypto.randomUUID().replaceAll("-", "");
+
+/** The stem of an item id Parley gave; undefined for another. */
+export function stemOfItem(itemId: string): string | undefined {
+  return /^(?:msg|fc|fco|rs)_([0-9a-f]{32})(?:_|$)/.exec(itemId)?.[1];
+}
+
+/**
+ * A reply's item's id: one thought and one message per turn, calls by their place. Fixed by the
+ * stem, so a stream names its items as they are then kept.
+ */
+export function replyItemId(stem: string, type: "thought" | "message"): string;
+export function replyItemId(stem: string, type: "toolCall", call: number): string;
+export function replyItemId(stem: string, type: "thought" | "message" | "toolCall", call?: number): string {
+  return `${PREFIXES[type]}_${stem}${call === undefined ? "" : `_${call}`}`;
+}
+
+/** The request's items with ids: those it gave, else ones of this stem. */
+export const inputItems = (stem: string, items: readonly ItemInput[]): ConversationItem[] =>
+  items.map((item, i) => ({ ...item, id: item.id ?? `${PREFIXES[item.type]}_${stem}_in${i}` }) as ConversationItem);
+
+/** What a turn's result adds: its thought, its answer (an empty one when it called nothing), its calls. */
+export function replyItems(stem: string, result: Pick<CompletionResult, "text" | "reasoning" | "toolCalls">): ConversationItem[] {
+  return [
+    ...(result.reasoning !== undefined ? [{ type: "thought" as const, id: replyItemId(stem, "thought"), text: result.reasoning }] : []),
+    ...(result.text !== "" || !result.toolCalls ? [{ type: "message" as const, id: replyItemId(stem, "message"), role: "assistant" as const, text: result.text }] : []),
+    ...(result.toolCalls ?? []).map((call, i) => ({
+      type: "toolCall" as const,
+      id: replyItemId(stem, "toolCall", i),
+      callId: call.id,
+      name: call.name,
+      arguments: call.arguments,
+    })),
+  ];
+}
+
+/**
+ * The turns of `instructions`, then the earlier items, then the new ones. A tool call joins the
+ * assistant turn before it (or makes one); a tool's result answers a call made before it (a new
+ * one that answers none is refused, naming the input's item); a thought is the assistant turn's
+ * that follows.
+ */
+export function historyOf(instructions: string | undefined, earlier: readonly ConversationItem[], input: readonly ConversationItem[]): Turn[] {
+  const turns: Turn[] = instructions ? [{ role: "system", content: instructions }] : [];
+  const calls = new Set<string>();
+  let thought: string | undefined;
+  const takeThought = (): { reasoning?: string } => {
+    const taken = thought ? { reasoning: thought } : {};
+    thought = undefined;
+    return taken;
+  };
+  for (const [i, entry] of [...earlier, ...input].entries()) {
+    const last = turns.at(-1);
+    switch (entry.type) {
+      case "toolCall": {
+        const call: ToolCall = { id: entry.callId, name: entry.name, arguments: entry.arguments };
+        calls.add(call.id);
+        if (last?.role === "assistant" && thought === undefined) last.toolCalls = [...(last.toolCalls ?? []), call];
+        else turns.push({ role: "assistant", content: "", ...takeThought(), toolCalls: [call] });
+        break;
+      }
+      case "toolResult":
+        // An earlier link's output may answer a call of a link that no longer reaches the prompt.
+        if (i >= earlier.length && !calls.has(entry.callId)) {
+          throw new InvalidInput(
+            { part: "history", item: i - earlier.length, detail: "answers" },
+            `a tool's result must answer an earlier call (${JSON.stringify(entry.callId)} answers none)`,
+          );
+        }
+        turns.push({ role: "tool", content: entry.output, toolCallId: entry.callId });
+        break;
+      case "thought":
+        thought = (thought ?? "") + entry.text;
+        break;
+      case "message":
+        if (entry.role === "assistant") turns.push({ role: "assistant", content: entry.text, ...takeThought() });
+        else turns.push({ role: entry.role === "developer" ? "system" : entry.role, content: entry.text });
+    }
+  }
+  return turns;
+}
