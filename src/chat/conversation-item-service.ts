@@ -4,10 +4,10 @@
  * conversation's turns, as a turn's own writes do; reads do not.
  */
 import type { ConversationStore } from "../db/storage";
-import type { ConversationRow, StoredConversation, StoredItem } from "../db/types";
+import type { ConversationItem, ConversationRow, StoredConversation } from "../db/types";
 import { InvalidInput, NotFound } from "../errors";
 import { itemRows, messageOfThought, rowItems } from "./conversation-items";
-import { type ItemInput, type ItemPage, type ItemPageQuery, inputItems, newResponseId, pageOf } from "./response-items";
+import { type ItemInput, type ItemPage, type ItemPageQuery, inputItems, newStem, pageOf } from "./items";
 import type { ChatService } from "./service";
 import type { EngineSource } from "./turn-runner";
 
@@ -29,7 +29,7 @@ export class ConversationItemService {
   async create(userId: number, items: ItemInput[], metadata: Record<string, string>): Promise<StoredConversation> {
     const id = newConversationId();
     const created = await this.conversations.findOrCreate(userId, id, metadata);
-    await this.conversations.addMessages(created, itemRows(inputItems(newResponseId(), items)));
+    await this.conversations.addMessages(created, itemRows(inputItems(newStem(), items)));
     return this.get(userId, id);
   }
 
@@ -73,14 +73,14 @@ export class ConversationItemService {
   }
 
   /** Adds items at the end of the conversation, after its running turn. */
-  async add(userId: number, id: string, items: ItemInput[], signal?: AbortSignal): Promise<StoredItem[]> {
-    const stored = inputItems(newResponseId(), items);
+  async add(userId: number, id: string, items: ItemInput[], signal?: AbortSignal): Promise<ConversationItem[]> {
+    const stored = inputItems(newStem(), items);
     const added = await this.chat.exclusive(userId, id, signal, (conversation) => this.conversations.addMessages(conversation, itemRows(stored)));
     if (!added) throw notFound(id);
     return stored;
   }
 
-  async item(userId: number, id: string, itemId: string): Promise<StoredItem> {
+  async item(userId: number, id: string, itemId: string): Promise<ConversationItem> {
     const conversation = await this.get(userId, id);
     for (const rowId of rowIdsOf(itemId)) {
       const row = await this.conversations.row(conversation.id, rowId);

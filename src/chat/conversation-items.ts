@@ -1,9 +1,9 @@
 /**
- * A stored conversation's rows as the Responses and Conversations APIs' items, and back. A row is
- * a user or assistant message (the native API's), or another item; an assistant message's
- * thought is its own item, `rs_` of the message's id stem.
+ * A stored conversation's rows as items, and back. A row is a user or assistant message (the
+ * native API's), or another item; an assistant message's thought is its own item, `rs_` of the
+ * message's id stem.
  */
-import type { ConversationRow, NewMessage, StoredItem, StoredTurn } from "../db/types";
+import type { ConversationItem, ConversationRow, NewMessage, StoredTurn } from "../db/types";
 
 const stemOf = (id: string) => id.slice(id.indexOf("_") + 1);
 
@@ -14,22 +14,22 @@ export const thoughtId = (messageId: string) => `rs_${stemOf(messageId)}`;
 export const messageOfThought = (thoughtItemId: string) => `msg_${stemOf(thoughtItemId)}`;
 
 /** What a row shows as items, in order: an assistant message's thought first. */
-export function rowItems(row: Pick<ConversationRow, "itemId"> & StoredTurn): StoredItem[] {
+export function rowItems(row: Pick<ConversationRow, "itemId"> & StoredTurn): ConversationItem[] {
   const { itemId: id, item, content } = row;
   switch (item?.type) {
     case undefined:
       return [
-        ...(row.reasoning !== undefined ? [{ type: "reasoning" as const, id: thoughtId(id), text: row.reasoning }] : []),
+        ...(row.reasoning !== undefined ? [{ type: "thought" as const, id: thoughtId(id), text: row.reasoning }] : []),
         { type: "message", id, role: row.role, text: content },
       ];
     case "message":
       return [{ type: "message", id, role: item.role, text: content }];
-    case "reasoning":
-      return [{ type: "reasoning", id, text: content }];
-    case "function_call":
-      return [{ type: "function_call", id, callId: item.callId, name: item.name, arguments: item.arguments }];
-    case "function_call_output":
-      return [{ type: "function_call_output", id, callId: item.callId, output: content }];
+    case "thought":
+      return [{ type: "thought", id, text: content }];
+    case "toolCall":
+      return [{ type: "toolCall", id, callId: item.callId, name: item.name, arguments: item.arguments }];
+    case "toolResult":
+      return [{ type: "toolResult", id, callId: item.callId, output: content }];
   }
 }
 
@@ -37,33 +37,33 @@ export function rowItems(row: Pick<ConversationRow, "itemId"> & StoredTurn): Sto
  * The rows that store these items: a thought right before the assistant message whose id has its
  * stem becomes that message's `reasoning`, as a native turn stores it; any other is a row of its own.
  */
-export function itemRows(items: readonly StoredItem[]): NewMessage[] {
+export function itemRows(items: readonly ConversationItem[]): NewMessage[] {
   const rows: NewMessage[] = [];
   for (const [i, entry] of items.entries()) {
     const next = items[i + 1];
     switch (entry.type) {
-      case "reasoning":
+      case "thought":
         if (next?.type === "message" && next.role === "assistant" && thoughtId(next.id) === entry.id) continue;
-        rows.push({ role: "assistant", content: entry.text, itemId: entry.id, item: { type: "reasoning" } });
+        rows.push({ role: "assistant", content: entry.text, itemId: entry.id, item: { type: "thought" } });
         break;
       case "message": {
         const before = items[i - 1];
         if (entry.role === "user" || entry.role === "assistant") {
-          const thought = entry.role === "assistant" && before?.type === "reasoning" && before.id === thoughtId(entry.id) ? { reasoning: before.text } : {};
+          const thought = entry.role === "assistant" && before?.type === "thought" && before.id === thoughtId(entry.id) ? { reasoning: before.text } : {};
           rows.push({ role: entry.role, content: entry.text, itemId: entry.id, ...thought });
         } else rows.push({ role: "user", content: entry.text, itemId: entry.id, item: { type: "message", role: entry.role } });
         break;
       }
-      case "function_call":
+      case "toolCall":
         rows.push({
           role: "assistant",
           content: "",
           itemId: entry.id,
-          item: { type: "function_call", callId: entry.callId, name: entry.name, arguments: entry.arguments },
+          item: { type: "toolCall", callId: entry.callId, name: entry.name, arguments: entry.arguments },
         });
         break;
-      case "function_call_output":
-        rows.push({ role: "user", content: entry.output, itemId: entry.id, item: { type: "function_call_output", callId: entry.callId } });
+      case "toolResult":
+        rows.push({ role: "user", content: entry.output, itemId: entry.id, item: { type: "toolResult", callId: entry.callId } });
     }
   }
   return rows;

@@ -66,7 +66,9 @@ export const inputItems = (stem: string, items: readonly ItemInput[]): Conversat
 export function replyItems(stem: string, result: Pick<CompletionResult, "text" | "reasoning" | "toolCalls">): ConversationItem[] {
   return [
     ...(result.reasoning !== undefined ? [{ type: "thought" as const, id: replyItemId(stem, "thought"), text: result.reasoning }] : []),
-    ...(result.text !== "" || !result.toolCalls ? [{ type: "message" as const, id: replyItemId(stem, "message"), role: "assistant" as const, text: result.text }] : []),
+    ...(result.text !== "" || !result.toolCalls
+      ? [{ type: "message" as const, id: replyItemId(stem, "message"), role: "assistant" as const, text: result.text }]
+      : []),
     ...(result.toolCalls ?? []).map((call, i) => ({
       type: "toolCall" as const,
       id: replyItemId(stem, "toolCall", i),

@@ -8,18 +8,7 @@ import type { ResponseStore } from "../db/storage";
 import type { ResponseEnd, ResponseRecord } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
 import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
-import {
-  historyOf,
-  type ItemInput,
-  type ItemPage,
-  type ItemPageQuery,
-  type ItemReference,
-  inputItems,
-  newResponseId,
-  outputItems,
-  pageOf,
-  responseIdOfItem,
-} from "./response-items";
+import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, type ItemReference, inputItems, newStem, pageOf, replyItems, stemOfItem } from "./items";
 import type { ChatService } from "./service";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
@@ -52,6 +41,11 @@ export interface ResponseResult {
   usage: Usage;
 }
 
+export const newResponseId = () => `resp_${newStem()}`;
+
+/** The stem of a response's items' ids: its id's hex, so a stream names its items as they are kept. */
+export const responseStem = (responseId: string) => responseId.slice("resp_".length);
+
 const NO_USAGE: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
 
 /**
@@ -63,7 +57,7 @@ function endOf(record: ResponseRecord, result: CompletionResult | undefined, cli
   const status = result.finishReason === "stop" ? "completed" : result.finishReason === "cancelled" && clientLeft ? "cancelled" : "incomplete";
   return {
     status,
-    output: outputItems(record.id, result),
+    output: replyItems(responseStem(record.id), result),
     usage: {
       inputTokens: result.usage.promptTokens,
       outputTokens: result.usage.completionTokens,
@@ -114,7 +108,7 @@ export class ResponseService {
       throw new InvalidInput({ part: "conversation" }, "a response continues a conversation or an earlier response, not both");
     }
     const previous = previousResponseId === undefined ? undefined : await this.previous(request.userId, previousResponseId);
-    const items = inputItems(id, await this.resolved(request.userId, input));
+    const items = inputItems(responseStem(id), await this.resolved(request.userId, input));
     const record: ResponseRecord = {
       id,
       userId: request.userId,
@@ -213,7 +207,7 @@ export class ResponseService {
       input: record.input,
       ...(turn.instructions ? { instructions: turn.instructions } : {}),
       create: false,
-      output: (reply) => outputItems(record.id, reply),
+      output: (reply) => replyItems(responseStem(record.id), reply),
       sampling: turn.sampling,
       maxTokens: turn.maxTokens,
       format: turn.format,
@@ -278,7 +272,8 @@ export class ResponseService {
         items.push(entry);
         continue;
       }
-      const responseId = responseIdOfItem(entry.id);
+      const stem = stemOfItem(entry.id);
+      const responseId = stem === undefined ? undefined : `resp_${stem}`;
       if (responseId !== undefined && !records.has(responseId)) records.set(responseId, await this.responses.get(userId, responseId));
       const record = responseId === undefined ? undefined : records.get(responseId);
       const item = record && [...record.input, ...record.output].find((kept) => kept.id === entry.id);

@@ -1,11 +1,11 @@
 import type { ConversationStore } from "../db/storage";
-import { type ConversationRef, type FoundConversation, type MessageRecord, newItemId, type StoredConversation, type StoredItem } from "../db/types";
+import { type ConversationItem, type ConversationRef, type FoundConversation, type MessageRecord, newItemId, type StoredConversation } from "../db/types";
 import { isAbort, NotFound } from "../errors";
 import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn } from "../llm/engine";
 import { itemRows, rowItems } from "./conversation-items";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
+import { historyOf, newStem, replyItems } from "./items";
 import { KeyedLock } from "./keyed-lock";
-import { historyOf, newResponseId, outputItems } from "./response-items";
 import {
   NO_REPLY,
   type RunningTurn,
@@ -50,20 +50,20 @@ export interface TurnResult {
 }
 
 /**
- * A turn of a conversation in items (the Responses API's): what it adds before the reply, and how
- * the reply is stored. The native turn is one user message in, one assistant message out.
+ * A turn of a conversation in items: what it adds before the reply, and how the reply is stored.
+ * The native turn is one user message in, one assistant message out.
  */
 export interface ConversationTurnInput extends TurnHooks {
   userId: number;
   conversationId: string;
   /** Stored first, in order, once the turn is admitted. */
-  input: StoredItem[];
+  input: ConversationItem[];
   /** A system turn before the history, for this turn only (never stored). */
   instructions?: string;
   /** Start the conversation when the user has none by this id; else `NotFound`. */
   create: boolean;
   /** The items the reply is stored as (their ids are the caller's). */
-  output: (reply: GenerateResult) => StoredItem[];
+  output: (reply: GenerateResult) => ConversationItem[];
   sampling: SamplingRequest;
   /** Absent: as long as the context allows. */
   maxTokens?: number | undefined;
@@ -251,7 +251,7 @@ export class ChatService {
       conversationId: input.conversationId,
       input: [{ type: "message", id: newItemId(), role: "user", text: input.message }],
       create: true,
-      output: (reply) => outputItems(newResponseId(), reply),
+      output: (reply) => replyItems(newStem(), reply),
       sampling: input.sampling,
       maxTokens: input.maxTokens,
       format: input.format,

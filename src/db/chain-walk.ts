@@ -1,14 +1,14 @@
-import type { ChainLink, StoredItem } from "./types";
+import type { ChainLink, ConversationItem } from "./types";
 
 /** Characters of text an item puts in a prompt. */
-function itemChars(item: StoredItem): number {
+function itemChars(item: ConversationItem): number {
   switch (item.type) {
     case "message":
-    case "reasoning":
+    case "thought":
       return item.text.length;
-    case "function_call":
+    case "toolCall":
       return item.name.length + item.arguments.length;
-    case "function_call_output":
+    case "toolResult":
       return item.output.length;
   }
 }

@@ -55,14 +55,14 @@ export interface FoundConversation extends ConversationRef {
 }
 
 /**
- * What a stored row is when it is not a user or assistant message: only the Conversations and
- * Responses APIs show it. A system message's, a thought's and a function's output's text is the row's content.
+ * What a stored row is when it is not a user or assistant message: only the item APIs show it. A
+ * system message's, a thought's and a tool's result's text is the row's content.
  */
 export type MessageItem =
   | { type: "message"; role: "system" | "developer" }
-  | { type: "reasoning" }
-  | { type: "function_call"; callId: string; name: string; arguments: string }
-  | { type: "function_call_output"; callId: string };
+  | { type: "thought" }
+  | { type: "toolCall"; callId: string; name: string; arguments: string }
+  | { type: "toolResult"; callId: string };
 
 /** A message to store; the storage fills in its id, owner and conversation. Times are epoch ms. */
 export interface NewMessage {
@@ -186,18 +186,19 @@ export const RESPONSE_STATUSES = ["queued", "in_progress", "completed", "incompl
 
 export type ResponseStatus = (typeof RESPONSE_STATUSES)[number];
 
-/** The roles a message item may have: the Responses API's, `developer` being a second system role. */
+/** The roles a message item may have; `developer` is a second system role, kept as its client named it. */
 export type ItemRole = "user" | "system" | "developer" | "assistant";
 
 /**
- * One item of a kept response's input or output, as the Responses API names them. Stored as JSON:
- * storage keeps them whole and never looks inside.
+ * One item of a conversation or a kept response, in the chat layer's words: a message, a model's
+ * thought, its call of a tool, or a tool's result answering a call. Each protocol that shows items
+ * maps these to its own. Stored as JSON: storage keeps them whole and never looks inside.
  */
-export type StoredItem =
+export type ConversationItem =
   | { type: "message"; id: string; role: ItemRole; text: string }
-  | { type: "function_call"; id: string; callId: string; name: string; arguments: string }
-  | { type: "function_call_output"; id: string; callId: string; output: string }
-  | { type: "reasoning"; id: string; text: string };
+  | { type: "toolCall"; id: string; callId: string; name: string; arguments: string }
+  | { type: "toolResult"; id: string; callId: string; output: string }
+  | { type: "thought"; id: string; text: string };
 
 export interface ResponseUsageRecord {
   inputTokens: number;
@@ -221,7 +222,7 @@ export interface NewResponse {
   createdAt: number;
   /** What the response repeats of its request; storage keeps it as given. */
   params: Record<string, unknown>;
-  input: StoredItem[];
+  input: ConversationItem[];
   /** Generated whatever its client does; its stream's events are kept (`ResponseEvent`). */
   background: boolean;
 }
@@ -232,7 +233,7 @@ export const ABANDONED = "the server generating this response stopped before it 
 /** How a kept response ended. */
 export interface ResponseEnd {
   status: Exclude<ResponseStatus, "queued" | "in_progress">;
-  output: StoredItem[];
+  output: ConversationItem[];
   usage: ResponseUsageRecord | null;
   finishReason: FinishReason | null;
   /** A failed response's reason, as the client may be told it. */
@@ -241,7 +242,7 @@ export interface ResponseEnd {
 
 export interface ResponseRecord extends NewResponse {
   status: ResponseStatus;
-  output: StoredItem[];
+  output: ConversationItem[];
   usage: ResponseUsageRecord | null;
   finishReason: FinishReason | null;
   error: string | null;
@@ -260,6 +261,6 @@ export interface ResponseEvent {
 /** One link of a chain: what a later response's prompt needs of an earlier one. */
 export interface ChainLink {
   id: string;
-  input: StoredItem[];
-  output: StoredItem[];
+  input: ConversationItem[];
+  output: ConversationItem[];
 }

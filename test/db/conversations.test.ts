@@ -109,11 +109,11 @@ for (const backend of backends()) {
         {
           role: "assistant",
           content: "",
-          item: { type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
+          item: { type: "toolCall", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' },
           itemId: "fc_1",
           createdAt: at,
         },
-        { role: "user", content: '{"t": 21}', item: { type: "function_call_output", callId: "call_1" }, itemId: "fco_1", createdAt: at },
+        { role: "user", content: '{"t": 21}', item: { type: "toolResult", callId: "call_1" }, itemId: "fco_1", createdAt: at },
         { role: "assistant", content: "21 degrees.", reasoning: "It said 21.", itemId: "msg_answer", createdAt: at + 1 },
       ]);
       const listed = await storage.messages.list({ userId, conversationId: "conv_items", sortField: "created_at", sortDirection: "asc", limit: 10, offset: 0 });
@@ -129,7 +129,7 @@ for (const backend of backends()) {
       const all = await storage.conversations.rows(created.id, { order: "asc", limit: 10 });
       expect(all?.map((row) => row.itemId)).toEqual(["msg_dev", "msg_ask", "fc_1", "fco_1", "msg_answer"]);
       expect(all?.[4]).toMatchObject({ role: "assistant", content: "21 degrees.", reasoning: "It said 21.", createdAt: at + 1 });
-      expect(all?.[2]?.item).toEqual({ type: "function_call", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' });
+      expect(all?.[2]?.item).toEqual({ type: "toolCall", callId: "call_1", name: "get_weather", arguments: '{"city":"Paris"}' });
       expect((await storage.conversations.rows(created.id, { order: "desc", from: "fc_1", limit: 2 }))?.map((row) => row.itemId)).toEqual(["fc_1", "msg_ask"]);
       expect((await storage.conversations.rows(created.id, { order: "asc", from: "fc_1", limit: 9 }))?.map((row) => row.itemId)).toEqual([
         "fc_1",
@@ -140,8 +140,8 @@ for (const backend of backends()) {
       expect((await storage.conversations.recentTurns(created.id, { maxChars: 1_000 })).map((turn) => turn.item?.type ?? turn.role)).toEqual([
         "message",
         "user",
-        "function_call",
-        "function_call_output",
+        "toolCall",
+        "toolResult",
         "assistant",
       ]);
 

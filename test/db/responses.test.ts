@@ -3,10 +3,10 @@
  * bound and ending at a deleted link, every read scoped to the response's user.
  */
 import { describe, expect, test } from "bun:test";
-import { ABANDONED, type NewResponse, type StoredItem } from "../../src/db/types";
+import { ABANDONED, type ConversationItem, type NewResponse } from "../../src/db/types";
 import { backends, withSeed } from "../support";
 
-const said = (id: string, text: string): StoredItem => ({ type: "message", id, role: "user", text });
+const said = (id: string, text: string): ConversationItem => ({ type: "message", id, role: "user", text });
 
 for (const backend of backends()) {
   describe.skipIf(backend.missing !== undefined)(`on ${backend.name}`, () => {
@@ -17,13 +17,13 @@ for (const backend of backends()) {
         const { userId } = await storage.keys.create("alice", "user");
         const other = await storage.keys.create("bob", "user");
         const ids: string[] = [];
-        const links: { id: string; input: StoredItem[]; output: StoredItem[] }[] = [];
+        const links: { id: string; input: ConversationItem[]; output: ConversationItem[] }[] = [];
         for (let i = 0; i < 12; i++) {
           const id = `resp_${i}`;
           const input = [said(`msg_${i}_in`, `${i}:${"é".repeat(random.int(0, 40))}`)];
-          const output: StoredItem[] = [
+          const output: ConversationItem[] = [
             { type: "message", id: `msg_${i}`, role: "assistant", text: "ok".repeat(random.int(0, 20)) },
-            { type: "function_call", id: `fc_${i}`, callId: `call_${i}`, name: "f", arguments: '{"a": "ü"}' },
+            { type: "toolCall", id: `fc_${i}`, callId: `call_${i}`, name: "f", arguments: '{"a": "ü"}' },
           ];
           const created: NewResponse = {
             id,
@@ -56,7 +56,7 @@ for (const backend of backends()) {
         expect(await storage.responses.chain(userId, "resp_11", { maxChars: Number.MAX_SAFE_INTEGER })).toEqual(links);
         const chars = (link: (typeof links)[number]) =>
           [...link.input, ...link.output].reduce(
-            (sum, item) => sum + (item.type === "message" ? item.text.length : item.type === "function_call" ? item.name.length + item.arguments.length : 0),
+            (sum, item) => sum + (item.type === "message" ? item.text.length : item.type === "toolCall" ? item.name.length + item.arguments.length : 0),
             0,
           );
         for (const maxChars of [1, random.int(2, 100), random.int(100, 400)]) {

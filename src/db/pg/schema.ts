@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { bigint, boolean, doublePrecision, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
+import { type ConversationItem, KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord } from "../types";
 
 /**
  * Milliseconds since the epoch, as in SQLite, from the database's clock: several nodes share one
@@ -139,8 +139,8 @@ export const responses = pgTable(
     createdAt: createdAt(),
     model: text("model").notNull(),
     params: jsonb("params").$type<Record<string, unknown>>().notNull(),
-    input: jsonb("input").$type<StoredItem[]>().notNull(),
-    output: jsonb("output").$type<StoredItem[]>().notNull(),
+    input: jsonb("input").$type<ConversationItem[]>().notNull(),
+    output: jsonb("output").$type<ConversationItem[]>().notNull(),
     usage: jsonb("usage").$type<ResponseUsageRecord>(),
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     error: text("error"),

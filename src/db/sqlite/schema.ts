@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredItem } from "../types";
+import { type ConversationItem, KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () => integer("created_at", { mode: "number" }).notNull().default(sql`(cast(unixepoch('subsec') * 1000 as integer))`);
@@ -137,8 +137,8 @@ export const responses = sqliteTable(
     createdAt: createdAt(),
     model: text("model").notNull(),
     params: text("params", { mode: "json" }).$type<Record<string, unknown>>().notNull(),
-    input: text("input", { mode: "json" }).$type<StoredItem[]>().notNull(),
-    output: text("output", { mode: "json" }).$type<StoredItem[]>().notNull(),
+    input: text("input", { mode: "json" }).$type<ConversationItem[]>().notNull(),
+    output: text("output", { mode: "json" }).$type<ConversationItem[]>().notNull(),
     usage: text("usage", { mode: "json" }).$type<ResponseUsageRecord>(),
     finishReason: text("finish_reason", { enum: FINISH_REASONS }),
     error: text("error"),

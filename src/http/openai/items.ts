@@ -1,6 +1,6 @@
 /** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
 import { t } from "elysia";
-import type { ItemInput, ItemPageQuery, ItemReference } from "../../chat/response-items";
+import type { ItemInput, ItemPageQuery, ItemReference } from "../../chat/items";
 import { InvalidInput } from "../../errors";
 import { checkedArguments } from "./tools";
 
@@ -53,11 +53,11 @@ function itemOf(entry: Item, at: string): ItemInput {
   const id = entry.id === undefined ? {} : { id: entry.id };
   switch (entry.type) {
     case "function_call":
-      return { type: "function_call", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
+      return { type: "toolCall", ...id, callId: entry.call_id, name: entry.name, arguments: checkedArguments(entry.arguments, `${at}.arguments`) };
     case "function_call_output":
-      return { type: "function_call_output", ...id, callId: entry.call_id, output: entry.output };
+      return { type: "toolResult", ...id, callId: entry.call_id, output: entry.output };
     case "reasoning":
-      return { type: "reasoning", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
+      return { type: "thought", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
     default: {
       const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
       if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");

@@ -4,10 +4,11 @@
  * streamed as OpenAI's typed events, each with its `sequence_number`.
  */
 import { append } from "../../append";
-import type { ItemPage } from "../../chat/response-items";
-import { outputItemId } from "../../chat/response-items";
+import type { ItemPage } from "../../chat/items";
+import { replyItemId } from "../../chat/items";
 import type { ResponseResult, ResponseStart } from "../../chat/responses";
-import type { ResponseRecord, StoredConversation, StoredItem } from "../../db/types";
+import { responseStem } from "../../chat/responses";
+import type { ConversationItem, ResponseRecord, StoredConversation } from "../../db/types";
 import type { ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { event } from "../sse";
@@ -89,22 +90,21 @@ const callJson = (id: string, call: ToolCall): OutputItem => ({
 });
 
 /** An item the model wrote; a message's status is its response's. */
-function outputItemJson(item: StoredItem, status: ItemStatus): OutputItem {
+function outputItemJson(item: ConversationItem, status: ItemStatus): OutputItem {
   switch (item.type) {
-    case "reasoning":
+    case "thought":
       return reasoningJson(item.id, item.text, "completed");
-    case "function_call":
+    case "toolCall":
       return callJson(item.id, { id: item.callId, name: item.name, arguments: item.arguments });
     case "message":
-    case "function_call_output":
-      if (item.type === "function_call_output" || item.role !== "assistant") throw new Error(`a response cannot have output ${item.type}`);
+    case "toolResult":
+      if (item.type === "toolResult" || item.role !== "assistant") throw new Error(`a response cannot have output ${item.type}`);
       return messageJson(item.id, item.text, status);
   }
 }
 
-export function inputItemJson(item: StoredItem): InputItem {
-  if (item.type === "function_call_output")
-    return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
+export function inputItemJson(item: ConversationItem): InputItem {
+  if (item.type === "toolResult") return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
   if (item.type === "message" && item.role !== "assistant")
     return { type: "message", id: item.id, status: "completed", role: item.role, content: [{ type: "input_text", text: item.text }] };
   return outputItemJson(item, "completed");
@@ -175,7 +175,7 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
   };
 
   const begin = (type: "reasoning" | "message") => {
-    const id = outputItemId(responseId, type);
+    const id = replyItemId(responseStem(responseId), type === "reasoning" ? "thought" : type);
     const item = type === "reasoning" ? reasoningJson(id, "", "in_progress") : messageJson(id, "", "in_progress");
     output.push(item);
     open = { item, text: "" };
@@ -203,7 +203,7 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
     toolCall: (part) => {
       switch (part.part) {
         case "open": {
-          const item = callJson(outputItemId(responseId, "function_call", calls++), { id: part.id, name: part.name, arguments: "" });
+          const item = callJson(replyItemId(responseStem(responseId), "toolCall", calls++), { id: part.id, name: part.name, arguments: "" });
           const events = close();
           output.push(item);
           events.push(send("response.output_item.added", { output_index: output.length - 1, item: { ...item, status: "in_progress" } }));
