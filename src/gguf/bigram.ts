@@ -18,6 +18,13 @@ import type { GgufFile } from "./writer";
 const LOGIT_SCALE = 1.25;
 /** Logit of a bigram never seen in the corpus: e^-30 is never sampled. */
 const UNSEEN_LOGIT = -30;
+/**
+ * The end of the reply where it was never seen: above every other unseen token, so a reply a
+ * grammar holds to tokens none of which was seen here (a call's markup spelled out, say) ends as
+ * soon as the grammar lets it instead of writing whatever token comes first; still never sampled
+ * beside a token that was seen.
+ */
+const UNSEEN_END_LOGIT = -20;
 /** Separates equal counts so greedy decoding has exactly one answer (earliest token wins). */
 const TIE_BREAK = 1e-3;
 const RMS_EPS = 1e-5;
@@ -34,19 +41,33 @@ export interface Bigrams {
   readonly counts: Uint32Array;
 }
 
+/** How `countBigrams` learns a corpus beyond its bigrams. */
+export interface Learning {
+  /** False for a reply learned from its second token on: what follows its first, never that a reply may begin so. */
+  begins?: (reply: number) => boolean;
+  /**
+   * Tokens that keep START's context, what follows them unlearned: a line break a reply writes
+   * that is also the last token of an assistant opening, whose context must stay a reply's start.
+   */
+  starting?: ReadonlySet<number>;
+}
+
 /** Counts the bigrams of `replies` (token ids, each followed by `end`). */
-export function countBigrams(replies: readonly (readonly number[])[], nVocab: number, end: number): Bigrams {
+export function countBigrams(replies: readonly (readonly number[])[], nVocab: number, end: number, learning: Learning = {}): Bigrams {
+  const { begins = () => true, starting = new Set() } = learning;
   const contextOf = new Int32Array(nVocab); // all START until given their own context
   let nContexts = 1;
   for (const seq of replies) {
-    for (const id of seq) if (contextOf[id] === 0) contextOf[id] = nContexts++;
+    for (const id of seq) if (contextOf[id] === 0 && !starting.has(id)) contextOf[id] = nContexts++;
   }
   const counts = new Uint32Array(nContexts * nVocab);
-  for (const seq of replies) {
+  for (const [i, seq] of replies.entries()) {
     let context = 0;
+    let learned = begins(i);
     for (const id of [...seq, end]) {
-      counts[context * nVocab + id]! += 1;
+      if (learned) counts[context * nVocab + id]! += 1;
       context = contextOf[id]!;
+      learned = !starting.has(id);
     }
   }
   return { nVocab, end, contextOf, nContexts, counts };
@@ -57,6 +78,7 @@ function outputWeights(b: Bigrams, nEmbd: number): Float32Array {
   const { nVocab } = b;
   const w = new Float32Array(nVocab * nEmbd).fill(UNSEEN_LOGIT);
   for (let c = 0; c < b.nContexts; c++) {
+    w[b.end * nEmbd + c] = UNSEEN_END_LOGIT;
     const row = b.counts.subarray(c * nVocab, (c + 1) * nVocab);
     const total = row.reduce((s, n) => s + n, 0);
     const seen = Array.from(row.keys()).filter((v) => row[v]! > 0);

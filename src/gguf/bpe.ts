@@ -92,6 +92,25 @@ export function buildBpeVocab(words: Iterable<string>, specials: readonly (reado
       }
     }
   }
+  const ranks = new Map(merges.map(([a, b], rank) => [`${a} ${b}`, rank]));
+  // A word whose chain another word's earlier merge cuts ("lo" of "lookup" inside "Hello") is
+  // joined from the parts it ends in, by merges ranked after all others: they apply only where
+  // those parts meet, so no word that was one token is split by them.
+  for (const word of unique) {
+    const parts = bpe(word, ranks);
+    for (let joined = parts[0]!, i = 1; i < parts.length; i++) {
+      const key = `${joined} ${parts[i]}`;
+      joined += parts[i]!;
+      if (ranks.has(key)) continue;
+      ranks.set(key, ranks.size);
+      merges.push([joined.slice(0, joined.length - parts[i]!.length), parts[i]!]);
+      if (!ids.has(joined)) {
+        ids.set(joined, tokens.length);
+        tokens.push(joined);
+        types.push(TOKEN_TYPE.NORMAL);
+      }
+    }
+  }
   for (const [text, type] of specials) {
     if (ids.has(text)) throw new Error(`special token ${text} is also a word`);
     ids.set(text, tokens.length);
@@ -99,7 +118,6 @@ export function buildBpeVocab(words: Iterable<string>, specials: readonly (reado
     types.push(type);
   }
   const vocab: BpeVocab = { tokens, types, merges: merges.map(([a, b]) => `${a} ${b}`), ids };
-  const ranks = new Map(vocab.merges.map((m, rank) => [m, rank]));
   for (const word of unique) {
     const parts = bpe(word, ranks);
     if (parts.length !== 1) throw new Error(`word ${JSON.stringify(word)} tokenizes as ${JSON.stringify(parts)}`);

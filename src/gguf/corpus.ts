@@ -76,3 +76,15 @@ export const JSON_REPLIES: readonly string[] = [
 
 /** What the demo model and the family presets learn from. */
 export const DEMO_CORPUS: readonly string[] = [...PLAIN_REPLIES, ...JSON_REPLIES];
+
+/**
+ * Replies of tool calls, which each generated model learns in its family's syntax (call-replies.ts):
+ * one call, then the end of the reply, so a call ends by itself. Fewer than the replies that begin
+ * with any one word, so a model offered tools mostly answers in words. Fewer calls than JSON lists
+ * of strings, whose closing quote a comma then follows less often than a bracket; numbers first.
+ */
+export const CALL_REPLIES: readonly { name: string; arguments: Record<string, string | number> }[] = [
+  { name: "get_weather", arguments: { city: "Paris" } },
+  { name: "lookup", arguments: { limit: 3, query: "tea" } },
+  { name: "get_time", arguments: { zone: "Rome" } },
+];

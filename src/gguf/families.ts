@@ -3,10 +3,12 @@
 // types, end-of-turn token, `add_bos_token` and the chat template its instruct models ship.
 // A family is described here once; `familyGguf` builds any of them.
 
+import { toolSyntaxOf } from "../llm/tool-syntax";
 import { bigramGguf, countBigrams, greedyTokens } from "./bigram";
 import { type BpePre, buildBpeVocab, byteLevel, preTokenize } from "./bpe";
+import { callReplies, joinBreaks, loneBreaks, piecesAround } from "./call-replies";
 import { DEMO_CORPUS } from "./corpus";
-import { replyPieces } from "./demo";
+import { linePieces } from "./demo";
 import type { LlamaArchitecture } from "./llama";
 import gemmaTemplate from "./templates/gemma-2-it.jinja" with { type: "text" };
 import llama3Template from "./templates/llama-3.1-instruct.jinja" with { type: "text" };
@@ -141,8 +143,9 @@ const REASONING: readonly string[] = [
 /** A reply as the family's pieces (vocabulary spelling); special tokens as themselves. */
 function replyPiecesOf(family: Family, answer: string, index: number): string[] {
   const { tokenizer } = family;
-  if (tokenizer.kind === "spm") return replyPieces(answer);
-  const words = (text: string) => preTokenize(tokenizer.pre, text).map(byteLevel);
+  const specials = family.specials.map(([text]) => text);
+  if (tokenizer.kind === "spm") return piecesAround(answer, specials, linePieces);
+  const words = (text: string) => piecesAround(text, specials, (part) => preTokenize(tokenizer.pre, part).map(byteLevel));
   if (!family.thinks) return words(answer);
   // "\n" after <think> is one token with the first word: alone it would be the token that ends
   // the assistant opening, whose context must stay START (the pre-tokenizer never makes this
@@ -151,9 +154,22 @@ function replyPiecesOf(family: Family, answer: string, index: number): string[] 
   return ["<think>", newline! + first!, ...rest, "</think>", ...words(`\n\n${answer}`)];
 }
 
+/**
+ * The family's corpus: the demo's replies, then its replies of calls. Where its calls open with a
+ * token of their own (or bare, as Llama 3.x's), a reply may begin with one; where the opener is
+ * text Parley asks for, the calls are learned from their second token on, so the model closes a
+ * call it is held to but never opens one of itself.
+ */
 function familyCorpus(family: Family) {
   const specials = new Set(family.specials.map(([text]) => text));
-  const replies = DEMO_CORPUS.map((answer, i) => replyPiecesOf(family, answer, i));
+  const syntax = toolSyntaxOf(family.chatTemplate);
+  const calls = callReplies(syntax);
+  const replies = [...DEMO_CORPUS, ...calls].map((answer, i) => {
+    const pieces = replyPiecesOf(family, answer, i);
+    return i < DEMO_CORPUS.length ? pieces : joinBreaks(pieces, [...specials]);
+  });
+  const breaks = loneBreaks(replies.slice(DEMO_CORPUS.length), replies.slice(0, DEMO_CORPUS.length));
+  const opens = syntax.opener === "" || specials.has(syntax.opener);
   const words = replies.flat().filter((p) => !specials.has(p));
   const tokenizer = family.tokenizer;
   const common = { roles: family.roles, addBos: family.addBos, chatTemplate: family.chatTemplate };
@@ -163,7 +179,10 @@ function familyCorpus(family: Family) {
       : // "\n\n" is a token of every real BPE vocabulary; templates write it after a role.
         { model: "gpt2", pre: tokenizer.pre, vocab: buildBpeVocab([byteLevel("\n\n"), ...words], family.specials), ...common };
   const sequences = replies.map((pieces) => pieces.map((p) => tokenId(spec.vocab, p)));
-  const bigrams = countBigrams(sequences, spec.vocab.tokens.length, tokenId(spec.vocab, family.endOfTurn));
+  const bigrams = countBigrams(sequences, spec.vocab.tokens.length, tokenId(spec.vocab, family.endOfTurn), {
+    begins: (i) => opens || i < DEMO_CORPUS.length,
+    starting: new Set([...breaks].map((piece) => tokenId(spec.vocab, piece))),
+  });
   return { spec, bigrams };
 }
 

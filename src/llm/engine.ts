@@ -125,6 +125,8 @@ export class Engine {
   private disposed = false;
   /** The special tokens that open a call, with their text: the reply's text shows them, so that calls are found. */
   private readonly callOpeners: ReadonlyMap<Token, string>;
+  /** The tokens that are a call's whole opener (special or not): a reply that may call nothing never writes one. */
+  private readonly openerTokens: readonly Token[];
   /** Each token's text and bytes, as a token's log-probability shows it: asked of the natives once per token. */
   private readonly spellings = new Map<Token, { token: string; bytes: number[] }>();
   private readonly grammars: ReplyGrammars;
@@ -154,6 +156,10 @@ export class Engine {
     slack: number,
   ) {
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
+    this.openerTokens = prompts.toolSyntax.openers.flatMap((text) => {
+      const tokens = model.tokenize(text, true);
+      return tokens.length === 1 ? tokens : [];
+    });
     const shifts = !model.fileInsights.isRecurrent && model.fileInsights.swaSize === undefined;
     this.overflow = overflow === "shift" && !shifts ? "exact" : overflow;
     this.keep = this.overflow === "slack" ? 1 - slack : 1;
@@ -331,6 +337,17 @@ export class Engine {
   }
 
   /**
+   * `sampling`, with the call opener's token banned when the request offers no tool to call (none,
+   * or a choice of none): what a model says then is never a call, even with a client's bias on it.
+   */
+  private callable(request: Pick<GenerateRequest, "tools">, sampling: Sampling): Sampling {
+    if (request.tools || this.openerTokens.length === 0) return sampling;
+    const logitBias = new Map(sampling.logitBias);
+    for (const token of this.openerTokens) logitBias.set(token, Number.NEGATIVE_INFINITY);
+    return { ...sampling, logitBias };
+  }
+
+  /**
    * The tokens of the request's prompt, as fitted to the context for a sequence that holds none of
    * it. A sequence holding the conversation past its context may evaluate another window (shifted,
    * or resumed with slack): a `budget` from this count is still enforced on the prompt evaluated.
@@ -363,7 +380,7 @@ export class Engine {
     let running: Promise<Decoded> | undefined;
     try {
       const slot = lease.item;
-      const sampling = await this.grammars.hold(request, samplingOf(request));
+      const sampling = await this.grammars.hold(request, this.callable(request, samplingOf(request)));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
         fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, scope, tools, this.keep)),

@@ -157,7 +157,7 @@ describe("parley model list / info", () => {
     expect(run.code).toBe(0);
     const line = (file: string) => run.stdout.split("\n").find((l) => l.startsWith(file)) ?? "";
     expect(run.stdout.split("\n")[0]!.split(/\s+/)).toEqual(["FILE", "ID", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT", "TEMPLATE"]);
-    expect(line("parley-demo.gguf").split(/\s+/)).toEqual(["parley-demo.gguf", "parley-demo", "llama", "861.4K", "3.5", "MB", "4096", "F32", "yes"]);
+    expect(line("parley-demo.gguf").split(/\s+/)).toEqual(["parley-demo.gguf", "parley-demo", "llama", "1.2M", "4.8", "MB", "4096", "F32", "yes"]);
     expect(line("truncated.gguf")).toMatch(/unusable: is truncated: its tensor data ends at byte \d+ but the file has only \d+ bytes/);
     expect(line("notes.gguf")).toContain('unusable: is not a GGUF file (it starts with "thes", not "GGUF")');
   });
@@ -263,8 +263,8 @@ describe("parley model pull", () => {
     const run = await parley("pull", url("demo.gguf"), "--out", out);
     expect(run.code).toBe(0);
     expect(run.stderr).toContain(`Downloading ${url("demo.gguf")}`);
-    expect(run.stderr).toMatch(/^100% 3\.5 MB \/ 3\.5 MB/m);
-    expect(run.stdout).toContain("parley-demo (llama, F32, 3.5 MB)");
+    expect(run.stderr).toMatch(/^100% 4\.8 MB \/ 4\.8 MB/m);
+    expect(run.stdout).toContain("parley-demo (llama, F32, 4.8 MB)");
     expect(sha256(join(out, "demo.gguf"))).toBe(sha256(demoPath));
   });
 

@@ -359,13 +359,12 @@ describe("a reasoning model's response", () => {
       model: parley.responses("any"),
       prompt: "What is the weather in Paris?",
       tools: { weather },
-      // A call on the first step, an answer on the second: the bigram model would call forever.
+      // A call on the first step, an answer on the second: a bigram model does not know a tool's
+      // result answers its question.
       prepareStep: ({ stepNumber }) => ({ toolChoice: stepNumber === 0 ? "required" : "none" }),
       stopWhen: stepCountIs(3),
       temperature: 0,
       maxOutputTokens: 300,
-      // One call a reply: a bigram model never ends a run of parallel calls by itself.
-      providerOptions: { openai: { parallelToolCalls: false } },
     });
     expect(result.steps.map((step) => step.finishReason)).toEqual(["tool-calls", "stop"]);
     const references = sent[1]!.input.filter((item) => item.type === "item_reference");

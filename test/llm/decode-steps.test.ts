@@ -83,7 +83,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   });
 
   // The demo model ends most replies within a few tokens; these prompts and seeds run long.
-  const LONG = { text: "the sea is", sampling: { temperature: 0.9, seed: 31 } };
+  // Its end of turn (<|im_end|>, the demo's token 4) all but never drawn: it runs as long as it is let.
+  const LONG = { text: "the sea is", sampling: { temperature: 0.9, seed: 31, logitBias: { 4: -100 } } };
   const OTHER = { text: "what is the weather like", sampling: { temperature: 0.9, seed: 35 } };
 
   /**
@@ -95,7 +96,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     sequence: LlamaContextSequence,
     input: Token[],
     count: number,
-    sampling: { temperature: number; seed?: number },
+    sampling: { temperature: number; seed?: number; logitBias?: Record<number, number> },
     declared = false,
   ) {
     const tokens: Token[] = [];
@@ -112,6 +113,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   }
 
   test("the addon has the methods", () => {
+    expect(model.tokenize("<|im_end|>", true)).toEqual([4 as Token]);
     expect(typeof addon.decodeSteps).toBe("function");
     expect(typeof addon.abortSteps).toBe("function");
   });
@@ -340,7 +342,11 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   });
 
   /** The reply's tokens one step a batch, with nothing beside it. */
-  async function alone(sequence: LlamaContextSequence, { text, sampling }: typeof LONG, count: number) {
+  async function alone(
+    sequence: LlamaContextSequence,
+    { text, sampling }: { text: string; sampling: typeof LONG.sampling | typeof OTHER.sampling },
+    count: number,
+  ) {
     await sequence.clearHistory();
     const turn = reply(new Scheduler(stepwise, sequences, { promptChunk: 16 }), sequence, model.tokenize(text), count, sampling);
     await turn.done;

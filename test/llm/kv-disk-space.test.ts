@@ -119,7 +119,7 @@ describe("saved KV states on a small filesystem", () => {
       for (let i = 0; i < CONVERSATIONS; i++) {
         // About 1.1 MB of state each.
         const first = await chat(`c${i}`, longMessage(50, `c${i}`));
-        expect(first.usage.prompt_tokens).toBeGreaterThan(1000);
+        expect(first.usage.prompt_tokens).toBeGreaterThan(850);
         if (i > 0) {
           // Back from disk: all but its new message is cached.
           const back = await chat(`c${i - 1}`, "and once more");

@@ -1,4 +1,6 @@
 import { describe, expect, test } from "bun:test";
+import { callReply } from "../../src/gguf/call-replies";
+import { CALL_REPLIES } from "../../src/gguf/corpus";
 import { type SplitText, ToolCallText } from "../../src/llm/tool-call-text";
 import { type ToolSyntax, toolSyntaxOf } from "../../src/llm/tool-syntax";
 import { type Random, withSeed } from "../support";
@@ -151,5 +153,20 @@ describe("ToolCallText", () => {
     expect(splitter.openedAt).toBeUndefined();
     splitter.push("<tool_call>", 5);
     expect(splitter.openedAt).toBe(16);
+  });
+
+  test("the generated models' replies of calls, in each syntax, read back as the corpus's calls", () => {
+    for (const syntax of [HERMES, LLAMA3, MISTRAL]) {
+      for (const call of CALL_REPLIES) {
+        const splitter = new ToolCallText(syntax, new Set([call.name]));
+        const text = callReply(syntax, call);
+        const parts = [...splitter.push(text, 0).parts, ...splitter.flush().parts];
+        const closed = parts.flatMap((part) => (part.part === "close" ? [part.call] : []));
+        expect(
+          closed.map(({ name, arguments: args }) => ({ name, arguments: JSON.parse(args) })),
+          `${syntax.name}: ${text}`,
+        ).toEqual([call]);
+      }
+    }
   });
 });
