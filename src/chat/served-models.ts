@@ -6,7 +6,7 @@ import type { Engine } from "../llm/engine";
 import { forgetSaved } from "../llm/kv-store";
 import type { HeldEngine, LoadedModels } from "../llm/loaded-models";
 import type { ModelRegistry } from "../llm/model";
-import { type EngineSource, type ModelInfo, modelLoading } from "./turn-runner";
+import { type EngineSource, type ModelFile, type ModelInfo, modelLoading } from "./turn-runner";
 
 export class ServedModels implements EngineSource {
   constructor(
@@ -36,6 +36,16 @@ export class ServedModels implements EngineSource {
   /** Read afresh: a file added to the models directory is listed (and served) at once. */
   list(): ModelInfo[] {
     this.registry.rescan();
-    return this.registry.models.map((entry) => ({ id: entry.id, created: entry.created, loaded: this.memory.isLoaded(entry.id) }));
+    return this.registry.models.map(({ id, created, description }) => {
+      const template = description.metadata["tokenizer.chat_template"];
+      const file: ModelFile = {
+        ...(description.architecture !== undefined ? { architecture: description.architecture } : {}),
+        sizeBytes: description.sizeBytes,
+        quantization: description.quantization,
+        parameters: description.parameters,
+        ...(template?.type === "string" ? { chatTemplate: template.value } : {}),
+      };
+      return { id, created, loaded: this.memory.isLoaded(id), file };
+    });
   }
 }

@@ -85,6 +85,18 @@ export interface ModelInfo {
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   created: number;
   loaded: boolean;
+  /** What its file says of it, where the service read it (not for an engine given whole). */
+  file?: ModelFile;
+}
+
+/** A model file's facts, as a model listing shows them. */
+export interface ModelFile {
+  architecture?: string;
+  sizeBytes: number;
+  /** llama-quantize's name of its type (Q4_K_M, F16…). */
+  quantization: string;
+  parameters: number;
+  chatTemplate?: string;
 }
 
 /**

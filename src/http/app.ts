@@ -24,6 +24,7 @@ import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { modelRoutes } from "./routes/models";
+import { ollamaRoutes } from "./routes/ollama";
 import { openAiRoutes } from "./routes/openai";
 import { openAiConversationRoutes } from "./routes/openai-conversations";
 import { quotaRoutes } from "./routes/quotas";
@@ -110,6 +111,7 @@ export function createApp(deps: AppDeps) {
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
     .use(modelRoutes({ models: () => deps.completions.models() }))
     .use(anthropicRoutes({ completions: deps.completions, turns, body: limits }))
+    .use(ollamaRoutes({ completions: deps.completions, turns, body: limits }))
     .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))
     .use(openAiConversationRoutes({ conversationItems: deps.conversationItems, body: limits }));
 }

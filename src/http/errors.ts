@@ -161,8 +161,8 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
   },
 };
 
-/** Which shape an error takes: the contract's, OpenAI's for its compatible API, or Anthropic's for its Messages API. */
-export type ErrorDialect = "parley" | "openai" | "anthropic";
+/** Which shape an error takes: the contract's, OpenAI's for its compatible API, Anthropic's for its Messages API, or Ollama's. */
+export type ErrorDialect = "parley" | "openai" | "anthropic" | "ollama";
 
 /** Requests under this prefix are OpenAI's API: its errors take OpenAI's shape, so its SDKs raise their typed errors. */
 export const OPENAI_PREFIX = "/v1/";
@@ -173,6 +173,24 @@ const MODELS_PREFIX = "/v1/models";
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
+/** Ollama's API: its routes sit beside the native API's `/api/v1.0/`, each by its own name. */
+export const OLLAMA_ROUTES = [
+  "chat",
+  "generate",
+  "tags",
+  "show",
+  "ps",
+  "version",
+  "embed",
+  "embeddings",
+  "pull",
+  "push",
+  "create",
+  "copy",
+  "delete",
+  "blobs",
+].map((name) => `/api/${name}`);
+
 /** A request of Anthropic's clients, which always send their API's version. */
 export const fromAnthropicClient = (headers: Headers): boolean => headers.has("anthropic-version");
 
@@ -181,7 +199,9 @@ export const dialectOf = (path: string, headers: Headers): ErrorDialect =>
     ? "anthropic"
     : path.startsWith(OPENAI_PREFIX)
       ? "openai"
-      : "parley";
+      : OLLAMA_ROUTES.some((route) => under(path, route))
+        ? "ollama"
+        : "parley";
 
 /** The status, contract code and headers `error` is answered with. */
 export function wireError(error: DomainError, dialect: ErrorDialect = "parley"): { status: number; code: ErrorCode; headers: HeaderMap } {
@@ -219,12 +239,23 @@ export const anthropicErrorBody = (error: DomainError): AnthropicErrorBody => ({
   },
 });
 
+/** Ollama's error body: one message, which leads with the field at fault. */
+export const ollamaErrorBody = (error: DomainError) => ({
+  error: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message,
+});
+
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 /** `headers` are what the request already earned (request id, rate-limit state); the error's own win. */
 export function errorResponse(error: DomainError, requestId: string, headers: HeaderMap = {}, dialect: ErrorDialect = "parley"): Response {
   const wire = wireError(error, dialect);
-  const body = dialect === "openai" ? openAiErrorBody(error) : dialect === "anthropic" ? anthropicErrorBody(error) : errorBody(error, requestId);
+  const bodies = {
+    openai: openAiErrorBody,
+    anthropic: anthropicErrorBody,
+    ollama: ollamaErrorBody,
+    parley: (failure: DomainError) => errorBody(failure, requestId),
+  };
+  const body = bodies[dialect](error);
   return new Response(JSON.stringify(body), {
     status: wire.status,
     headers: { ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...wire.headers },

@@ -13,8 +13,14 @@ export const data = (payload: object | "[DONE]") => {
   return { toSSE: () => line };
 };
 
-/** What a stream writes: a named or unnamed event, or a heartbeat comment. */
-export type SseChunk = ReturnType<typeof event> | ReturnType<typeof data> | Ping;
+/** One JSON object and a newline: a stream of newline-delimited JSON, as Ollama's API writes one. */
+export const jsonLine = (payload: object) => {
+  const line = `${JSON.stringify(payload)}\n`;
+  return { toSSE: () => line };
+};
+
+/** What a stream writes: a named or unnamed event, a heartbeat comment, or a line of JSON. */
+export type SseChunk = ReturnType<typeof event> | ReturnType<typeof data> | Ping | ReturnType<typeof jsonLine>;
 
 type Step<T, R> = { kind: "item"; result: IteratorResult<T, R> } | { kind: "failed"; error: unknown } | { kind: "tick" } | { kind: "aborted" };
 

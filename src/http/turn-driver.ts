@@ -30,6 +30,8 @@ export type StartTurn<Start, Result> = (hooks: RequestHooks) => TurnEvents<Start
 
 /** How one protocol writes a turn's events on a stream. */
 export interface Framing<Start, Result> {
+  /** The stream's media type when it is not server-sent events; such a stream has no comment line to keep it alive. */
+  readonly contentType?: string;
   start(start: Start): SseChunk[];
   delta(content: string): SseChunk[];
   reasoning(content: string): SseChunk[];
@@ -125,7 +127,7 @@ export class TurnDriver {
       const turn = start(hooksOf(exchange));
       const first = await turn.next();
       if (first.done || isReply(first.value)) return;
-      set.headers["content-type"] = "text/event-stream";
+      set.headers["content-type"] = framing.contentType ?? "text/event-stream";
       set.headers["cache-control"] = "no-cache";
       yield* framing.start(first.value);
       try {
@@ -139,8 +141,10 @@ export class TurnDriver {
             }
             return;
           }
-          if (step.value === PING) yield framing.ping?.() ?? PING;
-          else if (isReply(step.value)) {
+          if (step.value === PING) {
+            const ping = framing.ping?.() ?? (framing.contentType === undefined ? PING : undefined);
+            if (ping) yield ping;
+          } else if (isReply(step.value)) {
             if (isToken(step.value)) meter.token();
             yield* frame(framing, step.value);
           }

@@ -10,6 +10,7 @@ import { Glob } from "bun";
 const PROTOCOLS: Record<string, { folder: string; routes: string[] }> = {
   openai: { folder: "src/http/openai/", routes: ["src/http/routes/openai.ts", "src/http/routes/responses.ts", "src/http/routes/openai-conversations.ts"] },
   anthropic: { folder: "src/http/anthropic/", routes: ["src/http/routes/anthropic.ts"] },
+  ollama: { folder: "src/http/ollama/", routes: ["src/http/routes/ollama.ts"] },
 };
 
 /** Field paths and item types of the protocols' requests, which the domain has words of its own for. */

@@ -1,0 +1,89 @@
+/**
+ * Ollama's API as its clients send it (the `ollama` package's types, docs/api.md of ollama/ollama):
+ * what Parley honours, and each option it cannot honour refused by name rather than ignored.
+ */
+import { t } from "elysia";
+import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+
+/** The model options that change a reply and that Parley honours; any other is refused by name. */
+export const OllamaOptions = t.Object(
+  {
+    temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "options.temperature must be a number from 0 to 2"),
+    top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "options.top_p must be a number above 0, at most 1"),
+    top_k: optional(t.Integer({ minimum: 0 }), "options.top_k must be a non-negative integer (0: every token)"),
+    min_p: optional(t.Number({ minimum: 0, maximum: 1 }), "options.min_p must be a number from 0 to 1"),
+    seed: optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1 }), "options.seed must be an integer from 0 to 4294967295"),
+    stop: optional(t.Array(t.String({ minLength: 1 }), { maxItems: 16 }), "options.stop must be at most 16 non-empty strings"),
+    num_predict: optional(t.Integer({ minimum: -2 }), "options.num_predict must be an integer (-1: as long as the context allows)"),
+    repeat_penalty: optional(t.Number({ exclusiveMinimum: 0, maximum: 10 }), "options.repeat_penalty must be a number above 0, at most 10 (1: none)"),
+    presence_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "options.presence_penalty must be a number from -2 to 2"),
+    frequency_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "options.frequency_penalty must be a number from -2 to 2"),
+  },
+  // Kept, so that the route refuses another option by its name (routes/ollama.ts).
+  { additionalProperties: t.Unknown() },
+);
+
+/** Why an option not in `OllamaOptions` is refused. */
+export const OPTION_RULE =
+  "Parley honours temperature, top_p, top_k, min_p, seed, stop, num_predict and the penalties; the server's own settings (context, threads, GPU) are its operator's";
+
+const ToolCall = t.Object({ function: t.Object({ name: t.String(), arguments: t.Record(t.String(), t.Unknown()) }) });
+
+const MESSAGE_RULE = "each message needs a role (system, user, assistant or tool) and its content as a string";
+
+export const OllamaMessage = t.Object(
+  {
+    role: t.Union([t.Literal("system"), t.Literal("user"), t.Literal("assistant"), t.Literal("tool")], { error: MESSAGE_RULE }),
+    content: t.String({ error: MESSAGE_RULE }),
+    thinking: t.Optional(t.String()),
+    // Refused by the route while present, naming the message (routes/ollama.ts).
+    images: t.Optional(t.Unknown()),
+    tool_calls: t.Optional(t.Array(ToolCall)),
+    tool_name: t.Optional(t.String()),
+  },
+  UNKNOWN_FIELD,
+);
+
+export const OllamaTool = t.Object({
+  type: t.Literal("function", { error: 'each tool is {type: "function", function: {name, description, parameters}}' }),
+  function: t.Object({
+    name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$", error: "a tool's name is 1 to 64 letters, digits, _ or -" }),
+    description: t.Optional(t.String()),
+    parameters: t.Optional(t.Record(t.String(), t.Unknown())),
+  }),
+});
+
+/** What both generating routes take beside their input. */
+const TURN_FIELDS = {
+  model: t.String({ minLength: 1, error: "model must name a model: GET /api/tags lists them" }),
+  stream: optional(t.Boolean(), "stream must be true (the default: one JSON object a line) or false"),
+  format: t.Optional(t.Union([t.Literal("json"), t.Record(t.String(), t.Unknown())], { error: 'format must be "json" or a JSON schema' })),
+  options: t.Optional(OllamaOptions),
+  think: t.Optional(t.Boolean({ error: "think must be true or false (levels are for models that take them; Parley's think as long as they need)" })),
+  keep_alive: unsupported("keep_alive: a model stays loaded as its operator set (PARLEY_KEEP_ALIVE_S); a request cannot change it"),
+  logprobs: unsupported("logprobs: Parley's log-probabilities are on POST /v1/chat/completions"),
+  top_logprobs: unsupported("top_logprobs: Parley's log-probabilities are on POST /v1/chat/completions"),
+};
+
+export const OllamaChatRequest = t.Object(
+  { ...TURN_FIELDS, messages: t.Array(OllamaMessage, { minItems: 1, error: "messages must be a non-empty array" }), tools: t.Optional(t.Array(OllamaTool)) },
+  UNKNOWN_FIELD,
+);
+export type OllamaChatRequest = typeof OllamaChatRequest.static;
+
+export const OllamaGenerateRequest = t.Object(
+  {
+    ...TURN_FIELDS,
+    prompt: t.String({ error: "prompt must be a string" }),
+    system: t.Optional(t.String()),
+    images: unsupported("images: Parley has no image input yet"),
+    raw: unsupported("raw: Parley writes every prompt through the model's chat template"),
+    suffix: unsupported("suffix: Parley has no fill-in-the-middle yet"),
+    template: unsupported("template: the model's own chat template writes the prompt"),
+    context: unsupported("context: Parley keeps no token context between requests here; send the history to /api/chat"),
+  },
+  UNKNOWN_FIELD,
+);
+export type OllamaGenerateRequest = typeof OllamaGenerateRequest.static;
+
+export const OllamaShowRequest = t.Object({ model: t.String({ minLength: 1 }), verbose: t.Optional(t.Boolean()) }, UNKNOWN_FIELD);

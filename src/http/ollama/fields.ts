@@ -1,0 +1,19 @@
+/** How Ollama's generating API spells the domain's fields (field-names.ts). */
+import type { FieldNames } from "../field-names";
+
+export const ollamaFields: FieldNames = (field) => {
+  switch (field.part) {
+    case "history":
+      return field.item === undefined ? "messages" : `messages[${field.item}]${field.detail === "answers" ? ".tool_name" : ""}`;
+    case "format":
+      return "format";
+    case "tools":
+      return "tools";
+    case "tool":
+      return `tools[${field.index}].function.${field.detail}`;
+    case "thoughtBudget":
+      return "think";
+    default:
+      return undefined;
+  }
+};

@@ -1,0 +1,207 @@
+/**
+ * Ollama's API, a fourth framing of the same stateless turn: `/api/chat` and `/api/generate`
+ * (newline-delimited JSON by default, one object with `stream: false`), and the model listing its
+ * clients read (`/api/tags`, `/api/ps`, `/api/show`, `/api/version`). Keys as `Authorization:
+ * Bearer`, as Ollama's clients send them to a keyed server; errors in Ollama's shape (errors.ts).
+ * Verbs that would change the model files are refused: the operator manages them.
+ */
+import { Elysia } from "elysia";
+import pkg from "../../../package.json";
+import type { CompletionInput } from "../../chat/completions";
+import type { ModelInfo } from "../../chat/turn-runner";
+import { Forbidden, InvalidInput, ModelNotFound } from "../../errors";
+import type { ReplyFormat, ToolCall, Turn } from "../../llm/engine";
+import { requireKey } from "../auth";
+import { namingFields } from "../field-names";
+import { jsonBody } from "../json-body";
+import { toolRequestOf } from "../offered-tools";
+import { OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest, OPTION_RULE } from "../ollama/contract";
+import { ollamaFields } from "../ollama/fields";
+import { modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
+import { samplingFieldsOf } from "../sampling-fields";
+import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
+
+const TAGS = ["Ollama-compatible"];
+
+type TurnRequest = Pick<OllamaChatRequest, "model" | "format" | "options" | "think">;
+type Message = OllamaChatRequest["messages"][number];
+
+/** Ollama's default temperature, where the request sets none. */
+const DEFAULT_TEMPERATURE = 0.8;
+
+/**
+ * The messages as turns. Ollama's calls carry no id: each is given one, and a tool's message
+ * answers the earliest call still unanswered of the function it names (of any, naming none).
+ */
+function turnsOf(messages: readonly Message[]): Turn[] {
+  let pending: ToolCall[] = [];
+  return messages.map((message, i): Turn => {
+    if (message.images != null && !(Array.isArray(message.images) && message.images.length === 0))
+      throw new InvalidInput(`messages[${i}].images`, "Parley has no image input yet");
+    if (!message.content.isWellFormed() || !(message.thinking ?? "").isWellFormed())
+      throw new InvalidInput({ part: "history", item: i }, "a message's content and thinking must be valid Unicode text");
+    if (message.role === "tool") {
+      const answered = pending.findIndex((call) => message.tool_name === undefined || call.name === message.tool_name);
+      if (answered < 0)
+        throw new InvalidInput({ part: "history", item: i, detail: "answers" }, "a tool's message must answer a call an earlier assistant message made");
+      const [call] = pending.splice(answered, 1);
+      return { role: "tool", content: message.content, toolCallId: call!.id, name: call!.name };
+    }
+    if (message.tool_calls && message.role !== "assistant") throw new InvalidInput({ part: "history", item: i }, "tool_calls belong to an assistant message");
+    if (message.role !== "assistant") return { role: message.role, content: message.content };
+    pending = (message.tool_calls ?? []).map((call, j) => ({
+      id: `call_${i}_${j}`,
+      name: call.function.name,
+      arguments: JSON.stringify(call.function.arguments),
+    }));
+    return {
+      role: "assistant",
+      content: message.content,
+      ...(message.thinking ? { reasoning: message.thinking } : {}),
+      ...(pending.length > 0 ? { toolCalls: pending } : {}),
+    };
+  });
+}
+
+/** `format`: `"json"` is any JSON object; a schema is held as far as the grammar can (its other keywords advisory, as OpenAI's non-strict). */
+const formatOf = (format: TurnRequest["format"]): ReplyFormat | undefined =>
+  format === undefined ? undefined : format === "json" ? { type: "json_object" } : { type: "json_schema", schema: format, strict: false };
+
+/** The request's fields as the turn takes them, beside its history. */
+function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest["tools"]): Omit<CompletionInput, "signal" | "userId"> {
+  const options = body.options ?? {};
+  const unknown = Object.keys(options).find((name) => !(name in OllamaOptions.properties));
+  if (unknown !== undefined) throw new InvalidInput(`options.${unknown}`, `Parley cannot honour this option: ${OPTION_RULE}`);
+  const predict = options.num_predict ?? -1;
+  if (predict === 0) throw new InvalidInput("options.num_predict", "options.num_predict must be at least 1, or -1 for as long as the context allows");
+  const stop = options.stop ?? [];
+  if (!stop.every((text) => text.isWellFormed())) throw new InvalidInput("options.stop", "options.stop must be valid Unicode text");
+  const format = formatOf(body.format);
+  const offered = toolRequestOf({
+    functions: (tools ?? []).map((tool) => ({
+      name: tool.function.name,
+      description: tool.function.description,
+      parameters: tool.function.parameters,
+      strict: false,
+    })),
+    choice: undefined,
+    parallel: true,
+  });
+  return {
+    messages,
+    model: body.model,
+    sampling: {
+      temperature: options.temperature ?? DEFAULT_TEMPERATURE,
+      ...(options.seed != null ? { seed: options.seed } : {}),
+      ...samplingFieldsOf(options),
+    },
+    ...(predict > 0 ? { maxTokens: predict } : {}),
+    ...(stop.length > 0 ? { stop } : {}),
+    ...(format ? { format } : {}),
+    ...(offered ? { tools: offered } : {}),
+    ...(body.think === false ? { thoughtTokens: 0 } : {}),
+  };
+}
+
+/** The models for the listing: none while the only one is still loading. */
+const listed = (deps: OllamaRouteDeps): ModelInfo[] => deps.completions.models();
+
+export type OllamaRouteDeps = CompletionRouteDeps;
+
+/** Pull, push, create, copy and delete would change the operator's model files. */
+const MANAGED = "Parley's models are its operator's: they are managed on the server (`parley model`, the models directory), not through this API";
+
+export const ollamaRoutes = (deps: OllamaRouteDeps) => {
+  /** One generating route: plain (`stream: false`) or one JSON object a line. */
+  const generate = (route: OllamaRoute) =>
+    async function* ({
+      input,
+      body,
+      principal,
+      request,
+      server,
+      set,
+    }: {
+      input: Omit<CompletionInput, "signal" | "userId">;
+      body: { stream?: boolean | null; think?: boolean };
+      principal: { userId: number; keyId: number };
+      request: Request;
+      server: Parameters<CompletionRouteDeps["turns"]["stream"]>[0]["server"];
+      set: { headers: Record<string, unknown> };
+    }) {
+      const shown = body.think !== false;
+      const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
+      const exchange = { request, set, server, keyId: principal.keyId };
+      if (body.stream === false) {
+        const startedAt = performance.now();
+        const result = await deps.turns.complete(exchange, turn);
+        return result && replyJson(route, result, shown, startedAt);
+      }
+      yield* deps.turns.stream(exchange, turn, ollamaFraming(route, shown));
+    };
+  const chat = generate("chat");
+  const completion = generate("generate");
+  const refused = () => {
+    throw new Forbidden(MANAGED);
+  };
+  return new Elysia({ name: "parley/routes/ollama" })
+    .onBeforeHandle(namingFields(ollamaFields))
+    .use(requireKey)
+    .post(
+      "/api/chat",
+      async function* ({ body, principal, request, server, set }) {
+        const input = turnInput(body, turnsOf(body.messages), body.tools);
+        return yield* chat({ input, body, principal, request, server, set });
+      },
+      {
+        auth: "key",
+        body: OllamaChatRequest,
+        parse: jsonBody(deps.body),
+        detail: { summary: "Ollama-compatible chat: the reply as one JSON object a line, or one object with stream: false", tags: TAGS },
+      },
+    )
+    .post(
+      "/api/generate",
+      async function* ({ body, principal, request, server, set }) {
+        if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty: Parley loads a model when a request needs it");
+        const messages: Turn[] = [...(body.system ? [{ role: "system" as const, content: body.system }] : []), { role: "user", content: body.prompt }];
+        if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
+        const input = turnInput(body, messages, undefined);
+        return yield* completion({ input, body, principal, request, server, set });
+      },
+      {
+        auth: "key",
+        body: OllamaGenerateRequest,
+        parse: jsonBody(deps.body),
+        detail: { summary: "Ollama-compatible generate: one prompt through the model's chat template, streamed as for /api/chat", tags: TAGS },
+      },
+    )
+    .get("/api/tags", () => ({ models: listed(deps).map(modelJson) }), {
+      auth: "key",
+      detail: { summary: "Ollama-compatible: the models Parley serves, the default first", tags: TAGS },
+    })
+    .get(
+      "/api/ps",
+      () => ({
+        models: listed(deps)
+          .filter((model) => model.loaded)
+          .map((model) => ({ ...modelJson(model), expires_at: new Date(0).toISOString(), size_vram: 0 })),
+      }),
+      { auth: "key", detail: { summary: "Ollama-compatible: the models loaded now", tags: TAGS } },
+    )
+    .post(
+      "/api/show",
+      ({ body }) => {
+        const model = listed(deps).find((served) => served.id === body.model);
+        if (!model) throw new ModelNotFound(`no model ${JSON.stringify(body.model)}: GET /api/tags lists them`);
+        return showJson(model);
+      },
+      { auth: "key", body: OllamaShowRequest, parse: jsonBody(deps.body), detail: { summary: "Ollama-compatible: one model's details", tags: TAGS } },
+    )
+    .get("/api/version", () => ({ version: pkg.version }), { auth: "key", detail: { summary: "Ollama-compatible: Parley's version", tags: TAGS } })
+    .post("/api/pull", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .post("/api/push", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .post("/api/create", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .post("/api/copy", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .delete("/api/delete", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } });
+};
