@@ -39,16 +39,18 @@ async function readCapped(request: Request, { bodyLimitBytes: limit, bodyTimeout
 /**
  * A route `parse` hook for JSON bodies: checks the media type, then the size, then the
  * encoding and syntax. Without it Elysia would parse `text/plain` too and report 422.
+ * `anyMediaType`: the body is JSON whatever its declared type, as Ollama's server reads it (its
+ * documentation's examples send curl's default, form-urlencoded).
  */
 export const jsonBody =
-  (limits: BodyLimits) =>
+  (limits: BodyLimits, { anyMediaType = false } = {}) =>
   async ({ request }: { request: Request }): Promise<unknown> => {
     const [mediaType = "", ...params] = (request.headers.get("content-type") ?? "").split(";").map((part) => part.trim().toLowerCase());
     const charset = params
       .find((param) => param.startsWith("charset="))
       ?.slice(8)
       .replace(/"/g, "");
-    if (mediaType !== "application/json" || (charset !== undefined && charset !== "utf-8")) {
+    if ((!anyMediaType && mediaType !== "application/json") || (charset !== undefined && charset !== "utf-8")) {
       throw new UnsupportedMediaType("the request body must be application/json (UTF-8)");
     }
     const bytes = await readCapped(request, limits);

@@ -106,6 +106,19 @@ test("the model listing: tags, ps, show, version", async () => {
   expect((await client.version()).version).toMatch(/^\d+\.\d+\.\d+$/);
 });
 
+test("a body is JSON whatever its media type, as curl sends Ollama's documented examples", async () => {
+  const types: Record<string, string>[] = [{}, { "content-type": "application/x-www-form-urlencoded" }];
+  for (const headers of types) {
+    const response = await fetch(`${app.served.url}/api/generate`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${app.key}`, ...headers },
+      body: JSON.stringify({ model: "any", prompt: "Hi", stream: false, options: { num_predict: 3 } }),
+    });
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { done: boolean }).done).toBe(true);
+  }
+});
+
 describe("refused in Ollama's shape", () => {
   test.each([
     ["no key", () => new Ollama({ host: app.served.url }).chat({ model: "any", messages: ask, stream: false }), 401, ""],

@@ -46,6 +46,7 @@ describe("mixed load on several sequences", () => {
           toolClients: 2,
           responsesClients: 2,
           anthropicClients: 2,
+          ollamaClients: 2,
           durationMs: DURATION_MS,
           deadlineMs: 30_000,
           random,
@@ -55,7 +56,17 @@ describe("mixed load on several sequences", () => {
         );
         expect({ failures: result.failures.slice(0, 5), errorLines: server.errorLines.slice(0, 5) }).toEqual({ failures: [], errorLines: [] });
         // The load must have run every kind of request, and the OpenAI clients' prefixes been reused.
-        for (const kind of ["native stream", "native cancelled", "openai stream", "openai reply", "openai logprobs", "anthropic stream", "anthropic reply"])
+        for (const kind of [
+          "native stream",
+          "native cancelled",
+          "openai stream",
+          "openai reply",
+          "openai logprobs",
+          "anthropic stream",
+          "anthropic reply",
+          "ollama stream",
+          "ollama reply",
+        ])
           expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
         expect((result.ok.structured ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
         expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);

@@ -37,6 +37,8 @@ export interface ChatMixOptions {
   responsesClients?: number;
   /** Anthropic-API clients resending a growing history, streamed or not, some streams cancelled. */
   anthropicClients?: number;
+  /** Ollama-API clients resending a growing history, one JSON object a line or not, some streams cancelled. */
+  ollamaClients?: number;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -352,6 +354,66 @@ async function anthropicTurn(
   return { ok: stream ? "anthropic stream" : "anthropic reply", cached };
 }
 
+/**
+ * One turn of an Ollama-API client: its history with a new message, streamed (Ollama's default:
+ * one JSON object a line) half the time once its first two requests are made, a quarter of the
+ * streams left after a few lines. A stream's every line is an object; the last, alone, is `done`.
+ */
+async function ollamaTurn(
+  options: ChatMixOptions,
+  random: Random,
+  key: string,
+  history: { role: string; content: string }[],
+  signal: AbortSignal,
+  turn: number,
+): Promise<Ending> {
+  const drawn = turn > 1;
+  const stream = drawn ? random.next() < 0.5 : turn === 1;
+  const cancelAfter = drawn && stream && random.next() < 0.25 ? random.int(1, 5) : undefined;
+  const cancel = new AbortController();
+  history.push({ role: "user", content: message(random) });
+  const body = { model: "parley", messages: history, stream, options: { temperature: 0.8, num_predict: random.int(4, 63) } };
+  const response = await fetch(`${options.url}/api/chat`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}` },
+    body: JSON.stringify(body),
+    signal: AbortSignal.any([signal, cancel.signal]),
+  });
+  if (response.status !== 200) return { failure: `ollama ${response.status}: ${(await response.text()).slice(0, 200)}` };
+  type Line = { message?: { content: string }; done?: boolean; error?: string };
+  let lines: Line[];
+  try {
+    if (!stream) lines = [(await response.json()) as Line];
+    else {
+      lines = [];
+      let text = "";
+      for await (const chunk of response.body!.pipeThrough(new TextDecoderStream())) {
+        text += chunk;
+        const whole = text.split("\n");
+        text = whole.pop()!;
+        lines.push(...whole.filter((line) => line !== "").map((line) => JSON.parse(line) as Line));
+        if (lines.length >= (cancelAfter ?? Infinity)) {
+          cancel.abort();
+          history.pop();
+          return { ok: "ollama cancelled" };
+        }
+      }
+      if (text !== "") return { failure: `ollama stream: a line without its newline: ${text.slice(0, 100)}` };
+    }
+  } catch (error) {
+    if (!cancel.signal.aborted) throw error;
+    history.pop();
+    return { ok: "ollama cancelled" };
+  }
+  const failed = lines.find((line) => line.error !== undefined);
+  if (failed) return { failure: `ollama error line: ${failed.error}` };
+  if (lines.at(-1)?.done !== true || lines.slice(0, -1).some((line) => line.done))
+    return { failure: "ollama stream out of shape: done is not the last line alone" };
+  history.push({ role: "assistant", content: lines.map((line) => line.message?.content ?? "").join("") });
+  if (history.length > 16) history.splice(0);
+  return { ok: stream ? "ollama stream" : "ollama reply" };
+}
+
 interface ResponseEventData {
   type: string;
   sequence_number: number;
@@ -449,6 +511,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
     ...Array<OpenAiKind>(options.toolClients ?? 0).fill("tools"),
     ...Array<"responses">(options.responsesClients ?? 0).fill("responses"),
     ...Array<"anthropic">(options.anthropicClients ?? 0).fill("anthropic"),
+    ...Array<"ollama">(options.ollamaClients ?? 0).fill("ollama"),
   ];
   await Promise.all(
     kinds.map(async (kind, client) => {
@@ -469,7 +532,9 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
                 ? await responsesTurn(options, random, key, chain, signal, turn)
                 : kind === "anthropic"
                   ? await anthropicTurn(options, random, key, history, signal, turn)
-                  : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
+                  : kind === "ollama"
+                    ? await ollamaTurn(options, random, key, history, signal, turn)
+                    : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }

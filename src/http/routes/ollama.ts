@@ -112,6 +112,7 @@ export type OllamaRouteDeps = CompletionRouteDeps;
 const MANAGED = "Parley's models are its operator's: they are managed on the server (`parley model`, the models directory), not through this API";
 
 export const ollamaRoutes = (deps: OllamaRouteDeps) => {
+  const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
   /** One generating route: plain (`stream: false`) or one JSON object a line. */
   const generate = (route: OllamaRoute) =>
     async function* ({
@@ -156,7 +157,7 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
       {
         auth: "key",
         body: OllamaChatRequest,
-        parse: jsonBody(deps.body),
+        parse: ollamaBody,
         detail: { summary: "Ollama-compatible chat: the reply as one JSON object a line, or one object with stream: false", tags: TAGS },
       },
     )
@@ -172,7 +173,7 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
       {
         auth: "key",
         body: OllamaGenerateRequest,
-        parse: jsonBody(deps.body),
+        parse: ollamaBody,
         detail: { summary: "Ollama-compatible generate: one prompt through the model's chat template, streamed as for /api/chat", tags: TAGS },
       },
     )
@@ -196,12 +197,12 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
         if (!model) throw new ModelNotFound(`no model ${JSON.stringify(body.model)}: GET /api/tags lists them`);
         return showJson(model);
       },
-      { auth: "key", body: OllamaShowRequest, parse: jsonBody(deps.body), detail: { summary: "Ollama-compatible: one model's details", tags: TAGS } },
+      { auth: "key", body: OllamaShowRequest, parse: ollamaBody, detail: { summary: "Ollama-compatible: one model's details", tags: TAGS } },
     )
     .get("/api/version", () => ({ version: pkg.version }), { auth: "key", detail: { summary: "Ollama-compatible: Parley's version", tags: TAGS } })
-    .post("/api/pull", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .post("/api/push", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .post("/api/create", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .post("/api/copy", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .delete("/api/delete", refused, { auth: "key", parse: jsonBody(deps.body), detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } });
+    .post("/api/pull", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .post("/api/push", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .post("/api/create", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .post("/api/copy", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
+    .delete("/api/delete", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } });
 };
