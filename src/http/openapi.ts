@@ -23,6 +23,7 @@ import {
   UsageReport,
 } from "./contract";
 import { HTTP_ERRORS } from "./errors";
+import { OllamaChatResponse, OllamaErrorBody, OllamaGenerateResponse, OllamaModelList, OllamaShowResponse, OllamaVersion } from "./ollama/contract";
 import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
 
@@ -57,6 +58,12 @@ export const SCHEMAS = {
   TokenCount,
   AnthropicModel,
   AnthropicModelList,
+  OllamaChatResponse,
+  OllamaGenerateResponse,
+  OllamaModelList,
+  OllamaShowResponse,
+  OllamaVersion,
+  OllamaError: OllamaErrorBody,
 };
 
 const ref = (name: keyof typeof SCHEMAS) => ({ $ref: `#/components/schemas/${name}` });
@@ -103,9 +110,13 @@ export function errorResponses(...kinds: ErrorKind[]): Responses {
 /**
  * The errors of a route of another protocol, in its shape (the schema `body`) and the statuses
  * compatible APIs answer with (several kinds can share a status there: 400), each narrowed to
- * the `error.type`s its status can carry.
+ * the `error.type`s its status can carry where the shape has one (`typeOf`).
  */
-function protocolErrorResponses(body: "OpenAiError" | "AnthropicError", typeOf: (kind: ErrorKind) => string, kinds: ErrorKind[]): Responses {
+function protocolErrorResponses(
+  body: "OpenAiError" | "AnthropicError" | "OllamaError",
+  typeOf: ((kind: ErrorKind) => string) | undefined,
+  kinds: ErrorKind[],
+): Responses {
   const byStatus = new Map<number, ErrorKind[]>();
   for (const kind of [...kinds, "internal" as const]) {
     const { status, openai } = HTTP_ERRORS[kind];
@@ -114,8 +125,10 @@ function protocolErrorResponses(body: "OpenAiError" | "AnthropicError", typeOf: 
   }
   return Object.fromEntries(
     [...byStatus].map(([status, shared]) => {
-      const types = [...new Set(shared.map(typeOf))];
-      const schema = { allOf: [ref(body), { type: "object", properties: { error: { type: "object", properties: { type: { enum: types } } } } }] };
+      const types = typeOf && [...new Set(shared.map(typeOf))];
+      const schema = types
+        ? { allOf: [ref(body), { type: "object", properties: { error: { type: "object", properties: { type: { enum: types } } } } }] }
+        : ref(body);
       const description = shared.map((kind) => `${HTTP_ERRORS[kind].code}: ${HTTP_ERRORS[kind].when}`).join("; ");
       return [String(status), { description, content: { "application/json": { schema } } }];
     }),
@@ -127,6 +140,18 @@ export const openAiErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResp
 
 /** The errors of an Anthropic-compatible route, in Anthropic's shape. */
 export const anthropicErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("AnthropicError", (kind) => HTTP_ERRORS[kind].anthropic, kinds);
+
+/** The errors of an Ollama-compatible route, in Ollama's shape (one message, no type). */
+export const ollamaErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("OllamaError", undefined, kinds);
+
+const NDJSON =
+  "Unless `stream: false`: `application/x-ndjson`, one JSON object a line, each of this schema; the last, alone, `done: true` with the counts. An error after the first line is a line `{error}`.";
+
+/** A generating route's 200: one object, or a stream of them, one a line. */
+export const ndjsonResponse = (description: string, schema: "OllamaChatResponse" | "OllamaGenerateResponse") => ({
+  description: `${description}. ${NDJSON}`,
+  content: { "application/json": { schema: ref(schema) }, "application/x-ndjson": { schema: ref(schema) } },
+});
 
 /** The errors of a route both OpenAI's and Anthropic's clients call, in the shape of whichever asked. */
 export function eitherErrorResponses(...kinds: ErrorKind[]): Responses {

@@ -4,6 +4,8 @@
  * Ollama's error shape. Request seeds are fixed, so each reply is the same on every run.
  */
 import { beforeAll, describe, expect, test } from "bun:test";
+import Ajv2020 from "ajv/dist/2020";
+import addFormats from "ajv-formats";
 import { Ollama } from "ollama";
 import { allowSlowTests, rejection, servedEngine } from "../support";
 
@@ -117,6 +119,39 @@ test("a body is JSON whatever its media type, as curl sends Ollama's documented 
     expect(response.status).toBe(200);
     expect(((await response.json()) as { done: boolean }).done).toBe(true);
   }
+});
+
+test("replies, stream lines, listings and errors match the served OpenAPI document", async () => {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  ajv.addSchema((await (await fetch(`${app.served.url}/openapi.json`)).json()) as object, "openapi.json");
+  const expectDocumented = (path: string, method: string, status: number, mediaType: string, body: unknown) => {
+    const at = ["paths", path, method, "responses", String(status), "content", mediaType, "schema"].map(
+      (s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`,
+    );
+    const validate = ajv.getSchema(`openapi.json#${at.join("")}`);
+    if (!validate) throw new Error(`the document has no schema at ${at.join("")}`);
+    if (!validate(body)) throw new Error(`${method} ${path} ${status}: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 300)}`);
+  };
+  const send = (path: string, body: object) =>
+    fetch(`${app.served.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${app.key}` }, body: JSON.stringify(body) });
+  const chat = { model: "any", messages: ask, options: { temperature: 0, num_predict: 12 } };
+  expectDocumented("/api/chat", "post", 200, "application/json", await (await send("/api/chat", { ...chat, stream: false })).json());
+  const lines = (await (await send("/api/chat", chat)).text()).trimEnd().split("\n");
+  for (const line of lines) expectDocumented("/api/chat", "post", 200, "application/x-ndjson", JSON.parse(line));
+  expectDocumented(
+    "/api/generate",
+    "post",
+    200,
+    "application/json",
+    await (await send("/api/generate", { model: "any", prompt: "Hi", stream: false, options: { num_predict: 4 } })).json(),
+  );
+  const get = async (path: string) => (await fetch(`${app.served.url}${path}`, { headers: { authorization: `Bearer ${app.key}` } })).json();
+  for (const path of ["/api/tags", "/api/ps", "/api/version"]) expectDocumented(path, "get", 200, "application/json", await get(path));
+  expectDocumented("/api/show", "post", 200, "application/json", await (await send("/api/show", { model: app.engine.modelName })).json());
+  const refused = await send("/api/chat", { ...chat, options: { num_ctx: 1 } });
+  expect(refused.status).toBe(400);
+  expectDocumented("/api/chat", "post", 400, "application/json", await refused.json());
 });
 
 describe("refused in Ollama's shape", () => {

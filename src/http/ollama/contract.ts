@@ -87,3 +87,76 @@ export const OllamaGenerateRequest = t.Object(
 export type OllamaGenerateRequest = typeof OllamaGenerateRequest.static;
 
 export const OllamaShowRequest = t.Object({ model: t.String({ minLength: 1 }), verbose: t.Optional(t.Boolean()) }, UNKNOWN_FIELD);
+
+const OllamaToolCall = t.Object({ function: t.Object({ name: t.String(), arguments: t.Record(t.String(), t.Unknown()) }) });
+
+/** What every reply object carries; the last (`done: true`) also the counts and durations (ns). */
+const REPLY_FIELDS = {
+  model: t.String(),
+  created_at: t.String({ format: "date-time" }),
+  done: t.Boolean(),
+  done_reason: t.Optional(t.Union([t.Literal("stop"), t.Literal("length")])),
+  total_duration: t.Optional(t.Integer({ minimum: 0 })),
+  load_duration: t.Optional(t.Integer({ minimum: 0 })),
+  prompt_eval_count: t.Optional(t.Integer({ minimum: 0 })),
+  prompt_eval_duration: t.Optional(t.Integer({ minimum: 0 })),
+  eval_count: t.Optional(t.Integer({ minimum: 0 })),
+  eval_duration: t.Optional(t.Integer({ minimum: 0 })),
+};
+
+/** `/api/chat`'s reply, or one line of its stream. */
+export const OllamaChatResponse = t.Object({
+  ...REPLY_FIELDS,
+  message: t.Object({
+    role: t.Literal("assistant"),
+    content: t.String(),
+    thinking: t.Optional(t.String()),
+    tool_calls: t.Optional(t.Array(OllamaToolCall)),
+  }),
+});
+export type OllamaChatResponse = typeof OllamaChatResponse.static;
+
+/** `/api/generate`'s reply, or one line of its stream. */
+export const OllamaGenerateResponse = t.Object({ ...REPLY_FIELDS, response: t.String(), thinking: t.Optional(t.String()) });
+export type OllamaGenerateResponse = typeof OllamaGenerateResponse.static;
+
+const OllamaModelDetails = t.Object({
+  parent_model: t.String(),
+  format: t.String(),
+  family: t.String(),
+  families: t.Array(t.String()),
+  parameter_size: t.String(),
+  quantization_level: t.String(),
+});
+
+export const OllamaModel = t.Object({
+  name: t.String(),
+  model: t.String(),
+  modified_at: t.String({ format: "date-time" }),
+  size: t.Integer({ minimum: 0 }),
+  digest: t.String(),
+  details: OllamaModelDetails,
+  expires_at: t.Optional(t.String({ format: "date-time" })),
+  size_vram: t.Optional(t.Integer({ minimum: 0 })),
+});
+export type OllamaModel = typeof OllamaModel.static;
+
+export const OllamaModelList = t.Object({ models: t.Array(OllamaModel) });
+
+export const OllamaShowResponse = t.Object({
+  license: t.String(),
+  modelfile: t.String(),
+  parameters: t.String(),
+  template: t.String(),
+  system: t.String(),
+  details: OllamaModelDetails,
+  model_info: t.Record(t.String(), t.Unknown()),
+  capabilities: t.Array(t.String()),
+  modified_at: t.String({ format: "date-time" }),
+});
+export type OllamaShowResponse = typeof OllamaShowResponse.static;
+
+export const OllamaVersion = t.Object({ version: t.String() });
+
+/** Ollama's error body: one message, leading with the field at fault. */
+export const OllamaErrorBody = t.Object({ error: t.String() });

@@ -5,6 +5,7 @@ import type { ToolCall } from "../../llm/engine";
 import { ollamaErrorBody } from "../errors";
 import { jsonLine, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
+import type { OllamaChatResponse, OllamaGenerateResponse, OllamaModel, OllamaShowResponse } from "./contract";
 
 /** Which of the two generating routes a reply answers: `/api/chat` writes a message, `/api/generate` a response text. */
 export type OllamaRoute = "chat" | "generate";
@@ -12,7 +13,7 @@ export type OllamaRoute = "chat" | "generate";
 const NS_PER_MS = 1_000_000;
 
 /** Ollama's reasons: a reply cut by `num_predict` (or the context, or the generation cap) is `length`. */
-const doneReasonOf = (result: CompletionResult) => (result.finishReason === "stop" ? "stop" : "length");
+const doneReasonOf = (result: CompletionResult): "stop" | "length" => (result.finishReason === "stop" ? "stop" : "length");
 
 const toolCallJson = (call: ToolCall) => ({ function: { name: call.name, arguments: JSON.parse(call.arguments) as Record<string, unknown> } });
 
@@ -41,7 +42,7 @@ function piece(route: OllamaRoute, content: string, extra: { thinking?: string; 
 const header = (model: string) => ({ model, created_at: new Date().toISOString() });
 
 /** @param shown whether a reasoning model's thought is given (`think` not false) */
-export function replyJson(route: OllamaRoute, result: CompletionResult, shown: boolean, startedAt: number) {
+export function replyJson(route: OllamaRoute, result: CompletionResult, shown: boolean, startedAt: number): OllamaChatResponse | OllamaGenerateResponse {
   const thinking = shown && result.reasoning !== undefined ? { thinking: result.reasoning } : {};
   const calls = route === "chat" && result.toolCalls ? { tool_calls: result.toolCalls.map(toolCallJson) } : {};
   return { ...header(result.model), ...piece(route, result.text, { ...thinking, ...calls }), ...doneFields(result, { startedAt, promptAt: undefined }) };
@@ -100,7 +101,7 @@ function parameterSize(parameters: number): string {
 }
 
 /** A model as `/api/tags` and `/api/ps` list it; a model's digest is its file's, which Parley does not hash: its id stands for it. */
-export const modelJson = (model: ModelInfo) => ({
+export const modelJson = (model: ModelInfo): OllamaModel => ({
   name: model.id,
   model: model.id,
   modified_at: new Date(model.created * 1000).toISOString(),
@@ -110,7 +111,7 @@ export const modelJson = (model: ModelInfo) => ({
 });
 
 /** What `/api/show` tells of a model; what Ollama's Modelfile would hold beyond its template, Parley does not have. */
-export const showJson = (model: ModelInfo) => ({
+export const showJson = (model: ModelInfo): OllamaShowResponse => ({
   license: "",
   modelfile: "",
   parameters: "",

@@ -18,6 +18,7 @@ import { toolRequestOf } from "../offered-tools";
 import { OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest, OPTION_RULE } from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
 import { modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
+import { jsonResponse, ndjsonResponse, ollamaErrorResponses } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
@@ -110,6 +111,22 @@ export type OllamaRouteDeps = CompletionRouteDeps;
 
 /** Pull, push, create, copy and delete would change the operator's model files. */
 const MANAGED = "Parley's models are its operator's: they are managed on the server (`parley model`, the models directory), not through this API";
+const MANAGED_DETAIL = { summary: `Refused: ${MANAGED}`, tags: TAGS, responses: ollamaErrorResponses("forbidden", "unauthorized") };
+
+/** What a generating request can be refused for. */
+const REFUSALS = [
+  "invalid_json",
+  "invalid_input",
+  "unauthorized",
+  "payload_too_large",
+  "unsupported_media_type",
+  "model_not_found",
+  "rate_limited",
+  "quota_exceeded",
+  "overloaded",
+] as const;
+/** What a listing can be refused for. */
+const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const;
 
 export const ollamaRoutes = (deps: OllamaRouteDeps) => {
   const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
@@ -158,7 +175,11 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
         auth: "key",
         body: OllamaChatRequest,
         parse: ollamaBody,
-        detail: { summary: "Ollama-compatible chat: the reply as one JSON object a line, or one object with stream: false", tags: TAGS },
+        detail: {
+          summary: "Ollama-compatible chat: the reply as one JSON object a line, or one object with stream: false",
+          tags: TAGS,
+          responses: { "200": ndjsonResponse("The reply", "OllamaChatResponse"), ...ollamaErrorResponses(...REFUSALS) },
+        },
       },
     )
     .post(
@@ -174,12 +195,20 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
         auth: "key",
         body: OllamaGenerateRequest,
         parse: ollamaBody,
-        detail: { summary: "Ollama-compatible generate: one prompt through the model's chat template, streamed as for /api/chat", tags: TAGS },
+        detail: {
+          summary: "Ollama-compatible generate: one prompt through the model's chat template, streamed as for /api/chat",
+          tags: TAGS,
+          responses: { "200": ndjsonResponse("The reply", "OllamaGenerateResponse"), ...ollamaErrorResponses(...REFUSALS) },
+        },
       },
     )
     .get("/api/tags", () => ({ models: listed(deps).map(modelJson) }), {
       auth: "key",
-      detail: { summary: "Ollama-compatible: the models Parley serves, the default first", tags: TAGS },
+      detail: {
+        summary: "Ollama-compatible: the models Parley serves, the default first",
+        tags: TAGS,
+        responses: { "200": jsonResponse("The models", "OllamaModelList"), ...ollamaErrorResponses(...LISTING_REFUSALS) },
+      },
     })
     .get(
       "/api/ps",
@@ -188,7 +217,14 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
           .filter((model) => model.loaded)
           .map((model) => ({ ...modelJson(model), expires_at: new Date(0).toISOString(), size_vram: 0 })),
       }),
-      { auth: "key", detail: { summary: "Ollama-compatible: the models loaded now", tags: TAGS } },
+      {
+        auth: "key",
+        detail: {
+          summary: "Ollama-compatible: the models loaded now",
+          tags: TAGS,
+          responses: { "200": jsonResponse("The models loaded", "OllamaModelList"), ...ollamaErrorResponses(...LISTING_REFUSALS) },
+        },
+      },
     )
     .post(
       "/api/show",
@@ -197,12 +233,28 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
         if (!model) throw new ModelNotFound(`no model ${JSON.stringify(body.model)}: GET /api/tags lists them`);
         return showJson(model);
       },
-      { auth: "key", body: OllamaShowRequest, parse: ollamaBody, detail: { summary: "Ollama-compatible: one model's details", tags: TAGS } },
+      {
+        auth: "key",
+        body: OllamaShowRequest,
+        parse: ollamaBody,
+        detail: {
+          summary: "Ollama-compatible: one model's details",
+          tags: TAGS,
+          responses: { "200": jsonResponse("The model", "OllamaShowResponse"), ...ollamaErrorResponses("model_not_found", ...REFUSALS) },
+        },
+      },
     )
-    .get("/api/version", () => ({ version: pkg.version }), { auth: "key", detail: { summary: "Ollama-compatible: Parley's version", tags: TAGS } })
-    .post("/api/pull", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .post("/api/push", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .post("/api/create", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .post("/api/copy", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } })
-    .delete("/api/delete", refused, { auth: "key", parse: ollamaBody, detail: { summary: `Refused: ${MANAGED}`, tags: TAGS } });
+    .get("/api/version", () => ({ version: pkg.version }), {
+      auth: "key",
+      detail: {
+        summary: "Ollama-compatible: Parley's version",
+        tags: TAGS,
+        responses: { "200": jsonResponse("The version", "OllamaVersion"), ...ollamaErrorResponses(...LISTING_REFUSALS) },
+      },
+    })
+    .post("/api/pull", refused, { auth: "key", parse: ollamaBody, detail: MANAGED_DETAIL })
+    .post("/api/push", refused, { auth: "key", parse: ollamaBody, detail: MANAGED_DETAIL })
+    .post("/api/create", refused, { auth: "key", parse: ollamaBody, detail: MANAGED_DETAIL })
+    .post("/api/copy", refused, { auth: "key", parse: ollamaBody, detail: MANAGED_DETAIL })
+    .delete("/api/delete", refused, { auth: "key", parse: ollamaBody, detail: MANAGED_DETAIL });
 };
