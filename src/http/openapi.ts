@@ -141,6 +141,18 @@ export const openAiErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResp
 /** The errors of an Anthropic-compatible route, in Anthropic's shape. */
 export const anthropicErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("AnthropicError", (kind) => HTTP_ERRORS[kind].anthropic, kinds);
 
+/** What a generating route's request can be refused for, whatever its protocol, the quota aside (a token count generates nothing). */
+export const TURN_REFUSALS = [
+  "invalid_json",
+  "invalid_input",
+  "unauthorized",
+  "payload_too_large",
+  "unsupported_media_type",
+  "model_not_found",
+  "rate_limited",
+  "overloaded",
+] as const satisfies readonly ErrorKind[];
+
 /** The errors of an Ollama-compatible route, in Ollama's shape (one message, no type). */
 export const ollamaErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("OllamaError", undefined, kinds);
 

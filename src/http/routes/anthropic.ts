@@ -15,7 +15,7 @@ import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
-import { anthropicErrorResponses, jsonResponse } from "../openapi";
+import { anthropicErrorResponses, jsonResponse, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
@@ -147,18 +147,6 @@ function completionInput(body: MessagesRequest, thoughtTokens: number | undefine
   };
 }
 
-/** What a turn's request can be refused for, the quota aside (`count_tokens` generates nothing). */
-const REFUSALS = [
-  "invalid_json",
-  "invalid_input",
-  "unauthorized",
-  "payload_too_large",
-  "unsupported_media_type",
-  "model_not_found",
-  "rate_limited",
-  "overloaded",
-] as const;
-
 export const anthropicRoutes = (deps: CompletionRouteDeps) =>
   new Elysia({ name: "parley/routes/anthropic" })
     .onBeforeHandle(namingFields(anthropicFields))
@@ -184,7 +172,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible Messages: the reply as a message (JSON, or Anthropic's named events with stream: true)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The message", "AnthropicMessage"), ...anthropicErrorResponses(...REFUSALS, "quota_exceeded") },
+          responses: { "200": jsonResponse("The message", "AnthropicMessage"), ...anthropicErrorResponses(...TURN_REFUSALS, "quota_exceeded") },
         },
       },
     )
@@ -208,7 +196,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible: the prompt's tokens with the model's chat template, without generating",
           tags: TAGS,
-          responses: { "200": jsonResponse("The count", "TokenCount"), ...anthropicErrorResponses(...REFUSALS) },
+          responses: { "200": jsonResponse("The count", "TokenCount"), ...anthropicErrorResponses(...TURN_REFUSALS) },
         },
       },
     );

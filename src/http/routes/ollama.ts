@@ -18,7 +18,7 @@ import { toolRequestOf } from "../offered-tools";
 import { OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest, OPTION_RULE } from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
 import { modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
-import { jsonResponse, ndjsonResponse, ollamaErrorResponses } from "../openapi";
+import { jsonResponse, ndjsonResponse, ollamaErrorResponses, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
@@ -114,17 +114,7 @@ const MANAGED = "Parley's models are its operator's: they are managed on the ser
 const MANAGED_DETAIL = { summary: `Refused: ${MANAGED}`, tags: TAGS, responses: ollamaErrorResponses("forbidden", "unauthorized") };
 
 /** What a generating request can be refused for. */
-const REFUSALS = [
-  "invalid_json",
-  "invalid_input",
-  "unauthorized",
-  "payload_too_large",
-  "unsupported_media_type",
-  "model_not_found",
-  "rate_limited",
-  "quota_exceeded",
-  "overloaded",
-] as const;
+const REFUSALS = [...TURN_REFUSALS, "quota_exceeded"] as const;
 /** What a listing can be refused for. */
 const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const;
 

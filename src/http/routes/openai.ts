@@ -15,7 +15,7 @@ import { toolRequestOf } from "../offered-tools";
 import { chatCompletionFields } from "../openai/fields";
 import { completionFraming, completionJson, newCompletion } from "../openai/present";
 import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
-import { chatCompletionResponse, openAiErrorResponses } from "../openapi";
+import { chatCompletionResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
@@ -182,17 +182,7 @@ export const openAiRoutes = (deps: CompletionRouteDeps) =>
           tags: ["OpenAI-compatible"],
           responses: {
             "200": chatCompletionResponse,
-            ...openAiErrorResponses(
-              "invalid_json",
-              "invalid_input",
-              "unauthorized",
-              "payload_too_large",
-              "unsupported_media_type",
-              "model_not_found",
-              "rate_limited",
-              "quota_exceeded",
-              "overloaded",
-            ),
+            ...openAiErrorResponses(...TURN_REFUSALS, "quota_exceeded"),
           },
         },
       },
