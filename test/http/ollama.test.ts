@@ -46,6 +46,19 @@ describe("chat", () => {
     expect(last).toMatchObject({ done: true, done_reason: "stop", eval_count: whole.eval_count, prompt_eval_count: whole.prompt_eval_count });
   });
 
+  test("keep_alive and the server's resource options are accepted and change nothing", async () => {
+    const options = { temperature: 0, seed: 1, num_predict: 20 };
+    const plain = await client.chat({ model: "any", messages: ask, stream: false, options });
+    const asked = await client.chat({
+      model: "any",
+      messages: ask,
+      stream: false,
+      keep_alive: "10m",
+      options: { ...options, num_thread: 8, num_gpu: 99, use_mmap: true },
+    });
+    expect(asked.message.content).toBe(plain.message.content);
+  });
+
   test("num_predict cuts the reply: done_reason length", async () => {
     const cut = await client.chat({ model: "any", messages: ask, stream: false, options: { temperature: 1, seed: 3, num_predict: 2 } });
     expect(cut).toMatchObject({ done_reason: "length", eval_count: 2 });

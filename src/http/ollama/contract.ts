@@ -23,9 +23,25 @@ export const OllamaOptions = t.Object(
   { additionalProperties: t.Unknown() },
 );
 
-/** Why an option not in `OllamaOptions` is refused. */
+/**
+ * Options of the server's own resources (threads, batch, GPU, memory mapping): they change no
+ * reply, and the operator sets them for every user, so they are accepted and change nothing.
+ */
+export const RESOURCE_OPTIONS: ReadonlySet<string> = new Set([
+  "num_thread",
+  "num_batch",
+  "num_gpu",
+  "main_gpu",
+  "low_vram",
+  "use_mmap",
+  "use_mlock",
+  "numa",
+  "f16_kv",
+]);
+
+/** Why an option neither in `OllamaOptions` nor among `RESOURCE_OPTIONS` is refused. */
 export const OPTION_RULE =
-  "Parley honours temperature, top_p, top_k, min_p, seed, stop, num_predict and the penalties; the server's own settings (context, threads, GPU) are its operator's";
+  "Parley honours temperature, top_p, top_k, min_p, seed, stop, num_predict and the penalties; the context and the rest that would change a reply are its operator's";
 
 const ToolCall = t.Object({ function: t.Object({ name: t.String(), arguments: t.Record(t.String(), t.Unknown()) }) });
 
@@ -60,7 +76,9 @@ const TURN_FIELDS = {
   format: t.Optional(t.Union([t.Literal("json"), t.Record(t.String(), t.Unknown())], { error: 'format must be "json" or a JSON schema' })),
   options: t.Optional(OllamaOptions),
   think: t.Optional(t.Boolean({ error: "think must be true or false (levels are for models that take them; Parley's think as long as they need)" })),
-  keep_alive: unsupported("keep_alive: a model stays loaded as its operator set (PARLEY_KEEP_ALIVE_S); a request cannot change it"),
+  // How long the model stays loaded after the request: the operator's (PARLEY_KEEP_ALIVE_S) on a
+  // service of many users; it changes no reply, so it is accepted.
+  keep_alive: t.Optional(t.Union([t.String(), t.Number()], { error: 'keep_alive must be a duration ("5m") or a number of seconds' })),
   logprobs: unsupported("logprobs: Parley's log-probabilities are on POST /v1/chat/completions"),
   top_logprobs: unsupported("top_logprobs: Parley's log-probabilities are on POST /v1/chat/completions"),
 };

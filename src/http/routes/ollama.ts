@@ -15,7 +15,7 @@ import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
-import { OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest, OPTION_RULE } from "../ollama/contract";
+import { OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest, OPTION_RULE, RESOURCE_OPTIONS } from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
 import { modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, TURN_REFUSALS } from "../openapi";
@@ -71,7 +71,7 @@ const formatOf = (format: TurnRequest["format"]): ReplyFormat | undefined =>
 /** The request's fields as the turn takes them, beside its history. */
 function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest["tools"]): Omit<CompletionInput, "signal" | "userId"> {
   const options = body.options ?? {};
-  const unknown = Object.keys(options).find((name) => !(name in OllamaOptions.properties));
+  const unknown = Object.keys(options).find((name) => !(name in OllamaOptions.properties) && !RESOURCE_OPTIONS.has(name));
   if (unknown !== undefined) throw new InvalidInput(`options.${unknown}`, `Parley cannot honour this option: ${OPTION_RULE}`);
   const predict = options.num_predict ?? -1;
   if (predict === 0) throw new InvalidInput("options.num_predict", "options.num_predict must be at least 1, or -1 for as long as the context allows");
