@@ -1,4 +1,4 @@
-import type { ConversationRef, ConversationRow, FinishReason, MessageItem, MessageRecord, NewMessage, Role } from "./types";
+import type { ConversationRef, ConversationRow, MessageItem, MessageRecord, NewMessage, Role } from "./types";
 import { newItemId, storedTurn } from "./types";
 
 /** The columns a conversation's row is read with, in either dialect. */
@@ -32,19 +32,7 @@ export const messageRow = (conversation: ConversationRef, message: NewMessage) =
 });
 
 /** A stored row as the native API shows a message. */
-export const messageRecord = (
-  conversation: ConversationRef,
-  row: {
-    id: number;
-    role: Role;
-    content: string;
-    reasoning: string | null;
-    createdAt: number;
-    userId: number;
-    finishReason: FinishReason | null;
-    model: string | null;
-  },
-): MessageRecord => ({
+export const messageRecord = (conversation: ConversationRef, row: Omit<MessageRecord, "conversationId">): MessageRecord => ({
   id: row.id,
   role: row.role,
   content: row.content,

@@ -244,18 +244,20 @@ export const ollamaErrorBody = (error: DomainError) => ({
   error: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message,
 });
 
+/** Each dialect's error body; only the contract's carries the request id (the others have no field for it). */
+const ERROR_BODIES: Record<ErrorDialect, (error: DomainError, requestId: string) => object> = {
+  parley: errorBody,
+  openai: openAiErrorBody,
+  anthropic: anthropicErrorBody,
+  ollama: ollamaErrorBody,
+};
+
 export const JSON_CONTENT_TYPE = "application/json; charset=utf-8";
 
 /** `headers` are what the request already earned (request id, rate-limit state); the error's own win. */
 export function errorResponse(error: DomainError, requestId: string, headers: HeaderMap = {}, dialect: ErrorDialect = "parley"): Response {
   const wire = wireError(error, dialect);
-  const bodies = {
-    openai: openAiErrorBody,
-    anthropic: anthropicErrorBody,
-    ollama: ollamaErrorBody,
-    parley: (failure: DomainError) => errorBody(failure, requestId),
-  };
-  const body = bodies[dialect](error);
+  const body = ERROR_BODIES[dialect](error, requestId);
   return new Response(JSON.stringify(body), {
     status: wire.status,
     headers: { ...headers, "content-type": JSON_CONTENT_TYPE, "x-request-id": requestId, ...wire.headers },

@@ -6,7 +6,7 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { allowSlowTests, bearer, postChat, rejection, servedEngine } from "../support";
+import { allowSlowTests, bearer, postChat, rejection, responsesWeatherTool, servedEngine } from "../support";
 
 allowSlowTests();
 
@@ -19,13 +19,7 @@ beforeAll(() => {
   other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 });
 
-const weather = {
-  type: "function" as const,
-  name: "get_weather",
-  description: "The weather in a city",
-  strict: true,
-  parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false },
-};
+const weather = responsesWeatherTool;
 
 type Item = OpenAI.Conversations.ConversationItem;
 const textOf = (item: Item) => (item.type === "message" ? item.content.map((part) => ("text" in part ? part.text : "")).join("") : undefined);

@@ -11,7 +11,7 @@ import { generateText, stepCountIs, streamText, tool } from "ai";
 import OpenAI from "openai";
 import { zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
-import { allowSlowTests, rejection, servedEngine } from "../support";
+import { allowSlowTests, rejection, responsesWeatherTool, servedEngine } from "../support";
 
 allowSlowTests();
 
@@ -23,13 +23,7 @@ beforeAll(() => {
   client = new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 });
 
-const weather = {
-  type: "function" as const,
-  name: "get_weather",
-  description: "The weather in a city",
-  strict: true,
-  parameters: { type: "object", properties: { city: { type: "string", maxLength: 16 } }, required: ["city"], additionalProperties: false },
-};
+const weather = responsesWeatherTool;
 
 describe("the openai SDK's responses", () => {
   test("create: the model's text as a message item, output_text, usage, status completed", async () => {

@@ -265,9 +265,7 @@ async function openaiTurn(
     if ((text !== "" && spelled === "") || !text.startsWith(spelled))
       return { failure: `openai logprobs spell ${JSON.stringify(spelled.slice(0, 80))}, the reply is ${JSON.stringify(reply.slice(0, 80))}` };
   }
-  history.push({ role: "assistant", content: reply });
-  // A history that outgrows the context starts over, as a user's new chat would.
-  if (history.length > 16) history.splice(0);
+  remember(history, reply);
   const ok = kind === "logprobs" ? "openai logprobs" : stream ? "openai stream" : "openai reply";
   return { ok, cached: chunks.at(-1)?.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
 }
@@ -276,6 +274,23 @@ interface AnthropicEventData {
   type: string;
   delta?: { type: string; text?: string };
   error?: unknown;
+}
+
+/**
+ * How a history-resending client's turn goes: its first two requests a plain reply and a whole
+ * stream, whatever the draws after them (a short run may make only a few); then streamed half the
+ * time, a quarter of those streams left after 1 to 5 pieces.
+ */
+function drawTurn(random: Random, turn: number): { stream: boolean; cancelAfter: number | undefined } {
+  const drawn = turn > 1;
+  const stream = drawn ? random.next() < 0.5 : turn === 1;
+  return { stream, cancelAfter: drawn && stream && random.next() < 0.25 ? random.int(1, 5) : undefined };
+}
+
+/** The reply joins the history; a history that outgrows the context starts over, as a user's new chat would. */
+function remember(history: { role: string; content: string }[], reply: string): void {
+  history.push({ role: "assistant", content: reply });
+  if (history.length > 16) history.splice(0);
 }
 
 /**
@@ -291,11 +306,7 @@ async function anthropicTurn(
   signal: AbortSignal,
   turn: number,
 ): Promise<Ending> {
-  // A client's first two requests are a plain reply and a whole stream, whatever the draws after
-  // them: a short run may make only a few.
-  const drawn = turn > 1;
-  const stream = drawn ? random.next() < 0.5 : turn === 1;
-  const cancelAfter = drawn && stream && random.next() < 0.25 ? random.int(1, 5) : undefined;
+  const { stream, cancelAfter } = drawTurn(random, turn);
   const cancel = new AbortController();
   history.push({ role: "user", content: message(random) });
   const body = { model: "parley", messages: history, stream, temperature: 0.8, max_tokens: random.int(4, 63) };
@@ -348,9 +359,7 @@ async function anthropicTurn(
     reply = message.content.flatMap((block) => (block.type === "text" ? [block.text!] : [])).join("");
     cached = message.usage.cache_read_input_tokens;
   }
-  history.push({ role: "assistant", content: reply });
-  // A history that outgrows the context starts over, as a user's new chat would.
-  if (history.length > 16) history.splice(0);
+  remember(history, reply);
   return { ok: stream ? "anthropic stream" : "anthropic reply", cached };
 }
 
@@ -367,9 +376,7 @@ async function ollamaTurn(
   signal: AbortSignal,
   turn: number,
 ): Promise<Ending> {
-  const drawn = turn > 1;
-  const stream = drawn ? random.next() < 0.5 : turn === 1;
-  const cancelAfter = drawn && stream && random.next() < 0.25 ? random.int(1, 5) : undefined;
+  const { stream, cancelAfter } = drawTurn(random, turn);
   const cancel = new AbortController();
   history.push({ role: "user", content: message(random) });
   const body = { model: "parley", messages: history, stream, options: { temperature: 0.8, num_predict: random.int(4, 63) } };
@@ -409,8 +416,7 @@ async function ollamaTurn(
   if (failed) return { failure: `ollama error line: ${failed.error}` };
   if (lines.at(-1)?.done !== true || lines.slice(0, -1).some((line) => line.done))
     return { failure: "ollama stream out of shape: done is not the last line alone" };
-  history.push({ role: "assistant", content: lines.map((line) => line.message?.content ?? "").join("") });
-  if (history.length > 16) history.splice(0);
+  remember(history, lines.map((line) => line.message?.content ?? "").join(""));
   return { ok: stream ? "ollama stream" : "ollama reply" };
 }
 

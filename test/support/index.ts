@@ -19,6 +19,7 @@ export * from "./random";
 export * from "./shell";
 export * from "./sse";
 export * from "./stats";
+export * from "./tools";
 export * from "./unit-file";
 export * from "./wait";
 export * from "./write-lock";

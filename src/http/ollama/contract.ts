@@ -106,8 +106,6 @@ export type OllamaGenerateRequest = typeof OllamaGenerateRequest.static;
 
 export const OllamaShowRequest = t.Object({ model: t.String({ minLength: 1 }), verbose: t.Optional(t.Boolean()) }, UNKNOWN_FIELD);
 
-const OllamaToolCall = t.Object({ function: t.Object({ name: t.String(), arguments: t.Record(t.String(), t.Unknown()) }) });
-
 /** What every reply object carries; the last (`done: true`) also the counts and durations (ns). */
 const REPLY_FIELDS = {
   model: t.String(),
@@ -129,7 +127,7 @@ export const OllamaChatResponse = t.Object({
     role: t.Literal("assistant"),
     content: t.String(),
     thinking: t.Optional(t.String()),
-    tool_calls: t.Optional(t.Array(OllamaToolCall)),
+    tool_calls: t.Optional(t.Array(ToolCall)),
   }),
 });
 export type OllamaChatResponse = typeof OllamaChatResponse.static;

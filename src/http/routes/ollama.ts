@@ -8,7 +8,7 @@
 import { Elysia } from "elysia";
 import pkg from "../../../package.json";
 import type { CompletionInput } from "../../chat/completions";
-import type { ModelInfo } from "../../chat/turn-runner";
+import type { Principal } from "../../db/types";
 import { Forbidden, InvalidInput, ModelNotFound } from "../../errors";
 import type { ReplyFormat, ToolCall, Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
@@ -20,7 +20,7 @@ import { ollamaFields } from "../ollama/fields";
 import { modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
-import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
+import type { CompletionRouteDeps, Exchange, RequestHooks } from "../turn-driver";
 
 const TAGS = ["Ollama-compatible"];
 
@@ -104,11 +104,6 @@ function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest
   };
 }
 
-/** The models for the listing: none while the only one is still loading. */
-const listed = (deps: OllamaRouteDeps): ModelInfo[] => deps.completions.models();
-
-export type OllamaRouteDeps = CompletionRouteDeps;
-
 /** Pull, push, create, copy and delete would change the operator's model files. */
 const MANAGED = "Parley's models are its operator's: they are managed on the server (`parley model`, the models directory), not through this API";
 const MANAGED_DETAIL = { summary: `Refused: ${MANAGED}`, tags: TAGS, responses: ollamaErrorResponses("forbidden", "unauthorized") };
@@ -118,37 +113,25 @@ const REFUSALS = [...TURN_REFUSALS, "quota_exceeded"] as const;
 /** What a listing can be refused for. */
 const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const;
 
-export const ollamaRoutes = (deps: OllamaRouteDeps) => {
+export const ollamaRoutes = (deps: CompletionRouteDeps) => {
   const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
-  /** One generating route: plain (`stream: false`) or one JSON object a line. */
-  const generate = (route: OllamaRoute) =>
-    async function* ({
-      input,
-      body,
-      principal,
-      request,
-      server,
-      set,
-    }: {
-      input: Omit<CompletionInput, "signal" | "userId">;
-      body: { stream?: boolean | null; think?: boolean };
-      principal: { userId: number; keyId: number };
-      request: Request;
-      server: Parameters<CompletionRouteDeps["turns"]["stream"]>[0]["server"];
-      set: { headers: Record<string, unknown> };
-    }) {
-      const shown = body.think !== false;
-      const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
-      const exchange = { request, set, server, keyId: principal.keyId };
-      if (body.stream === false) {
-        const startedAt = performance.now();
-        const result = await deps.turns.complete(exchange, turn);
-        return result && replyJson(route, result, shown, startedAt);
-      }
-      yield* deps.turns.stream(exchange, turn, ollamaFraming(route, shown));
-    };
-  const chat = generate("chat");
-  const completion = generate("generate");
+  /** A generating route's reply: one object with `stream: false`, else one JSON object a line. */
+  async function* answer(
+    route: OllamaRoute,
+    input: Omit<CompletionInput, "signal" | "userId">,
+    body: { stream?: boolean | null; think?: boolean },
+    { principal, ...exchange }: Omit<Exchange, "keyId"> & { principal: Principal },
+  ) {
+    const shown = body.think !== false;
+    const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
+    const keyed = { ...exchange, keyId: principal.keyId };
+    if (body.stream === false) {
+      const startedAt = performance.now();
+      const result = await deps.turns.complete(keyed, turn);
+      return result && replyJson(route, result, shown, startedAt);
+    }
+    yield* deps.turns.stream(keyed, turn, ollamaFraming(route, shown));
+  }
   const refused = () => {
     throw new Forbidden(MANAGED);
   };
@@ -158,8 +141,7 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
     .post(
       "/api/chat",
       async function* ({ body, principal, request, server, set }) {
-        const input = turnInput(body, turnsOf(body.messages), body.tools);
-        return yield* chat({ input, body, principal, request, server, set });
+        return yield* answer("chat", turnInput(body, turnsOf(body.messages), body.tools), body, { principal, request, server, set });
       },
       {
         auth: "key",
@@ -178,8 +160,7 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
         if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty: Parley loads a model when a request needs it");
         const messages: Turn[] = [...(body.system ? [{ role: "system" as const, content: body.system }] : []), { role: "user", content: body.prompt }];
         if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
-        const input = turnInput(body, messages, undefined);
-        return yield* completion({ input, body, principal, request, server, set });
+        return yield* answer("generate", turnInput(body, messages, undefined), body, { principal, request, server, set });
       },
       {
         auth: "key",
@@ -192,7 +173,7 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
         },
       },
     )
-    .get("/api/tags", () => ({ models: listed(deps).map(modelJson) }), {
+    .get("/api/tags", () => ({ models: deps.completions.models().map(modelJson) }), {
       auth: "key",
       detail: {
         summary: "Ollama-compatible: the models Parley serves, the default first",
@@ -203,7 +184,8 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
     .get(
       "/api/ps",
       () => ({
-        models: listed(deps)
+        models: deps.completions
+          .models()
           .filter((model) => model.loaded)
           .map((model) => ({ ...modelJson(model), expires_at: new Date(0).toISOString(), size_vram: 0 })),
       }),
@@ -219,7 +201,7 @@ export const ollamaRoutes = (deps: OllamaRouteDeps) => {
     .post(
       "/api/show",
       ({ body }) => {
-        const model = listed(deps).find((served) => served.id === body.model);
+        const model = deps.completions.models().find((served) => served.id === body.model);
         if (!model) throw new ModelNotFound(`no model ${JSON.stringify(body.model)}: GET /api/tags lists them`);
         return showJson(model);
       },
