@@ -118,6 +118,14 @@ test("the model listing: tags, ps, show, version", async () => {
   expect((await client.ps()).models.map((model) => model.name)).toEqual([app.engine.modelName]);
   expect((await client.show({ model: app.engine.modelName })).details.format).toBe("gguf");
   expect(await refusal(client.show({ model: "nope" }))).toMatchObject({ status: 404 });
+  // The ollama package has no verbose; other clients send it.
+  const verbose = await fetch(`${app.served.url}/api/show`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${app.key}` },
+    body: JSON.stringify({ model: app.engine.modelName, verbose: true }),
+  });
+  expect(verbose.status).toBe(400);
+  expect(((await verbose.json()) as { error: string }).error).toStartWith("verbose: ");
   expect((await client.version()).version).toMatch(/^\d+\.\d+\.\d+$/);
 });
 

@@ -104,7 +104,14 @@ export const OllamaGenerateRequest = t.Object(
 );
 export type OllamaGenerateRequest = typeof OllamaGenerateRequest.static;
 
-export const OllamaShowRequest = t.Object({ model: t.String({ minLength: 1 }), verbose: t.Optional(t.Boolean()) }, UNKNOWN_FIELD);
+export const OllamaShowRequest = t.Object(
+  {
+    model: t.String({ minLength: 1 }),
+    // Verbose adds the tokenizer's and the tensors' metadata, which Parley does not show.
+    verbose: t.Optional(t.Literal(false, { error: "verbose: Parley shows a model's architecture and parameter count only" })),
+  },
+  UNKNOWN_FIELD,
+);
 
 /** What every reply object carries; the last (`done: true`) also the counts and durations (ns). */
 const REPLY_FIELDS = {
