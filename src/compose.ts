@@ -6,7 +6,8 @@ import { join } from "node:path";
 import { CompletionService } from "./chat/completions";
 import { ConversationItemService } from "./chat/conversation-item-service";
 import { ResponseService } from "./chat/responses";
-import { ServedModels } from "./chat/served-models";
+import { RetrievalService } from "./chat/retrieval";
+import { type ServedEngine, ServedModels } from "./chat/served-models";
 import { ChatService, preambleOf } from "./chat/service";
 import { HOLD_TTL_MS, TokenLedger } from "./chat/token-ledger";
 import { TurnRunner } from "./chat/turn-runner";
@@ -16,6 +17,7 @@ import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { BackgroundResponses } from "./http/background-responses";
+import { Embedder } from "./llm/embedder";
 import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
 import { refuseUnlessFits } from "./llm/memory-need";
@@ -51,6 +53,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
   // one clear line before anything listens, instead of a native loader error later.
   const registry = await openRegistry(config);
   const model = registry.default;
+  if (model.description.purpose !== "chat") {
+    throw new Refusal(
+      `PARLEY_MODEL (--model) names no chat model: ${model.path} is for ${model.description.purpose}, and Parley answers turns from a chat model; name one too`,
+      2,
+    );
+  }
   const storage = stack.use(
     await openConfiguredStorage(config.dbPath, { poolSize: config.dbPool, timeoutMs: config.dbTimeoutMs, serving: true }, { waitS: config.dbWaitS, announce }),
   );
@@ -87,14 +95,16 @@ export async function startService(config: Config, log: Logger, announce: Announ
     primedTurns: preambleOf(config.systemPrompt),
   });
   let ready = false;
-  const metrics = new Metrics({ engines: () => memory.engines(), turns: () => runner.activeTurns, responses: () => storage.responses.count() });
-  const memory = new LoadedModels({
+  const metrics = new Metrics({ engines: () => models.loaded(), turns: () => runner.activeTurns, responses: () => storage.responses.count() });
+  const memory = new LoadedModels<ServedEngine>({
     max: config.maxLoadedModels,
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
     queueMax: config.queueMax,
-    load: (entry) => {
+    load: (entry): Promise<ServedEngine> => {
       refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel);
-      return Engine.load(engineOptions(entry.path));
+      if (entry.description.purpose === "chat") return Engine.load(engineOptions(entry.path));
+      const { modelPath, contextSize, parallel, threads, gpu, flashAttention } = engineOptions(entry.path);
+      return Embedder.load({ modelPath, contextSize, parallel, threads, gpu, flashAttention });
     },
     onLoaded: (entry, loaded, ms) => {
       metrics.modelLoaded(entry.id, ms / 1000);
@@ -141,6 +151,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     chat,
     background,
     completions,
+    retrieval: new RetrievalService(models, ledger),
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     isReady: () => ready,

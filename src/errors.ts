@@ -117,7 +117,13 @@ export type Field =
   /** A response generated in the background, whatever its client does. */
   | { part: "detached" }
   /** Where a page of items starts. */
-  | { part: "pageAfter" };
+  | { part: "pageAfter" }
+  /** The model the request names. */
+  | { part: "model" }
+  /** The `index`-th text a retrieval model pools (a text to embed, a document to rank). */
+  | { part: "input"; index: number }
+  /** How many dimensions an embedding has. */
+  | { part: "dimensions" };
 
 /**
  * A field or parameter is missing, of the wrong type or out of range. `field` is the part of the

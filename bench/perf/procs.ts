@@ -58,6 +58,8 @@ export interface LlamaServerOptions {
   parallel: number;
   /** Per slot; llama-server splits `-c` across its slots. */
   contextSize: number;
+  /** More of its flags: `--embeddings`, `--rerank`, a batch size. */
+  flags?: string[];
 }
 
 /** llama.cpp's own server, the yardstick. */
@@ -82,6 +84,7 @@ export async function startLlamaServer(options: LlamaServerOptions): Promise<Ser
       String(port),
       "--jinja",
       "--no-webui",
+      ...(options.flags ?? []),
     ],
     { stdout: "ignore", stderr: "ignore" },
   );

@@ -2,16 +2,25 @@
  * The models a service answers from, as turns ask for them: a request's `model` resolved in the
  * registry (an unknown one is `ModelNotFound`), its engine held from the models in memory.
  */
-import type { Engine } from "../llm/engine";
+import { InvalidInput } from "../errors";
+import type { ModelPurpose } from "../gguf/describe";
+import { Embedder } from "../llm/embedder";
+import { Engine } from "../llm/engine";
 import { forgetSaved } from "../llm/kv-store";
-import type { HeldEngine, LoadedModels } from "../llm/loaded-models";
-import type { ModelRegistry } from "../llm/model";
+import type { Held, HeldEngine, LoadedModels } from "../llm/loaded-models";
+import type { ModelEntry, ModelRegistry } from "../llm/model";
+import type { RetrievalPurpose, RetrievalSource } from "./retrieval";
 import { type EngineSource, type ModelFile, type ModelInfo, modelLoading } from "./turn-runner";
 
-export class ServedModels implements EngineSource {
+/** A model in memory: a chat model's engine, or a retrieval model's. */
+export type ServedEngine = Engine | Embedder;
+
+const PURPOSES: Readonly<Record<ModelPurpose, string>> = { chat: "a chat model", embedding: "an embedding model", ranking: "a reranking model" };
+
+export class ServedModels implements EngineSource, RetrievalSource {
   constructor(
     private readonly registry: ModelRegistry,
-    private readonly memory: LoadedModels,
+    private readonly memory: LoadedModels<ServedEngine>,
     /** False until the default model's first load has ended: turns are refused (503) until then. */
     private readonly ready: () => boolean,
     /** Where the models' KV states are saved, if anywhere. */
@@ -19,18 +28,51 @@ export class ServedModels implements EngineSource {
   ) {}
 
   async hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine> {
-    if (!this.ready()) throw modelLoading();
-    return this.memory.hold(this.registry.resolve(model), signal);
+    return await this.holdFor(model, "chat", (engine) => engine instanceof Engine, signal);
+  }
+
+  async holdRetrieval(model: string | undefined, purpose: RetrievalPurpose, signal?: AbortSignal): Promise<Held<Embedder>> {
+    return await this.holdFor(model, purpose, (engine) => engine instanceof Embedder, signal);
   }
 
   loaded(): readonly Engine[] {
-    return this.memory.engines();
+    return this.memory.engines().filter((engine) => engine instanceof Engine);
   }
 
   /** The loaded models forget it (their sequences, their states), then every model's saved state goes. */
   async forget(conversationKey: string): Promise<void> {
-    for (const engine of this.memory.engines()) await engine.forget(conversationKey);
+    for (const engine of this.loaded()) await engine.forget(conversationKey);
     if (this.kvRoot !== undefined) await forgetSaved(this.kvRoot, conversationKey);
+  }
+
+  /** The model `model` names, held, if it is one for `purpose`; else `InvalidInput` naming the model. */
+  private async holdFor<M extends ServedEngine>(
+    model: string | undefined,
+    purpose: ModelPurpose,
+    isKind: (engine: ServedEngine) => engine is M,
+    signal?: AbortSignal,
+  ): Promise<Held<M>> {
+    if (!this.ready()) throw modelLoading();
+    const entry = model === undefined && purpose !== "chat" ? this.firstFor(purpose) : this.registry.resolve(model);
+    if (entry.description.purpose !== purpose) throw notFor(entry, purpose);
+    const held = await this.memory.hold(entry, signal);
+    if (!isKind(held.engine)) {
+      held.release();
+      throw notFor(entry, purpose);
+    }
+    return held as Held<M>;
+  }
+
+  /** A request naming no model is for the default, or for the first model of its purpose. */
+  private firstFor(purpose: ModelPurpose): ModelEntry {
+    this.registry.rescan();
+    const entry = this.registry.models.find((served) => served.description.purpose === purpose);
+    if (!entry)
+      throw new InvalidInput(
+        { part: "model" },
+        `this service has no ${PURPOSES[purpose].slice(PURPOSES[purpose].indexOf(" ") + 1)}: its operator can add one to the models directory`,
+      );
+    return entry;
   }
 
   /** Read afresh: a file added to the models directory is listed (and served) at once. */
@@ -43,9 +85,17 @@ export class ServedModels implements EngineSource {
         sizeBytes: description.sizeBytes,
         quantization: description.quantization,
         parameters: description.parameters,
+        purpose: description.purpose,
         ...(template?.type === "string" ? { chatTemplate: template.value } : {}),
       };
       return { id, created, loaded: this.memory.isLoaded(id), file };
     });
   }
+}
+
+function notFor(entry: ModelEntry, purpose: ModelPurpose): InvalidInput {
+  return new InvalidInput(
+    { part: "model" },
+    `"${entry.id}" is ${PURPOSES[entry.description.purpose]}, not ${PURPOSES[purpose]}: name ${PURPOSES[purpose]} (GET /v1/models lists them)`,
+  );
 }

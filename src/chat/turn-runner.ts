@@ -1,4 +1,5 @@
 import { isAbort, Overloaded } from "../errors";
+import type { ModelPurpose } from "../gguf/describe";
 import {
   BudgetExceeded,
   type Engine,
@@ -97,6 +98,8 @@ export interface ModelFile {
   quantization: string;
   parameters: number;
   chatTemplate?: string;
+  /** What the model is for: replies, embeddings or ranking. */
+  purpose: ModelPurpose;
 }
 
 /**

@@ -59,7 +59,7 @@ export function benchVocab(): Vocab {
  * model's weights, small enough that activations stay finite through all layers. Every file
  * type draws the same values, so a quantized bench model is its F16 model quantized.
  */
-function randomHalves(seed: number, count: number): () => Iterable<Float16Array> {
+export function randomHalves(seed: number, count: number): () => Iterable<Float16Array> {
   return function* () {
     const words = new Uint32Array(CHUNK_BYTES / 4);
     const halves = new Float16Array(words.buffer);

@@ -36,6 +36,24 @@ export interface ModelDescription {
   readonly tensors: number;
   readonly ggufVersion: number;
   readonly metadata: Readonly<Record<string, GgufValue>>;
+  /**
+   * What the model is for: replies, or its input pooled into a vector (`embedding`) or into a
+   * relevance score (`ranking`), as its `<architecture>.pooling_type` declares (llama.cpp pools
+   * by it); an encoder-only architecture cannot reply whatever it declares.
+   */
+  readonly purpose: ModelPurpose;
+}
+
+export type ModelPurpose = "chat" | "embedding" | "ranking";
+
+/** llama.cpp's `LLAMA_POOLING_TYPE_RANK`. */
+const RANK_POOLING = 4;
+const ENCODERS = new Set(["bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "modern-bert", "neo-bert", "t5encoder"]);
+
+function purposeOf(architecture: string | undefined, metadata: Readonly<Record<string, GgufValue>>): ModelPurpose {
+  const pooling = architecture === undefined ? undefined : integer(metadata[`${architecture}.pooling_type`]);
+  if (pooling === RANK_POOLING) return "ranking";
+  return (pooling ?? 0) > 0 || ENCODERS.has(architecture ?? "") ? "embedding" : "chat";
 }
 
 export function describeGguf(path: string): ModelDescription {
@@ -72,6 +90,7 @@ export function describeGguf(path: string): ModelDescription {
     tensors: tensors.length,
     ggufVersion: version,
     metadata,
+    purpose: purposeOf(architecture, metadata),
   };
 }
 

@@ -7,14 +7,15 @@ import { BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
 import { demoGguf } from "./demo";
 import { FAMILY_PRESETS, type FamilyPreset, familyGguf } from "./families";
 import type { FileType } from "./file-type";
+import { RETRIEVAL_PRESETS, type RetrievalPreset, retrievalGguf } from "./retrieval";
 import { type GgufFile, writeGguf } from "./writer";
 
 export { DEMO_MODEL_NAME } from "./demo";
 export type { FileType } from "./file-type";
 
-export type ModelPreset = "demo" | "bench-small" | FamilyPreset;
+export type ModelPreset = "demo" | "bench-small" | FamilyPreset | RetrievalPreset;
 
-export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", ...FAMILY_PRESETS];
+export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
 
 const isFamily = (preset: ModelPreset): preset is FamilyPreset => (FAMILY_PRESETS as readonly string[]).includes(preset);
 
@@ -32,6 +33,8 @@ export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]
   mistral: ["F32"],
   phi3: ["F32"],
   "qwen3-thinking": ["F32"],
+  embed: ["F16"],
+  rerank: ["F16"],
 };
 
 /** A file type as llama-quantize's command line names it (f16, q8_0, q4_0), absent for the default; undefined if the preset is not written in it. */
@@ -53,6 +56,9 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
       return demoGguf();
     case "bench-small":
       return benchGguf(fileType as BenchFileType);
+    case "embed":
+    case "rerank":
+      return retrievalGguf(preset);
   }
 }
 

@@ -3,6 +3,7 @@ import type { CompletionService } from "../chat/completions";
 import type { ConversationItemService } from "../chat/conversation-item-service";
 import { QuotaAdmin } from "../chat/quota-admin";
 import type { ResponseService } from "../chat/responses";
+import type { RetrievalService } from "../chat/retrieval";
 import type { ChatService } from "../chat/service";
 import type { TokenLedger } from "../chat/token-ledger";
 import type { Storage } from "../db/storage";
@@ -20,6 +21,7 @@ import { anthropicRoutes } from "./routes/anthropic";
 import { chatRoutes } from "./routes/chat";
 import { conversationsRoutes } from "./routes/conversations";
 import { docsRoutes } from "./routes/docs";
+import { embeddingRoutes } from "./routes/embeddings";
 import { healthRoutes } from "./routes/health";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
@@ -28,6 +30,7 @@ import { ollamaRoutes } from "./routes/ollama";
 import { openAiRoutes } from "./routes/openai";
 import { openAiConversationRoutes } from "./routes/openai-conversations";
 import { quotaRoutes } from "./routes/quotas";
+import { rerankRoutes } from "./routes/rerank";
 import { responsesRoutes } from "./routes/responses";
 import { usageRoutes } from "./routes/usage";
 import { webRoutes } from "./routes/web";
@@ -56,6 +59,8 @@ export interface AppDeps {
   background: BackgroundResponses;
   /** OpenAI's Conversations API: stored conversations as items. */
   conversationItems: ConversationItemService;
+  /** Embeddings and reranking, by retrieval models. */
+  retrieval: RetrievalService;
   /** Users' tokens and budgets: the one the turns' runner counts to. */
   ledger: TokenLedger;
   /** Names this node in every response's `X-Parley-Node` (several nodes behind a balancer). */
@@ -111,7 +116,9 @@ export function createApp(deps: AppDeps) {
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
     .use(modelRoutes({ models: () => deps.completions.models() }))
     .use(anthropicRoutes({ completions: deps.completions, turns, body: limits }))
-    .use(ollamaRoutes({ completions: deps.completions, turns, body: limits }))
+    .use(ollamaRoutes({ completions: deps.completions, retrieval: deps.retrieval, turns, body: limits }))
+    .use(embeddingRoutes({ retrieval: deps.retrieval, body: limits }))
+    .use(rerankRoutes({ retrieval: deps.retrieval, body: limits }))
     .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))
     .use(openAiConversationRoutes({ conversationItems: deps.conversationItems, body: limits }));
 }

@@ -171,6 +171,9 @@ const ANTHROPIC_PREFIX = "/v1/messages";
 /** The model listing both APIs share: Anthropic's when its client says so (`anthropic-version`), as its SDK does. */
 const MODELS_PREFIX = "/v1/models";
 
+/** llama-server's other path of `/v1/rerank`: errors in the same shape. */
+const RERANK_PATH = "/rerank";
+
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
 /** Ollama's API: its routes sit beside the native API's `/api/v1.0/`, each by its own name. */
@@ -197,7 +200,7 @@ export const fromAnthropicClient = (headers: Headers): boolean => headers.has("a
 export const dialectOf = (path: string, headers: Headers): ErrorDialect =>
   under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && fromAnthropicClient(headers))
     ? "anthropic"
-    : path.startsWith(OPENAI_PREFIX)
+    : path.startsWith(OPENAI_PREFIX) || path === RERANK_PATH
       ? "openai"
       : OLLAMA_ROUTES.some((route) => under(path, route))
         ? "ollama"

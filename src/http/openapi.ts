@@ -23,9 +23,19 @@ import {
   UsageReport,
 } from "./contract";
 import { HTTP_ERRORS } from "./errors";
-import { OllamaChatResponse, OllamaErrorBody, OllamaGenerateResponse, OllamaModelList, OllamaShowResponse, OllamaVersion } from "./ollama/contract";
-import { ChatCompletion, ChatCompletionChunk, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
+import {
+  OllamaChatResponse,
+  OllamaEmbeddingsResponse,
+  OllamaEmbedResponse,
+  OllamaErrorBody,
+  OllamaGenerateResponse,
+  OllamaModelList,
+  OllamaShowResponse,
+  OllamaVersion,
+} from "./ollama/contract";
+import { ChatCompletion, ChatCompletionChunk, OpenAiEmbeddingList, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
+import { RerankResponse } from "./rerank/contract";
 
 /** Named in `components.schemas`, so responses refer to them instead of repeating them. */
 export const SCHEMAS = {
@@ -46,6 +56,8 @@ export const SCHEMAS = {
   ChatCompletionChunk,
   OpenAiModel,
   OpenAiModelList,
+  OpenAiEmbeddingList,
+  RerankResponse,
   ResponseObject,
   ResponseEvent,
   InputItemList,
@@ -63,6 +75,8 @@ export const SCHEMAS = {
   OllamaModelList,
   OllamaShowResponse,
   OllamaVersion,
+  OllamaEmbedResponse,
+  OllamaEmbeddingsResponse,
   OllamaError: OllamaErrorBody,
 };
 
@@ -152,6 +166,9 @@ export const TURN_REFUSALS = [
   "rate_limited",
   "overloaded",
 ] as const satisfies readonly ErrorKind[];
+
+/** What a retrieval route's request (embeddings, reranking) can be refused for, whatever its protocol. */
+export const RETRIEVAL_REFUSALS = [...TURN_REFUSALS, "quota_exceeded"] as const satisfies readonly ErrorKind[];
 
 /** The errors of an Ollama-compatible route, in Ollama's shape (one message, no type). */
 export const ollamaErrorResponses = (...kinds: ErrorKind[]) => protocolErrorResponses("OllamaError", undefined, kinds);

@@ -9,51 +9,58 @@ import type { Engine } from "./engine";
 import type { ModelEntry } from "./model";
 import { abortError } from "./pool";
 
-/** A loaded model's engine, held for a turn: it stays loaded until `release`. */
-export interface HeldEngine {
-  engine: Engine;
+/** What a loaded model is: it closes to unload. */
+export interface LoadedModel {
+  close(): Promise<void>;
+}
+
+/** A loaded model's engine, held for a request: it stays loaded until `release`. */
+export interface Held<M extends LoadedModel> {
+  engine: M;
   /** Idempotent. */
   release(): void;
 }
 
-export interface LoadedModelsOptions {
+export type HeldEngine = Held<Engine>;
+
+export interface LoadedModelsOptions<M extends LoadedModel> {
   /** Models loaded at once. */
   max: number;
   /** How long a model stays loaded once idle: 0 unloads it at once, -1 never. */
   keepAliveMs: number;
   /** Requests that may wait for room to load their model; more are refused (`Overloaded`). */
   queueMax: number;
-  load(entry: ModelEntry): Promise<Engine>;
-  onLoaded?(entry: ModelEntry, engine: Engine, ms: number): void;
+  load(entry: ModelEntry): Promise<M>;
+  onLoaded?(entry: ModelEntry, engine: M, ms: number): void;
   onUnloaded?(entry: ModelEntry): void;
   /** A model that failed to load, or to close. */
   onError?(entry: ModelEntry, error: unknown): void;
 }
 
-interface Slot {
+interface Slot<M> {
   entry: ModelEntry;
-  engine: Promise<Engine>;
-  loaded?: Engine;
+  engine: Promise<M>;
+  loaded?: M;
   held: number;
   lastUsed: number;
   idle?: Timer;
 }
 
-export class LoadedModels {
+export class LoadedModels<M extends LoadedModel = Engine> {
   /** By model id; a slot is here from the start of its load until its unload begins. */
-  private readonly slots = new Map<string, Slot>();
+  private readonly slots = new Map<string, Slot<M>>();
   /** Unloads under way: their memory is not free yet, so no load starts before they end. */
   private unloading = new Set<Promise<void>>();
   private waiters: (() => void)[] = [];
   private closed = false;
 
-  constructor(private readonly options: LoadedModelsOptions) {}
+  constructor(private readonly options: LoadedModelsOptions<M>) {}
 
   /**
    * The model's engine, loaded if need be, held until `release`. Waits while every loaded model is
    * held and there is no room; the signal ends the wait (`AbortError`).
    */
-  async hold(entry: ModelEntry, signal?: AbortSignal): Promise<HeldEngine> {
+  async hold(entry: ModelEntry, signal?: AbortSignal): Promise<Held<M>> {
     for (;;) {
       if (this.closed) throw new Overloaded("the server is shutting down", 5_000);
       const slot = this.slots.get(entry.id) ?? (this.slots.size < this.options.max ? this.startLoad(entry) : undefined);
@@ -65,7 +72,7 @@ export class LoadedModels {
   }
 
   /** The engines loaded now. */
-  engines(): Engine[] {
+  engines(): M[] {
     return [...this.slots.values()].flatMap((slot) => (slot.loaded ? [slot.loaded] : []));
   }
 
@@ -87,9 +94,9 @@ export class LoadedModels {
     await Promise.all(this.unloading);
   }
 
-  private startLoad(entry: ModelEntry): Slot {
+  private startLoad(entry: ModelEntry): Slot<M> {
     const started = performance.now();
-    const slot: Slot = { entry, held: 0, lastUsed: performance.now(), engine: undefined as never };
+    const slot: Slot<M> = { entry, held: 0, lastUsed: performance.now(), engine: undefined as never };
     slot.engine = (async () => {
       await Promise.all(this.unloading);
       const engine = await this.options.load(entry);
@@ -106,10 +113,10 @@ export class LoadedModels {
     return slot;
   }
 
-  private async take(slot: Slot): Promise<HeldEngine> {
+  private async take(slot: Slot<M>): Promise<Held<M>> {
     slot.held++;
     clearTimeout(slot.idle);
-    let engine: Engine;
+    let engine: M;
     try {
       engine = await slot.engine;
     } catch (error) {
@@ -127,7 +134,7 @@ export class LoadedModels {
     };
   }
 
-  private released(slot: Slot): void {
+  private released(slot: Slot<M>): void {
     slot.held--;
     slot.lastUsed = performance.now();
     // Unloaded meanwhile (closing): nothing is left to time.
@@ -139,14 +146,14 @@ export class LoadedModels {
     else if (keepAliveMs > 0) slot.idle = setTimeout(() => void this.unload(slot), keepAliveMs).unref();
   }
 
-  private leastRecentlyUsedIdle(): Slot | undefined {
-    let found: Slot | undefined;
+  private leastRecentlyUsedIdle(): Slot<M> | undefined {
+    let found: Slot<M> | undefined;
     for (const slot of this.slots.values()) if (slot.held === 0 && slot.loaded && (!found || slot.lastUsed < found.lastUsed)) found = slot;
     return found;
   }
 
   /** Only an idle slot (or every slot at close): taken off first, so no request holds it meanwhile. */
-  private async unload(slot: Slot): Promise<void> {
+  private async unload(slot: Slot<M>): Promise<void> {
     if (this.slots.get(slot.entry.id) !== slot || (slot.held > 0 && !this.closed)) return;
     clearTimeout(slot.idle);
     this.slots.delete(slot.entry.id);

@@ -117,9 +117,9 @@ export class ModelRegistry {
     return this.broken;
   }
 
-  /** The first named file; else the directory's first real model by file name; else the demo. */
+  /** The first named chat model (else file); else the directory's first real chat model by file name; else the demo. */
   get default(): ModelEntry {
-    if (this.source.paths.length > 0) return this.entries[0]!;
+    if (this.source.paths.length > 0) return this.entries.find(isChat) ?? this.entries[0]!;
     // Chosen once, and kept while its file is there: a file added while serving is served by name, not made the default.
     const kept = this.entries.find((entry) => entry.path === this.defaultPath);
     if (kept) return kept;
@@ -261,10 +261,12 @@ function dirModels(dir: string): string[] {
 
 const isDemo = (entry: ModelEntry) => basename(entry.path) === DEMO_FILE;
 
-/** A model the default may be without a named file: neither the demo nor one of random weights. */
+const isChat = (entry: ModelEntry) => entry.description.purpose === "chat";
+
+/** A model the default may be without a named file: a chat model, neither the demo nor one of random weights. */
 const chosenFirst = (entry: ModelEntry) => {
   const noise = entry.description.metadata[RANDOM_WEIGHTS_KEY];
-  return !isDemo(entry) && !(noise?.type === "bool" && noise.value);
+  return isChat(entry) && !isDemo(entry) && !(noise?.type === "bool" && noise.value);
 };
 
 /**

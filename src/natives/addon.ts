@@ -14,7 +14,7 @@
  * also refuses another shape, and test/llm/scheduler.test.ts exercises each of them.
  */
 import { withLock } from "lifecycle-utils";
-import type { LlamaContext, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
+import type { LlamaContext, LlamaContextOptions, LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp";
 
 interface AddonContext {
   initBatch(size: number): void;
@@ -22,11 +22,15 @@ interface AddonContext {
   decodeBatch(): Promise<void>;
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
-  /** Parley's compiled natives add these (src/natives/decode-steps.cpp, token-logprobs.cpp); the npm prebuilt lacks them. */
+  /** Parley's compiled natives add these (src/natives/decode-steps.cpp, token-logprobs.cpp, pooled-embeddings.cpp); the npm prebuilt lacks them. */
   decodeSteps?(sequenceIds: number[], positions: number[], tokens: Token[], samplers: AddonSampler[], steps: number): Promise<Int32Array>;
   abortSteps?(): void;
   tokenLogprobs?(batchLogitIndex: number, token: Token, top: number): Float64Array;
   tokenBytes?(token: Token): Uint8Array;
+  pooledEmbeddings?(sequenceIds: number[]): Float32Array;
+  tokenizeInput?(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
+  /** The addon's own: the pooled output of sequence 0 after a decode. */
+  getEmbedding(inputTokensLength: number, maxVectorSize?: number): Float64Array;
 }
 
 interface AddonSampler {
@@ -229,6 +233,54 @@ export function tokenBytes(context: LlamaContext, token: Token): Uint8Array {
   const ctx = internals<ContextInternals>(context)._ctx;
   if (!ctx.tokenBytes) throw new Error("these natives cannot spell tokens' bytes: Parley's compiled natives can");
   return ctx.tokenBytes(token);
+}
+
+/**
+ * A context whose decodes pool each sequence into the output the model declares (`<arch>.pooling_type`):
+ * an embedding, or a ranking model's scores. node-llama-cpp makes its embedding contexts so.
+ */
+export function createPoolingContext(model: LlamaModel, options: LlamaContextOptions): Promise<LlamaContext> {
+  return model.createContext({ ...options, _embeddings: true } as LlamaContextOptions);
+}
+
+/**
+ * `text`'s tokens with the special tokens the model's tokenizer adds to an input (bos, eos, BERT's
+ * [CLS] and [SEP]) and special tokens' texts parsed, as llama-server tokenizes an input to embed.
+ * The prebuilt natives cannot add them: there, the bos and eos the model asks for.
+ */
+export function inputTokens(context: LlamaContext, model: LlamaModel, text: string): Token[] {
+  const ctx = internals<ContextInternals>(context)._ctx;
+  if (ctx.tokenizeInput) return Array.from(ctx.tokenizeInput(text, true, true)) as Token[];
+  const { bos, eos, shouldPrependBosToken, shouldAppendEosToken } = model.tokens;
+  return [...(shouldPrependBosToken && bos !== null ? [bos] : []), ...model.tokenize(text, true), ...(shouldAppendEosToken && eos !== null ? [eos] : [])];
+}
+
+/** Whether one decode can pool several sequences (Parley's compiled natives can; the prebuilt pools sequence 0 only). */
+export function poolsSequences(context: LlamaContext): boolean {
+  return internals<ContextInternals>(context)._ctx.pooledEmbeddings !== undefined;
+}
+
+/**
+ * Each input's pooled output (its embedding, or a ranking model's scores), decoded together in one
+ * batch in a context made for embeddings: input i in sequence i, each sequence emptied after. Without
+ * `poolsSequences`, one input at a time.
+ */
+export async function decodePooled(context: LlamaContext, inputs: readonly (readonly Token[])[]): Promise<Float32Array[]> {
+  return await locked(context, async (ctx) => {
+    if (!ctx.pooledEmbeddings && inputs.length > 1) throw new Error("these natives pool one sequence a decode");
+    ctx.initBatch(inputs.reduce((sum, tokens) => sum + tokens.length, 0));
+    // Every token an output, as llama.cpp makes them anyway when it pools (and logs that it did).
+    for (const [id, tokens] of inputs.entries()) ctx.addToBatch(id, 0, Uint32Array.from(tokens), Uint32Array.from(tokens.keys()));
+    try {
+      await ctx.decodeBatch();
+      if (!ctx.pooledEmbeddings) return [Float32Array.from(ctx.getEmbedding(inputs[0]!.length))];
+      const pooled = ctx.pooledEmbeddings(inputs.map((_, id) => id));
+      const width = pooled.length / inputs.length;
+      return inputs.map((_, id) => pooled.slice(id * width, (id + 1) * width));
+    } finally {
+      for (let id = 0; id < inputs.length; id++) ctx.removeTokenCellsFromSequence(id, 0, -1);
+    }
+  });
 }
 
 /** Whether each sequence takes checkpoints (recurrent, hybrid, sliding-window models): fixed for its life, costly to ask. */

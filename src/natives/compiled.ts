@@ -27,8 +27,8 @@ export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
  * decode-steps.cpp (the running replies decoded and sampled there for several steps a call).
  */
 export const DECODE_THREAD_HOOK = join(import.meta.dir, "decode-thread.cmake");
-const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp", "addon-methods.h", "token-logprobs.cpp"].map((name) =>
-  join(import.meta.dir, name),
+const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp", "addon-methods.h", "token-logprobs.cpp", "pooled-embeddings.cpp"].map(
+  (name) => join(import.meta.dir, name),
 );
 
 /**

@@ -488,6 +488,8 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     extended.push_back(method("abortSteps", abortSteps));
     extended.push_back(method("tokenLogprobs", tokenLogprobs));
     extended.push_back(method("tokenBytes", tokenBytes));
+    extended.push_back(method("pooledEmbeddings", pooledEmbeddings));
+    extended.push_back(method("tokenizeInput", tokenizeInput));
     const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
     if (status == napi_ok) remember(env, *result, classesOfThisThread.context);
     return status;

@@ -90,20 +90,6 @@ napi_value bytes(napi_env env, const Napi::CallbackInfo & info) {
     return out;
 }
 
-template <napi_value (*body)(napi_env, const Napi::CallbackInfo &)>
-napi_value guarded(napi_env env, napi_callback_info callbackInfo) {
-    // No C++ exception may leave a napi callback: the process would terminate.
-    try {
-        return body(env, Napi::CallbackInfo(env, callbackInfo));
-    } catch (const Napi::Error & error) {
-        return fail(error);
-    } catch (const std::exception & error) {
-        return fail(Napi::Error::New(env, error.what()));
-    } catch (...) {
-        return fail(Napi::Error::New(env, "unknown failure"));
-    }
-}
-
 }  // namespace
 
 napi_value tokenLogprobs(napi_env env, napi_callback_info info) {

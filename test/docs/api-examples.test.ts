@@ -9,7 +9,7 @@ import { afterAll, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { API_DOC, withContents } from "../../tools/api-contents";
-import { allowSlowTests, type ChildServer, shellCommands, startServer, tempDir } from "../support";
+import { allowSlowTests, type ChildServer, presetModel, shellCommands, startServer, tempDir } from "../support";
 
 allowSlowTests();
 
@@ -32,7 +32,9 @@ test("the table of contents is the headings' (bun run docs writes it)", () => {
 test("every shell example of docs/API.md answers 2xx as written", async () => {
   expect(examples.filter((command) => command.startsWith("curl ")).length).toBeGreaterThanOrEqual(10);
   const dbPath = join(tempDir("api-examples"), "parley.db");
-  server = await startServer({ dbPath, adminKey: ADMIN_KEY });
+  // The retrieval models beside the demo, for the embeddings and reranking examples.
+  const models = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank")];
+  server = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_MODEL: models.join(",") } });
   const cli = (...args: string[]) =>
     Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
   const key = cli("keys", "create", "--user", "alice").stdout.toString().trim().split("\n").at(-1)!;

@@ -13,6 +13,7 @@ import { FAMILIES, FAMILY_PRESETS } from "../../src/gguf/families";
 import { parameterCount } from "../../src/gguf/llama";
 import { DEMO_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
 import { readGgufHeader } from "../../src/gguf/reader";
+import { RETRIEVAL_PRESETS } from "../../src/gguf/retrieval";
 import { fromFloats } from "../../src/gguf/tensor-data";
 import { type GgufValue, gguf } from "../../src/gguf/values";
 import { IM_START, TOKEN_TYPE } from "../../src/gguf/vocab";
@@ -158,8 +159,10 @@ describe("family presets", () => {
     mistral: "6d8c97c45d81e9414e6ca9776d111fe1d9ab414bd33e6e473d474bfe7c45c08f",
     phi3: "bcf8849c1c6979661e9236a97b10fd817b63d67af7d44b617841cbed5ece87f6",
     "qwen3-thinking": "54d8baad4a5e389c862fcece49b337e4039dbaa540ef8a954a9b91bba844798b",
+    embed: "efedcce601cdba0028b527d2c152cabd69b50172c14bdb3ea4c727a153c17701",
+    rerank: "46f22afd62c321513cffcb2ebe87aab97e08819a0c8fc88d94410cd108d639e5",
   };
-  for (const preset of ["demo", ...FAMILY_PRESETS] as const) {
+  for (const preset of ["demo", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS] as const) {
     test(`${preset} is written byte for byte as pinned`, async () => {
       const path = join(dir, "family", `${preset}.gguf`);
       await writePresetModel(preset, path);

@@ -1,5 +1,5 @@
 /**
- * Every generating route of every protocol, given random and adversarial bodies (issue #47: make
+ * Every generating and retrieval route of every protocol, given random and adversarial bodies (issue #47: make
  * the class of 500s impossible, not only the cases found so far). A case fails on a 5xx, on an
  * internal error inside a 200 (a stream's error event, a response kept as failed), on an answer
  * not whole within its deadline, or on any line the app logs at error level. Bodies are mostly
@@ -12,8 +12,19 @@
  */
 import { afterAll, beforeAll, describe, test } from "bun:test";
 import fc from "fast-check";
-import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, isErrorLine, type Served, serveApp, sseEvents, testDb, testEngine, testSeed, until } from "../support";
+import {
+  allowSlowTests,
+  bearer,
+  isErrorLine,
+  presetModel,
+  type Served,
+  type ServedModelsApp,
+  serveModels,
+  sseEvents,
+  testDb,
+  testSeed,
+  until,
+} from "../support";
 
 allowSlowTests();
 
@@ -24,7 +35,7 @@ const DEADLINE_MS = 15_000;
 const db = testDb("protocol-fuzz");
 const alice = await db.keys.create("alice", "user");
 const logLines: string[] = [];
-let engine: Engine;
+let service: ServedModelsApp;
 let served: Served;
 
 /** Ids a request may name that exist: kept responses (a chain to continue) and conversations. */
@@ -35,8 +46,21 @@ const statuses = new Map<string, Map<number, number>>();
 let requests = 0;
 
 beforeAll(async () => {
-  engine = await testEngine({ preset: "demo", parallel: 2, contextSize: 512 });
-  served = serveApp({ storage: db.storage, engine, logLines, limits: { bodyLimitBytes: 1 << 20 } });
+  // The demo answers turns; the retrieval models, embeddings and reranking.
+  const paths = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank")];
+  // Clients' fixed model names reach the demo, as they would a service of it alone.
+  const aliases = { demo: "parley-demo", "gpt-4o": "parley-demo", "claude-sonnet-4-5": "parley-demo" };
+  service = await serveModels({
+    storage: db.storage,
+    paths,
+    aliases,
+    max: 3,
+    keepAliveMs: -1,
+    contextSize: 512,
+    logLines,
+    limits: { bodyLimitBytes: 1 << 20 },
+  });
+  served = service.served;
   const post = async (path: string, body: object) => {
     const response = await fetch(`${served.url}${path}`, {
       method: "POST",
@@ -57,8 +81,7 @@ afterAll(async () => {
         .join(" ")}`,
   );
   console.log(`protocol fuzz: seed ${testSeed} (PARLEY_TEST_SEED replays it), ${CASES} cases per route, ${requests} requests\n${byRoute.join("\n")}`);
-  await served.stop();
-  await engine.close();
+  await service.stop();
   await db.storage.close();
 });
 
@@ -584,6 +607,35 @@ const countTokensBody = fc
     ...(whole ? rest : {}),
   }));
 
+// ---- retrieval ----------------------------------------------------------------------------------
+
+const retrievalModel = field(fc.constantFrom("parley-embed", "parley-rerank", "parley", "parley-demo", "x", ""), 60);
+const tokenIds = fc.array(usually(fc.nat(1200), fc.constantFrom(-1, 1.5, 2 ** 31, 1e9, "1"), 10), { minLength: 0, maxLength: 6 });
+const embeddingsBody = fc.record({
+  model: retrievalModel,
+  input: usually(fc.oneof(text, fc.array(text, { maxLength: 5 }), tokenIds, fc.array(tokenIds, { maxLength: 4 }))),
+  encoding_format: field(fc.constantFrom("float", "base64", "hex")),
+  dimensions: field(fc.constantFrom(256, 1, 64, 0, 1e9)),
+  user: field(text, 10),
+});
+const rerankBody = fc.record({
+  model: retrievalModel,
+  query: usually(text),
+  documents: usually(fc.array(text, { maxLength: 6 })),
+  top_n: field(bound),
+  return_documents: field(fc.boolean()),
+});
+const ollamaOptions = field(fc.record({ temperature: field(unit), num_ctx: field(fc.nat(4096), 10), num_thread: field(fc.nat(8), 10) }), 20);
+const ollamaEmbedBody = fc.record({
+  model: usually(fc.constantFrom("parley-embed", "parley-rerank", "parley")),
+  input: usually(fc.oneof(text, fc.array(text, { maxLength: 5 }))),
+  truncate: field(fc.boolean()),
+  dimensions: field(fc.constantFrom(256, 3)),
+  options: ollamaOptions,
+  keep_alive: field(fc.constantFrom("5m", 0, -1)),
+});
+const ollamaEmbeddingsBody = fc.record({ model: usually(fc.constantFrom("parley-embed", "parley")), prompt: usually(text), options: ollamaOptions });
+
 /** The body's JSON, or now and then something that is not a request at all. */
 const RAW = [
   "",
@@ -620,6 +672,10 @@ const ROUTES: { path: string; body: fc.Arbitrary<string>; headers: fc.Arbitrary<
   { path: "/v1/responses", body: wire(responsesBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/v1/messages", body: wire(anthropicBody), headers: anthropicKey },
   { path: "/v1/messages/count_tokens", body: wire(countTokensBody), headers: anthropicKey },
+  { path: "/v1/embeddings", body: wire(embeddingsBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/v1/rerank", body: wire(rerankBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/api/embed", body: wire(ollamaEmbedBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/api/embeddings", body: wire(ollamaEmbeddingsBody), headers: fc.constant(bearer(alice.key)) },
 ];
 
 // ---- one exchange -------------------------------------------------------------------------------
@@ -702,7 +758,7 @@ async function exchange(path: string, body: string, headers: Record<string, stri
   return { status, problems };
 }
 
-describe("random and adversarial bodies on every generating route", () => {
+describe("random and adversarial bodies on every generating and retrieval route", () => {
   for (const route of ROUTES) {
     test(
       `POST ${route.path}: ${CASES} bodies, no 5xx, no internal error, nothing logged at error level`,

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { CompletionService } from "../../src/chat/completions";
 import { ConversationItemService } from "../../src/chat/conversation-item-service";
 import { ResponseService } from "../../src/chat/responses";
+import { NO_RETRIEVAL_MODELS, RetrievalService } from "../../src/chat/retrieval";
 import { ChatService } from "../../src/chat/service";
 import { TokenLedger } from "../../src/chat/token-ledger";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
@@ -51,6 +52,8 @@ export interface ServeOptions {
   ledger?: TokenLedger;
   chat?: ChatService;
   completions?: CompletionService;
+  /** Embeddings and reranking; by default a service of no retrieval model. */
+  retrieval?: RetrievalService;
   /** The node's name for `X-Parley-Node`. */
   node?: string;
 }
@@ -93,6 +96,7 @@ export function serveApp(options: ServeOptions): Served {
     ledger,
     chat,
     completions,
+    retrieval: options.retrieval ?? new RetrievalService(NO_RETRIEVAL_MODELS, ledger),
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     background: new BackgroundResponses(storage.responses, silentLogger(), { flushMs: 20, pollMs: 20 }),

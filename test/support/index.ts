@@ -16,6 +16,7 @@ export * from "./natives";
 export * from "./postgres";
 export * from "./process";
 export * from "./random";
+export * from "./retrieval";
 export * from "./shell";
 export * from "./sse";
 export * from "./stats";

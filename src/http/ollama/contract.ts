@@ -22,6 +22,7 @@ export const OllamaOptions = t.Object(
   // Kept, so that the route refuses another option by its name (routes/ollama.ts).
   { additionalProperties: t.Unknown() },
 );
+export type OllamaOptions = typeof OllamaOptions.static;
 
 /**
  * Options of the server's own resources (threads, batch, GPU, memory mapping): they change no
@@ -69,16 +70,19 @@ export const OllamaTool = t.Object({
   }),
 });
 
+const MODEL = t.String({ minLength: 1, error: "model must name a model: GET /api/tags lists them" });
+// How long the model stays loaded after the request: the operator's (PARLEY_KEEP_ALIVE_S) on a
+// service of many users; it changes no reply, so it is accepted.
+const KEEP_ALIVE = t.Optional(t.Union([t.String(), t.Number()], { error: 'keep_alive must be a duration ("5m") or a number of seconds' }));
+
 /** What both generating routes take beside their input. */
 const TURN_FIELDS = {
-  model: t.String({ minLength: 1, error: "model must name a model: GET /api/tags lists them" }),
+  model: MODEL,
   stream: optional(t.Boolean(), "stream must be true (the default: one JSON object a line) or false"),
   format: t.Optional(t.Union([t.Literal("json"), t.Record(t.String(), t.Unknown())], { error: 'format must be "json" or a JSON schema' })),
   options: t.Optional(OllamaOptions),
   think: t.Optional(t.Boolean({ error: "think must be true or false (levels are for models that take them; Parley's think as long as they need)" })),
-  // How long the model stays loaded after the request: the operator's (PARLEY_KEEP_ALIVE_S) on a
-  // service of many users; it changes no reply, so it is accepted.
-  keep_alive: t.Optional(t.Union([t.String(), t.Number()], { error: 'keep_alive must be a duration ("5m") or a number of seconds' })),
+  keep_alive: KEEP_ALIVE,
   logprobs: unsupported("logprobs: Parley's log-probabilities are on POST /v1/chat/completions"),
   top_logprobs: unsupported("top_logprobs: Parley's log-probabilities are on POST /v1/chat/completions"),
 };
@@ -112,6 +116,39 @@ export const OllamaShowRequest = t.Object(
   },
   UNKNOWN_FIELD,
 );
+
+/** `/api/embed`: a vector an input, normalized; an input past the model's context cut to it unless `truncate: false`. */
+export const OllamaEmbedRequest = t.Object(
+  {
+    model: MODEL,
+    input: t.Union([t.String(), t.Array(t.String(), { maxItems: 2048 })], { error: "input must be a string or an array of up to 2048 strings" }),
+    truncate: optional(t.Boolean(), "truncate must be true (the default: an input past the context is cut to it) or false"),
+    dimensions: optional(t.Integer({ minimum: 1 }), "dimensions must be a positive integer"),
+    // A sampling option changes no vector; the rest are refused as for a reply.
+    options: t.Optional(OllamaOptions),
+    keep_alive: KEEP_ALIVE,
+  },
+  UNKNOWN_FIELD,
+);
+export type OllamaEmbedRequest = typeof OllamaEmbedRequest.static;
+
+/** `/api/embeddings`, Ollama's older route: one prompt, its vector as the model pools it (not normalized). */
+export const OllamaEmbeddingsRequest = t.Object(
+  { model: MODEL, prompt: t.String({ error: "prompt must be a string" }), options: t.Optional(OllamaOptions), keep_alive: KEEP_ALIVE },
+  UNKNOWN_FIELD,
+);
+export type OllamaEmbeddingsRequest = typeof OllamaEmbeddingsRequest.static;
+
+export const OllamaEmbedResponse = t.Object({
+  model: t.String(),
+  embeddings: t.Array(t.Array(t.Number())),
+  total_duration: t.Integer({ minimum: 0 }),
+  load_duration: t.Integer({ minimum: 0 }),
+  prompt_eval_count: t.Integer({ minimum: 0 }),
+});
+export type OllamaEmbedResponse = typeof OllamaEmbedResponse.static;
+
+export const OllamaEmbeddingsResponse = t.Object({ embedding: t.Array(t.Number()) });
 
 /** What every reply object carries; the last (`done: true`) also the counts and durations (ns). */
 const REPLY_FIELDS = {

@@ -1,11 +1,13 @@
 /** Replies and models as Ollama's API shows them (the `ollama` package's ChatResponse, GenerateResponse, ListResponse…). */
 import type { CompletionResult, CompletionStart } from "../../chat/completions";
+import type { EmbedResult } from "../../chat/retrieval";
 import type { ModelInfo } from "../../chat/turn-runner";
+import type { ModelPurpose } from "../../gguf/describe";
 import type { ToolCall } from "../../llm/engine";
 import { ollamaErrorBody } from "../errors";
 import { jsonLine, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { OllamaChatResponse, OllamaGenerateResponse, OllamaModel, OllamaShowResponse } from "./contract";
+import type { OllamaChatResponse, OllamaEmbedResponse, OllamaGenerateResponse, OllamaModel, OllamaShowResponse } from "./contract";
 
 /** Which of the two generating routes a reply answers: `/api/chat` writes a message, `/api/generate` a response text. */
 export type OllamaRoute = "chat" | "generate";
@@ -110,6 +112,9 @@ export const modelJson = (model: ModelInfo): OllamaModel => ({
   details: detailsOf(model),
 });
 
+/** Ollama's words for what a model can do; it has none for reranking. */
+const CAPABILITIES: Readonly<Record<ModelPurpose, string[]>> = { chat: ["completion", "tools"], embedding: ["embedding"], ranking: [] };
+
 /** What `/api/show` tells of a model; what Ollama's Modelfile would hold beyond its template, Parley does not have. */
 export const showJson = (model: ModelInfo): OllamaShowResponse => ({
   license: "",
@@ -119,6 +124,15 @@ export const showJson = (model: ModelInfo): OllamaShowResponse => ({
   system: "",
   details: detailsOf(model),
   model_info: { "general.architecture": model.file?.architecture ?? "", "general.parameter_count": model.file?.parameters ?? 0 },
-  capabilities: ["completion", "tools"],
+  capabilities: CAPABILITIES[model.file?.purpose ?? "chat"],
   modified_at: new Date(model.created * 1000).toISOString(),
+});
+
+/** `/api/embed`'s answer; durations in nanoseconds, as Ollama's. Parley does not tell a load apart: it is in the total. */
+export const embedJson = ({ model, vectors, promptTokens }: EmbedResult, startedAt: number): OllamaEmbedResponse => ({
+  model,
+  embeddings: vectors.map((vector) => Array.from(vector)),
+  total_duration: Math.round((performance.now() - startedAt) * 1e6),
+  load_duration: 0,
+  prompt_eval_count: promptTokens,
 });

@@ -162,3 +162,24 @@ export type OpenAiModel = Static<typeof OpenAiModel>;
 
 export const OpenAiModelList = t.Object({ object: t.Literal("list"), data: t.Array(OpenAiModel) }, closed);
 export type OpenAiModelList = Static<typeof OpenAiModelList>;
+
+/** `/v1/embeddings`' answer: each input's vector, as numbers or as base64 of its little-endian float32 bytes. */
+export const OpenAiEmbeddingList = t.Object(
+  {
+    object: t.Literal("list"),
+    data: t.Array(
+      t.Object(
+        {
+          object: t.Literal("embedding"),
+          index: t.Integer({ minimum: 0 }),
+          embedding: t.Union([t.Array(t.Number()), t.String({ description: "base64 of the vector's little-endian float32 values" })]),
+        },
+        closed,
+      ),
+    ),
+    model: t.String(),
+    usage: t.Object({ prompt_tokens: t.Integer({ minimum: 0 }), total_tokens: t.Integer({ minimum: 0 }) }, closed),
+  },
+  closed,
+);
+export type OpenAiEmbeddingList = Static<typeof OpenAiEmbeddingList>;

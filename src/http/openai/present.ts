@@ -1,11 +1,12 @@
 /** Completions as OpenAI's API shows them: the shapes are ./contract.ts's. */
 import type { CompletionResult, CompletionStart } from "../../chat/completions";
+import type { EmbedResult } from "../../chat/retrieval";
 import type { ModelInfo, Usage } from "../../chat/turn-runner";
 import type { FinishReason, TokenLogprob, ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { data } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { ChatCompletion, ChatCompletionChunk, CompletionUsage, OPENAI_FINISH_REASONS, OpenAiModel } from "./contract";
+import type { ChatCompletion, ChatCompletionChunk, CompletionUsage, OPENAI_FINISH_REASONS, OpenAiEmbeddingList, OpenAiModel } from "./contract";
 
 type OpenAiFinishReason = (typeof OPENAI_FINISH_REASONS)[number];
 
@@ -126,3 +127,17 @@ export const modelJson = (model: ModelInfo): OpenAiModel => ({
   owned_by: "parley",
   loaded: model.loaded,
 });
+
+/** The vectors as OpenAI's embeddings API gives them: numbers, or base64 of their little-endian float32 bytes. */
+export const embeddingListJson = ({ model, vectors, promptTokens }: EmbedResult, format: "float" | "base64"): OpenAiEmbeddingList => ({
+  object: "list",
+  data: vectors.map((vector, index) => ({ object: "embedding", index, embedding: format === "base64" ? float32Base64(vector) : Array.from(vector) })),
+  model,
+  usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
+});
+
+function float32Base64(vector: Float32Array): string {
+  const bytes = new DataView(new ArrayBuffer(vector.length * 4));
+  for (let i = 0; i < vector.length; i++) bytes.setFloat32(i * 4, vector[i]!, true);
+  return Buffer.from(bytes.buffer).toString("base64");
+}

@@ -8,6 +8,7 @@
 import { Elysia } from "elysia";
 import pkg from "../../../package.json";
 import type { CompletionInput } from "../../chat/completions";
+import type { RetrievalService } from "../../chat/retrieval";
 import type { Principal } from "../../db/types";
 import { Forbidden, InvalidInput, ModelNotFound } from "../../errors";
 import type { ReplyFormat, ToolCall, Turn } from "../../llm/engine";
@@ -15,12 +16,21 @@ import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
-import { OllamaChatRequest, OllamaGenerateRequest, OllamaOptions, OllamaShowRequest, OPTION_RULE, RESOURCE_OPTIONS } from "../ollama/contract";
+import {
+  OllamaChatRequest,
+  OllamaEmbeddingsRequest,
+  OllamaEmbedRequest,
+  OllamaGenerateRequest,
+  OllamaOptions,
+  OllamaShowRequest,
+  OPTION_RULE,
+  RESOURCE_OPTIONS,
+} from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
-import { modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
-import { jsonResponse, ndjsonResponse, ollamaErrorResponses, TURN_REFUSALS } from "../openapi";
+import { embedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
+import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
-import type { CompletionRouteDeps, Exchange, RequestHooks } from "../turn-driver";
+import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } from "../turn-driver";
 
 const TAGS = ["Ollama-compatible"];
 
@@ -68,11 +78,16 @@ function turnsOf(messages: readonly Message[]): Turn[] {
 const formatOf = (format: TurnRequest["format"]): ReplyFormat | undefined =>
   format === undefined ? undefined : format === "json" ? { type: "json_object" } : { type: "json_schema", schema: format, strict: false };
 
-/** The request's fields as the turn takes them, beside its history. */
-function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest["tools"]): Omit<CompletionInput, "signal" | "userId"> {
-  const options = body.options ?? {};
+/** The request's options, none of them one Parley cannot honour. */
+function checkedOptions(options: OllamaOptions = {}): OllamaOptions {
   const unknown = Object.keys(options).find((name) => !(name in OllamaOptions.properties) && !RESOURCE_OPTIONS.has(name));
   if (unknown !== undefined) throw new InvalidInput(`options.${unknown}`, `Parley cannot honour this option: ${OPTION_RULE}`);
+  return options;
+}
+
+/** The request's fields as the turn takes them, beside its history. */
+function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest["tools"]): Omit<CompletionInput, "signal" | "userId"> {
+  const options = checkedOptions(body.options);
   const predict = options.num_predict ?? -1;
   if (predict === 0) throw new InvalidInput("options.num_predict", "options.num_predict must be at least 1, or -1 for as long as the context allows");
   const stop = options.stop ?? [];
@@ -113,7 +128,7 @@ const REFUSALS = [...TURN_REFUSALS, "quota_exceeded"] as const;
 /** What a listing can be refused for. */
 const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const;
 
-export const ollamaRoutes = (deps: CompletionRouteDeps) => {
+export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalService }) => {
   const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
   /** A generating route's reply: one object with `stream: false`, else one JSON object a line. */
   async function* answer(
@@ -213,6 +228,62 @@ export const ollamaRoutes = (deps: CompletionRouteDeps) => {
           summary: "Ollama-compatible: one model's details",
           tags: TAGS,
           responses: { "200": jsonResponse("The model", "OllamaShowResponse"), ...ollamaErrorResponses("model_not_found", ...REFUSALS) },
+        },
+      },
+    )
+    .post(
+      "/api/embed",
+      async ({ body, principal, request, set }) => {
+        checkedOptions(body.options);
+        const inputs = typeof body.input === "string" ? [body.input] : body.input;
+        const bad = inputs.findIndex((input) => !input.isWellFormed());
+        if (bad >= 0)
+          throw new InvalidInput(typeof body.input === "string" ? "input" : `input[${bad}]`, "must be valid Unicode text (it has a lone surrogate)");
+        const startedAt = performance.now();
+        const result = await deps.retrieval.embed({
+          userId: principal.userId,
+          model: body.model,
+          inputs,
+          truncate: body.truncate !== false,
+          ...(body.dimensions != null ? { dimensions: body.dimensions } : {}),
+          ...hooksOf({ request, set }),
+        });
+        return embedJson(result, startedAt);
+      },
+      {
+        auth: "key",
+        body: OllamaEmbedRequest,
+        parse: ollamaBody,
+        detail: {
+          summary: "Ollama-compatible embeddings: one normalized vector an input, from an embedding model",
+          tags: TAGS,
+          responses: { "200": jsonResponse("The vectors", "OllamaEmbedResponse"), ...ollamaErrorResponses(...RETRIEVAL_REFUSALS) },
+        },
+      },
+    )
+    .post(
+      "/api/embeddings",
+      async ({ body, principal, request, set }) => {
+        checkedOptions(body.options);
+        if (!body.prompt.isWellFormed()) throw new InvalidInput("prompt", "must be valid Unicode text (it has a lone surrogate)");
+        const result = await deps.retrieval.embed({
+          userId: principal.userId,
+          model: body.model,
+          inputs: [body.prompt],
+          truncate: true,
+          normalize: false,
+          ...hooksOf({ request, set }),
+        });
+        return { embedding: Array.from(result.vectors[0]!) };
+      },
+      {
+        auth: "key",
+        body: OllamaEmbeddingsRequest,
+        parse: ollamaBody,
+        detail: {
+          summary: "Ollama's older embeddings route: one prompt's vector as the model pools it, not normalized",
+          tags: TAGS,
+          responses: { "200": jsonResponse("The vector", "OllamaEmbeddingsResponse"), ...ollamaErrorResponses(...RETRIEVAL_REFUSALS) },
         },
       },
     )

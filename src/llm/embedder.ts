@@ -1,0 +1,226 @@
+/**
+ * The engine of a retrieval model: one whose output is its input pooled, into a vector (an
+ * embedding model) or into relevance scores (a reranker), as its file declares. One context, with
+ * `parallel` sequences, which one loop owns: inputs from every request wait in one queue, and each
+ * decode takes as many of them as fit its batch, one sequence each (llama-server batches its
+ * slots' inputs so too). It knows nothing of HTTP, storage or users.
+ */
+import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
+import { append } from "../append";
+import { Overloaded } from "../errors";
+import { createPoolingContext, decodePooled, inputTokens, poolsSequences } from "../natives/addon";
+import { contextSizeFor, type FlashAttentionMode } from "./engine";
+import { type LoadedLlama, type LoadOptions, loadLlamaModel } from "./llama-load";
+import { abortError } from "./pool";
+
+export interface EmbedderOptions extends LoadOptions {
+  /** Tokens one input may have. Default: the model's training context, capped at 4096. */
+  contextSize?: number;
+  /** Inputs decoded together. Default 2. */
+  parallel?: number;
+  /** Inputs that may wait for a decode; more are refused (`Overloaded`). Default 4096. */
+  queueMax?: number;
+  flashAttention?: FlashAttentionMode;
+}
+
+/** llama.cpp's `llama_pooling_type` values. */
+const POOLING = { last: 3, rank: 4 } as const;
+/** Architectures whose ranking pools the last token (llama.cpp's graph): a sequence split over several pieces of a batch pools right. */
+const LAST_TOKEN_RANKERS = new Set(["qwen3", "qwen3vl"]);
+
+interface Job {
+  tokens: readonly Token[];
+  resolve(pooled: Float32Array): void;
+  reject(error: unknown): void;
+}
+
+export class Embedder {
+  readonly loadedAt = Math.floor(Date.now() / 1000);
+  private queue: Job[] = [];
+  private running: Promise<void> | undefined;
+  private closed = false;
+
+  private constructor(
+    private readonly loaded: LoadedLlama,
+    private readonly context: LlamaContext,
+    readonly purpose: "embedding" | "ranking",
+    /** Whether one decode may hold several inputs: llama.cpp pools a sequence right only within one piece of a batch, unless it pools its last token. */
+    private readonly together: boolean,
+    private readonly queueMax: number,
+  ) {}
+
+  static async load(options: EmbedderOptions): Promise<Embedder> {
+    const loaded = await loadLlamaModel(options);
+    const { llama, model, threads } = loaded;
+    try {
+      const size = contextSizeFor(options.contextSize, model.trainContextSize);
+      const parallel = options.parallel ?? 2;
+      // The batch is the input's limit: llama-server also takes an input to pool in one batch.
+      const context = await createPoolingContext(model, {
+        contextSize: size,
+        sequences: parallel,
+        threads,
+        batchSize: size,
+        flashAttention: options.flashAttention !== "off",
+      });
+      const { pooling, architecture } = poolingOf(model);
+      const lastToken = pooling === POOLING.last || (pooling === POOLING.rank && LAST_TOKEN_RANKERS.has(architecture));
+      return new Embedder(
+        loaded,
+        context,
+        pooling === POOLING.rank ? "ranking" : "embedding",
+        lastToken && parallel > 1 && poolsSequences(context),
+        options.queueMax ?? 4096,
+      );
+    } catch (error) {
+      await llama.dispose();
+      throw error;
+    }
+  }
+
+  get modelName(): string {
+    const name = this.loaded.model.fileInfo.metadata.general?.name;
+    return typeof name === "string" && name.trim() !== "" ? name : "model";
+  }
+
+  get threads(): number {
+    return this.loaded.threads;
+  }
+
+  get natives(): string {
+    return this.loaded.natives;
+  }
+
+  /** Tokens one input may have. */
+  get contextSize(): number {
+    return this.context.contextSize;
+  }
+
+  /** Token ids go from 0 to one below this. */
+  get vocabularySize(): number {
+    return this.loaded.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  }
+
+  /** The width of an embedding. */
+  get dimensions(): number {
+    return this.loaded.model.embeddingVectorSize;
+  }
+
+  /** A text to embed as llama-server tokenizes it: the model's special tokens added, special tokens' texts parsed. */
+  embeddingTokens(text: string): Token[] {
+    return inputTokens(this.context, this.loaded.model, text);
+  }
+
+  /**
+   * A query and a document as llama-server renders them for ranking: into the model's ranking
+   * prompt (`tokenizer.chat_template.rerank`, `{query}` and `{document}` replaced) tokenized whole,
+   * else the query and the document between the special tokens the model adds.
+   */
+  rankingTokens(query: string, document: string): Token[] {
+    const { model } = this.loaded;
+    const template = rankingTemplateOf(model);
+    if (template !== undefined) return model.tokenize(template.replaceAll("{query}", query).replaceAll("{document}", document), true);
+    const { bos, eos, sep, shouldPrependBosToken, shouldAppendEosToken } = model.tokens;
+    const end = eos ?? sep;
+    const ends = shouldAppendEosToken && end !== null ? [end] : [];
+    const separator = addsSeparator(model) && sep !== null ? [sep] : [];
+    return [...(shouldPrependBosToken && bos !== null ? [bos] : []), ...model.tokenize(query), ...ends, ...separator, ...model.tokenize(document), ...ends];
+  }
+
+  /** Each input's embedding, normalized to length 1 (llama-server's default) unless `normalize` is false. */
+  async embed(inputs: readonly (readonly Token[])[], signal?: AbortSignal, normalize = true): Promise<Float32Array[]> {
+    const pooled = await this.pool(inputs, signal);
+    return normalize ? pooled.map(normalized) : pooled;
+  }
+
+  /** Each input's relevance score: the first of its pooled outputs, as llama-server reports it. */
+  async rank(inputs: readonly (readonly Token[])[], signal?: AbortSignal): Promise<number[]> {
+    return (await this.pool(inputs, signal)).map((scores) => scores[0]!);
+  }
+
+  /** Refuses what waits; a decode in flight ends first (the context's disposal waits for it). */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const job of this.queue.splice(0)) job.reject(new Overloaded("the model is being unloaded", 2_000));
+    await this.running;
+    await this.loaded.llama.dispose();
+  }
+
+  /** The inputs' pooled outputs, in order; the signal takes those still waiting off the queue. */
+  private pool(inputs: readonly (readonly Token[])[], signal?: AbortSignal): Promise<Float32Array[]> {
+    if (this.closed) return Promise.reject(new Overloaded("the model is being unloaded", 2_000));
+    if (signal?.aborted) return Promise.reject(abortError(signal));
+    // Nothing to queue: a loop started on an empty queue would end before it is recorded as running.
+    if (inputs.length === 0) return Promise.resolve([]);
+    if (this.queue.length + inputs.length > this.queueMax) return Promise.reject(new Overloaded("too many inputs are waiting for the model", 1_000));
+    const jobs: Job[] = [];
+    const results = Promise.all(inputs.map((tokens) => new Promise<Float32Array>((resolve, reject) => jobs.push({ tokens, resolve, reject }))));
+    append(this.queue, jobs);
+    const aborted = () => {
+      const waiting = new Set(jobs);
+      this.queue = this.queue.filter((job) => !waiting.has(job));
+      for (const job of jobs) job.reject(abortError(signal!));
+    };
+    signal?.addEventListener("abort", aborted, { once: true });
+    this.running ??= this.drain();
+    return results.finally(() => signal?.removeEventListener("abort", aborted));
+  }
+
+  /** The loop: decodes the queue's inputs, as many a batch as fit it, until none waits. */
+  private async drain(): Promise<void> {
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.nextBatch();
+        try {
+          const pooled = await decodePooled(
+            this.context,
+            batch.map((job) => job.tokens),
+          );
+          for (const [i, job] of batch.entries()) job.resolve(pooled[i]!);
+        } catch (error) {
+          for (const job of batch) job.reject(error);
+        }
+      }
+    } finally {
+      this.running = undefined;
+    }
+  }
+
+  /** The queue's first inputs, as many as there are sequences and the batch's tokens allow (at least one). */
+  private nextBatch(): Job[] {
+    const limit = this.together ? this.context.totalSequences : 1;
+    let tokens = 0;
+    let count = 0;
+    for (const job of this.queue) {
+      if (count === limit || (count > 0 && tokens + job.tokens.length > this.contextSize)) break;
+      tokens += job.tokens.length;
+      count++;
+    }
+    return this.queue.splice(0, count);
+  }
+}
+
+function normalized(vector: Float32Array): Float32Array {
+  let sum = 0;
+  for (const x of vector) sum += x * x;
+  const norm = Math.sqrt(sum);
+  return norm > 0 ? vector.map((x) => x / norm) : vector;
+}
+
+function poolingOf(model: LlamaModel): { pooling: number | undefined; architecture: string } {
+  const metadata = model.fileInfo.metadata as Record<string, unknown> & { general: { architecture?: string } };
+  const architecture = String(metadata.general.architecture ?? "");
+  const pooling = (metadata[architecture] as { pooling_type?: unknown } | undefined)?.pooling_type;
+  return { pooling: typeof pooling === "number" ? pooling : undefined, architecture };
+}
+
+function rankingTemplateOf(model: LlamaModel): string | undefined {
+  const template = (model.fileInfo.metadata.tokenizer as Record<string, unknown> | undefined)?.["chat_template.rerank"];
+  return typeof template === "string" ? template : undefined;
+}
+
+/** llama.cpp's `add_sep`: the file's, else on for BERT's WordPiece tokenizer. */
+function addsSeparator(model: LlamaModel): boolean {
+  const ggml = (model.fileInfo.metadata.tokenizer as { ggml?: { add_sep_token?: unknown; model?: unknown } } | undefined)?.ggml;
+  return typeof ggml?.add_sep_token === "boolean" ? ggml.add_sep_token : ggml?.model === "bert";
+}
