@@ -75,7 +75,7 @@ export const retrieval: Scenario = {
   ids: ["B17", "B18"],
   async run(ctx: Context): Promise<Row[]> {
     const rounds = ctx.runs * 3;
-    const inputs = (run: number) => Array.from({ length: INPUTS }, (_, i) => userMessage(60_000 + run * 100 + i, 40));
+    const inputs = (run: number) => Array.from({ length: INPUTS }, (_, i) => userMessage(60_000 + run * 100 + i, 49));
     const embedded = await compare(ctx, "embed", "--embeddings", "/v1/embeddings", (run) => ({ input: inputs(run) }), rounds);
     const query = (run: number) => userMessage(70_000 + run, 12);
     const documents = (run: number) => Array.from({ length: DOCUMENTS }, (_, i) => userMessage(80_000 + run * 100 + i, 30));

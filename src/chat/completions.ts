@@ -9,6 +9,8 @@ export interface CompletionInput extends TurnHooks {
    * many characters of history a prompt can reach (`Engine.historyChars`).
    */
   messages: Turn[] | ((historyChars: number) => Promise<Turn[]>);
+  /** Instead of messages (then empty), a prompt as its client wrote it: no chat template (`GenerateRequest.raw`). */
+  raw?: string;
   /** A kept conversation's own key, whose cached state the engine looks for first (`GenerateRequest`). */
   conversationKey?: string;
   /** The kept conversation starts with this turn: its sequence is chosen by its prompt (`GenerateRequest.startsConversation`). */
@@ -105,6 +107,7 @@ export class CompletionService {
         ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey, startsConversation: input.startsConversation === true } : {}),
         cacheScope,
         history,
+        ...(input.raw !== undefined ? { raw: input.raw } : {}),
         ...input.sampling,
         format: input.format,
         tools: input.tools,

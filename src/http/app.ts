@@ -32,6 +32,7 @@ import { openAiConversationRoutes } from "./routes/openai-conversations";
 import { quotaRoutes } from "./routes/quotas";
 import { rerankRoutes } from "./routes/rerank";
 import { responsesRoutes } from "./routes/responses";
+import { textCompletionRoutes } from "./routes/text-completions";
 import { usageRoutes } from "./routes/usage";
 import { webRoutes } from "./routes/web";
 import { RouteTable, routeGuard } from "./routing";
@@ -114,6 +115,7 @@ export function createApp(deps: AppDeps) {
     .use(quotaRoutes({ admin: new QuotaAdmin(deps.storage.keys, deps.storage.quotas, deps.ledger), body: limits }))
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
+    .use(textCompletionRoutes({ completions: deps.completions, turns, body: limits }))
     .use(modelRoutes({ models: () => deps.completions.models() }))
     .use(anthropicRoutes({ completions: deps.completions, turns, body: limits }))
     .use(ollamaRoutes({ completions: deps.completions, retrieval: deps.retrieval, turns, body: limits }))

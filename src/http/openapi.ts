@@ -33,7 +33,7 @@ import {
   OllamaShowResponse,
   OllamaVersion,
 } from "./ollama/contract";
-import { ChatCompletion, ChatCompletionChunk, OpenAiEmbeddingList, OpenAiErrorBody, OpenAiModel, OpenAiModelList } from "./openai/contract";
+import { ChatCompletion, ChatCompletionChunk, OpenAiEmbeddingList, OpenAiErrorBody, OpenAiModel, OpenAiModelList, TextCompletion } from "./openai/contract";
 import { ConversationObject, DeletedConversation, DeletedResponse, InputItem, InputItemList, ResponseEvent, ResponseObject } from "./openai/responses-contract";
 import { RerankResponse } from "./rerank/contract";
 
@@ -58,6 +58,7 @@ export const SCHEMAS = {
   OpenAiModelList,
   OpenAiEmbeddingList,
   RerankResponse,
+  TextCompletion,
   ResponseObject,
   ResponseEvent,
   InputItemList,
@@ -215,6 +216,22 @@ export const chatCompletionResponse = {
   content: {
     "application/json": { schema: ref("ChatCompletion") },
     "text/event-stream": { schema: { type: "string" as const, description: COMPLETION_SSE }, "x-events": { message: ref("ChatCompletionChunk") } },
+  },
+};
+
+const TEXT_COMPLETION_SSE = [
+  "With `stream: true`: `text/event-stream` of unnamed events, each `data` one `text_completion` chunk:",
+  "the echoed prompt first (with echo), then the text as it comes, the log-probabilities asked for in chunks of their own",
+  '(text ""), one with finish_reason; with stream_options.include_usage a last chunk with `choices: []` and the usage;',
+  "then `data: [DONE]`. An error after the first byte is `data: {error}`. Comment lines `: ping` keep an idle stream alive.",
+].join(" ");
+
+/** The legacy completion's 200: a `text_completion`, or a stream of them. */
+export const textCompletionResponse = {
+  description: `The completion (nothing is stored). ${TEXT_COMPLETION_SSE}`,
+  content: {
+    "application/json": { schema: ref("TextCompletion") },
+    "text/event-stream": { schema: { type: "string" as const, description: TEXT_COMPLETION_SSE }, "x-events": { message: ref("TextCompletion") } },
   },
 };
 

@@ -8,17 +8,16 @@
  */
 import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
-import { type ChatWrapper, getLlama, getModuleVersion, type Llama, type LlamaContext, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
+import { type ChatWrapper, type Llama, type LlamaContext, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
 import { hasLogprobs, type TokenLogprobs, tokenBytes } from "../natives/addon";
-import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
-import { checkNodeLlamaCppVersion } from "../natives/version";
 import { bridge } from "./bridge";
 import { type ChatStops, chatStops } from "./chat-stops";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { type Decoded, decode, type StopReason } from "./decode";
 import { KvStore, stateSizeBound } from "./kv-store";
+import { type LoadOptions, loadLlamaModel } from "./llama-load";
 import { type PoolStats, SequencePool } from "./pool";
 import { type FittedPrompt, PromptRenderer, sharedPrefix, windowOpener } from "./prompt";
 import { ReplyGrammars } from "./reply-grammar";
@@ -50,23 +49,13 @@ import {
 export type * from "./types";
 export { BudgetExceeded, replyRoom } from "./types";
 
-export interface EngineOptions {
-  modelPath: string;
+export interface EngineOptions extends LoadOptions {
   /** Tokens per sequence. Default: the model's training context, capped at 4096. */
   contextSize?: number;
   /** Sequences, i.e. replies generated at once. Default 2. */
   parallel?: number;
-  /**
-   * CPU threads. Default: 1 for tiny models, else llama.cpp's count of math cores. Always applied
-   * explicitly, because node-llama-cpp's own default (at least 4) oversubscribes small machines badly.
-   */
-  threads?: number;
-  /** Default false: CPU only. */
-  gpu?: boolean;
   /** Requests allowed to wait for a free sequence before `overloaded`. Default 64. */
   queueMax?: number;
-  /** Use `bun run natives`' build when present (default true); false forces the npm prebuilt. */
-  localNatives?: boolean;
   /** Where to remember what is slow to work out about a model (its chat format). */
   cacheDir?: string;
   /** Where to keep conversations' KV states beyond their sequence, and how many bytes at most. */
@@ -167,15 +156,10 @@ export class Engine {
   }
 
   static async load(options: EngineOptions): Promise<Engine> {
-    const { modelPath, parallel = 2, gpu = false, queueMax = 64 } = options;
-    checkNodeLlamaCppVersion(await getModuleVersion(), "loading the model");
-    const natives = options.localNatives === false ? undefined : await useLocalNatives();
-    const llama = await getLlama({ gpu: gpu ? "auto" : false, build: gpu ? "auto" : "never" });
+    const { modelPath, parallel = 2, queueMax = 64 } = options;
+    const { llama, model, threads, natives } = await loadLlamaModel(options);
     try {
-      const model = await llama.loadModel({ modelPath, gpuLayers: gpu ? "auto" : 0 });
-      const threads = options.threads ?? defaultThreads(llama, model);
       const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
-      llama.maxThreads = threads;
       const context = await model.createContext({
         contextSize: contextSizeFor(options.contextSize, model.trainContextSize),
         sequences: parallel,
@@ -205,7 +189,7 @@ export class Engine {
         chatStops(model, chatWrapper),
         markers && { markers, close: thoughtCloseOf(model, chatWrapper), hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
-        natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt"),
+        natives,
         options.contextOverflow ?? "shift",
         options.contextSlack ?? 0.5,
       );
@@ -352,7 +336,8 @@ export class Engine {
    * it. A sequence holding the conversation past its context may evaluate another window (shifted,
    * or resumed with slack): a `budget` from this count is still enforced on the prompt evaluated.
    */
-  async measure(request: Pick<GenerateRequest, "history" | "maxTokens" | "cacheScope" | "tools" | "conversationKey">): Promise<number> {
+  async measure(request: Pick<GenerateRequest, "history" | "raw" | "maxTokens" | "cacheScope" | "tools" | "conversationKey">): Promise<number> {
+    if (request.raw !== undefined) return (await this.prompts.raw(request.raw, this.promptBudget(request.maxTokens), request.cacheScope)).tokens.length;
     const keep = request.conversationKey === undefined ? 1 : this.keep;
     const fitted = await this.prompts.fit(request.history, this.promptBudget(request.maxTokens), request.cacheScope, request.tools?.functions ?? [], keep);
     return fitted.tokens.length;
@@ -372,7 +357,16 @@ export class Engine {
     // A stateless prompt, or a new conversation's, is fitted before a sequence is chosen: its tokens choose it.
     const tools = request.tools?.functions ?? [];
     const byPrompt = key === undefined || request.startsConversation === true;
-    const statelessPrompt = byPrompt ? await this.prompts.fit(request.history, budget, scope, tools, key === undefined ? 1 : this.keep) : undefined;
+    const raw = request.raw;
+    if (raw !== undefined && (request.history.length > 0 || key !== undefined || request.tools || request.format)) {
+      throw new Error("a raw prompt has no history, conversation, tools or format");
+    }
+    const statelessPrompt =
+      raw !== undefined
+        ? await this.prompts.raw(raw, budget, scope)
+        : byPrompt
+          ? await this.prompts.fit(request.history, budget, scope, tools, key === undefined ? 1 : this.keep)
+          : undefined;
     const score = (slot: Slot) => this.prefixScore(slot, statelessPrompt!, budget, scope);
     const lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
@@ -417,8 +411,9 @@ export class Engine {
           },
           {
             endsReply: this.stops.endsReply,
-            stopStrings: [...this.stops.texts, ...(request.stop ?? [])],
-            thought: this.thoughts?.markers,
+            // A raw prompt's reply is text as the model continues it: no chat format's stop texts or thoughts.
+            stopStrings: [...(raw === undefined ? this.stops.texts : []), ...(request.stop ?? [])],
+            thought: raw === undefined ? this.thoughts?.markers : undefined,
             ...(callText ? { calls: callText, shown: this.callOpeners } : {}),
             ...(sampling.lazyGrammar ? { lazyGrammar: sampling.lazyGrammar } : {}),
             ...(request.logprobs !== undefined ? { spell: this.spell } : {}),
@@ -639,15 +634,4 @@ async function stateIdentity(modelPath: string, llama: Llama, context: LlamaCont
   const file = await stat(modelPath);
   const { repo, release } = llama.llamaCppRelease;
   return [resolve(modelPath), file.size, file.mtimeMs, repo, release, context.kvCacheKeyType, context.kvCacheValueType].join("|");
-}
-
-/** Below this size a model's matrices are too small to split: thread hand-offs cost more than they save. */
-const TINY_MODEL_BYTES = 32 * 1024 * 1024;
-
-/**
- * llama.cpp's count of math cores (physical cores, no hyper-threads). A tiny model (the demo) runs
- * faster on one thread than on two, its matrices too small to split; real models gain from every core.
- */
-function defaultThreads(llama: Llama, model: LlamaModel): number {
-  return model.size < TINY_MODEL_BYTES ? 1 : Math.max(1, llama.cpuMathCores);
 }

@@ -19,6 +19,7 @@ import {
   type ChatWrapper,
   type LlamaModel,
   LlamaText,
+  SpecialToken,
   SpecialTokensText,
   type Token,
   type Tokenizer,
@@ -40,6 +41,8 @@ export interface FittedPrompt {
   text: LlamaText;
   /** `text` tokenized. */
   tokens: Token[];
+  /** A prompt as its client wrote it, no chat template (`PromptRenderer.raw`): a reply continues its text. */
+  raw?: boolean;
 }
 
 const REPLACEMENT_CHAR = "\uFFFD";
@@ -126,6 +129,28 @@ export class PromptRenderer {
       throw new InvalidInput({ part: "tools" }, `the tools take ${empty.tokens.length} prompt tokens, more than the ${budget} the context leaves for a prompt`);
     }
     return empty;
+  }
+
+  /**
+   * A prompt as its client wrote it (legacy completions): no chat template; special tokens' texts
+   * are those tokens, and the bos (and eos) the model adds to an input are added, as llama-server's
+   * `/v1/completions` tokenizes a prompt. Never cut: one that outgrows `budget`, or has no token,
+   * is `InvalidInput` naming it.
+   */
+  async raw(prompt: string, budget: number, scope: string): Promise<FittedPrompt> {
+    const { bos, eos, shouldPrependBosToken, shouldAppendEosToken } = this.model.tokens;
+    const [first, last] = [shouldPrependBosToken && bos !== null ? [bos] : [], shouldAppendEosToken && eos !== null ? [eos] : []];
+    const tokens = [...first, ...(await tokenizeRendered(prompt, this.controls, this.tokenizers(scope))), ...last];
+    if (tokens.length === 0) throw new InvalidInput({ part: "history" }, "has no token: send some text");
+    if (tokens.length > budget) {
+      throw new InvalidInput({ part: "history" }, `has ${tokens.length} tokens, more than the ${budget} the context leaves beside the reply's room`);
+    }
+    const text = LlamaText([
+      ...(first.length > 0 ? [new SpecialToken("BOS")] : []),
+      new SpecialTokensText(prompt),
+      ...(last.length > 0 ? [new SpecialToken("EOS")] : []),
+    ]);
+    return { turns: [], tools: [], text, tokens, raw: true };
   }
 
   /**
@@ -222,8 +247,8 @@ export class PromptRenderer {
    * progress. A template renders a conversation with tools only up to where a reply begins: the
    * reply in progress is the prompt and the reply's text.
    */
-  withReply(fitted: Pick<FittedPrompt, "turns" | "tools" | "text">, reply: string): LlamaText {
-    if (withTools(fitted.turns, fitted.tools)) return LlamaText([...fitted.text.values, reply]);
+  withReply(fitted: Pick<FittedPrompt, "turns" | "tools" | "text" | "raw">, reply: string): LlamaText {
+    if (fitted.raw || withTools(fitted.turns, fitted.tools)) return LlamaText([...fitted.text.values, reply]);
     return this.wrapped(fitted.turns, reply);
   }
 

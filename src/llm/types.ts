@@ -135,6 +135,12 @@ export interface GenerateRequest {
    * characters can never fit the prompt: leaving them out changes nothing.
    */
   history: Turn[];
+  /**
+   * Instead of a history, a prompt as its client wrote it (legacy completions): no chat template,
+   * and the reply is its continuation, raw text (no thought split, no tool calls, only the
+   * request's stop strings). The history is then empty; no conversation key, format or tools.
+   */
+  raw?: string;
   /** 0 = greedy. */
   temperature: number;
   /** Nucleus sampling: only the most likely tokens whose probabilities add up to this (default: `SAMPLING_DEFAULTS`). */

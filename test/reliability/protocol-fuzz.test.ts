@@ -527,6 +527,23 @@ const chatCompletionBody = merged(
   ),
 );
 
+const textCompletionBody = fc.record({
+  model: field(modelName, 50),
+  prompt: usually(fc.oneof(text, fc.array(text, { maxLength: 2 }), fc.array(fc.nat(2000), { maxLength: 3 }))),
+  max_tokens: usually(replyLength),
+  stream: field(fc.boolean(), 50),
+  stream_options: field(fc.record({ include_usage: fc.boolean() }, { requiredKeys: [] }), 25),
+  temperature: field(fc.double({ min: 0, max: 2, noNaN: true })),
+  seed: field(fc.integer()),
+  stop: field(fc.oneof(text, fc.array(text, { maxLength: 5 })), 25),
+  logprobs: field(fc.integer({ min: 0, max: 6 }), 25),
+  echo: field(fc.boolean(), 25),
+  suffix: field(text, 8),
+  n: field(fc.constantFrom(1, 2), 12),
+  best_of: field(fc.constantFrom(1, 2), 12),
+  logit_bias: field(fc.dictionary(fc.nat(40_000).map(String), fc.double({ min: -100, max: 100, noNaN: true }), { maxKeys: 3 }), 12),
+});
+
 const responsesBody = merged(
   fc.record({
     model: field(modelName, 50),
@@ -672,6 +689,7 @@ const ROUTES: { path: string; body: fc.Arbitrary<string>; headers: fc.Arbitrary<
   { path: "/v1/responses", body: wire(responsesBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/v1/messages", body: wire(anthropicBody), headers: anthropicKey },
   { path: "/v1/messages/count_tokens", body: wire(countTokensBody), headers: anthropicKey },
+  { path: "/v1/completions", body: wire(textCompletionBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/v1/embeddings", body: wire(embeddingsBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/v1/rerank", body: wire(rerankBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/api/embed", body: wire(ollamaEmbedBody), headers: fc.constant(bearer(alice.key)) },

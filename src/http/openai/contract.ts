@@ -183,3 +183,39 @@ export const OpenAiEmbeddingList = t.Object(
   closed,
 );
 export type OpenAiEmbeddingList = Static<typeof OpenAiEmbeddingList>;
+
+/** A legacy completion's log-probabilities: each token's text, its own, the most likely tokens' by text, and where it starts in the choice's text. */
+const TextLogprobs = t.Object(
+  {
+    tokens: t.Array(t.String()),
+    token_logprobs: t.Array(t.Number()),
+    top_logprobs: t.Array(t.Record(t.String(), t.Number())),
+    text_offset: t.Array(t.Integer({ minimum: 0 })),
+  },
+  closed,
+);
+export type TextLogprobs = Static<typeof TextLogprobs>;
+
+const TextChoice = t.Object(
+  {
+    text: t.String(),
+    index: t.Integer({ minimum: 0 }),
+    logprobs: t.Union([TextLogprobs, t.Null()]),
+    finish_reason: t.Union([t.Literal("stop"), t.Literal("length"), t.Null()]),
+  },
+  closed,
+);
+
+/** `/v1/completions`' answer, or (`object: "text_completion"` too, as OpenAI's) one chunk of its stream. */
+export const TextCompletion = t.Object(
+  {
+    id: t.String(),
+    object: t.Literal("text_completion"),
+    created: t.Integer(),
+    model: t.String(),
+    choices: t.Array(TextChoice),
+    usage: t.Optional(t.Union([CompletionUsage, t.Null()])),
+  },
+  closed,
+);
+export type TextCompletion = Static<typeof TextCompletion>;

@@ -1,4 +1,4 @@
-/** How OpenAI's two generating APIs spell the domain's fields (field-names.ts). */
+/** How OpenAI's generating APIs spell the domain's fields (field-names.ts). */
 import type { FieldNames } from "../field-names";
 
 /** Chat completions' request fields. */
@@ -50,3 +50,6 @@ export const responseFields: FieldNames = (field) => {
       return undefined;
   }
 };
+
+/** The legacy completions' request fields: the prompt is its whole history; the rest as chat completions'. */
+export const textCompletionFields: FieldNames = (field) => (field.part === "history" ? "prompt" : chatCompletionFields(field));

@@ -4,9 +4,18 @@ import type { EmbedResult } from "../../chat/retrieval";
 import type { ModelInfo, Usage } from "../../chat/turn-runner";
 import type { FinishReason, TokenLogprob, ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
-import { data } from "../sse";
+import { data, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
-import type { ChatCompletion, ChatCompletionChunk, CompletionUsage, OPENAI_FINISH_REASONS, OpenAiEmbeddingList, OpenAiModel } from "./contract";
+import type {
+  ChatCompletion,
+  ChatCompletionChunk,
+  CompletionUsage,
+  OPENAI_FINISH_REASONS,
+  OpenAiEmbeddingList,
+  OpenAiModel,
+  TextCompletion,
+  TextLogprobs,
+} from "./contract";
 
 type OpenAiFinishReason = (typeof OPENAI_FINISH_REASONS)[number];
 
@@ -17,8 +26,9 @@ export interface CompletionIdentity {
   created: number;
 }
 
-export const newCompletion = (): CompletionIdentity => ({
-  id: `chatcmpl-${crypto.randomUUID().replaceAll("-", "")}`,
+/** A chat completion's identity (`chatcmpl-`), or a legacy completion's (`cmpl-`). */
+export const newCompletion = (prefix: "chatcmpl" | "cmpl" = "chatcmpl"): CompletionIdentity => ({
+  id: `${prefix}-${crypto.randomUUID().replaceAll("-", "")}`,
   created: Math.floor(Date.now() / 1000),
 });
 
@@ -113,6 +123,87 @@ export function completionFraming(identity: CompletionIdentity, includeUsage: bo
     },
     done: (result) => [
       data(chunk(choice({}, finishReason(result.finishReason, result.toolCalls !== undefined)))),
+      ...(includeUsage ? [data(chunk([], usageJson(result.usage)))] : []),
+      data("[DONE]"),
+    ],
+    error: (error) => [data(openAiErrorBody(error))],
+  };
+}
+
+/** What a legacy completion's choice starts with (`echo`: its prompt), and the tokens' log-probabilities it tells. */
+export interface TextOptions {
+  echoed: string;
+  logprobs: boolean;
+}
+
+/** Legacy log-probabilities of `entries`, the first starting at `offset` of the choice's text. */
+function textLogprobs(entries: readonly TokenLogprob[], offset: number): TextLogprobs {
+  const starts: number[] = [];
+  let at = offset;
+  for (const { token } of entries) {
+    starts.push(at);
+    at += token.length;
+  }
+  return {
+    tokens: entries.map((entry) => entry.token),
+    token_logprobs: entries.map((entry) => entry.logprob),
+    top_logprobs: entries.map((entry) => Object.fromEntries(entry.top.map((other) => [other.token, other.logprob]))),
+    text_offset: starts,
+  };
+}
+
+/** A text completion's finish reason: as a chat completion's, with no tool calls. */
+const textFinish = (reason: FinishReason) => finishReason(reason, false) as "stop" | "length";
+
+export const textCompletionJson = ({ id, created }: CompletionIdentity, result: CompletionResult, { echoed, logprobs }: TextOptions): TextCompletion => ({
+  id,
+  object: "text_completion",
+  created,
+  model: result.model,
+  choices: [
+    {
+      text: echoed + result.text,
+      index: 0,
+      logprobs: logprobs ? textLogprobs(result.logprobs ?? [], echoed.length) : null,
+      finish_reason: textFinish(result.finishReason),
+    },
+  ],
+  usage: usageJson(result.usage),
+});
+
+/** A legacy completion's stream: text chunks (the echoed prompt first), their log-probabilities in chunks of their own, one with the finish reason, the usage when asked, `[DONE]`. */
+export function textCompletionFraming(
+  identity: CompletionIdentity,
+  includeUsage: boolean,
+  { echoed, logprobs }: TextOptions,
+): Framing<CompletionStart, CompletionResult> {
+  let model = "";
+  // Where the next token's text starts in the choice's: the answer's tokens spell its text in order.
+  let offset = echoed.length;
+  const chunk = (choices: TextCompletion["choices"], usage?: CompletionUsage): TextCompletion => ({
+    id: identity.id,
+    object: "text_completion",
+    created: identity.created,
+    model,
+    choices,
+    ...(includeUsage ? { usage: usage ?? null } : {}),
+  });
+  const text = (content: string): SseChunk => data(chunk([{ text: content, index: 0, logprobs: null, finish_reason: null }]));
+  return {
+    start: (start) => {
+      model = start.model;
+      return echoed === "" ? [] : [text(echoed)];
+    },
+    reasoning: () => [],
+    delta: (content) => [text(content)],
+    logprobs: (entries) => {
+      if (!logprobs) return [];
+      const told = textLogprobs(entries, offset);
+      for (const entry of entries) offset += entry.token.length;
+      return [data(chunk([{ text: "", index: 0, logprobs: told, finish_reason: null }]))];
+    },
+    done: (result) => [
+      data(chunk([{ text: "", index: 0, logprobs: null, finish_reason: textFinish(result.finishReason) }])),
       ...(includeUsage ? [data(chunk([], usageJson(result.usage)))] : []),
       data("[DONE]"),
     ],
