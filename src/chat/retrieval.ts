@@ -4,7 +4,7 @@
  * before the model runs, as it holds a reply's prompt). It knows nothing of HTTP.
  */
 import type { Token } from "node-llama-cpp";
-import { InvalidInput } from "../errors";
+import { InvalidInput, isAbort } from "../errors";
 import type { Embedder } from "../llm/embedder";
 import type { Held } from "../llm/loaded-models";
 import type { TokenHold, TokenLedger } from "./token-ledger";
@@ -67,7 +67,8 @@ export class RetrievalService {
     private readonly ledger?: TokenLedger,
   ) {}
 
-  async embed(request: EmbedRequest): Promise<EmbedResult> {
+  /** The vectors; undefined when the caller left (its signal aborted) before they were made. */
+  async embed(request: EmbedRequest): Promise<EmbedResult | undefined> {
     return await this.run(request, "embedding", async (embedder, signal) => {
       if (request.dimensions !== undefined && request.dimensions !== embedder.dimensions) {
         throw new InvalidInput({ part: "dimensions" }, `the model's embeddings have ${embedder.dimensions} dimensions, and it cannot give others`);
@@ -80,7 +81,8 @@ export class RetrievalService {
     });
   }
 
-  async rank(request: RankRequest): Promise<RankResult> {
+  /** The documents ranked; undefined when the caller left before they were. */
+  async rank(request: RankRequest): Promise<RankResult | undefined> {
     return await this.run(request, "ranking", async (embedder, signal) => {
       const inputs = request.documents.map((document, index) => checked(embedder, embedder.rankingTokens(request.query, document), index));
       return {
@@ -96,6 +98,20 @@ export class RetrievalService {
 
   /** Holds the model and the user's share of the budget for the inputs, pools them, and counts them. */
   private async run<T>(
+    request: TurnHooks & { userId: number },
+    purpose: RetrievalPurpose,
+    prepare: (embedder: Embedder, signal?: AbortSignal) => Promise<{ inputs: Token[][]; pooled: () => Promise<T> }>,
+  ): Promise<(T & { model: string; promptTokens: number }) | undefined> {
+    try {
+      return await this.pooled(request, purpose, prepare);
+    } catch (error) {
+      // A caller gone is no failure: there is no one left to answer.
+      if (isAbort(error) && request.signal?.aborted) return undefined;
+      throw error;
+    }
+  }
+
+  private async pooled<T>(
     request: TurnHooks & { userId: number },
     purpose: RetrievalPurpose,
     prepare: (embedder: Embedder, signal?: AbortSignal) => Promise<{ inputs: Token[][]; pooled: () => Promise<T> }>,

@@ -1,14 +1,15 @@
 /**
  * A service raised to several sequences, under a chat service's mixed load: native streams of
  * random lengths arriving at random moments, a quarter of them cancelled, beside OpenAI- and
- * Anthropic-API clients resending growing histories (and structured, tool and Responses clients). Turns arrive while replies step natively, so the steps are
+ * Anthropic-API clients resending growing histories (and structured, tool, Responses, Ollama,
+ * retrieval and legacy-completions clients, the retrieval models loaded beside the chat model). Turns arrive while replies step natively, so the steps are
  * aborted at every moment of a batch (the pieces of a batch of non-consecutive sequence ids
  * included), and every request must still end cleanly with nothing logged at error level.
  * Runs on bench-small with the compiled natives where they are built (always under CI).
  */
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { allowSlowTests, type ChildServer, compiledNatives, runChatMix, seedKeys, startServer, tempDir, withSeed } from "../support";
+import { allowSlowTests, type ChildServer, compiledNatives, presetModel, runChatMix, seedKeys, startServer, tempDir, withSeed } from "../support";
 
 allowSlowTests();
 
@@ -30,11 +31,19 @@ describe("mixed load on several sequences", () => {
       withSeed(async (random) => {
         const dbPath = join(tempDir(`steps-load-${parallel}`), "parley.db");
         const keys = await seedKeys(dbPath, 10);
+        // The retrieval models beside bench-small, all three loaded at once.
+        const models = [await presetModel("bench-small"), await presetModel("embed"), await presetModel("rerank")];
         server = await startServer({
           dbPath,
           adminKey: keys.admin,
-          preset: "bench-small",
-          env: { PARLEY_PARALLEL: String(parallel), PARLEY_CONTEXT_SIZE: "1024", PARLEY_THREADS: "2", PARLEY_RATE_LIMIT: "0" },
+          env: {
+            PARLEY_MODEL: models.join(","),
+            PARLEY_MAX_LOADED_MODELS: "3",
+            PARLEY_PARALLEL: String(parallel),
+            PARLEY_CONTEXT_SIZE: "1024",
+            PARLEY_THREADS: "2",
+            PARLEY_RATE_LIMIT: "0",
+          },
         });
         const result = await runChatMix({
           url: server.url,
@@ -47,6 +56,8 @@ describe("mixed load on several sequences", () => {
           responsesClients: 2,
           anthropicClients: 2,
           ollamaClients: 2,
+          retrievalClients: 2,
+          completionClients: 1,
           durationMs: DURATION_MS,
           deadlineMs: 30_000,
           random,
@@ -66,6 +77,11 @@ describe("mixed load on several sequences", () => {
           "anthropic reply",
           "ollama stream",
           "ollama reply",
+          "embeddings",
+          "rerank",
+          "ollama embed",
+          "completions reply",
+          "completions stream",
         ])
           expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
         expect((result.ok.structured ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);

@@ -6,8 +6,9 @@
  * for log-probabilities, structured-output clients ask for replies held to a JSON schema, and
  * tool clients offer a tool whose call may be required, named or up to the model, Responses-API
  * clients chain kept responses, some generated in the background and resumed after leaving their
- * stream, some streams cancelled, and Anthropic-API clients resend a growing history, some streams
- * cancelled. Every request must end cleanly: 200 and a
+ * stream, some streams cancelled, Anthropic- and Ollama-API clients resend a growing history, some
+ * streams cancelled, and retrieval and legacy-completions clients (retrieval-mix.ts) embed, rerank
+ * and have prompts continued. Every request must end cleanly: 200 and a
  * whole reply (`done`, `[DONE]` with no error chunk, or `message_stop` after blocks each started
  * and stopped), or a stream this client cancelled; a
  * structured reply or a call that ended by itself must be valid against its schema, and a call
@@ -15,7 +16,9 @@
  */
 import Ajv2020 from "ajv/dist/2020";
 import { bearer, postChat } from "./http";
+import { drawTurn, type Ending, message } from "./mix-draws";
 import { type Random, seededRandom } from "./random";
+import { retrievalTurn, textCompletionTurn } from "./retrieval-mix";
 import { sseEvents } from "./sse";
 
 export interface ChatMixOptions {
@@ -39,6 +42,10 @@ export interface ChatMixOptions {
   anthropicClients?: number;
   /** Ollama-API clients resending a growing history, one JSON object a line or not, some streams cancelled. */
   ollamaClients?: number;
+  /** Clients embedding texts and reranking documents (retrieval-mix.ts): the service serves `parley-embed` and `parley-rerank`. */
+  retrievalClients?: number;
+  /** Legacy-completions clients (retrieval-mix.ts). */
+  completionClients?: number;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -55,14 +62,6 @@ export interface ChatMixResult {
   /** Prompt tokens the OpenAI- and Anthropic-API replies reported as reused. */
   cachedTokens: number;
 }
-
-const WORDS = "the a sea hill river light wind stone tell me about why how when long short story calm night morning road city".split(" ");
-
-function message(random: Random): string {
-  return Array.from({ length: random.int(3, 43) }, () => WORDS[random.int(0, WORDS.length - 1)]).join(" ");
-}
-
-type Ending = { ok: string; cached?: number } | { failure: string };
 
 /** Nested objects, an array and an enum: what a structured-output client asks for. */
 export const STRUCTURED_SCHEMA = {
@@ -274,17 +273,6 @@ interface AnthropicEventData {
   type: string;
   delta?: { type: string; text?: string };
   error?: unknown;
-}
-
-/**
- * How a history-resending client's turn goes: its first two requests a plain reply and a whole
- * stream, whatever the draws after them (a short run may make only a few); then streamed half the
- * time, a quarter of those streams left after 1 to 5 pieces.
- */
-function drawTurn(random: Random, turn: number): { stream: boolean; cancelAfter: number | undefined } {
-  const drawn = turn > 1;
-  const stream = drawn ? random.next() < 0.5 : turn === 1;
-  return { stream, cancelAfter: drawn && stream && random.next() < 0.25 ? random.int(1, 5) : undefined };
 }
 
 /** The reply joins the history; a history that outgrows the context starts over, as a user's new chat would. */
@@ -518,6 +506,8 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
     ...Array<"responses">(options.responsesClients ?? 0).fill("responses"),
     ...Array<"anthropic">(options.anthropicClients ?? 0).fill("anthropic"),
     ...Array<"ollama">(options.ollamaClients ?? 0).fill("ollama"),
+    ...Array<"retrieval">(options.retrievalClients ?? 0).fill("retrieval"),
+    ...Array<"completions">(options.completionClients ?? 0).fill("completions"),
   ];
   await Promise.all(
     kinds.map(async (kind, client) => {
@@ -540,7 +530,11 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
                   ? await anthropicTurn(options, random, key, history, signal, turn)
                   : kind === "ollama"
                     ? await ollamaTurn(options, random, key, history, signal, turn)
-                    : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
+                    : kind === "retrieval"
+                      ? await retrievalTurn(options.url, random, key, signal, turn)
+                      : kind === "completions"
+                        ? await textCompletionTurn(options.url, random, key, signal, turn)
+                        : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
           ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
         }

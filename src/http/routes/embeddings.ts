@@ -72,7 +72,7 @@ export const embeddingRoutes = (deps: RetrievalRouteDeps) =>
           ...(body.dimensions != null ? { dimensions: body.dimensions } : {}),
           ...hooksOf({ request, set }),
         });
-        return embeddingListJson(result, body.encoding_format ?? "float");
+        return result && embeddingListJson(result, body.encoding_format ?? "float");
       },
       {
         auth: "key",

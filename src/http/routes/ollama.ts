@@ -248,7 +248,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
           ...(body.dimensions != null ? { dimensions: body.dimensions } : {}),
           ...hooksOf({ request, set }),
         });
-        return embedJson(result, startedAt);
+        return result && embedJson(result, startedAt);
       },
       {
         auth: "key",
@@ -274,7 +274,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
           normalize: false,
           ...hooksOf({ request, set }),
         });
-        return { embedding: Array.from(result.vectors[0]!) };
+        return result && { embedding: Array.from(result.vectors[0]!) };
       },
       {
         auth: "key",

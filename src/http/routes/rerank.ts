@@ -38,7 +38,7 @@ export const rerankRoutes = (deps: RetrievalRouteDeps) => {
       ...(body.top_n != null ? { topN: body.top_n } : {}),
       ...hooksOf({ request, set }),
     });
-    return rerankJson(result, body.return_documents === true ? body.documents : undefined);
+    return result && rerankJson(result, body.return_documents === true ? body.documents : undefined);
   };
   const route = {
     auth: "key" as const,
