@@ -3,14 +3,23 @@
  * events and each error that can be provoked must match the schema documented for them.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
-import addFormats from "ajv-formats";
 import { ChatService, type TurnInput } from "../../src/chat/service";
 import { oneEngine, TurnRunner } from "../../src/chat/turn-runner";
 import type { CreatedKey } from "../../src/db/types";
 import type { ChatReply, ConversationPage, MessagePage } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, backends, bearer, type OpenedBackend, readSse, type Served, serveApp, testEngine } from "../support";
+import {
+  allowSlowTests,
+  backends,
+  bearer,
+  type OpenedBackend,
+  readSse,
+  type Served,
+  type ServedDocument,
+  serveApp,
+  servedDocument,
+  testEngine,
+} from "../support";
 
 allowSlowTests();
 
@@ -33,7 +42,7 @@ for (const backend of backends()) {
     let loading: Served;
     /** Its generation fails once the stream has begun: the stream's `error` event. */
     let failing: Served;
-    let ajv: Ajv2020;
+    let spec: ServedDocument;
 
     /** Stores the user's message like the real service, then fails instead of generating. */
     class FailingAfterStart extends ChatService {
@@ -54,10 +63,7 @@ for (const backend of backends()) {
       ready = serveApp({ storage: db.storage, engine });
       loading = serveApp({ storage: db.storage, limits: { rateLimitPerMinute: 2 } });
       failing = serveApp({ storage: db.storage, engine, chat: new FailingAfterStart(db.storage.conversations, new TurnRunner(oneEngine(() => engine))) });
-      const document = await (await fetch(`${ready.url}/openapi.json`)).json();
-      ajv = new Ajv2020({ strict: false, allErrors: true });
-      addFormats(ajv);
-      ajv.addSchema(document as object, "openapi.json");
+      spec = await servedDocument(ready.url);
     });
     afterAll(async () => {
       await Promise.all([ready.stop(), loading.stop(), failing.stop()]);
@@ -65,18 +71,8 @@ for (const backend of backends()) {
       await db.storage.close();
     });
 
-    const pointer = (...segments: string[]) => segments.map((s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
-
-    function schemaAt(...segments: string[]): ValidateFunction {
-      const validate = ajv.getSchema(`openapi.json#${pointer(...segments)}`);
-      if (!validate) throw new Error(`the document has no schema at ${pointer(...segments)}`);
-      return validate;
-    }
-
-    function expectValid(validate: ValidateFunction, body: unknown, what: string): void {
-      const valid = validate(body);
-      if (!valid) throw new Error(`${what} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 500)}`);
-    }
+    const schemaAt = (...segments: string[]) => spec.schemaAt(...segments);
+    const expectValid: ServedDocument["expectValid"] = (validate, body, what) => spec.expectValid(validate, body, what);
 
     /** The schema the document gives `path`'s `method` for this status (the status must be documented). */
     const responseSchema = (path: string, method: string, status: number) =>

@@ -4,10 +4,8 @@
  * leaving mid-stream cancelling its generation.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import Ajv2020, { type ValidateFunction } from "ajv/dist/2020";
-import addFormats from "ajv-formats";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, type Served, serveApp, sseEvents, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, type Served, type ServedDocument, serveApp, servedDocument, sseEvents, testDb, testEngine, until } from "../support";
 
 allowSlowTests();
 
@@ -18,7 +16,7 @@ let engine: Engine;
 let ready: Served;
 /** No model yet: 503. */
 let loading: Served;
-let ajv: Ajv2020;
+let spec: ServedDocument;
 
 // The bench-small model (random weights) never ends a reply by itself and takes tens of ms per
 // token: a reply holds the only sequence until its client leaves.
@@ -26,9 +24,7 @@ beforeAll(async () => {
   engine = await testEngine({ preset: "bench-small", parallel: 1, contextSize: 512 });
   ready = serveApp({ storage: db.storage, engine, limits: { heartbeatMs: 20 } });
   loading = serveApp({ storage: db.storage });
-  ajv = new Ajv2020({ strict: false, allErrors: true });
-  addFormats(ajv);
-  ajv.addSchema((await (await fetch(`${ready.url}/openapi.json`)).json()) as object, "openapi.json");
+  spec = await servedDocument(ready.url);
 });
 afterAll(async () => {
   await Promise.all([ready.stop(), loading.stop()]);
@@ -47,24 +43,12 @@ const ask = (extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
-function schemaAt(...segments: string[]): ValidateFunction {
-  const pointer = segments.map((s) => `/${s.replaceAll("~", "~0").replaceAll("/", "~1")}`).join("");
-  const validate = ajv.getSchema(`openapi.json#${pointer}`);
-  if (!validate) throw new Error(`the document has no schema at ${pointer}`);
-  return validate;
-}
-
-function expectValid(validate: ValidateFunction, body: unknown, what: string): void {
-  if (!validate(body)) throw new Error(`${what} does not match the document: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 500)}`);
-}
+const schemaAt = (...segments: string[]) => spec.schemaAt(...segments);
+const expectValid: ServedDocument["expectValid"] = (validate, body, what) => spec.expectValid(validate, body, what);
 
 async function expectDocumented(path: string, method: string, response: Response): Promise<unknown> {
   const body = await response.json();
-  expectValid(
-    schemaAt("paths", path, method, "responses", String(response.status), "content", "application/json", "schema"),
-    body,
-    `${method} ${path} ${response.status}`,
-  );
+  spec.expectDocumented(path, method, response.status, body);
   return body;
 }
 

@@ -16,6 +16,7 @@ import {
   type RetrievalFixture,
   readFixture,
   type ServedModelsApp,
+  servedDocument,
   serveModels,
   testDb,
 } from "../support";
@@ -166,6 +167,23 @@ describe("embeddings", () => {
       await db.storage.quotas.clear(userId);
     }
   });
+});
+
+test("answers and refusals match the served OpenAPI document", async () => {
+  const spec = await servedDocument(service.served.url);
+  const check = async (path: string, body: unknown) => {
+    const response = await post(path, body);
+    spec.expectDocumented(path, "post", response.status, await response.json());
+    return response.status;
+  };
+  expect(await check("/v1/embeddings", { model: EMBED, input: ["one", "two"] })).toBe(200);
+  expect(await check("/v1/embeddings", { model: EMBED, input: "one", encoding_format: "base64" })).toBe(200);
+  expect(await check("/v1/embeddings", { model: RERANK, input: "one" })).toBe(400);
+  expect(await check("/v1/rerank", { query: "q", documents: ["a", "b"], return_documents: true })).toBe(200);
+  expect(await check("/rerank", { query: "q", documents: ["a"], top_n: 1 })).toBe(200);
+  expect(await check("/api/embed", { model: EMBED, input: ["one"] })).toBe(200);
+  expect(await check("/api/embeddings", { model: EMBED, prompt: "one" })).toBe(200);
+  expect(await check("/api/embed", { model: EMBED, input: "x", options: { num_ctx: 8 } })).toBe(400);
 });
 
 describe("reranking", () => {

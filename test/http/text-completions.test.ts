@@ -6,7 +6,7 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { rejection, servedEngine } from "../support";
+import { rejection, servedDocument, servedEngine } from "../support";
 
 const app = servedEngine("text-completions", { parallel: 2 });
 let alice: OpenAI;
@@ -94,6 +94,26 @@ describe("legacy completions", () => {
     const other = await bob.completions.create({ model: "parley", prompt: `${prompt} more`, temperature: 0, max_tokens: 2 });
     // At most the bos every prompt starts with: nothing of what alice sent.
     expect(other.usage!.prompt_tokens_details!.cached_tokens).toBeLessThanOrEqual(1);
+  });
+
+  test("completions, their chunks and refusals match the served OpenAPI document", async () => {
+    const spec = await servedDocument(app.served.url);
+    const send = (body: object) =>
+      fetch(`${app.served.url}/v1/completions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${app.key}`, "content-type": "application/json" },
+        body: JSON.stringify({ model: "parley", prompt: "Hello there, how", max_tokens: 4, temperature: 0, ...body }),
+      });
+    const plain = await send({ logprobs: 2, echo: false });
+    spec.expectDocumented("/v1/completions", "post", 200, await plain.json());
+    const chunk = spec.schemaAt("components", "schemas", "TextCompletion");
+    const events = (await (await send({ stream: true, logprobs: 1, stream_options: { include_usage: true } })).text())
+      .split("\n\n")
+      .filter((event) => event.startsWith("data: {"));
+    expect(events.length).toBeGreaterThan(2);
+    for (const event of events) spec.expectValid(chunk, JSON.parse(event.slice("data: ".length)), "a chunk");
+    const refused = await send({ n: 3 });
+    spec.expectDocumented("/v1/completions", "post", 400, await refused.json());
   });
 
   test("what Parley cannot honour is refused by name", async () => {

@@ -13,6 +13,7 @@ export * from "./http";
 export * from "./load";
 export * from "./models";
 export * from "./natives";
+export * from "./openapi";
 export * from "./postgres";
 export * from "./process";
 export * from "./random";
