@@ -88,12 +88,12 @@ export const retrieval: Scenario = {
     return [
       {
         id: "B17",
-        what: `embeddings inputs/s, ${INPUTS} inputs of ~${Math.round(tokensPerInput)} tokens a request`,
+        what: `embeddings inputs/s, ${INPUTS} inputs of ~100 tokens a request`,
         parley: mineEmbed,
         yardstick: theirEmbed,
         ratio: theirEmbed === undefined ? undefined : mineEmbed! / theirEmbed,
         target: [">=", 1.0],
-        detail: { parley: embedded.parley, llamaServer: embedded.llamaServer, parallel: PARALLEL },
+        detail: { parley: embedded.parley, llamaServer: embedded.llamaServer, parallel: PARALLEL, tokensPerInput },
       },
       {
         id: "B18",
