@@ -1,9 +1,9 @@
 /**
- * B17 embeddings throughput and B18 rerank latency (issue #49): Parley serving the `embed` and
+ * B21 embeddings throughput and B22 rerank latency (issue #49): Parley serving the `embed` and
  * `rerank` presets beside the bench model, against llama-server on the same files with
  * `--embeddings` or `--rerank`, the same threads and as many sequences (slots), their rounds
- * alternating. B17 sends 64 inputs of about 100 tokens in one request (batching them into few
- * decodes is the lever); B18 ranks 16 documents against a query.
+ * alternating. B21 sends 64 inputs of about 100 tokens in one request (batching them into few
+ * decodes is the lever); B22 ranks 16 documents against a query.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
@@ -72,7 +72,7 @@ const INPUTS = 64;
 const DOCUMENTS = 16;
 
 export const retrieval: Scenario = {
-  ids: ["B17", "B18"],
+  ids: ["B21", "B22"],
   async run(ctx: Context): Promise<Row[]> {
     const rounds = ctx.runs * 3;
     const inputs = (run: number) => Array.from({ length: INPUTS }, (_, i) => userMessage(60_000 + run * 100 + i, 49));
@@ -87,7 +87,7 @@ export const retrieval: Scenario = {
     const tokensPerInput = embedded.parley![0]!.promptTokens / INPUTS;
     return [
       {
-        id: "B17",
+        id: "B21",
         what: `embeddings inputs/s, ${INPUTS} inputs of ~100 tokens a request`,
         parley: mineEmbed,
         yardstick: theirEmbed,
@@ -96,7 +96,7 @@ export const retrieval: Scenario = {
         detail: { parley: embedded.parley, llamaServer: embedded.llamaServer, parallel: PARALLEL, tokensPerInput },
       },
       {
-        id: "B18",
+        id: "B22",
         what: `rerank ms, ${DOCUMENTS} documents a query (ratio: llama-server's ÷ Parley's)`,
         parley: mineRank,
         yardstick: theirRank,
