@@ -56,7 +56,7 @@ describe("mixed load on several sequences", () => {
           responsesClients: 2,
           anthropicClients: 2,
           ollamaClients: 2,
-          retrievalClients: 2,
+          retrievalClients: 1,
           completionClients: 1,
           durationMs: DURATION_MS,
           deadlineMs: 30_000,

@@ -536,7 +536,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
                         ? await textCompletionTurn(options.url, random, key, signal, turn)
                         : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
-          ending = { failure: signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}` };
+          ending = { failure: `${kind} client: ${signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}`}` };
         }
         result.requests++;
         if ("ok" in ending) {
