@@ -89,6 +89,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     reasoning: config.reasoning,
     batchSize: config.batchSize,
     flashAttention: config.flashAttention,
+    kvType: config.kvType,
     contextOverflow: config.contextOverflow,
     contextSlack: config.contextSlackPercent / 100,
     promptEnds: config.promptEnds,
@@ -101,10 +102,10 @@ export async function startService(config: Config, log: Logger, announce: Announ
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
     queueMax: config.queueMax,
     load: (entry): Promise<ServedEngine> => {
-      refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel);
+      refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType);
       if (entry.description.purpose === "chat") return Engine.load(engineOptions(entry.path));
-      const { modelPath, contextSize, parallel, threads, gpu, flashAttention } = engineOptions(entry.path);
-      return Embedder.load({ modelPath, contextSize, parallel, threads, gpu, flashAttention });
+      const { modelPath, contextSize, parallel, threads, gpu, flashAttention, kvType } = engineOptions(entry.path);
+      return Embedder.load({ modelPath, contextSize, parallel, threads, gpu, flashAttention, kvType });
     },
     onLoaded: (entry, loaded, ms) => {
       metrics.modelLoaded(entry.id, ms / 1000);

@@ -10,6 +10,8 @@ import {
   type ContextOverflow,
   FLASH_ATTENTION_MODES,
   type FlashAttentionMode,
+  KV_TYPES,
+  type KvType,
   PROMPT_ENDS_MODES,
   type PromptEnds,
   REASONING_MODES,
@@ -74,6 +76,7 @@ export interface Config {
   /** Unset means the engine's default: see the engine. */
   batchSize?: number;
   flashAttention: FlashAttentionMode;
+  kvType: KvType;
   contextOverflow: ContextOverflow;
   contextSlackPercent: number;
   promptEnds: PromptEnds;
@@ -389,6 +392,14 @@ export const CONFIG_SPEC = {
     default: "auto",
     help: "Flash attention: auto (the measured default), on or off",
   },
+  kvType: {
+    env: "PARLEY_KV_TYPE",
+    doc: "the type of the KV cache's keys and values, as llama-server's `-ctk`/`-ctv`: `f16`, `q8_0` (about half the memory a sequence takes) or `q4_0` (about a third). A quantized cache needs flash attention (`PARLEY_FLASH_ATTENTION` `auto` or `on`); saved KV states are kept per type, so a change evaluates conversations afresh once",
+    shownDefault: "`f16`",
+    flag: "--kv-type",
+    default: "f16",
+    help: "KV cache type: f16 (the default), q8_0 or q4_0 (less memory a sequence; needs flash attention)",
+  },
   contextOverflow: {
     env: "PARLEY_CONTEXT_OVERFLOW",
     doc: "a conversation whose history outgrows the context: `shift` (its dropped oldest turns' cached cells are removed and the rest shifted down, as llama.cpp's context shift does: a turn past the context costs about what one before it did, but the kept turns' cache was computed with the dropped ones before them, so a reply can differ from a fresh evaluation of the same window), `slack` (the window is cut to leave room, `PARLEY_CONTEXT_SLACK_PERCENT`, and evaluated afresh, then kept while the turns after it fit: exact, each cut paying for the whole shorter window) or `exact` (the fewest oldest turns are dropped and the window evaluated afresh every turn, as a new server would). Models whose cache cannot shift (recurrent, sliding-window) use `exact` for `shift`",
@@ -510,6 +521,14 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
   const systemPrompt = promptText(raw("systemPrompt"));
   const host = raw("host").value.trim();
   if (host === "") throw new ConfigError(`${raw("host").name} must not be empty`);
+  const flashAttention = oneOf("flashAttention", FLASH_ATTENTION_MODES);
+  const kvType = oneOf("kvType", KV_TYPES);
+  // llama.cpp quantizes the V cache only with flash attention: a context without it would fail to load.
+  if (kvType !== "f16" && flashAttention === "off") {
+    throw new ConfigError(
+      `${raw("kvType").name}=${kvType} quantizes the cache's values, which llama.cpp runs only with flash attention: set ${raw("flashAttention").name} to auto or on, or ${raw("kvType").name} to f16`,
+    );
+  }
 
   return {
     host,
@@ -547,7 +566,8 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     systemPrompt,
     reasoning: oneOf("reasoning", REASONING_MODES),
     batchSize: optionalInt("batchSize", 16, 8192),
-    flashAttention: oneOf("flashAttention", FLASH_ATTENTION_MODES),
+    flashAttention,
+    kvType,
     contextOverflow: oneOf("contextOverflow", CONTEXT_OVERFLOW_MODES),
     contextSlackPercent: int("contextSlackPercent", 10, 90),
     promptEnds: oneOf("promptEnds", PROMPT_ENDS_MODES),

@@ -1,4 +1,4 @@
-/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B21/B22 in retrieval.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { median, medianSeries, sum } from "../../test/support/stats";
@@ -21,6 +21,7 @@ import {
   yardstick,
 } from "./harness";
 import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
+import { kvType } from "./kv-type";
 import { type LoadResult, load } from "./load";
 import { manyConversations } from "./many";
 import { memory } from "./memory";
@@ -264,5 +265,6 @@ export const scenarios: Scenario[] = [
   sharedSystemPrompt,
   quotaCost,
   modelSwitch,
+  kvType,
   retrieval,
 ];

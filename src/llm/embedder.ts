@@ -9,9 +9,10 @@ import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import { append } from "../append";
 import { Overloaded } from "../errors";
 import { createPoolingContext, decodePooled, inputTokens, poolsSequences } from "../natives/addon";
-import { contextSizeFor, type FlashAttentionMode } from "./engine";
+import { contextSizeFor } from "./engine";
 import { type LoadedLlama, type LoadOptions, loadLlamaModel } from "./llama-load";
 import { abortError } from "./pool";
+import { type FlashAttentionMode, type KvType, kvCacheTypes } from "./types";
 
 export interface EmbedderOptions extends LoadOptions {
   /** Tokens one input may have. Default: the model's training context, capped at 4096. */
@@ -21,6 +22,7 @@ export interface EmbedderOptions extends LoadOptions {
   /** Inputs that may wait for a decode; more are refused (`Overloaded`). Default 4096. */
   queueMax?: number;
   flashAttention?: FlashAttentionMode;
+  kvType?: KvType;
 }
 
 /** llama.cpp's `llama_pooling_type` values. */
@@ -62,6 +64,7 @@ export class Embedder {
         threads,
         batchSize: size,
         flashAttention: options.flashAttention !== "off",
+        ...kvCacheTypes(options.kvType),
       });
       const { pooling, architecture } = poolingOf(model);
       const lastToken = pooling === POOLING.last || (pooling === POOLING.rank && LAST_TOKEN_RANKERS.has(architecture));

@@ -33,6 +33,8 @@ import {
   type FlashAttentionMode,
   type GenerateRequest,
   type GenerateResult,
+  type KvType,
+  kvCacheTypes,
   type PromptEnds,
   type ReasoningMode,
   type ReplyPiece,
@@ -70,6 +72,8 @@ export interface EngineOptions extends LoadOptions {
    */
   batchSize?: number;
   flashAttention?: FlashAttentionMode;
+  /** The KV cache's type (default f16); a quantized one needs flash attention. */
+  kvType?: KvType;
   /** A conversation past the context: its dropped turns' cells shifted out (default), the window cut with slack, or evaluated afresh. */
   contextOverflow?: ContextOverflow;
   /** With `slack`, the share of the prompt's room a cut frees for the turns after it (default a half). */
@@ -170,6 +174,7 @@ export class Engine {
         // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
         // and faster after a short prompt (llama-server's default too); see docs/performance.md.
         flashAttention: options.flashAttention !== "off",
+        ...kvCacheTypes(options.kvType),
       });
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const reasoning = options.reasoning ?? "separate";

@@ -1,7 +1,7 @@
 /**
  * What a model takes in memory before it is loaded, so that a load that cannot fit is refused with
  * the figures rather than ended by the kernel's OOM killer: its weights (the file, mapped) and its
- * KV cache (every sequence's context, 16-bit keys and values), and a margin for llama.cpp's compute
+ * KV cache (every sequence's context, its keys and values of `PARLEY_KV_TYPE`), and a margin for llama.cpp's compute
  * buffers. An estimate from the GGUF header: a model whose header lacks the attention sizes counts
  * its weights only.
  */
@@ -9,11 +9,13 @@ import { readFileSync } from "node:fs";
 import { freemem } from "node:os";
 import { Overloaded } from "../errors";
 import { integer, type ModelDescription } from "../gguf/describe";
+import type { KvType } from "./types";
 
 const COMPUTE_MARGIN_BYTES = 64 * 2 ** 20;
-const KV_BYTES_PER_VALUE = 2;
+/** Bytes a cached key or value element takes: 16 bits, or ggml's blocks of 32 (a 16-bit scale and 32 8- or 4-bit values). */
+const KV_BYTES_PER_VALUE: Readonly<Record<KvType, number>> = { f16: 2, q8_0: 34 / 32, q4_0: 18 / 32 };
 
-export function memoryNeed(model: ModelDescription, contextSize: number, sequences: number): number {
+export function memoryNeed(model: ModelDescription, contextSize: number, sequences: number, kvType: KvType = "f16"): number {
   const arch = model.architecture;
   const of = (key: string) => (arch === undefined ? undefined : integer(model.metadata[`${arch}.${key}`]));
   const [layers, width, heads] = [of("block_count"), of("embedding_length"), of("attention.head_count")];
@@ -21,15 +23,15 @@ export function memoryNeed(model: ModelDescription, contextSize: number, sequenc
   const kvHeads = of("attention.head_count_kv") ?? heads;
   const keyWidth = (of("attention.key_length") ?? width / heads) * kvHeads;
   const valueWidth = (of("attention.value_length") ?? width / heads) * kvHeads;
-  const kvBytes = contextSize * sequences * layers * (keyWidth + valueWidth) * KV_BYTES_PER_VALUE;
+  const kvBytes = contextSize * sequences * layers * (keyWidth + valueWidth) * KV_BYTES_PER_VALUE[kvType];
   return model.sizeBytes + kvBytes + COMPUTE_MARGIN_BYTES;
 }
 
 const mib = (bytes: number) => Math.ceil(bytes / 2 ** 20);
 
 /** Refuses (`Overloaded`, with the figures) a load of `model` that `available` bytes cannot hold. */
-export function refuseUnlessFits(model: ModelDescription, contextSize: number, sequences: number, available = availableMemory()): void {
-  const need = memoryNeed(model, contextSize, sequences);
+export function refuseUnlessFits(model: ModelDescription, contextSize: number, sequences: number, kvType: KvType = "f16", available = availableMemory()): void {
+  const need = memoryNeed(model, contextSize, sequences, kvType);
   if (need <= available) return;
   throw new Overloaded(
     `the model ${model.name} needs about ${mib(need)} MiB (its weights and KV cache), and ${mib(available)} MiB of memory are available: it is not loaded`,

@@ -32,6 +32,17 @@ export const FLASH_ATTENTION_MODES = ["auto", "on", "off"] as const;
 
 export type FlashAttentionMode = (typeof FLASH_ATTENTION_MODES)[number];
 
+/** The type of the KV cache's keys and values, as llama-server's `-ctk`/`-ctv` name it: 16-bit, or ggml's 8- or 4-bit blocks. */
+export const KV_TYPES = ["f16", "q8_0", "q4_0"] as const;
+
+export type KvType = (typeof KV_TYPES)[number];
+
+/** A context's options for the KV type: none for f16, llama.cpp's default. */
+export const kvCacheTypes = (kvType: KvType = "f16") =>
+  kvType === "f16"
+    ? {}
+    : { experimentalKvCacheKeyType: kvType.toUpperCase() as "Q8_0" | "Q4_0", experimentalKvCacheValueType: kvType.toUpperCase() as "Q8_0" | "Q4_0" };
+
 export type ReasoningMode = (typeof REASONING_MODES)[number];
 
 /**

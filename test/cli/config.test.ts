@@ -64,3 +64,18 @@ describe("several models", () => {
     expect(() => loadConfig({ PARLEY_PARALLEL: "-3" })).toThrow(new ConfigError(`PARLEY_PARALLEL must be an integer from 1 to 64 (got "-3")`));
   });
 });
+
+describe("PARLEY_KV_TYPE", () => {
+  test("f16 by default, q8_0 or q4_0 when chosen; a quantized cache without flash attention, or another type, stops start-up", () => {
+    expect(loadConfig({}).kvType).toBe("f16");
+    expect(loadConfig({ PARLEY_KV_TYPE: "q8_0" }).kvType).toBe("q8_0");
+    expect(loadConfig({ PARLEY_KV_TYPE: "q4_0", PARLEY_FLASH_ATTENTION: "on" }).kvType).toBe("q4_0");
+    expect(loadConfig({ PARLEY_KV_TYPE: "f16", PARLEY_FLASH_ATTENTION: "off" }).kvType).toBe("f16");
+    expect(() => loadConfig({ PARLEY_KV_TYPE: "q8_0", PARLEY_FLASH_ATTENTION: "off" })).toThrow(
+      new ConfigError(
+        "PARLEY_KV_TYPE=q8_0 quantizes the cache's values, which llama.cpp runs only with flash attention: set PARLEY_FLASH_ATTENTION to auto or on, or PARLEY_KV_TYPE to f16",
+      ),
+    );
+    expect(() => loadConfig({ PARLEY_KV_TYPE: "q5_1" })).toThrow(new ConfigError(`PARLEY_KV_TYPE must be one of f16, q8_0, q4_0 (got "q5_1")`));
+  });
+});

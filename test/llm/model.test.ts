@@ -131,7 +131,14 @@ describe("a model's memory need", () => {
     const cells1024 = memoryNeed(bench, 2048, 1) - one;
     expect(cells1024).toBeGreaterThan(0);
     expect(memoryNeed(bench, 1024, 4) - one).toBe(3 * cells1024);
-    expect(() => refuseUnlessFits(bench, 1024, 1, one)).not.toThrow();
-    expect(() => refuseUnlessFits(bench, 1024, 1, one - 1)).toThrow(/parley-bench-small needs about \d+ MiB .* \d+ MiB of memory are available/);
+    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", one)).not.toThrow();
+    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", one - 1)).toThrow(/parley-bench-small needs about \d+ MiB .* \d+ MiB of memory are available/);
+  });
+
+  test("a quantized KV cache counts ggml's blocks: 34 bytes for 32 values in q8_0, 18 in q4_0", async () => {
+    const bench = describeGguf(await presetModel("bench-small"));
+    const kv = (type: "f16" | "q8_0" | "q4_0") => memoryNeed(bench, 1024, 4, type) - memoryNeed(bench, 0, 4, type);
+    expect(kv("q8_0") / kv("f16")).toBeCloseTo(17 / 32, 6);
+    expect(kv("q4_0") / kv("f16")).toBeCloseTo(9 / 32, 6);
   });
 });
