@@ -133,6 +133,6 @@ function refusal(state: QuotaState, need: number, heldBack: boolean): QuotaExcee
   const message =
     state.used >= state.limit
       ? `${of} is used up until ${resets}`
-      : `this reply's prompt needs ${need - 1} tokens and a reply token; ${state.limit - state.used} of ${of} are left until ${resets}`;
+      : `this request needs ${need} tokens (a reply counts its prompt and a first token; retrieval, its inputs); ${state.limit - state.used} of ${of} are left until ${resets}`;
   return new QuotaExceeded(message, state.resetMs, state);
 }

@@ -162,7 +162,9 @@ describe("embeddings", () => {
     try {
       const refused = await post("/v1/embeddings", { model: EMBED, input: "a longer input than the quota leaves room for" });
       expect(refused.status).toBe(429);
-      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("insufficient_quota");
+      const { error } = (await refused.json()) as { error: { code: string; message: string } };
+      expect(error.code).toBe("insufficient_quota");
+      expect(error.message).toMatch(/^this request needs \d+ tokens .* 3 of this user's token quota/);
     } finally {
       await db.storage.quotas.clear(userId);
     }
