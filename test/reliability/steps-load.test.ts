@@ -43,6 +43,8 @@ describe("mixed load on several sequences", () => {
             PARLEY_CONTEXT_SIZE: "1024",
             PARLEY_THREADS: "2",
             PARLEY_RATE_LIMIT: "0",
+            // Heartbeats in every wait of a second, so each protocol's clients meet them under load.
+            PARLEY_HEARTBEAT_MS: "1000",
           },
         });
         const result = await runChatMix({

@@ -312,7 +312,11 @@ async function anthropicTurn(
     let deltas = 0;
     try {
       for await (const event of sseEvents(response)) {
-        if (event.event === "comment") return { failure: "anthropic stream: a comment line where Anthropic's ping events go" };
+        // Until message_start (the prompt evaluated) a wait is kept alive by comment lines; after it, by ping events.
+        if (event.event === "comment") {
+          if (events.length > 0) return { failure: "anthropic stream: a comment line where Anthropic's ping events go" };
+          continue;
+        }
         const data = JSON.parse(event.data) as AnthropicEventData;
         if (data.type !== event.event) return { failure: `anthropic stream: event ${event.event} carries ${data.type}` };
         if (data.type === "error") return { failure: `anthropic stream error: ${JSON.stringify(data.error).slice(0, 200)}` };
