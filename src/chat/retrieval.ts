@@ -16,7 +16,7 @@ export type RetrievalPurpose = Embedder["purpose"];
 /** Where retrieval finds the model a request names, held while it runs. */
 export interface RetrievalSource {
   /** `InvalidInput` naming the model when it is not for `purpose`; `ModelNotFound`, `Overloaded` as for turns. */
-  holdRetrieval(model: string | undefined, purpose: RetrievalPurpose, signal?: AbortSignal): Promise<Held<Embedder>>;
+  holdRetrieval(model: string | undefined, purpose: RetrievalPurpose, signal?: AbortSignal, keepAliveMs?: number): Promise<Held<Embedder>>;
 }
 
 /** The retrieval of a service of one chat engine (`oneEngine`): it has no retrieval model. */
@@ -116,7 +116,7 @@ export class RetrievalService {
     purpose: RetrievalPurpose,
     prepare: (embedder: Embedder, signal?: AbortSignal) => Promise<{ inputs: Token[][]; pooled: () => Promise<T> }>,
   ): Promise<T & { model: string; promptTokens: number }> {
-    const held = await this.models.holdRetrieval(request.model, purpose, request.signal);
+    const held = await this.models.holdRetrieval(request.model, purpose, request.signal, request.keepAliveMs);
     try {
       const { inputs, pooled } = await prepare(held.engine, request.signal);
       const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);

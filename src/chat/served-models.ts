@@ -27,12 +27,12 @@ export class ServedModels implements EngineSource, RetrievalSource {
     private readonly kvRoot?: string,
   ) {}
 
-  async hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine> {
-    return await this.holdFor(model, "chat", (engine) => engine instanceof Engine, signal);
+  async hold(model: string | undefined, signal?: AbortSignal, keepAliveMs?: number): Promise<HeldEngine> {
+    return await this.holdFor(model, "chat", (engine) => engine instanceof Engine, signal, keepAliveMs);
   }
 
-  async holdRetrieval(model: string | undefined, purpose: RetrievalPurpose, signal?: AbortSignal): Promise<Held<Embedder>> {
-    return await this.holdFor(model, purpose, (engine) => engine instanceof Embedder, signal);
+  async holdRetrieval(model: string | undefined, purpose: RetrievalPurpose, signal?: AbortSignal, keepAliveMs?: number): Promise<Held<Embedder>> {
+    return await this.holdFor(model, purpose, (engine) => engine instanceof Embedder, signal, keepAliveMs);
   }
 
   loaded(): readonly Engine[] {
@@ -51,11 +51,12 @@ export class ServedModels implements EngineSource, RetrievalSource {
     purpose: ModelPurpose,
     isKind: (engine: ServedEngine) => engine is M,
     signal?: AbortSignal,
+    keepAliveMs?: number,
   ): Promise<Held<M>> {
     if (!this.ready()) throw modelLoading();
     const entry = model === undefined && purpose !== "chat" ? this.firstFor(purpose) : this.registry.resolve(model);
     if (entry.description.purpose !== purpose) throw notFor(entry, purpose);
-    const held = await this.memory.hold(entry, signal);
+    const held = await this.memory.hold(entry, signal, keepAliveMs);
     if (!isKind(held.engine)) {
       held.release();
       throw notFor(entry, purpose);

@@ -112,7 +112,7 @@ export interface EngineSource {
    * while it cannot be had now (still loading at the start, shutting down), `ModelNotFound` for a
    * model the service does not have.
    */
-  hold(model: string | undefined, signal?: AbortSignal): Promise<HeldEngine>;
+  hold(model: string | undefined, signal?: AbortSignal, keepAliveMs?: number): Promise<HeldEngine>;
   /** The engines loaded now. */
   loaded(): readonly Engine[];
   /** Drops what every model keeps of a conversation, loaded or not (see `Engine.forget`). */
@@ -158,6 +158,8 @@ export interface TurnHooks {
   model?: string | undefined;
   /** Aborts when the caller is gone. */
   signal?: AbortSignal;
+  /** How long the model stays loaded once idle after this request, as its client asks (within the operator's keep-alive). */
+  keepAliveMs?: number;
   /** The user's budget, where a quota applies: once the turn holds its share, and after it settles. */
   onQuota?: (state: QuotaState) => void;
 }
@@ -322,7 +324,7 @@ export class TurnRunner {
    */
   async begin(userId: number, hooks: TurnHooks = {}): Promise<RunningTurn> {
     if (this.closing) throw shuttingDown();
-    const held = await this.engines.hold(hooks.model, hooks.signal);
+    const held = await this.engines.hold(hooks.model, hooks.signal, hooks.keepAliveMs);
     try {
       if (this.closing) throw shuttingDown();
       const { engine } = held;

@@ -44,6 +44,8 @@ interface Slot<M> {
   held: number;
   lastUsed: number;
   idle?: Timer;
+  /** What the last hold released asked for (see `hold`). */
+  keepAliveMs?: number;
 }
 
 export class LoadedModels<M extends LoadedModel = Engine> {
@@ -58,13 +60,15 @@ export class LoadedModels<M extends LoadedModel = Engine> {
 
   /**
    * The model's engine, loaded if need be, held until `release`. Waits while every loaded model is
-   * held and there is no room; the signal ends the wait (`AbortError`).
+   * held and there is no room; the signal ends the wait (`AbortError`). `keepAliveMs`: how long the
+   * model stays loaded once idle after this hold, as a client asked; never longer than the
+   * operator's, and the last hold released decides.
    */
-  async hold(entry: ModelEntry, signal?: AbortSignal): Promise<Held<M>> {
+  async hold(entry: ModelEntry, signal?: AbortSignal, keepAliveMs?: number): Promise<Held<M>> {
     for (;;) {
       if (this.closed) throw new Overloaded("the server is shutting down", 5_000);
       const slot = this.slots.get(entry.id) ?? (this.slots.size < this.options.max ? this.startLoad(entry) : undefined);
-      if (slot) return this.take(slot);
+      if (slot) return this.take(slot, keepAliveMs);
       const idle = this.leastRecentlyUsedIdle();
       if (idle) await this.unload(idle);
       else await this.roomFreed(signal);
@@ -113,7 +117,7 @@ export class LoadedModels<M extends LoadedModel = Engine> {
     return slot;
   }
 
-  private async take(slot: Slot<M>): Promise<Held<M>> {
+  private async take(slot: Slot<M>, keepAliveMs?: number): Promise<Held<M>> {
     slot.held++;
     clearTimeout(slot.idle);
     let engine: M;
@@ -129,18 +133,19 @@ export class LoadedModels<M extends LoadedModel = Engine> {
       release: () => {
         if (released) return;
         released = true;
-        this.released(slot);
+        this.released(slot, keepAliveMs);
       },
     };
   }
 
-  private released(slot: Slot<M>): void {
+  private released(slot: Slot<M>, asked?: number): void {
     slot.held--;
     slot.lastUsed = performance.now();
+    slot.keepAliveMs = asked === undefined ? undefined : boundedKeepAlive(asked, this.options.keepAliveMs);
     // Unloaded meanwhile (closing): nothing is left to time.
     if (slot.held > 0 || this.slots.get(slot.entry.id) !== slot) return;
     this.roomMade();
-    const { keepAliveMs } = this.options;
+    const keepAliveMs = slot.keepAliveMs ?? this.options.keepAliveMs;
     if (keepAliveMs === 0) void this.unload(slot);
     // Unreferenced: an idle model's timer never keeps the process alive.
     else if (keepAliveMs > 0) slot.idle = setTimeout(() => void this.unload(slot), keepAliveMs).unref();
@@ -192,4 +197,10 @@ export class LoadedModels<M extends LoadedModel = Engine> {
       this.waiters.push(wake);
     });
   }
+}
+
+/** A client's keep-alive within the operator's: never longer (-1, never unloaded, is the longest). */
+function boundedKeepAlive(asked: number, operators: number): number {
+  if (operators < 0) return asked;
+  return asked < 0 ? operators : Math.min(asked, operators);
 }

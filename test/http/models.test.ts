@@ -177,3 +177,22 @@ test("an idle model is unloaded once its keep-alive has passed, and loaded again
     await service.stop();
   }
 });
+
+test("a client's keep_alive (Ollama's) holds a model no longer than the operator's keep-alive", async () => {
+  const service = await serveBoth({ max: 2, keepAliveMs: 150 });
+  try {
+    const ollamaChat = (keepAlive: unknown) =>
+      fetch(`${service.served.url}/api/chat`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}` },
+        body: JSON.stringify({ model: BENCH, messages: [{ role: "user", content: "Hi" }], stream: false, options: { num_predict: 2 }, keep_alive: keepAlive }),
+      });
+    // An hour asked, 150 ms allowed; and for ever (-1) is the operator's too.
+    for (const keepAlive of ["1h", -1]) {
+      expect((await ollamaChat(keepAlive)).status).toBe(200);
+      await until(() => !service.memory.isLoaded(BENCH), `bench-small unloaded after the operator's keep-alive, keep_alive ${keepAlive} asked`);
+    }
+  } finally {
+    await service.stop();
+  }
+});

@@ -19,6 +19,7 @@ import {
   servedDocument,
   serveModels,
   testDb,
+  until,
 } from "../support";
 
 const EMBED = "parley-embed";
@@ -128,6 +129,17 @@ describe("embeddings", () => {
   test("no input is no vector, and the model serves on (the fuzz found the loop stuck after one)", async () => {
     expect((await ollama.embed({ model: EMBED, input: [] })).embeddings).toEqual([]);
     expect((await ollama.embed({ model: EMBED, input: ["after"] })).embeddings).toHaveLength(1);
+  });
+
+  test("Ollama's keep_alive: 0 unloads the model once idle, as Ollama's does; the next request loads it again; a bad duration is refused", async () => {
+    const loaded = async () => (await ollama.ps()).models.map((model) => model.name);
+    await ollama.embed({ model: EMBED, input: "load it" });
+    expect(await loaded()).toContain(EMBED);
+    await ollama.embed({ model: EMBED, input: "then let it go", keep_alive: 0 });
+    await until(async () => !(await loaded()).includes(EMBED), "the embedding model to be unloaded");
+    expect((await ollama.embed({ model: EMBED, input: "back", keep_alive: "5m" })).embeddings).toHaveLength(1);
+    expect(await loaded()).toContain(EMBED);
+    expect(await refusal("/api/embed", { model: EMBED, input: "x", keep_alive: "5 minutes" })).toMatchObject({ status: 400 });
   });
 
   test("an input past the model's context: 400 naming it, or cut when Ollama's truncate asks (its default)", async () => {

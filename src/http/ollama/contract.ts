@@ -71,8 +71,8 @@ export const OllamaTool = t.Object({
 });
 
 const MODEL = t.String({ minLength: 1, error: "model must name a model: GET /api/tags lists them" });
-// How long the model stays loaded after the request: the operator's (PARLEY_KEEP_ALIVE_S) on a
-// service of many users; it changes no reply, so it is accepted.
+// How long the model stays loaded once idle after the request, within the operator's
+// PARLEY_KEEP_ALIVE_S (routes/ollama.ts reads it).
 const KEEP_ALIVE = t.Optional(t.Union([t.String(), t.Number()], { error: 'keep_alive must be a duration ("5m") or a number of seconds' }));
 
 /** What both generating routes take beside their input. */

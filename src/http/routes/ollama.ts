@@ -34,7 +34,7 @@ import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } f
 
 const TAGS = ["Ollama-compatible"];
 
-type TurnRequest = Pick<OllamaChatRequest, "model" | "format" | "options" | "think">;
+type TurnRequest = Pick<OllamaChatRequest, "model" | "format" | "options" | "think" | "keep_alive">;
 type Message = OllamaChatRequest["messages"][number];
 
 /** Ollama's default temperature, where the request sets none. */
@@ -78,6 +78,32 @@ function turnsOf(messages: readonly Message[]): Turn[] {
 const formatOf = (format: TurnRequest["format"]): ReplyFormat | undefined =>
   format === undefined ? undefined : format === "json" ? { type: "json_object" } : { type: "json_schema", schema: format, strict: false };
 
+const DURATION_UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+
+/**
+ * `keep_alive` as Ollama reads it: seconds as a number (or digits), else a Go duration ("5m",
+ * "1h30m", "300ms"); below zero, for ever (-1). Within the operator's keep-alive (loaded-models.ts).
+ */
+function keepAliveMsOf(value: string | number | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const text = String(value).trim();
+  if (typeof value === "number" || /^-?\d+(\.\d+)?$/.test(text)) {
+    const seconds = Number(text);
+    return seconds < 0 ? -1 : Math.round(seconds * 1000);
+  }
+  const parts = /^(-?)((?:\d+(?:\.\d+)?(?:ms|s|m|h))+)$/.exec(text);
+  if (!parts) throw new InvalidInput("keep_alive", 'must be a duration ("5m", "1h30m", "300ms") or a number of seconds; below zero keeps the model loaded');
+  if (parts[1] === "-") return -1;
+  let ms = 0;
+  for (const [, amount, unit] of parts[2]!.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)) ms += Number(amount) * DURATION_UNITS[unit!]!;
+  return Math.round(ms);
+}
+
+const keepAlive = (value: string | number | undefined) => {
+  const keepAliveMs = keepAliveMsOf(value);
+  return keepAliveMs === undefined ? {} : { keepAliveMs };
+};
+
 /** The request's options, none of them one Parley cannot honour. */
 function checkedOptions(options: OllamaOptions = {}): OllamaOptions {
   const unknown = Object.keys(options).find((name) => !(name in OllamaOptions.properties) && !RESOURCE_OPTIONS.has(name));
@@ -106,6 +132,7 @@ function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest
   return {
     messages,
     model: body.model,
+    ...keepAlive(body.keep_alive),
     sampling: {
       temperature: options.temperature ?? DEFAULT_TEMPERATURE,
       ...(options.seed != null ? { seed: options.seed } : {}),
@@ -245,6 +272,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
           model: body.model,
           inputs,
           truncate: body.truncate !== false,
+          ...keepAlive(body.keep_alive),
           ...(body.dimensions != null ? { dimensions: body.dimensions } : {}),
           ...hooksOf({ request, set }),
         });
@@ -272,6 +300,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
           inputs: [body.prompt],
           truncate: true,
           normalize: false,
+          ...keepAlive(body.keep_alive),
           ...hooksOf({ request, set }),
         });
         return result && { embedding: Array.from(result.vectors[0]!) };
