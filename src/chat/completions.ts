@@ -81,6 +81,16 @@ export class CompletionService {
     }
   }
 
+  /**
+   * Loads the model named (the default when none) and lets it go, so that it stays loaded for its
+   * keep-alive (`keepAliveMs`: 0 unloads it once no one holds it). Its id.
+   */
+  async load(input: Pick<CompletionInput, "model" | "keepAliveMs" | "signal">): Promise<string> {
+    const held = await this.runner.engines.hold(input.model, input.signal, input.keepAliveMs);
+    held.release();
+    return held.engine.modelName;
+  }
+
   /** Every model the service has, the default first. */
   models(): ModelInfo[] {
     return this.runner.engines.list();

@@ -178,6 +178,28 @@ test("an idle model is unloaded once its keep-alive has passed, and loaded again
   }
 });
 
+test("Ollama's load and unload: no prompt loads a model; with keep_alive 0 it goes once idle", async () => {
+  const service = await serveBoth({ max: 2, keepAliveMs: -1 });
+  try {
+    const generate = async (body: object) =>
+      (await (
+        await fetch(`${service.served.url}/api/generate`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}` },
+          body: JSON.stringify({ model: BENCH, prompt: "", ...body }),
+        })
+      ).json()) as {
+        done_reason: string;
+      };
+    expect((await generate({})).done_reason).toBe("load");
+    expect(service.memory.isLoaded(BENCH)).toBe(true);
+    expect((await generate({ keep_alive: 0 })).done_reason).toBe("unload");
+    await until(() => !service.memory.isLoaded(BENCH), "bench-small to be unloaded");
+  } finally {
+    await service.stop();
+  }
+});
+
 test("a client's keep_alive (Ollama's) holds a model no longer than the operator's keep-alive", async () => {
   const service = await serveBoth({ max: 2, keepAliveMs: 150 });
   try {

@@ -44,7 +44,15 @@ describe("chat", () => {
     expect(last).toMatchObject({ done: true, done_reason: "stop", eval_count: whole.eval_count, prompt_eval_count: whole.prompt_eval_count });
   });
 
-  test("keep_alive and the server's resource options are accepted and change nothing", async () => {
+  test("no messages, or no prompt, loads the model (done_reason load); with keep_alive 0 it is let go (unload)", async () => {
+    const loaded = await client.chat({ model: "any", messages: [], stream: false });
+    expect(loaded).toMatchObject({ model: app.engine.modelName, done: true, done_reason: "load", message: { role: "assistant", content: "" } });
+    expect(await client.generate({ model: "any", prompt: "", stream: false })).toMatchObject({ done: true, done_reason: "load", response: "" });
+    expect(await client.generate({ model: "any", prompt: "", keep_alive: 0, stream: false })).toMatchObject({ done_reason: "unload" });
+    expect((await refusal(client.generate({ model: "any", prompt: "", system: "Be brief.", stream: false }))).status).toBe(400);
+  });
+
+  test("keep_alive and the server's resource options change no reply", async () => {
     const options = { temperature: 0, seed: 1, num_predict: 20 };
     const plain = await client.chat({ model: "any", messages: ask, stream: false, options });
     const asked = await client.chat({

@@ -88,7 +88,8 @@ const TURN_FIELDS = {
 };
 
 export const OllamaChatRequest = t.Object(
-  { ...TURN_FIELDS, messages: t.Array(OllamaMessage, { minItems: 1, error: "messages must be a non-empty array" }), tools: t.Optional(t.Array(OllamaTool)) },
+  // No messages: the model is loaded (or with keep_alive 0 unloaded), as Ollama's clients ask.
+  { ...TURN_FIELDS, messages: t.Array(OllamaMessage, { error: "messages must be an array" }), tools: t.Optional(t.Array(OllamaTool)) },
   UNKNOWN_FIELD,
 );
 export type OllamaChatRequest = typeof OllamaChatRequest.static;
@@ -155,7 +156,7 @@ const REPLY_FIELDS = {
   model: t.String(),
   created_at: t.String({ format: "date-time" }),
   done: t.Boolean(),
-  done_reason: t.Optional(t.Union([t.Literal("stop"), t.Literal("length")])),
+  done_reason: t.Optional(t.Union([t.Literal("stop"), t.Literal("length"), t.Literal("load"), t.Literal("unload")])),
   total_duration: t.Optional(t.Integer({ minimum: 0 })),
   load_duration: t.Optional(t.Integer({ minimum: 0 })),
   prompt_eval_count: t.Optional(t.Integer({ minimum: 0 })),

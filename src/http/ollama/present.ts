@@ -43,6 +43,14 @@ function piece(route: OllamaRoute, content: string, extra: { thinking?: string; 
 
 const header = (model: string) => ({ model, created_at: new Date().toISOString() });
 
+/** The answer to a request of no prompt, Ollama's way to load a model (`unload` with keep_alive 0). */
+export const loadedJson = (route: OllamaRoute, model: string, unloaded: boolean): OllamaChatResponse | OllamaGenerateResponse => ({
+  ...header(model),
+  ...piece(route, ""),
+  done: true,
+  done_reason: unloaded ? "unload" : "load",
+});
+
 /** @param shown whether a reasoning model's thought is given (`think` not false) */
 export function replyJson(route: OllamaRoute, result: CompletionResult, shown: boolean, startedAt: number): OllamaChatResponse | OllamaGenerateResponse {
   const thinking = shown && result.reasoning !== undefined ? { thinking: result.reasoning } : {};

@@ -27,7 +27,7 @@ import {
   RESOURCE_OPTIONS,
 } from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
-import { embedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
+import { embedJson, loadedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
 import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } from "../turn-driver";
@@ -177,12 +177,19 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
   const refused = () => {
     throw new Forbidden(MANAGED);
   };
+  /** No prompt: the model loaded (or, with keep_alive 0, unloaded once idle), as Ollama's clients ask. */
+  const loaded = async (route: OllamaRoute, body: { model: string; keep_alive?: string | number }, signal: AbortSignal) => {
+    const keepAliveMs = keepAliveMsOf(body.keep_alive);
+    const model = await deps.completions.load({ model: body.model, signal, ...(keepAliveMs !== undefined ? { keepAliveMs } : {}) });
+    return loadedJson(route, model, keepAliveMs === 0);
+  };
   return new Elysia({ name: "parley/routes/ollama" })
     .onBeforeHandle(namingFields(ollamaFields))
     .use(requireKey)
     .post(
       "/api/chat",
       async function* ({ body, principal, request, server, set }) {
+        if (body.messages.length === 0) return await loaded("chat", body, request.signal);
         return yield* answer("chat", turnInput(body, turnsOf(body.messages), body.tools), body, { principal, request, server, set });
       },
       {
@@ -199,7 +206,8 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     .post(
       "/api/generate",
       async function* ({ body, principal, request, server, set }) {
-        if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty: Parley loads a model when a request needs it");
+        if (body.prompt === "" && body.system === undefined) return await loaded("generate", body, request.signal);
+        if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
         const messages: Turn[] = [...(body.system ? [{ role: "system" as const, content: body.system }] : []), { role: "user", content: body.prompt }];
         if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
         return yield* answer("generate", turnInput(body, messages, undefined), body, { principal, request, server, set });
