@@ -69,61 +69,50 @@ export class RetrievalService {
 
   /** The vectors; undefined when the caller left (its signal aborted) before they were made. */
   async embed(request: EmbedRequest): Promise<EmbedResult | undefined> {
-    return await this.run(request, "embedding", async (embedder, signal) => {
+    const inputsOf = (embedder: Embedder) => {
       if (request.dimensions !== undefined && request.dimensions !== embedder.dimensions) {
         throw new InvalidInput({ part: "dimensions" }, `the model's embeddings have ${embedder.dimensions} dimensions, and it cannot give others`);
       }
-      const inputs = request.inputs.map((input, index) => {
+      return request.inputs.map((input, index) => {
         const tokens = typeof input === "string" ? embedder.embeddingTokens(input) : (input as Token[]);
         return checked(embedder, request.truncate ? tokens.slice(0, embedder.contextSize) : tokens, index);
       });
-      return { inputs, pooled: async () => ({ vectors: await embedder.embed(inputs, signal, request.normalize ?? true) }) };
-    });
+    };
+    return await this.pool(request, "embedding", inputsOf, async (embedder, inputs, signal) => ({
+      vectors: await embedder.embed(inputs, signal, request.normalize ?? true),
+    }));
   }
 
   /** The documents ranked; undefined when the caller left before they were. */
   async rank(request: RankRequest): Promise<RankResult | undefined> {
-    return await this.run(request, "ranking", async (embedder, signal) => {
-      const inputs = request.documents.map((document, index) => checked(embedder, embedder.rankingTokens(request.query, document), index));
-      return {
-        inputs,
-        pooled: async () => {
-          const scores = await embedder.rank(inputs, signal);
-          const ranked = scores.map((score, index) => ({ index, score })).sort((a, b) => b.score - a.score || a.index - b.index);
-          return { ranked: ranked.slice(0, request.topN ?? ranked.length) };
-        },
-      };
+    const inputsOf = (embedder: Embedder) =>
+      request.documents.map((document, index) => checked(embedder, embedder.rankingTokens(request.query, document), index));
+    return await this.pool(request, "ranking", inputsOf, async (embedder, inputs, signal) => {
+      const scores = await embedder.rank(inputs, signal);
+      const ranked = scores.map((score, index) => ({ index, score })).sort((a, b) => b.score - a.score || a.index - b.index);
+      return { ranked: ranked.slice(0, request.topN ?? ranked.length) };
     });
   }
 
-  /** Holds the model and the user's share of the budget for the inputs, pools them, and counts them. */
-  private async run<T>(
+  /**
+   * Holds the model, then the user's share of the budget for the inputs' tokens, pools them and
+   * counts them. A caller gone is no failure: there is no one left to answer (undefined).
+   */
+  private async pool<T>(
     request: TurnHooks & { userId: number },
     purpose: RetrievalPurpose,
-    prepare: (embedder: Embedder, signal?: AbortSignal) => Promise<{ inputs: Token[][]; pooled: () => Promise<T> }>,
+    inputsOf: (embedder: Embedder) => Token[][],
+    compute: (embedder: Embedder, inputs: Token[][], signal?: AbortSignal) => Promise<T>,
   ): Promise<(T & { model: string; promptTokens: number }) | undefined> {
+    let held: Held<Embedder> | undefined;
     try {
-      return await this.pooled(request, purpose, prepare);
-    } catch (error) {
-      // A caller gone is no failure: there is no one left to answer.
-      if (isAbort(error) && request.signal?.aborted) return undefined;
-      throw error;
-    }
-  }
-
-  private async pooled<T>(
-    request: TurnHooks & { userId: number },
-    purpose: RetrievalPurpose,
-    prepare: (embedder: Embedder, signal?: AbortSignal) => Promise<{ inputs: Token[][]; pooled: () => Promise<T> }>,
-  ): Promise<T & { model: string; promptTokens: number }> {
-    const held = await this.models.holdRetrieval(request.model, purpose, request.signal, request.keepAliveMs);
-    try {
-      const { inputs, pooled } = await prepare(held.engine, request.signal);
+      held = await this.models.holdRetrieval(request.model, purpose, request.signal, request.keepAliveMs);
+      const inputs = inputsOf(held.engine);
       const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);
       const hold = await this.hold(request, promptTokens);
       let result: T;
       try {
-        result = await pooled();
+        result = await compute(held.engine, inputs, request.signal);
       } catch (error) {
         if (hold) await this.ledger!.release(hold);
         throw error;
@@ -131,8 +120,11 @@ export class RetrievalService {
       const state = await this.ledger?.settle(request.userId, hold, promptTokens, 0);
       if (state) request.onQuota?.(state);
       return { ...result, model: held.engine.modelName, promptTokens };
+    } catch (error) {
+      if (isAbort(error) && request.signal?.aborted) return undefined;
+      throw error;
     } finally {
-      held.release();
+      held?.release();
     }
   }
 
@@ -151,8 +143,9 @@ function checked(embedder: Embedder, tokens: Token[], index: number): Token[] {
   if (tokens.length > embedder.contextSize) {
     throw new InvalidInput({ part: "input", index }, `has ${tokens.length} tokens, more than the ${embedder.contextSize} an input of this model may have`);
   }
-  const outside = tokens.find((token) => !Number.isInteger(token) || token < 0 || token >= embedder.vocabularySize);
+  const { vocabularySize } = embedder;
+  const outside = tokens.find((token) => !Number.isInteger(token) || token < 0 || token >= vocabularySize);
   if (outside !== undefined)
-    throw new InvalidInput({ part: "input", index }, `holds ${outside}, which is no token of the model's (0 to ${embedder.vocabularySize - 1})`);
+    throw new InvalidInput({ part: "input", index }, `holds ${outside}, which is no token of the model's (0 to ${vocabularySize - 1})`);
   return tokens;
 }

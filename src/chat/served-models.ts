@@ -66,13 +66,8 @@ export class ServedModels implements EngineSource, RetrievalSource {
 
   /** A request naming no model is for the default, or for the first model of its purpose. */
   private firstFor(purpose: ModelPurpose): ModelEntry {
-    this.registry.rescan();
-    const entry = this.registry.models.find((served) => served.description.purpose === purpose);
-    if (!entry)
-      throw new InvalidInput(
-        { part: "model" },
-        `this service has no ${PURPOSES[purpose].slice(PURPOSES[purpose].indexOf(" ") + 1)}: its operator can add one to the models directory`,
-      );
+    const entry = this.registry.first((served) => served.description.purpose === purpose);
+    if (!entry) throw new InvalidInput({ part: "model" }, `this service has no ${purpose} model: its operator can add one to the models directory`);
     return entry;
   }
 

@@ -46,13 +46,13 @@ export interface ModelDescription {
 
 export type ModelPurpose = "chat" | "embedding" | "ranking";
 
-/** llama.cpp's `LLAMA_POOLING_TYPE_RANK`. */
-const RANK_POOLING = 4;
+/** llama.cpp's `llama_pooling_type` values, as `<arch>.pooling_type` holds them. */
+export const POOLING = { none: 0, mean: 1, cls: 2, last: 3, rank: 4 } as const;
 const ENCODERS = new Set(["bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "modern-bert", "neo-bert", "t5encoder"]);
 
 function purposeOf(architecture: string | undefined, metadata: Readonly<Record<string, GgufValue>>): ModelPurpose {
   const pooling = architecture === undefined ? undefined : integer(metadata[`${architecture}.pooling_type`]);
-  if (pooling === RANK_POOLING) return "ranking";
+  if (pooling === POOLING.rank) return "ranking";
   return (pooling ?? 0) > 0 || ENCODERS.has(architecture ?? "") ? "embedding" : "chat";
 }
 

@@ -8,6 +8,7 @@
 import { RANDOM_WEIGHTS_KEY, randomHalves } from "./bench";
 import { buildBpeVocab, byteLevel, preTokenize } from "./bpe";
 import { DEMO_CORPUS } from "./corpus";
+import { POOLING } from "./describe";
 import { tensorTypeFor } from "./file-type";
 import { type LlamaHparams, type LlamaTensorSpec, llamaGguf } from "./llama";
 import { hash32 } from "./prng";
@@ -19,9 +20,6 @@ import type { GgufFile } from "./writer";
 
 export const RETRIEVAL_PRESETS = ["embed", "rerank"] as const;
 export type RetrievalPreset = (typeof RETRIEVAL_PRESETS)[number];
-
-/** llama.cpp's `llama_pooling_type` values, as `<arch>.pooling_type` holds them. */
-export const POOLING = { none: 0, mean: 1, cls: 2, last: 3, rank: 4 } as const;
 
 const HPARAMS: LlamaHparams = { nEmbd: 256, nLayer: 4, nHead: 4, nHeadKv: 2, nFf: 768, contextLength: 8192, rmsEps: 1e-6 };
 const SEED = 0x7e7;

@@ -8,6 +8,7 @@
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import { append } from "../append";
 import { Overloaded } from "../errors";
+import { POOLING } from "../gguf/describe";
 import { createPoolingContext, decodePooled, inputTokens, poolsSequences } from "../natives/addon";
 import { contextSizeFor } from "./engine";
 import { type LoadedLlama, type LoadOptions, loadLlamaModel } from "./llama-load";
@@ -25,8 +26,6 @@ export interface EmbedderOptions extends LoadOptions {
   kvType?: KvType;
 }
 
-/** llama.cpp's `llama_pooling_type` values. */
-const POOLING = { last: 3, rank: 4 } as const;
 /** Architectures whose ranking pools the last token (llama.cpp's graph): a sequence split over several pieces of a batch pools right. */
 const LAST_TOKEN_RANKERS = new Set(["qwen3", "qwen3vl"]);
 
@@ -38,6 +37,13 @@ interface Job {
 
 export class Embedder {
   readonly loadedAt = Math.floor(Date.now() / 1000);
+  readonly modelName: string;
+  /** Token ids go from 0 to one below this. */
+  readonly vocabularySize: number;
+  /** The model's ranking prompt (`tokenizer.chat_template.rerank`), if it has one. */
+  private readonly rankingTemplate: string | undefined;
+  /** llama.cpp's `add_sep`: the file's, else on for BERT's WordPiece tokenizer. */
+  private readonly addsSeparator: boolean;
   private queue: Job[] = [];
   private running: Promise<void> | undefined;
   private closed = false;
@@ -49,7 +55,15 @@ export class Embedder {
     /** Whether one decode may hold several inputs: llama.cpp pools a sequence right only within one piece of a batch, unless it pools its last token. */
     private readonly together: boolean,
     private readonly queueMax: number,
-  ) {}
+  ) {
+    const { general, tokenizer } = loaded.model.fileInfo.metadata;
+    this.modelName = typeof general?.name === "string" && general.name.trim() !== "" ? general.name : "model";
+    this.vocabularySize = tokenizer.ggml.tokens.length;
+    const template = (tokenizer as Record<string, unknown>)["chat_template.rerank"];
+    this.rankingTemplate = typeof template === "string" ? template : undefined;
+    const ggml = tokenizer.ggml as { add_sep_token?: unknown; model?: unknown };
+    this.addsSeparator = typeof ggml.add_sep_token === "boolean" ? ggml.add_sep_token : ggml.model === "bert";
+  }
 
   static async load(options: EmbedderOptions): Promise<Embedder> {
     const loaded = await loadLlamaModel(options);
@@ -81,11 +95,6 @@ export class Embedder {
     }
   }
 
-  get modelName(): string {
-    const name = this.loaded.model.fileInfo.metadata.general?.name;
-    return typeof name === "string" && name.trim() !== "" ? name : "model";
-  }
-
   get threads(): number {
     return this.loaded.threads;
   }
@@ -97,11 +106,6 @@ export class Embedder {
   /** Tokens one input may have. */
   get contextSize(): number {
     return this.context.contextSize;
-  }
-
-  /** Token ids go from 0 to one below this. */
-  get vocabularySize(): number {
-    return this.loaded.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
   }
 
   /** The width of an embedding. */
@@ -121,12 +125,12 @@ export class Embedder {
    */
   rankingTokens(query: string, document: string): Token[] {
     const { model } = this.loaded;
-    const template = rankingTemplateOf(model);
+    const template = this.rankingTemplate;
     if (template !== undefined) return model.tokenize(template.replaceAll("{query}", query).replaceAll("{document}", document), true);
     const { bos, eos, sep, shouldPrependBosToken, shouldAppendEosToken } = model.tokens;
     const end = eos ?? sep;
     const ends = shouldAppendEosToken && end !== null ? [end] : [];
-    const separator = addsSeparator(model) && sep !== null ? [sep] : [];
+    const separator = this.addsSeparator && sep !== null ? [sep] : [];
     return [...(shouldPrependBosToken && bos !== null ? [bos] : []), ...model.tokenize(query), ...ends, ...separator, ...model.tokenize(document), ...ends];
   }
 
@@ -215,15 +219,4 @@ function poolingOf(model: LlamaModel): { pooling: number | undefined; architectu
   const architecture = String(metadata.general.architecture ?? "");
   const pooling = (metadata[architecture] as { pooling_type?: unknown } | undefined)?.pooling_type;
   return { pooling: typeof pooling === "number" ? pooling : undefined, architecture };
-}
-
-function rankingTemplateOf(model: LlamaModel): string | undefined {
-  const template = (model.fileInfo.metadata.tokenizer as Record<string, unknown> | undefined)?.["chat_template.rerank"];
-  return typeof template === "string" ? template : undefined;
-}
-
-/** llama.cpp's `add_sep`: the file's, else on for BERT's WordPiece tokenizer. */
-function addsSeparator(model: LlamaModel): boolean {
-  const ggml = (model.fileInfo.metadata.tokenizer as { ggml?: { add_sep_token?: unknown; model?: unknown } } | undefined)?.ggml;
-  return typeof ggml?.add_sep_token === "boolean" ? ggml.add_sep_token : ggml?.model === "bert";
 }

@@ -144,17 +144,26 @@ export class ModelRegistry {
       const id = this.source.aliases?.[requested] ?? requested;
       return this.entries.find((entry) => entry.id === id) ?? (requested === DEFAULT_MODEL_NAME ? this.default : undefined);
     };
-    let entry = find();
-    if (!entry && performance.now() - this.scannedAt >= RESCAN_GAP_MS) {
-      this.rescan();
-      entry = find();
-    }
+    const entry = this.findAfresh(find);
     if (entry) return entry;
     if (this.entries.length === 1) return this.default;
     throw new UnknownModel(
       requested,
       this.entries.map((known) => known.id),
     );
+  }
+
+  /** The first model, the default first, that `matches` accepts; the directory read again (at most once a second) when none does. */
+  first(matches: (entry: ModelEntry) => boolean): ModelEntry | undefined {
+    return this.findAfresh(() => this.models.find(matches));
+  }
+
+  /** What `find` finds, else what it finds once the directory is read again, unless it was read within the last second. */
+  private findAfresh(find: () => ModelEntry | undefined): ModelEntry | undefined {
+    const entry = find();
+    if (entry || performance.now() - this.scannedAt < RESCAN_GAP_MS) return entry;
+    this.rescan();
+    return find();
   }
 
   private scan(starting: boolean): void {

@@ -9,6 +9,7 @@ import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { type BodyLimits, jsonBody } from "../json-body";
+import { embeddingFields } from "../openai/fields";
 import { embeddingListJson } from "../openai/present";
 import { jsonResponse, openAiErrorResponses, RETRIEVAL_REFUSALS } from "../openapi";
 import { optional, UNKNOWN_FIELD } from "../sampling-fields";
@@ -48,23 +49,19 @@ const embeddingRequest = t.Object(
 
 /** The request's inputs, one a vector: a string, or an array of strings, of token ids, or of arrays of them. */
 function inputsOf(input: typeof embeddingRequest.static.input): RetrievalInput[] {
-  if (typeof input === "string") return [input];
-  if (input.every((item) => typeof item === "number")) return [input as number[]];
-  const items = input as (string | number[])[];
+  const items = typeof input === "string" || input.every((item) => typeof item === "number") ? [input as string | number[]] : (input as (string | number[])[]);
   const bad = items.findIndex((item) => typeof item === "string" && !item.isWellFormed());
-  if (bad >= 0) throw new InvalidInput(`input[${bad}]`, "must be valid Unicode text (it has a lone surrogate)");
+  if (bad >= 0) throw new InvalidInput(typeof input === "string" ? "input" : `input[${bad}]`, "must be valid Unicode text (it has a lone surrogate)");
   return items;
 }
 
 export const embeddingRoutes = (deps: RetrievalRouteDeps) =>
   new Elysia({ name: "parley/routes/embeddings" })
-    .onBeforeHandle(namingFields((field) => (field.part === "input" ? `input[${field.index}]` : undefined)))
+    .onBeforeHandle(namingFields(embeddingFields))
     .use(requireKey)
     .post(
       "/v1/embeddings",
       async ({ body, principal, request, set }) => {
-        if (typeof body.input === "string" && !body.input.isWellFormed())
-          throw new InvalidInput("input", "must be valid Unicode text (it has a lone surrogate)");
         const result = await deps.retrieval.embed({
           userId: principal.userId,
           inputs: inputsOf(body.input),
