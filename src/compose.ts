@@ -93,6 +93,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
     contextOverflow: config.contextOverflow,
     contextSlack: config.contextSlackPercent / 100,
     promptEnds: config.promptEnds,
+    speculate: config.speculate,
+    onDrafts: (drafted: number, accepted: number) => metrics.drafted(drafted, accepted),
     primedTurns: preambleOf(config.systemPrompt),
   });
   let ready = false;

@@ -16,6 +16,8 @@ import {
   type PromptEnds,
   REASONING_MODES,
   type ReasoningMode,
+  SPECULATE_MODES,
+  type Speculate,
 } from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
 
@@ -80,6 +82,7 @@ export interface Config {
   contextOverflow: ContextOverflow;
   contextSlackPercent: number;
   promptEnds: PromptEnds;
+  speculate: Speculate;
 }
 
 /**
@@ -424,6 +427,14 @@ export const CONFIG_SPEC = {
     default: "shortest",
     help: "Prompts ready at once: shortest (one a batch, shortest first: sooner first tokens; the default) or together (one batch, even streams)",
   },
+  speculate: {
+    env: "PARLEY_SPECULATE",
+    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without (`docs/performance.md`). `auto` drafts where it pays (each reply's draft length follows its acceptance, and drafts stay out of batches already full); `lookup` drafts in every step with a guess; `off` never drafts",
+    shownDefault: "`auto`",
+    flag: "--speculate",
+    default: "auto",
+    help: "Speculative decoding from the reply's own tokens: auto (where it pays; the default), lookup (every step with a guess) or off",
+  },
   reasoning: {
     env: "PARLEY_REASONING",
     doc: "a reasoning model's thought (`<think>…</think>` and the like): `separate` returns, streams and stores it apart from the answer (`reasoning`, `reasoning_content`); `hide` discards it (neither shown nor stored); `inline` leaves it in the answer's text as generated",
@@ -571,6 +582,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     contextOverflow: oneOf("contextOverflow", CONTEXT_OVERFLOW_MODES),
     contextSlackPercent: int("contextSlackPercent", 10, 90),
     promptEnds: oneOf("promptEnds", PROMPT_ENDS_MODES),
+    speculate: oneOf("speculate", SPECULATE_MODES),
   };
 }
 

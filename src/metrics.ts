@@ -82,6 +82,18 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly draftTokens = new Counter({
+    name: "parley_draft_tokens_total",
+    help: "Tokens replies drafted from their own sequence (PARLEY_SPECULATE), by whether the sampler accepted them",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+
+  drafted(drafted: number, accepted: number): void {
+    this.draftTokens.inc({ outcome: "accepted" }, accepted);
+    this.draftTokens.inc({ outcome: "rejected" }, drafted - accepted);
+  }
+
   modelLoaded(model: string, seconds: number): void {
     this.modelLoadSeconds.set({ model }, seconds);
     this.modelLoads.inc({ model });
@@ -93,6 +105,7 @@ export class Metrics {
     // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
     for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
     for (const source of ["cached", "evaluated"]) this.promptTokens.inc({ source }, 0);
+    for (const outcome of ["accepted", "rejected"]) this.draftTokens.inc({ outcome }, 0);
     new Gauge({
       name: "parley_queue_depth",
       help: "Chat requests waiting for a free sequence",

@@ -1,4 +1,4 @@
-/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { median, medianSeries, sum } from "../../test/support/stats";
@@ -29,6 +29,7 @@ import { contextOverflow } from "./overflow";
 import { type Server, startBaseline } from "./procs";
 import { quotaCost } from "./quotas";
 import { retrieval } from "./retrieval";
+import { speculation } from "./speculation";
 import { structuredOutput } from "./structured";
 import { modelSwitch } from "./switch";
 import { sharedSystemPrompt } from "./system-prompt";
@@ -265,6 +266,7 @@ export const scenarios: Scenario[] = [
   sharedSystemPrompt,
   quotaCost,
   modelSwitch,
+  speculation,
   kvType,
   retrieval,
 ];

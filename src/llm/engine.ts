@@ -39,6 +39,7 @@ import {
   type ReasoningMode,
   type ReplyPiece,
   type Sampling,
+  type Speculate,
   type SpelledToken,
   samplingOf,
   type TokenLogprob,
@@ -80,6 +81,10 @@ export interface EngineOptions extends LoadOptions {
   contextSlack?: number;
   /** Prompts' ends ready at once: one a batch, shortest first (default), or together. */
   promptEnds?: PromptEnds;
+  /** Speculative decoding of replies (default `auto`). */
+  speculate?: Speculate;
+  /** Tokens replies drafted, and of those the ones accepted, as they are verified. */
+  onDrafts?: (drafted: number, accepted: number) => void;
   /**
    * The operator's turns every conversation starts with (a system prompt): evaluated into every
    * sequence at load, so a new conversation's first turn reuses them rather than evaluating them.
@@ -183,7 +188,13 @@ export class Engine {
       const warn = options.onWarning ?? (() => {});
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       const sequences = Array.from({ length: parallel }, () => context.getSequence());
-      const scheduler = new Scheduler(context, sequences, { promptChunk, kv, ...(options.promptEnds ? { promptEnds: options.promptEnds } : {}) });
+      const scheduler = new Scheduler(context, sequences, {
+        promptChunk,
+        kv,
+        ...(options.promptEnds ? { promptEnds: options.promptEnds } : {}),
+        ...(options.speculate ? { speculate: options.speculate } : {}),
+        ...(options.onDrafts ? { onDrafts: options.onDrafts } : {}),
+      });
       const engine = new Engine(
         llama,
         model,

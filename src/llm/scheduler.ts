@@ -48,12 +48,14 @@ import {
   dropLast,
   type Sampled,
   Sampler,
+  type Stepped,
   sequenceIdOf,
   type TokenLogprobs,
 } from "../natives/addon";
+import { DraftLength } from "./draft-length";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
-import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling } from "./types";
+import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling, type Speculate } from "./types";
 
 export enum SlotState {
   /** No turn: the sequence holds what its last turn left. */
@@ -144,6 +146,10 @@ export interface SchedulerOptions {
   kv?: KvStore;
   /** How prompts' ends ready at once are evaluated: one a batch, shortest first (default), or in one batch. */
   promptEnds?: PromptEnds;
+  /** Whether replies' steps verify drafts of their own tokens (see `decodeSteps`): default `auto`. */
+  speculate?: Speculate;
+  /** Each native run's drafted tokens, and of those the ones accepted. */
+  onDrafts?: (drafted: number, accepted: number) => void;
 }
 
 /**
@@ -153,6 +159,13 @@ export interface SchedulerOptions {
  * as many.
  */
 const STEPS_PER_CALL = 4;
+
+/**
+ * With `speculate` "auto", the most tokens a batch of replies' steps holds, their drafts included:
+ * past the weights' read a CPU computes a batch's tokens one after another, so drafts in a batch
+ * this full cost about what their accepted tokens save (`bun run bench perf --only B18`).
+ */
+const VERIFY_TOKENS = 16;
 
 /** The kinds of work, in the order a step serves them. */
 const PROMPT_END = 0;
@@ -185,6 +198,8 @@ interface Job {
   stepped: number;
   /** Tokens handed to `onToken`. */
   given: number;
+  /** How many tokens its steps draft: none where replies do not speculate. */
+  draft?: DraftLength;
   end(error?: unknown): void;
 }
 
@@ -206,11 +221,13 @@ export class Scheduler {
   private readonly promptChunk: number;
   private readonly endsApart: boolean;
   private readonly kv: KvStore | undefined;
+  private readonly speculate: Speculate;
+  private readonly onDrafts: ((drafted: number, accepted: number) => void) | undefined;
 
   constructor(
     private readonly context: LlamaContext,
     sequences: readonly LlamaContextSequence[],
-    { promptChunk, kv, promptEnds = "shortest" }: SchedulerOptions,
+    { promptChunk, kv, promptEnds = "shortest", speculate = "auto", onDrafts }: SchedulerOptions,
   ) {
     // A prompt's end must fit a batch, or no batch could ever take it.
     if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);
@@ -218,6 +235,8 @@ export class Scheduler {
     this.promptChunk = promptChunk;
     this.endsApart = promptEnds === "shortest";
     this.kv = kv;
+    this.speculate = speculate;
+    this.onDrafts = onDrafts;
     this.slots = sequences.map((sequence) => new Slot(sequence));
   }
 
@@ -238,6 +257,7 @@ export class Scheduler {
       sampler: new Sampler(this.context, slot.sequence.model, turn.sampling),
       stepped: -1,
       given: 0,
+      ...(this.speculate === "off" ? {} : { draft: new DraftLength() }),
       end: (error) => {
         if (!this.jobs.delete(job)) return;
         job.sampler.dispose();
@@ -526,58 +546,79 @@ export class Scheduler {
   }
 
   /**
-   * Replies with nothing else to decode beside them: several steps a native call, no more than the
-   * closest reply's `maxTokens` or `mayForceAt` allows, aborted by new work for the loop. Where a reply ends inside
-   * them, the tokens decoded past its end are taken back out of its sequence before its turn ends,
-   * so it holds what one step a batch leaves.
+   * Replies with nothing else to decode beside them: several steps a native call, no reply past its
+   * `maxTokens` or `mayForceAt`, aborted by new work for the loop. Each reply's step verifies its
+   * draft too (see `draftLengths`). Where a reply ends inside them, the tokens decoded past its end
+   * are taken back out of its sequence before its turn ends, so it holds what one step a batch leaves.
    */
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
-    let tokens: Token[][];
+    let stepped: Stepped[];
     this.stepping = true;
     try {
-      const entries = jobs.map((job) => ({ sequence: job.slot.sequence, token: job.pending[0]!, sampler: job.sampler }));
+      const drafts = this.draftLengths(jobs);
+      const entries = jobs.map((job, i) => ({
+        sequence: job.slot.sequence,
+        token: job.pending[0]!,
+        sampler: job.sampler,
+        limit: Math.max(1, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given),
+        ...(drafts[i]! > 0 ? { draft: drafts[i]! } : {}),
+      }));
       // Asked once the lock is taken: an abort before the call began would not reach it.
-      const steps = () =>
-        this.needsLoop()
-          ? 0
-          : Math.max(
-              1,
-              jobs.reduce((steps, job) => Math.min(steps, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given), STEPS_PER_CALL),
-            );
-      tokens = await decodeSteps(this.context, entries, steps);
+      stepped = await decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : STEPS_PER_CALL));
     } catch (error) {
       for (const job of jobs) job.end(error);
       return;
     } finally {
       this.stepping = false;
     }
-    const taken = tokens[0]!.length;
     // None when work for the loop came before the steps began or aborted the first.
-    if (taken === 0) return;
-    for (const job of jobs) job.stepped = this.step;
+    if (stepped.every(({ tokens }) => tokens.length === 0)) return;
+    let drafted = 0;
+    let accepted = 0;
     const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
-    // Step by step, as the batches would have given them.
-    for (let step = 0; step < taken; step++) {
-      for (const [i, job] of jobs.entries()) {
-        if (ended.has(job)) continue;
+    for (const [i, job] of jobs.entries()) {
+      job.stepped = this.step;
+      const { tokens } = stepped[i]!;
+      drafted += stepped[i]!.drafted;
+      accepted += stepped[i]!.accepted;
+      job.draft?.update(stepped[i]!.drafted, stepped[i]!.accepted);
+      for (const [at, token] of tokens.entries()) {
         // As before a batch: an abort, or the context's disposal (taking back fails then, and the
         // turn ends with that error), ends the turn with the token given last unevaluated.
-        if (step > 0 && (job.turn.signal.aborted || this.context.disposed)) {
-          ended.set(job, { decodedPast: taken - step });
-          continue;
+        if (at > 0 && (job.turn.signal.aborted || this.context.disposed)) {
+          ended.set(job, { decodedPast: tokens.length - at });
+          break;
         }
-        const token = tokens[i]![step]!;
         // Ending the reply, this token is unevaluated; the ones after it were decoded.
         try {
-          if (!this.give(job, token)) ended.set(job, { decodedPast: taken - 1 - step });
+          if (!this.give(job, token)) {
+            ended.set(job, { decodedPast: tokens.length - 1 - at });
+            break;
+          }
           // `mayForceAt` ends the run where tokens may be forced: the steps past them would be wrong.
-          else if (job.pending.length > 1 && step < taken - 1) throw new Error("a reply forced tokens inside a native run of steps");
+          if (job.pending.length > 1 && at < tokens.length - 1) throw new Error("a reply forced tokens inside a native run of steps");
         } catch (failure) {
-          ended.set(job, { decodedPast: taken - 1 - step, failure });
+          ended.set(job, { decodedPast: tokens.length - 1 - at, failure });
+          break;
         }
       }
     }
+    if (drafted > 0) this.onDrafts?.(drafted, accepted);
     for (const [job, { decodedPast, failure }] of ended) await this.endStepped(job, decodedPast, failure);
+  }
+
+  /**
+   * Each reply's draft length for the next steps. llama.cpp computes a batch whose sequences bring
+   * different token counts in several pieces, each a read of every weight: replies stepping together
+   * draft alike (the natives pad a shorter guess), as long as the one that wants the least. With
+   * `auto`, a batch verifies `VERIFY_TOKENS` at most, its replies' own tokens included.
+   */
+  private draftLengths(jobs: readonly Job[]): number[] {
+    const wanted = jobs.map((job) => job.draft?.next ?? 0);
+    const most = Math.floor((this.speculate === "auto" ? Math.min(VERIFY_TOKENS, this.context.batchSize) : this.context.batchSize) / jobs.length) - 1;
+    if (jobs.length === 1) return [Math.min(wanted[0]!, most)];
+    const common = Math.max(0, Math.min(most, ...wanted));
+    return jobs.map(() => common);
   }
 
   /** Ends a stepped reply's turn once the last `decodedPast` tokens its sequence holds are taken back out. */

@@ -287,6 +287,14 @@ export const PROMPT_ENDS_MODES = ["shortest", "together"] as const;
 export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];
 
 /**
+ * Speculative decoding: whether replies' steps verify tokens guessed from their own sequence
+ * (prompt lookup). `auto`: where it pays (each reply's draft follows its acceptance, and drafts
+ * stay out of batches already full); `lookup`: in every step with a guess; `off`: never.
+ */
+export const SPECULATE_MODES = ["auto", "lookup", "off"] as const;
+export type Speculate = (typeof SPECULATE_MODES)[number];
+
+/**
  * Reply tokens a prompt of `promptTokens` leaves room for: `maxTokens`, within what the context has
  * left (one token stays free at its end), and at least 1, so a full context still answers.
  */

@@ -23,7 +23,16 @@ interface AddonContext {
   sampleToken(batchLogitIndex: number, sampler: AddonSampler): Promise<Token | -1>;
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): boolean;
   /** Parley's compiled natives add these (src/natives/decode-steps.cpp, token-logprobs.cpp, pooled-embeddings.cpp); the npm prebuilt lacks them. */
-  decodeSteps?(sequenceIds: number[], positions: number[], tokens: Token[], samplers: AddonSampler[], steps: number): Promise<Int32Array>;
+  decodeSteps?(
+    sequenceIds: number[],
+    positions: number[],
+    tokens: Token[],
+    samplers: AddonSampler[],
+    limits: number[],
+    steps: number,
+    draftLengths?: number[],
+    histories?: Uint32Array[],
+  ): Promise<Int32Array>;
   abortSteps?(): void;
   tokenLogprobs?(batchLogitIndex: number, token: Token, top: number): Float64Array;
   tokenBytes?(token: Token): Uint8Array;
@@ -324,40 +333,65 @@ export interface StepsEntry {
   sequence: LlamaContextSequence;
   token: Token;
   sampler: Sampler;
+  /** Tokens it may sample at most in the call: the call ends once one entry has. */
+  limit: number;
+  /** Tokens guessed from its own sequence (src/natives/lookup-draft.h) that each step verifies at most; none without. */
+  draft?: number;
+}
+
+/** What `decodeSteps` gave an entry. */
+export interface Stepped {
+  tokens: Token[];
+  /** Of the tokens its steps drafted, how many, and how many the sampler sampled too. */
+  drafted: number;
+  accepted: number;
 }
 
 /**
  * The next tokens of each of these replies, decoded together a batch a step and sampled on the
- * decode thread without coming back here between steps (src/natives/decode-steps.cpp): each
- * entry's tokens, as many for all. The first step decodes each reply's `token`, the next ones the
- * tokens sampled. As many as `steps`, asked once the context's lock is taken, says (none for 0: an
- * abort before the call began would not reach it); fewer after a step that sampled an end of
- * generation, or after `abortSteps`. The sequences hold every token decoded: `dropLast` takes back
- * those past where a reply ended.
+ * decode thread without coming back here between steps (src/natives/decode-steps.cpp). The first
+ * step decodes each reply's `token`, the next ones the tokens sampled, with each entry's draft
+ * after its token: a step then gives an entry every drafted token its sampler sampled too, and the
+ * one it sampled after them. As many steps as `steps`, asked once the context's lock is taken, says
+ * (none for 0: an abort before the call began would not reach it); fewer after a step that sampled
+ * an end of generation or brought an entry to its limit, or after `abortSteps`. The sequences hold
+ * every token decoded: `dropLast` takes back those past where a reply ended.
  */
-export async function decodeSteps(context: LlamaContext, entries: readonly StepsEntry[], steps: () => number): Promise<Token[][]> {
+export async function decodeSteps(context: LlamaContext, entries: readonly StepsEntry[], steps: () => number): Promise<Stepped[]> {
   return await locked(context, async (ctx) => {
     const wanted = steps();
-    if (wanted < 1) return entries.map(() => []);
+    if (wanted < 1) return entries.map(() => ({ tokens: [], drafted: 0, accepted: 0 }));
     const sequences = entries.map(({ sequence }) => internals<SequenceInternals>(sequence));
     const positions = sequences.map((seq) => seq._nextTokenIndex);
     // One position stays free at the end, as node-llama-cpp keeps it.
-    const count = positions.reduce((room, position) => Math.min(room, context.contextSize - 1 - position), wanted);
-    if (count < 1) throw new Error("the sequence's context is full");
+    const limits = entries.map(({ limit }, i) => Math.min(limit, context.contextSize - 1 - positions[i]!));
+    if (limits.some((limit) => limit < 1)) throw new Error("the sequence's context is full");
+    // Only a drafting sequence's tokens are copied: the others draft nothing.
+    const drafting = entries.some(({ draft }) => (draft ?? 0) > 0);
+    const draftLengths = drafting ? entries.map(({ draft }) => draft ?? 0) : undefined;
+    const histories = drafting ? sequences.map((seq, i) => (entries[i]!.draft ? Uint32Array.from(seq._contextTokens) : new Uint32Array(0))) : undefined;
     const sampled = await repairing(ctx, entries, () =>
       ctx.decodeSteps!(
         sequences.map((seq) => seq._sequenceId),
         positions,
         entries.map(({ token }) => token),
         entries.map(({ sampler }) => sampler.native),
-        count,
+        limits,
+        wanted,
+        draftLengths,
+        histories,
       ),
     );
-    const taken = sampled.length / entries.length;
-    const tokens = entries.map((_, i) => Array.from({ length: taken }, (_, step) => sampled[step * entries.length + i]! as Token));
-    // Aborted in its first step, the call decoded nothing.
-    if (taken > 0) recordDecoded(entries.map(({ sequence, token }, i) => ({ sequence, tokens: [token, ...tokens[i]!.slice(0, -1)] })));
-    return tokens;
+    const n = entries.length;
+    let at = 3 * n;
+    const stepped = entries.map((_, i) => {
+      const tokens = Array.from(sampled.subarray(at, (at += sampled[i]!)) as Int32Array, (token) => token as Token);
+      return { tokens, drafted: sampled[n + i]!, accepted: sampled[2 * n + i]! };
+    });
+    recordDecoded(
+      entries.flatMap(({ sequence, token }, i) => (stepped[i]!.tokens.length > 0 ? [{ sequence, tokens: [token, ...stepped[i]!.tokens.slice(0, -1)] }] : [])),
+    );
+    return stepped;
   });
 }
 

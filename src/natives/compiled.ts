@@ -27,9 +27,15 @@ export const CPU_VARIANTS_HOOK = join(import.meta.dir, "cpu-variants.cmake");
  * decode-steps.cpp (the running replies decoded and sampled there for several steps a call).
  */
 export const DECODE_THREAD_HOOK = join(import.meta.dir, "decode-thread.cmake");
-const HOOK_SOURCES = ["decode-thread.h", "decode-thread.cpp", "decode-steps.cpp", "addon-methods.h", "token-logprobs.cpp", "pooled-embeddings.cpp"].map(
-  (name) => join(import.meta.dir, name),
-);
+const HOOK_SOURCES = [
+  "decode-thread.h",
+  "decode-thread.cpp",
+  "decode-steps.cpp",
+  "lookup-draft.h",
+  "addon-methods.h",
+  "token-logprobs.cpp",
+  "pooled-embeddings.cpp",
+].map((name) => join(import.meta.dir, name));
 
 /**
  * Symbols only an addon built with the decode-thread hook has: its decode thread, its decodeSteps

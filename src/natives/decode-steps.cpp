@@ -1,12 +1,18 @@
 // Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
 // do beside them (and, defined in token-logprobs.cpp, appends that file's two):
-// - decodeSteps(sequenceIds, positions, tokens, samplers, steps): on the decode thread, decodes one
-//   batch of each sequence's token at its position, samples each sequence's next token with its
-//   sampler, decodes those in the next batch, and so on, `steps` times at most; resolves to an
-//   Int32Array of the tokens sampled, step by step (each step's tokens in the sequences' order).
-//   It stops early after a step that sampled an end-of-generation token, or once abortSteps() is
-//   called. Whatever ends it, every sequence of the call then holds exactly the steps it returned:
-//   a failure rejects and leaves them as they were before the call.
+// - decodeSteps(sequenceIds, positions, tokens, samplers, limits, steps, draftLengths?, histories?):
+//   on the decode thread, decodes one batch of each sequence's token at its position, samples each
+//   sequence's next token with its sampler, decodes those in the next batch, and so on, `steps`
+//   batches at most. It stops early after a batch that sampled an end-of-generation token or
+//   brought a sequence to its limit of sampled tokens, or once abortSteps() is called.
+//   With drafts, each sequence's token goes into the batch followed by up to its draft length of
+//   tokens guessed from its history (lookup-draft.h; beside other sequences, exactly its draft
+//   length), and the sampler verifies them: a batch then gives a sequence every drafted token its
+//   sampler sampled too, and the one sampled after them.
+//   Resolves to an Int32Array: each sequence's count of sampled tokens, then of drafted tokens,
+//   then of accepted ones, then each sequence's tokens in turn. Whatever ends it, every sequence
+//   then holds exactly its input and the tokens returned but the last: a failure rejects and leaves
+//   them as they were before the call.
 // - abortSteps(): a running decodeSteps ends within its current step, through llama.cpp's abort
 //   callback (asked between two ops of the graph), and resolves to the tokens of the steps before.
 //   For a turn that needs the context now, instead of waiting for the step in flight.
@@ -21,6 +27,7 @@
 // The link also wraps llama_log_set (an aborted step's own log lines are dropped) and
 // llama_memory_seq_add/div (a position shift they leave pending is applied by the next decode,
 // which must then not be abortable).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -38,6 +45,7 @@
 #include "AddonSampler.h"
 #include "addon-methods.h"
 #include "decode-thread.h"
+#include "lookup-draft.h"
 #include "llama.h"
 #include "napi.h"
 
@@ -107,43 +115,96 @@ struct Steps {
     AddonContext * context;
     std::vector<AddonSampler *> samplers;
     std::vector<int32_t> sequenceIds;
+    // Each sequence's position of the token the next step decodes.
     std::vector<int32_t> positions;
     // Each sequence's token the next step decodes.
     std::vector<llama_token> inputs;
+    // The tokens each sequence may sample at most: the run ends once one has.
+    std::vector<int32_t> limits;
+    // Batches at most.
     int32_t count;
+    // Drafted tokens each sequence's step verifies at most (none without histories).
+    std::vector<int32_t> draftLengths;
+    // Each drafting sequence's tokens, ending with its input: where its drafts are looked up.
+    std::vector<std::vector<llama_token>> histories;
     uint64_t abortion = aborts.load();
     // llama.cpp saw the abort inside the decode in flight: what it logs from then on is the abort's.
     bool abortSeen = false;
     // The context has no abort callback of this call's (set once, before the first abortable decode).
     bool unarmed = true;
-    std::vector<llama_token> tokens;
+    // Each sequence's sampled tokens, and the drafted tokens its steps verified and accepted.
+    std::vector<std::vector<llama_token>> sampled;
+    std::vector<int32_t> drafted;
+    std::vector<int32_t> accepted;
     std::string error;
     napi_deferred deferred = nullptr;
 
-    // On the decode thread; as the addon's decode and sample workers for a batch of a token per sequence.
+    // On the decode thread; as the addon's decode and sample workers for a batch of each
+    // sequence's token, and its draft after it.
     void run() {
         const int32_t n = static_cast<int32_t>(sequenceIds.size());
-        llama_batch batch = llama_batch_init(n, 0, 1);
+        const std::vector<int32_t> starts = positions;
+        sampled.assign(n, {});
+        drafted.assign(n, 0);
+        accepted.assign(n, 0);
+        int32_t capacity = n;
+        for (const int32_t length : draftLengths) capacity += length;
+        llama_batch batch = llama_batch_init(capacity, 0, 1);
         llama_memory_t memory = llama_get_memory(context->ctx);
         // No shift can become pending during the run: the JS side holds the context's lock, which
         // node-llama-cpp's erasures take. One pending at the start is applied by the first decode.
         bool shift = shiftPending(memory);
+        std::vector<std::vector<llama_token>> drafts(n);
+        std::vector<int32_t> firsts(n);
         try {
             const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
             for (int32_t step = 0; step < count && !aborted(this); step++) {
-                batch.n_tokens = n;
+                batch.n_tokens = 0;
                 for (int32_t i = 0; i < n; i++) {
-                    batch.token[i] = inputs[i];
-                    batch.pos[i] = positions[i] + step;
-                    batch.n_seq_id[i] = 1;
-                    batch.seq_id[i][0] = sequenceIds[i];
-                    batch.logits[i] = true;
+                    firsts[i] = batch.n_tokens;
+                    const int32_t room = limits[i] - static_cast<int32_t>(sampled[i].size()) - 1;
+                    if (!histories.empty()) {
+                        const int32_t length = std::min(draftLengths[i], room);
+                        lookup::draft(histories[i], length, drafts[i]);
+                        // llama.cpp computes a batch whose sequences bring different token counts
+                        // in several pieces, each a read of every weight: beside others, a draft
+                        // is as long as theirs, the guess it lacks its input repeated.
+                        while (n > 1 && static_cast<int32_t>(drafts[i].size()) < length) drafts[i].push_back(inputs[i]);
+                    }
+                    add(batch, inputs[i], positions[i], sequenceIds[i]);
+                    for (size_t d = 0; d < drafts[i].size(); d++) add(batch, drafts[i][d], positions[i] + 1 + static_cast<int32_t>(d), sequenceIds[i]);
                 }
-                if (!decode(batch, shift) || !sample()) break;
+                if (!decode(batch, shift)) break;
                 if (shift) shiftApplied(memory);
                 shift = false;
                 bool ended = false;
-                for (const llama_token token : inputs) ended = ended || llama_vocab_is_eog(vocab, token);
+                for (int32_t i = 0; i < n; i++) {
+                    // The sampler takes the logits after the input, then after each drafted token
+                    // while it samples the token drafted there: what it samples is always the
+                    // reply's next token, as without a draft, so the reply is the same one.
+                    const int32_t drafting = static_cast<int32_t>(drafts[i].size());
+                    int32_t taken = 0;
+                    for (;;) {
+                        llama_token token;
+                        if (!sample(i, firsts[i] + taken, token)) return finish(batch, starts);
+                        const bool guessed = taken < drafting && drafts[i][taken] == token;
+                        taken++;
+                        accepted[i] += guessed ? 1 : 0;
+                        sampled[i].push_back(token);
+                        if (!histories.empty()) histories[i].push_back(token);
+                        inputs[i] = token;
+                        if (llama_vocab_is_eog(vocab, token)) {
+                            ended = true;
+                            break;
+                        }
+                        if (!guessed) break;
+                    }
+                    drafted[i] += drafting;
+                    positions[i] += taken;
+                    // The drafted tokens after the first one rejected go back out.
+                    if (taken <= static_cast<int32_t>(drafts[i].size())) llama_memory_seq_rm(memory, sequenceIds[i], positions[i], -1);
+                    if (static_cast<int32_t>(sampled[i].size()) >= limits[i]) ended = true;
+                }
                 if (ended) break;
             }
         } catch (const std::exception & failure) {
@@ -151,13 +212,29 @@ struct Steps {
         } catch (...) {
             error = "Unknown error when calling \"llama_decode\"";
         }
+        finish(batch, starts);
+    }
+
+    static void add(llama_batch & batch, llama_token token, int32_t position, int32_t sequenceId) {
+        const int32_t i = batch.n_tokens++;
+        batch.token[i] = token;
+        batch.pos[i] = position;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = sequenceId;
+        batch.logits[i] = true;
+    }
+
+    // What the sequences hold past the tokens handed back goes: llama.cpp takes an aborted or
+    // failed batch's cells back out only from the piece (ubatch) it was computing, and splits a
+    // batch into pieces where the sequence ids are not consecutive. A failure hands back none.
+    void finish(llama_batch & batch, const std::vector<int32_t> & starts) {
         llama_set_abort_callback(context->ctx, nullptr, nullptr);
-        // What the sequences hold past the steps handed back goes: llama.cpp takes an aborted or
-        // failed batch's cells back out only from the piece (ubatch) it was computing, and splits a
-        // batch into pieces where the sequence ids are not consecutive. A failure hands back none.
-        const int32_t kept = error.empty() ? static_cast<int32_t>(tokens.size()) / n : 0;
-        if (!error.empty()) tokens.clear();
-        for (int32_t i = 0; i < n; i++) llama_memory_seq_rm(memory, sequenceIds[i], positions[i] + kept, -1);
+        llama_memory_t memory = llama_get_memory(context->ctx);
+        for (size_t i = 0; i < sequenceIds.size(); i++) {
+            if (!error.empty()) sampled[i].clear();
+            // The sequence holds its input and every sampled token but the last, not yet decoded.
+            llama_memory_seq_rm(memory, sequenceIds[i], starts[i] + static_cast<int32_t>(sampled[i].size()), -1);
+        }
         llama_batch_free(batch);
     }
 
@@ -197,30 +274,27 @@ struct Steps {
         return true;
     }
 
-    // Every sequence's next token, from its logits in the batch just decoded (batch index i).
-    bool sample() {
-        for (size_t i = 0; i < samplers.size(); i++) {
-            AddonSampler * sampler = samplers[i];
-            sampler->rebuildChainIfNeeded();
-            std::unique_lock<std::mutex> lock(context->sharedSamplerData.mutex);
-            if (!context->sharedSamplerData.gotLogit) {
-                context->sharedSamplerData.hasLogits = llama_get_logits(context->ctx) != nullptr;
-                context->sharedSamplerData.gotLogit = true;
-            }
-            if (!context->sharedSamplerData.hasLogits) {
-                error = "This model does not support token generation";
-                return false;
-            }
-            llama_token_data_array candidates;
-            sampler->sampleAndReleaseLock(context->sharedSamplerData.mutex, lock, context->ctx, static_cast<int32_t>(i), candidates, false);
-            if (candidates.size == 0 || candidates.selected < 0 || static_cast<size_t>(candidates.selected) >= candidates.size) {
-                error = "llama.cpp failed to sample a token";
-                return false;
-            }
-            inputs[i] = candidates.data[candidates.selected].id;
-            sampler->acceptToken(inputs[i]);
+    // Sequence i's next token, from the logits at `index` of the batch just decoded.
+    bool sample(int32_t i, int32_t index, llama_token & token) {
+        AddonSampler * sampler = samplers[i];
+        sampler->rebuildChainIfNeeded();
+        std::unique_lock<std::mutex> lock(context->sharedSamplerData.mutex);
+        if (!context->sharedSamplerData.gotLogit) {
+            context->sharedSamplerData.hasLogits = llama_get_logits(context->ctx) != nullptr;
+            context->sharedSamplerData.gotLogit = true;
         }
-        tokens.insert(tokens.end(), inputs.begin(), inputs.end());
+        if (!context->sharedSamplerData.hasLogits) {
+            error = "This model does not support token generation";
+            return false;
+        }
+        llama_token_data_array candidates;
+        sampler->sampleAndReleaseLock(context->sharedSamplerData.mutex, lock, context->ctx, index, candidates, false);
+        if (candidates.size == 0 || candidates.selected < 0 || static_cast<size_t>(candidates.selected) >= candidates.size) {
+            error = "llama.cpp failed to sample a token";
+            return false;
+        }
+        token = candidates.data[candidates.selected].id;
+        sampler->acceptToken(token);
         return true;
     }
 };
@@ -245,9 +319,19 @@ void settle(napi_env env, napi_value, void * returnData, void * stepsData) {
     }
     Napi::HandleScope scope(env);
     if (steps->error.empty()) {
-        Napi::Int32Array tokens = Napi::Int32Array::New(env, steps->tokens.size());
-        for (size_t i = 0; i < steps->tokens.size(); i++) tokens[i] = steps->tokens[i];
-        napi_resolve_deferred(env, steps->deferred, tokens);
+        // Each sequence's count of tokens sampled, of drafted tokens and of those accepted; then the tokens.
+        const size_t n = steps->sampled.size();
+        size_t length = 3 * n;
+        for (const auto & tokens : steps->sampled) length += tokens.size();
+        Napi::Int32Array out = Napi::Int32Array::New(env, length);
+        size_t at = 3 * n;
+        for (size_t i = 0; i < n; i++) {
+            out[i] = static_cast<int32_t>(steps->sampled[i].size());
+            out[n + i] = steps->drafted[i];
+            out[2 * n + i] = steps->accepted[i];
+            for (const llama_token token : steps->sampled[i]) out[at++] = token;
+        }
+        napi_resolve_deferred(env, steps->deferred, out);
     } else {
         napi_reject_deferred(env, steps->deferred, Napi::Error::New(env, steps->error).Value());
     }
@@ -320,45 +404,68 @@ napi_value start(napi_env env, const Napi::CallbackInfo & info) {
     if (!instanceOf(env, info.This(), classesOfThisThread.context)) return fail(Napi::TypeError::New(env, "decodeSteps: `this` is not an AddonContext"));
     AddonContext * context = Napi::ObjectWrap<AddonContext>::Unwrap(info.This().As<Napi::Object>());
     if (context == nullptr || context->disposed || context->ctx == nullptr) return fail(Napi::Error::New(env, "Context is disposed"));
-    const char * signature = "decodeSteps(sequenceIds: number[], positions: number[], tokens: number[], samplers: AddonSampler[], steps: number)";
-    if (info.Length() < 5 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray() || !info[4].IsNumber()) {
+    const char * signature =
+        "decodeSteps(sequenceIds: number[], positions: number[], tokens: number[], samplers: AddonSampler[], limits: number[], steps: number, "
+        "draftLengths?: number[], histories?: Uint32Array[])";
+    if (info.Length() < 6 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray() || !info[4].IsArray() ||
+        !info[5].IsNumber()) {
         return fail(Napi::TypeError::New(env, signature));
     }
     const Napi::Array ids = info[0].As<Napi::Array>();
     const Napi::Array positions = info[1].As<Napi::Array>();
     const Napi::Array inputs = info[2].As<Napi::Array>();
     const Napi::Array samplers = info[3].As<Napi::Array>();
+    const Napi::Array limits = info[4].As<Napi::Array>();
+    const bool drafting = info.Length() > 6 && !info[6].IsUndefined();
+    if (drafting && (info.Length() < 8 || !info[6].IsArray() || !info[7].IsArray())) return fail(Napi::TypeError::New(env, signature));
     const uint32_t n = ids.Length();
     const uint32_t sequences = llama_n_seq_max(context->ctx);
-    if (n == 0 || n > sequences || n > llama_n_batch(context->ctx) || positions.Length() != n || inputs.Length() != n || samplers.Length() != n) {
-        return fail(Napi::RangeError::New(env, "decodeSteps: one to the context's sequence count of sequences, each with a position, a token and a sampler"));
+    if (n == 0 || n > sequences || positions.Length() != n || inputs.Length() != n || samplers.Length() != n || limits.Length() != n ||
+        (drafting && (info[6].As<Napi::Array>().Length() != n || info[7].As<Napi::Array>().Length() != n))) {
+        return fail(Napi::RangeError::New(env, "decodeSteps: one to the context's sequence count of sequences, each with a position, a token, a sampler and a limit"));
     }
     int64_t count = 0;
-    if (!integerOf(info[4], std::numeric_limits<int32_t>::min(), INT32_LIMIT, count)) return fail(Napi::TypeError::New(env, signature));
+    if (!integerOf(info[5], 1, INT32_LIMIT, count)) return fail(Napi::RangeError::New(env, "decodeSteps: steps is a whole number of at least 1"));
     const int64_t contextSize = llama_n_ctx_seq(context->ctx);
     const int64_t vocabulary = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(context->ctx)));
-    auto steps = std::make_unique<Steps>(Steps{context, {}, {}, {}, {}, static_cast<int32_t>(count)});
+    auto steps = std::make_unique<Steps>(Steps{context, {}, {}, {}, {}, {}, static_cast<int32_t>(count)});
     std::vector<bool> seen(sequences, false);
+    int64_t batchTokens = 0;
     for (uint32_t i = 0; i < n; i++) {
-        int64_t id = 0, position = 0, token = 0;
+        int64_t id = 0, position = 0, token = 0, limit = 0, draftLength = 0;
         if (!integerOf(ids.Get(i), 0, INT32_LIMIT, id) || !integerOf(positions.Get(i), 0, INT32_LIMIT, position) ||
-            !integerOf(inputs.Get(i), 0, INT32_LIMIT, token)) {
+            !integerOf(inputs.Get(i), 0, INT32_LIMIT, token) || !integerOf(limits.Get(i), 1, INT32_LIMIT, limit) ||
+            (drafting && !integerOf(info[6].As<Napi::Array>().Get(i), 0, INT32_LIMIT, draftLength))) {
             return fail(Napi::TypeError::New(env, signature));
         }
-        // One position stays free at the end of the sequence's context, as node-llama-cpp keeps it.
-        if (id >= sequences || seen[id] || count < 1 || position + count >= contextSize) {
-            return fail(Napi::RangeError::New(env, "decodeSteps: a sequence (or a repeated one), position or step count is outside the context"));
+        // One position stays free at the end of the sequence's context, as node-llama-cpp keeps it:
+        // every token sampled, and every drafted one, stays below it.
+        if (id >= sequences || seen[id] || position + limit >= contextSize) {
+            return fail(Napi::RangeError::New(env, "decodeSteps: a sequence (or a repeated one), position or limit is outside the context"));
         }
         if (token >= vocabulary) return fail(Napi::RangeError::New(env, "decodeSteps: a token is outside the model's vocabulary"));
         seen[id] = true;
+        batchTokens += 1 + draftLength;
         if (!instanceOf(env, samplers.Get(i), classesOfThisThread.sampler)) return fail(Napi::TypeError::New(env, "decodeSteps: a sampler is not an AddonSampler"));
         AddonSampler * sampler = Napi::ObjectWrap<AddonSampler>::Unwrap(samplers.Get(i).As<Napi::Object>());
         if (sampler == nullptr || sampler->disposed) return fail(Napi::Error::New(env, "decodeSteps: a sampler is disposed"));
         steps->sequenceIds.push_back(static_cast<int32_t>(id));
         steps->positions.push_back(static_cast<int32_t>(position));
         steps->inputs.push_back(static_cast<llama_token>(token));
+        steps->limits.push_back(static_cast<int32_t>(limit));
         steps->samplers.push_back(sampler);
+        if (!drafting) continue;
+        const Napi::Value history = info[7].As<Napi::Array>().Get(i);
+        if (!history.IsTypedArray() || history.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+            return fail(Napi::TypeError::New(env, signature));
+        }
+        const Napi::Uint32Array held = history.As<Napi::Uint32Array>();
+        std::vector<llama_token> tokens(held.Data(), held.Data() + held.ElementLength());
+        tokens.push_back(static_cast<llama_token>(token));
+        steps->draftLengths.push_back(static_cast<int32_t>(draftLength));
+        steps->histories.push_back(std::move(tokens));
     }
+    if (batchTokens > llama_n_batch(context->ctx)) return fail(Napi::RangeError::New(env, "decodeSteps: the tokens and drafts exceed the context's batch"));
     {
         std::lock_guard<std::mutex> lock(callsMutex);
         if (calling.count(context) > 0) return fail(Napi::Error::New(env, "decodeSteps: a call on this context is still out"));

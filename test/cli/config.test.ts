@@ -65,6 +65,15 @@ describe("several models", () => {
   });
 });
 
+describe("PARLEY_SPECULATE", () => {
+  test("auto by default, lookup or off when chosen; another value stops start-up", () => {
+    expect(loadConfig({}).speculate).toBe("auto");
+    expect(loadConfig({ PARLEY_SPECULATE: "lookup" }).speculate).toBe("lookup");
+    expect(loadConfig({ PARLEY_SPECULATE: "off" }).speculate).toBe("off");
+    expect(() => loadConfig({ PARLEY_SPECULATE: "always" })).toThrow(new ConfigError(`PARLEY_SPECULATE must be one of auto, lookup, off (got "always")`));
+  });
+});
+
 describe("PARLEY_KV_TYPE", () => {
   test("f16 by default, q8_0 or q4_0 when chosen; a quantized cache without flash attention, or another type, stops start-up", () => {
     expect(loadConfig({}).kvType).toBe("f16");

@@ -8,7 +8,7 @@ import fc from "fast-check";
 import { getLlama, type Llama, type LlamaModel, type Token } from "node-llama-cpp";
 import { Engine, type GenerateRequest, type GenerateResult } from "../../src/llm/engine";
 import { sharedPrefix } from "../../src/llm/prompt";
-import { allowSlowTests, presetModel, testSeed } from "../support";
+import { allowSlowTests, generated, presetModel, testSeed } from "../support";
 
 allowSlowTests();
 
@@ -27,13 +27,7 @@ afterAll(async () => {
   await vocab.dispose();
 });
 
-async function run(request: GenerateRequest): Promise<GenerateResult> {
-  const generation = engine.generate(request);
-  for (;;) {
-    const step = await generation.next();
-    if (step.done) return step.value;
-  }
-}
+const run = (request: GenerateRequest): Promise<GenerateResult> => generated(engine, request);
 
 const request = fc.record({
   user: fc.integer({ min: 0, max: 2 }),

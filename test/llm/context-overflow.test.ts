@@ -6,19 +6,13 @@
  * evaluating the whole window only once in several turns.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
-import { presetModel, tempDir, testEngine } from "../support";
+import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
+import { generated, presetModel, tempDir, testEngine } from "../support";
 
 const SYSTEM = "Answer in one short line.";
 const TURNS = 14;
 
-async function run(engine: Engine, request: GenerateRequest): Promise<GenerateResult> {
-  const generation = engine.generate(request);
-  for (;;) {
-    const step = await generation.next();
-    if (step.done) return step.value;
-  }
-}
+const run = generated;
 
 /** A conversation of `TURNS` turns on `engine` under one key; each turn's result. `between` runs after each turn. */
 async function converse(engine: Engine, key: string, between?: (t: number) => Promise<unknown>): Promise<{ history: Turn[]; results: GenerateResult[] }> {

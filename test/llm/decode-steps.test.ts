@@ -15,7 +15,16 @@ import { compiledNatives, endlessSampler, presetModel, runTurn, until, withSeed 
 const natives = await compiledNatives();
 
 interface Addon {
-  decodeSteps(sequenceIds: unknown, positions: unknown, tokens: unknown, samplers: unknown, steps: unknown): Promise<Int32Array>;
+  decodeSteps(
+    sequenceIds: unknown,
+    positions: unknown,
+    tokens: unknown,
+    samplers: unknown,
+    limits: unknown,
+    steps: unknown,
+    draftLengths?: unknown,
+    histories?: unknown,
+  ): Promise<Int32Array>;
   abortSteps(): void;
   initBatch(size: number): void;
   addToBatch(sequenceId: number, firstTokenSequenceIndex: number, tokens: Uint32Array, logitIndexes: Uint32Array): Uint32Array;
@@ -23,6 +32,9 @@ interface Addon {
   removeTokenCellsFromSequence(sequenceId: number, start: number, end: number): void;
   getSequenceKvCacheMaxPosition(sequenceId: number): number;
 }
+
+/** A one-sequence call's tokens, from the addon's answer (its counts first). */
+const tokensOf = (answer: Int32Array) => [...answer.subarray(3, 3 + answer[0]!)];
 
 /** The object's property, its methods bound to it: a proxy's caller would otherwise be their `this`. */
 function bound(target: object, key: string | symbol): unknown {
@@ -42,7 +54,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   let sequences: LlamaContextSequence[];
   let addon: Addon;
   let aborts = 0;
-  /** Each decodeSteps call's step count. */
+  /** Each decodeSteps call's most tokens a reply may take (its steps, or a reply's limit if fewer). */
   const stepCounts: number[] = [];
   /** Called right after each decodeSteps call has begun, until it returns true. */
   let onStepsCall: (() => boolean) | undefined;
@@ -62,7 +74,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
         if (key === "decodeSteps") {
           return (...args: Parameters<Addon["decodeSteps"]>) => {
             const call = target.decodeSteps(...args);
-            stepCounts.push(args[4] as number);
+            stepCounts.push(Math.min(args[5] as number, ...(args[4] as number[])));
             if (onStepsCall?.()) onStepsCall = undefined;
             return call;
           };
@@ -184,8 +196,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       }),
     );
     type Prompted = (typeof prompted)[number];
-    const call = ({ id, position, token, sampler }: Prompted, steps: number, after: Int32Array = new Int32Array(0), on: Addon = addon) =>
-      on.decodeSteps([id], [position + after.length], [after.at(-1) ?? token], [sampler.native], steps);
+    const call = ({ id, position, token, sampler }: Prompted, steps: number, after: readonly number[] = [], on: Addon = addon) =>
+      on.decodeSteps([id], [position + after.length], [after.at(-1) ?? token], [sampler.native], [steps], steps).then(tokensOf);
     const [first, second] = prompted as [Prompted, Prompted];
     const most = context.contextSize - 1 - Math.max(first.position, second.position) - 8;
     // Another context's call holds the one decode thread: a call queued behind it is aborted before it begins.
@@ -199,14 +211,15 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
         [otherSequence.nextTokenIndex],
         [otherSampled!.token],
         [otherSampler.native],
+        [most],
         most,
       );
       // The call through addon.ts begins after the abort: it decodes nothing, and its sequence holds what it held.
       const held = { next: second.sequence.nextTokenIndex, tokens: [...second.sequence.contextTokens] };
       onStepsCall = () => (addon.abortSteps(), true);
-      const [none] = await decodeSteps(context, [second], () => most);
-      expect((await blocking).length).toBeLessThan(most);
-      expect(none).toEqual([]);
+      const [none] = await decodeSteps(context, [{ ...second, limit: most }], () => most);
+      expect(tokensOf(await blocking).length).toBeLessThan(most);
+      expect(none).toEqual({ tokens: [], drafted: 0, accepted: 0 });
       expect({ next: second.sequence.nextTokenIndex, tokens: second.sequence.contextTokens }).toEqual(held);
       // A second call on a context while one is out is refused, whatever its sequences.
       const running = call(first, most);
@@ -243,7 +256,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       try {
         for (const sequence of [first!, third!]) {
           const sampler = endlessSampler(three, small);
-          entries.push({ sequence, token: 0 as Token, sampler });
+          entries.push({ sequence, token: 0 as Token, sampler, limit: 200 });
           const [sampled] = await decodeBatch(three, [{ sequence, tokens: small.tokenize("the sea is calm tonight"), sampler }]);
           entries.at(-1)!.token = sampled!.token;
         }
@@ -260,12 +273,12 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
           const timer = setTimeout(() => abortSteps(three), random.int(1, 25));
           const tokens = await decodeSteps(three, entries, () => 200);
           clearTimeout(timer);
-          for (const [i, entry] of entries.entries()) entry.token = tokens[i]!.at(-1) ?? entry.token;
+          for (const [i, entry] of entries.entries()) entry.token = tokens[i]!.tokens.at(-1) ?? entry.token;
           expect(held()).toEqual(held().map(({ id, next }) => ({ id, next, last: next - 1 })));
         }
         // And they go on stepping from there.
         const more = await decodeSteps(three, entries, () => 4);
-        expect(more.map((tokens) => tokens.length)).toEqual([4, 4]);
+        expect(more.map(({ tokens }) => tokens.length)).toEqual([4, 4]);
       } finally {
         for (const { sampler } of entries) sampler.dispose();
         await three.dispose();
@@ -392,33 +405,46 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     disposed.dispose();
     const id = sequenceIdOf(sequences[0]!);
     try {
-      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], "4")).toThrow(TypeError);
-      expect(() => addon.decodeSteps(id, 0, 1, sampler.native, 4)).toThrow(TypeError);
-      expect(() => addon.decodeSteps([id], [0], ["1"], [sampler.native], 4)).toThrow(TypeError);
-      expect(() => addon.decodeSteps([], [], [], [], 4)).toThrow(/one to the context's sequence count/);
-      expect(() => addon.decodeSteps([id, id + 1], [0], [1, 1], [sampler.native, sampler.native], 4)).toThrow(/one to the context's sequence count/);
-      expect(() => addon.decodeSteps([0, 1, 2], [0, 0, 0], [1, 1, 1], [sampler.native, sampler.native, sampler.native], 4)).toThrow(
+      const steps = (ids: unknown, positions: unknown, tokens: unknown, samplers: unknown, limits: unknown = [4], count: unknown = 4, ...drafts: unknown[]) =>
+        addon.decodeSteps(ids, positions, tokens, samplers, limits, count, ...drafts);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], "4")).toThrow(TypeError);
+      expect(() => steps(id, 0, 1, sampler.native, 4)).toThrow(TypeError);
+      expect(() => steps([id], [0], ["1"], [sampler.native])).toThrow(TypeError);
+      expect(() => steps([], [], [], [], [])).toThrow(/one to the context's sequence count/);
+      expect(() => steps([id, id + 1], [0], [1, 1], [sampler.native, sampler.native], [4, 4])).toThrow(/one to the context's sequence count/);
+      expect(() => steps([id], [0], [1], [sampler.native], [4, 4])).toThrow(/one to the context's sequence count/);
+      expect(() => steps([0, 1, 2], [0, 0, 0], [1, 1, 1], [sampler.native, sampler.native, sampler.native], [4, 4, 4])).toThrow(
         /one to the context's sequence count/,
       );
-      expect(() => addon.decodeSteps([id], [0], [1], [{}], 4)).toThrow(/not an AddonSampler/);
-      expect(() => addon.decodeSteps([id], [0], [1], [disposed.native], 4)).toThrow(/a sampler is disposed/);
-      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], 0)).toThrow(/outside the context/);
-      expect(() => addon.decodeSteps([id], [10_000], [1], [sampler.native], 4)).toThrow(/outside the context/);
-      expect(() => addon.decodeSteps([id, id], [0, 0], [1, 1], [sampler.native, sampler.native], 4)).toThrow(/repeated/);
-      // Numbers that are not whole must not become sequence 0, position 0 or token 0.
+      expect(() => steps([id], [0], [1], [{}])).toThrow(/not an AddonSampler/);
+      expect(() => steps([id], [0], [1], [disposed.native])).toThrow(/a sampler is disposed/);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 0)).toThrow(/at least 1/);
+      expect(() => steps([id], [0], [1], [sampler.native], [0])).toThrow(TypeError);
+      expect(() => steps([id], [10_000], [1], [sampler.native])).toThrow(/outside the context/);
+      expect(() => steps([id], [0], [1], [sampler.native], [10_000])).toThrow(/outside the context/);
+      expect(() => steps([id, id], [0, 0], [1, 1], [sampler.native, sampler.native], [4, 4])).toThrow(/repeated/);
+      // Numbers that are not whole must not become sequence 0, position 0, token 0 or a limit.
       for (const bad of [NaN, 0.5, Infinity, -1, 2 ** 31]) {
-        expect(() => addon.decodeSteps([bad], [0], [1], [sampler.native], 4)).toThrow(TypeError);
-        expect(() => addon.decodeSteps([id], [bad], [1], [sampler.native], 4)).toThrow(TypeError);
-        expect(() => addon.decodeSteps([id], [0], [bad], [sampler.native], 4)).toThrow(TypeError);
+        expect(() => steps([bad], [0], [1], [sampler.native])).toThrow(TypeError);
+        expect(() => steps([id], [bad], [1], [sampler.native])).toThrow(TypeError);
+        expect(() => steps([id], [0], [bad], [sampler.native])).toThrow(TypeError);
+        expect(() => steps([id], [0], [1], [sampler.native], [bad])).toThrow(TypeError);
+        expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [bad], [new Uint32Array(0)])).toThrow(TypeError);
       }
-      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], NaN)).toThrow(TypeError);
-      expect(() => addon.decodeSteps([id], [0], [1], [sampler.native], 2.5)).toThrow(TypeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], NaN)).toThrow(RangeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 2.5)).toThrow(RangeError);
       // Positions are checked in 64 bits: this sum overflows 32.
-      expect(() => addon.decodeSteps([id], [2 ** 31 - 2], [1], [sampler.native], 4)).toThrow(/outside the context/);
-      expect(() => addon.decodeSteps([id], [0], [model.fileInfo.metadata.tokenizer.ggml.tokens.length], [sampler.native], 4)).toThrow(/vocabulary/);
+      expect(() => steps([id], [2 ** 31 - 2], [1], [sampler.native])).toThrow(/outside the context/);
+      expect(() => steps([id], [0], [model.fileInfo.metadata.tokenizer.ggml.tokens.length], [sampler.native])).toThrow(/vocabulary/);
+      // Drafts: a length and a history (a Uint32Array of tokens) for each sequence, within the batch.
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2])).toThrow(TypeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], [[1, 2]])).toThrow(TypeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], [new Int32Array(2)])).toThrow(TypeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2, 2], [new Uint32Array(2)])).toThrow(/one to the context's sequence count/);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [context.batchSize], [new Uint32Array(2)])).toThrow(/exceed the context's batch/);
       // Objects of another native class are refused, as `this` and as a sampler.
-      expect(() => addon.decodeSteps([id], [0], [1], [addon], 4)).toThrow(/not an AddonSampler/);
-      expect(() => addon.decodeSteps.call(sampler.native, [id], [0], [1], [sampler.native], 4)).toThrow(/not an AddonContext/);
+      expect(() => steps([id], [0], [1], [addon])).toThrow(/not an AddonSampler/);
+      expect(() => addon.decodeSteps.call(sampler.native, [id], [0], [1], [sampler.native], [4], 4)).toThrow(/not an AddonContext/);
     } finally {
       sampler.dispose();
     }
@@ -455,7 +481,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
 
   test("an idle process exits on its own: the way back to the JS thread holds it only while a call is out", async () => {
     const { code, out } = await child(`
-      const [tokens] = await decodeSteps(context, [{ sequence, token: model.tokenize("hello")[0], sampler }], () => 3);
+      const [{ tokens }] = await decodeSteps(context, [{ sequence, token: model.tokenize("hello")[0], sampler, limit: 3 }], () => 3);
       console.log("sampled", tokens.length);
     `);
     expect(out).toMatch(/^sampled 3$/m);
@@ -464,7 +490,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
 
   test("a process exiting while a call runs (a second signal's exit, say) ends cleanly: the call is aborted and waited for", async () => {
     const { code, out } = await child(`
-      const running = decodeSteps(context, [{ sequence, token: model.tokenize("hello")[0], sampler }], () => 4000);
+      const running = decodeSteps(context, [{ sequence, token: model.tokenize("hello")[0], sampler, limit: 4000 }], () => 4000);
       console.log("running");
       setTimeout(() => process.exit(7), 5);
       await running;
@@ -483,9 +509,9 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       let token = first.token;
       let cut = 0;
       for (let call = 0; call < 5; call++) {
-        const running = decodeSteps(context, [{ sequence, token, sampler }], () => 1000);
+        const running = decodeSteps(context, [{ sequence, token, sampler, limit: 1000 }], () => 1000);
         setTimeout(() => abortSteps(context), 15);
-        const [tokens] = await running;
+        const [{ tokens }] = await running;
         token = tokens.at(-1) ?? token;
         if (tokens.length < 1000) cut++;
       }

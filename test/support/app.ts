@@ -14,6 +14,7 @@ import type { FileType, ModelPreset } from "../../src/gguf/presets";
 import { createApp, type HttpLimits } from "../../src/http/app";
 import { BackgroundResponses } from "../../src/http/background-responses";
 import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode, type Turn } from "../../src/llm/engine";
+import type { Speculate } from "../../src/llm/types";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
 import { Metrics } from "../../src/metrics";
 import { presetModel, tempDir } from "./files";
@@ -132,9 +133,13 @@ export async function testEngine(
     contextOverflow?: ContextOverflow;
     contextSlack?: number;
     primedTurns?: Turn[];
+    speculate?: Speculate;
+    onDrafts?: (drafted: number, accepted: number) => void;
   } = {},
 ) {
   return Engine.load({
+    speculate: options.speculate,
+    onDrafts: options.onDrafts,
     reasoning: options.reasoning,
     batchSize: options.batchSize,
     contextOverflow: options.contextOverflow,
@@ -146,6 +151,15 @@ export async function testEngine(
     contextSize: options.contextSize ?? 2048,
     threads: 1,
   });
+}
+
+/** The engine's result for the request, its pieces read and dropped. */
+export async function generated(engine: Engine, request: GenerateRequest): Promise<GenerateResult> {
+  const generation = engine.generate(request);
+  for (;;) {
+    const step = await generation.next();
+    if (step.done) return step.value;
+  }
 }
 
 /** One generation an engine was asked for, and what it evaluated. */

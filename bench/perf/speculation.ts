@@ -1,0 +1,105 @@
+/**
+ * B17 and B18, replies that repeat their context (issue #50): each turn pastes ~300 tokens the
+ * model itself wrote earlier, one word changed, and asks for it back; one stream (B17), then 4 and
+ * 8 (B18). Parley as it starts by default (PARLEY_SPECULATE=auto) against llama-server by default
+ * and with its lookup speculation `--spec-type ngram-mod` (the best of its n-gram kinds on this
+ * text: ../shared/notes/stack-facts.md), all up together and alternating. Parley's acceptance comes
+ * from its /metrics; bench-small's greedy replies cycle, as a reply that quotes code does.
+ */
+import { median } from "../../test/support/stats";
+import type { TurnTiming } from "./clients";
+import { aggregateTps } from "./concurrency";
+import { alternate, type Context, type Row, ratio, type Scenario, sides } from "./harness";
+import { startLlamaServer } from "./procs";
+import { userMessage } from "./text";
+
+const PASTED_TOKENS = 300;
+const SPEC_FLAGS = ["--spec-type", "ngram-mod"];
+
+type Name = "parley" | "llamaServer" | "llamaServerSpec";
+
+/** The text with its `n`th word (counted from the middle) replaced: one change, a different one per stream. */
+function changed(text: string, n: number): string {
+  const words = text.split(" ");
+  const at = Math.floor(words.length / 2) + n;
+  words[at % words.length] = "zozoba";
+  return words.join(" ");
+}
+
+/** Parley's drafted and accepted tokens so far, from its metrics. */
+async function drafts(url: string): Promise<{ accepted: number; rejected: number }> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const count = (outcome: string) => Number(new RegExp(`^parley_draft_tokens_total\\{outcome="${outcome}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? Number.NaN);
+  return { accepted: count("accepted"), rejected: count("rejected") };
+}
+
+export const speculation: Scenario = {
+  ids: ["B17", "B18"],
+  async run(ctx: Context): Promise<Row[]> {
+    const rows: Row[] = [];
+    const [me, them] = sides(ctx);
+    // The model's own text, written once by Parley's first warm-up, pasted by every turn after.
+    let pasted: string | undefined;
+    for (const streams of [1, 4, 8]) {
+      const yardstick = (flags: string[]) => () =>
+        startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel: streams, contextSize: ctx.contextSize, flags });
+      const contenders = [
+        { name: "parley" as Name, side: me!, start: me!.start(streams) },
+        ...(them
+          ? [
+              { name: "llamaServer" as Name, side: them, start: yardstick([]) },
+              { name: "llamaServerSpec" as Name, side: them, start: yardstick(SPEC_FLAGS) },
+            ]
+          : []),
+      ];
+      type Contender = (typeof contenders)[number];
+      const round = (contender: Contender, url: string, tag: string): Promise<TurnTiming[]> =>
+        Promise.all(
+          Array.from({ length: streams }, (_, i) =>
+            contender.side.ask(url, `spec-${tag}-${i}`, `Here is a text: ${changed(pasted!, i)} Write it out again.`, ctx.decodeTokens),
+          ),
+        );
+      const before: Partial<Record<Name, { accepted: number; rejected: number }>> = {};
+      const { runs } = await alternate(
+        contenders,
+        (contender) => contender.start,
+        async (contender, server) => {
+          pasted ??= (await contender.side.ask(server.url, "spec-source", userMessage(17_000, 50), PASTED_TOKENS)).reply;
+          await round(contender, server.url, "warm");
+          if (contender.name === "parley") before.parley = await drafts(server.url);
+        },
+        async (contender, url, run) => {
+          const tps = aggregateTps(await round(contender, url, String(run)));
+          if (contender.name === "parley" && run === ctx.runs * 2 - 1) {
+            const after = await drafts(url);
+            before.parley = { accepted: after.accepted - before.parley!.accepted, rejected: after.rejected - before.parley!.rejected };
+          }
+          return tps;
+        },
+        ctx.runs * 2,
+      );
+      const [tps, plain, spec] = [median(runs.parley!), runs.llamaServer && median(runs.llamaServer), runs.llamaServerSpec && median(runs.llamaServerSpec)];
+      const acceptance = before.parley && before.parley.accepted / (before.parley.accepted + before.parley.rejected);
+      const what = `repeating replies, aggregate decode tok/s, ${streams} stream${streams > 1 ? "s" : ""}`;
+      const detail = {
+        parley: runs.parley,
+        llamaServer: runs.llamaServer,
+        llamaServerSpec: runs.llamaServerSpec,
+        parleyDrafts: before.parley,
+        parleyAcceptance: acceptance,
+      };
+      const id = streams === 1 ? "B17" : "B18";
+      rows.push({
+        id,
+        what: `${what} vs llama-server's default`,
+        parley: tps,
+        yardstick: plain,
+        ratio: ratio(tps, plain),
+        target: [">=", streams === 1 ? 1.5 : 1.2],
+        detail,
+      });
+      rows.push({ id, what: `${what} vs llama-server ${SPEC_FLAGS.join(" ")}`, parley: tps, yardstick: spec, ratio: ratio(tps, spec), target: [">=", 1.0] });
+    }
+    return rows;
+  },
+};

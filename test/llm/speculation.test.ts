@@ -1,0 +1,98 @@
+/**
+ * Speculative decoding (PARLEY_SPECULATE): replies' steps verify tokens guessed from their own
+ * sequence, and the sampler keeps only the guesses it samples itself, so a reply is the one it is
+ * without drafts. The generated bigram models' greedy replies run into cycles their drafts guess,
+ * and their logits are far enough apart that llama.cpp's one-token and several-token kernels agree
+ * on every choice: there, the replies must match token for token. Skipped without compiled
+ * natives, as test/llm/decode-steps.test.ts.
+ */
+import { describe, expect, test } from "bun:test";
+import { getLlama, type Token } from "node-llama-cpp";
+import { FAMILY_PRESETS } from "../../src/gguf/families";
+import type { ModelPreset } from "../../src/gguf/presets";
+import type { Engine, GenerateRequest } from "../../src/llm/engine";
+import type { Speculate } from "../../src/llm/types";
+import { allowSlowTests, compiledNatives, generated, presetModel, testEngine } from "../support";
+
+allowSlowTests();
+
+const natives = await compiledNatives();
+
+const QUESTIONS = ["tell me about the ships and the sea", "what is the weather like"];
+
+/** The model's end-of-generation tokens: banned, its greedy replies run on into cycles instead of ending after a sentence. */
+async function endTokens(preset: ModelPreset): Promise<number[]> {
+  const model = await (await getLlama({ gpu: false, build: "never" })).loadModel({ modelPath: await presetModel(preset) });
+  try {
+    return Array.from(model.fileInfo.metadata.tokenizer.ggml.tokens.keys()).filter((token) => model.isEogToken(token as Token));
+  } finally {
+    await model.dispose();
+  }
+}
+
+const ask = (content: string, ends: readonly number[], temperature: number, seed?: number): GenerateRequest => ({
+  conversationKey: `spec-${content}-${seed ?? 0}`,
+  cacheScope: "u",
+  history: [{ role: "user", content }],
+  maxTokens: 96,
+  temperature,
+  logitBias: Object.fromEntries(ends.map((token) => [token, -100])),
+  ...(seed === undefined ? {} : { seed }),
+});
+
+/** Each request's reply text and tokens, asked together on an engine of `preset` that speculates as `speculate`, and its drafts' counts. */
+async function replies(preset: ModelPreset, speculate: Speculate, requests: readonly GenerateRequest[]) {
+  const drafts = { drafted: 0, accepted: 0 };
+  const engine: Engine = await testEngine({
+    preset,
+    speculate,
+    parallel: requests.length,
+    onDrafts: (drafted, accepted) => {
+      drafts.drafted += drafted;
+      drafts.accepted += accepted;
+    },
+  });
+  try {
+    const results = await Promise.all(requests.map((request) => generated(engine, request)));
+    return { texts: results.map(({ text, completionTokens }) => ({ text, completionTokens })), drafts };
+  } finally {
+    await engine.close();
+  }
+}
+
+describe.skipIf(natives === undefined)("speculative decoding (compiled natives)", () => {
+  for (const preset of ["demo", ...FAMILY_PRESETS] as const) {
+    test(`${preset}: at temperature 0 a reply with drafts is token for token the one without, alone and beside another`, async () => {
+      const ends = await endTokens(preset);
+      for (const questions of [QUESTIONS.slice(0, 1), QUESTIONS]) {
+        const requests = questions.map((question) => ask(question, ends, 0));
+        const off = await replies(preset, "off", requests);
+        const on = await replies(preset, "lookup", requests);
+        expect(off.drafts.drafted).toBe(0);
+        // The drafts were verified, and some were right: the test would see a wrong acceptance.
+        expect(on.drafts.accepted).toBeGreaterThan(0);
+        expect(on.texts).toEqual(off.texts);
+      }
+    }, 60_000);
+  }
+
+  test("sampled replies (temperature 1, seeded) are the same with drafts and without: each token is the sampler's own draw, once", async () => {
+    // The sampler draws each of a reply's tokens once, from the logits after the reply so far, and
+    // keeps a drafted token only where its draw is that token (speculative sampling's rule for a
+    // draft that is certain of its guess): the draws, and so the reply, are those without drafts.
+    const ends = await endTokens("demo");
+    const requests = [11, 12, 13, 14].map((seed) => ask(QUESTIONS[0]!, ends, 1, seed));
+    const off = [];
+    const on = [];
+    let accepted = 0;
+    for (const request of requests) {
+      off.push(...(await replies("demo", "off", [request])).texts);
+      const drafted = await replies("demo", "lookup", [request]);
+      on.push(...drafted.texts);
+      accepted += drafted.drafts.accepted;
+    }
+    expect(accepted).toBeGreaterThan(0);
+    expect(new Set(off.map(({ text }) => text)).size).toBeGreaterThan(1);
+    expect(on).toEqual(off);
+  }, 120_000);
+});
