@@ -429,7 +429,7 @@ export const CONFIG_SPEC = {
   },
   speculate: {
     env: "PARLEY_SPECULATE",
-    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without (`docs/performance.md`). `auto` drafts where it pays (each reply's draft length follows its acceptance, and drafts stay out of batches already full); `lookup` drafts in every step with a guess; `off` never drafts",
+    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without (`docs/performance.md`). `auto` drafts where it pays (the draft length weighs how often the replies' guesses have been right against what verifying them costs in a batch that size); `lookup` drafts at least a token in every step with a guess; `off` never drafts",
     shownDefault: "`auto`",
     flag: "--speculate",
     default: "auto",

@@ -1,7 +1,7 @@
 /**
  * B17 and B18, replies that repeat their context (issue #50): each turn pastes ~300 tokens the
- * model itself wrote earlier, one word changed, and asks for it back; one stream (B17), then 4 and
- * 8 (B18). Parley as it starts by default (PARLEY_SPECULATE=auto) against llama-server by default
+ * model itself wrote (a new text every turn), one word changed, and asks for it back; one stream
+ * (B17), then 4 and 8 (B18). Parley as it starts by default (PARLEY_SPECULATE=auto) against llama-server by default
  * and with its lookup speculation `--spec-type ngram-mod` (the best of its n-gram kinds on this
  * text: ../shared/notes/stack-facts.md), all up together and alternating. Parley's acceptance comes
  * from its /metrics; bench-small's greedy replies cycle, as a reply that quotes code does.
@@ -10,7 +10,7 @@ import { median } from "../../test/support/stats";
 import type { TurnTiming } from "./clients";
 import { aggregateTps } from "./concurrency";
 import { alternate, type Context, type Row, ratio, type Scenario, sides } from "./harness";
-import { startLlamaServer } from "./procs";
+import { ADMIN_KEY, startLlamaServer } from "./procs";
 import { userMessage } from "./text";
 
 const PASTED_TOKENS = 300;
@@ -28,7 +28,7 @@ function changed(text: string, n: number): string {
 
 /** Parley's drafted and accepted tokens so far, from its metrics. */
 async function drafts(url: string): Promise<{ accepted: number; rejected: number }> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  const text = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${ADMIN_KEY}` } })).text();
   const count = (outcome: string) => Number(new RegExp(`^parley_draft_tokens_total\\{outcome="${outcome}"\\} (\\S+)$`, "m").exec(text)?.[1] ?? Number.NaN);
   return { accepted: count("accepted"), rejected: count("rejected") };
 }
@@ -38,8 +38,7 @@ export const speculation: Scenario = {
   async run(ctx: Context): Promise<Row[]> {
     const rows: Row[] = [];
     const [me, them] = sides(ctx);
-    // The model's own text, written once by Parley's first warm-up, pasted by every turn after.
-    let pasted: string | undefined;
+    const rounds = ctx.runs * 2;
     for (const streams of [1, 4, 8]) {
       const yardstick = (flags: string[]) => () =>
         startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel: streams, contextSize: ctx.contextSize, flags });
@@ -53,40 +52,54 @@ export const speculation: Scenario = {
           : []),
       ];
       type Contender = (typeof contenders)[number];
-      const round = (contender: Contender, url: string, tag: string): Promise<TurnTiming[]> =>
+      // The model's own texts, a new one for every turn: llama-server's n-gram speculation keeps
+      // what a slot decoded across requests, and a text it had answered before would be drafted
+      // from its own earlier reply. Written by Parley's warm-up, round 0 the warm-up's own.
+      const texts: string[][] = [];
+      const round = (contender: Contender, url: string, run: number): Promise<TurnTiming[]> =>
         Promise.all(
           Array.from({ length: streams }, (_, i) =>
-            contender.side.ask(url, `spec-${tag}-${i}`, `Here is a text: ${changed(pasted!, i)} Write it out again.`, ctx.decodeTokens),
+            contender.side.ask(url, `spec-${run}-${i}`, `Here is a text: ${changed(texts[run]![i]!, i)} Write it out again.`, ctx.decodeTokens),
           ),
         );
-      const before: Partial<Record<Name, { accepted: number; rejected: number }>> = {};
+      let accepted = Number.NaN;
+      let rejected = Number.NaN;
       const { runs } = await alternate(
         contenders,
         (contender) => contender.start,
         async (contender, server) => {
-          pasted ??= (await contender.side.ask(server.url, "spec-source", userMessage(17_000, 50), PASTED_TOKENS)).reply;
-          await round(contender, server.url, "warm");
-          if (contender.name === "parley") before.parley = await drafts(server.url);
+          for (let run = texts.length; run <= rounds; run++) {
+            texts.push(
+              (
+                await Promise.all(
+                  Array.from({ length: streams }, (_, i) =>
+                    contender.side.ask(server.url, `spec-source-${run}-${i}`, userMessage(17_000 + 100 * run + i, 50), PASTED_TOKENS),
+                  ),
+                )
+              ).map(({ reply }) => reply),
+            );
+          }
+          await round(contender, server.url, 0);
         },
         async (contender, url, run) => {
-          const tps = aggregateTps(await round(contender, url, String(run)));
-          if (contender.name === "parley" && run === ctx.runs * 2 - 1) {
+          const before = contender.name === "parley" ? await drafts(url) : undefined;
+          const tps = aggregateTps(await round(contender, url, run + 1));
+          if (before) {
             const after = await drafts(url);
-            before.parley = { accepted: after.accepted - before.parley!.accepted, rejected: after.rejected - before.parley!.rejected };
+            accepted = (Number.isNaN(accepted) ? 0 : accepted) + after.accepted - before.accepted;
+            rejected = (Number.isNaN(rejected) ? 0 : rejected) + after.rejected - before.rejected;
           }
           return tps;
         },
-        ctx.runs * 2,
+        rounds,
       );
       const [tps, plain, spec] = [median(runs.parley!), runs.llamaServer && median(runs.llamaServer), runs.llamaServerSpec && median(runs.llamaServerSpec)];
-      const acceptance = before.parley && before.parley.accepted / (before.parley.accepted + before.parley.rejected);
       const what = `repeating replies, aggregate decode tok/s, ${streams} stream${streams > 1 ? "s" : ""}`;
       const detail = {
         parley: runs.parley,
         llamaServer: runs.llamaServer,
         llamaServerSpec: runs.llamaServerSpec,
-        parleyDrafts: before.parley,
-        parleyAcceptance: acceptance,
+        parleyDrafts: { accepted, rejected, acceptance: accepted / (accepted + rejected) },
       };
       const id = streams === 1 ? "B17" : "B18";
       rows.push({

@@ -1,41 +1,56 @@
 /**
- * How many tokens a reply drafts a step (speculative decoding, src/natives/lookup-draft.h): its
- * draft length follows its own recent acceptance, as Hugging Face's assisted generation adapts its
- * assistant's: two more after a step whose drafts were all accepted, one fewer after one that was
- * not. A reply whose guesses keep failing stops drafting for a while, then tries again: its text
- * may start repeating later.
+ * How many tokens replies draft a step (speculative decoding, src/natives/lookup-draft.h). A
+ * drafted token is accepted with about the same chance `p` as the one before it, given that one
+ * was: a draft of k tokens then gains p(1 − p^k)/(1 − p) tokens a step on average. Verifying them
+ * costs batch tokens: past a step's fixed cost (reading every weight once, `STEP_TOKENS` tokens'
+ * worth on a CPU) each token is computed on its own, and replies stepping together draft alike (see
+ * `Scheduler.draftLengths`), so a token more in each of n replies' drafts costs n tokens. The
+ * length chosen is the one that gains the most tokens for its cost, none where none gains enough.
+ * Each reply's `p` follows how often its recent guesses were right: drafted tokens verified, and,
+ * where it drafts none, each step's guess checked against the token sampled, so a reply that does
+ * not draft learns when it should.
  */
 
-/** The longest draft: a batch of a reply's token and this many verifies on a CPU at a little over one token's cost. */
-export const MAX_DRAFT = 12;
-/** The draft of a reply that has not drafted yet: replies that quote their context are accepted from the start. */
-const FIRST_DRAFT = 4;
-/** Native runs of steps without a draft after its guesses failed at length one. */
-const REST_RUNS = 4;
+/** The longest draft. */
+const MAX_DRAFT = 48;
+/**
+ * A step's fixed cost, in tokens' worth of computation: bench-small's batches on 2 cores took 5.8
+ * ms plus 1.6 ms a token. One token alone takes another kernel (a matrix-vector product), so the
+ * first drafted token costs one more.
+ */
+const STEP_TOKENS = 3.6;
+/** What a draft must gain over a step without one: less is within the cost model's error. */
+const MARGIN = 1.05;
+/** The acceptance assumed of a reply that has not guessed yet. */
+const PRIOR = 0.5;
+/** Guesses that outweigh what was known before. */
+const WINDOW = 16;
 
 export class DraftLength {
-  private length = FIRST_DRAFT;
-  /** Runs left before a reply resting from drafting drafts again. */
-  private resting = 0;
+  /** The chance that a drafted token is accepted, given that the one before it was. */
+  acceptance = PRIOR;
 
-  /** The draft length of the reply's next step. */
-  get next(): number {
-    return this.resting > 0 ? 0 : this.length;
+  /** A native run of steps' guesses for the reply: how many were tried, and how many were right. */
+  update(tried: number, right: number): void {
+    if (tried > 0) this.acceptance += (right / tried - this.acceptance) * Math.min(1, tried / WINDOW);
   }
+}
 
-  /** What a native run of steps drafted for the reply, and how many of those its sampler accepted. */
-  update(drafted: number, accepted: number): void {
-    if (this.resting > 0) {
-      this.resting--;
-      return;
-    }
-    // Steps with no draft (nothing in the reply's tokens matched its end) say nothing of its guesses.
-    if (drafted === 0) return;
-    if (accepted === drafted) this.length = Math.min(MAX_DRAFT, this.length + 2);
-    else if (this.length > 1) this.length = Math.max(1, Math.min(this.length - 1, accepted + 1));
-    else if (accepted === 0) {
-      this.resting = REST_RUNS;
-      this.length = FIRST_DRAFT;
-    }
+/** Tokens a draft of `length` gains a step, each accepted with `p` given the one before. */
+const gained = (p: number, length: number) => (p >= 1 ? length : (p * (1 - p ** length)) / (1 - p));
+
+/**
+ * The draft length that gains the most tokens for its cost for replies stepping together with
+ * these acceptances, within `most`: 0 where none gains `MARGIN`, unless `atLeastOne`.
+ */
+export function draftLength(acceptances: readonly number[], most: number, atLeastOne = false): number {
+  const n = acceptances.length;
+  const step = STEP_TOKENS + n;
+  let best = { length: 0, rate: 1 };
+  for (let length = 1; length <= Math.min(most, MAX_DRAFT); length++) {
+    const tokens = acceptances.reduce((sum, p) => sum + 1 + gained(p, length), 0) / n;
+    const cost = (step + n * length + (n === 1 ? 1 : 0)) / step;
+    if (tokens / cost > best.rate) best = { length, rate: tokens / cost };
   }
+  return best.rate >= MARGIN || (atLeastOne && best.length > 0) ? best.length : atLeastOne ? Math.min(1, most) : 0;
 }

@@ -52,7 +52,7 @@ import {
   sequenceIdOf,
   type TokenLogprobs,
 } from "../natives/addon";
-import { DraftLength } from "./draft-length";
+import { DraftLength, draftLength } from "./draft-length";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling, type Speculate } from "./types";
@@ -159,13 +159,6 @@ export interface SchedulerOptions {
  * as many.
  */
 const STEPS_PER_CALL = 4;
-
-/**
- * With `speculate` "auto", the most tokens a batch of replies' steps holds, their drafts included:
- * past the weights' read a CPU computes a batch's tokens one after another, so drafts in a batch
- * this full cost about what their accepted tokens save (`bun run bench perf --only B18`).
- */
-const VERIFY_TOKENS = 16;
 
 /** The kinds of work, in the order a step serves them. */
 const PROMPT_END = 0;
@@ -561,7 +554,7 @@ export class Scheduler {
         token: job.pending[0]!,
         sampler: job.sampler,
         limit: Math.max(1, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given),
-        ...(drafts[i]! > 0 ? { draft: drafts[i]! } : {}),
+        ...(job.draft ? { draft: drafts[i]! } : {}),
       }));
       // Asked once the lock is taken: an abort before the call began would not reach it.
       stepped = await decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : STEPS_PER_CALL));
@@ -581,7 +574,7 @@ export class Scheduler {
       const { tokens } = stepped[i]!;
       drafted += stepped[i]!.drafted;
       accepted += stepped[i]!.accepted;
-      job.draft?.update(stepped[i]!.drafted, stepped[i]!.accepted);
+      job.draft?.update(stepped[i]!.tried, stepped[i]!.right);
       for (const [at, token] of tokens.entries()) {
         // As before a batch: an abort, or the context's disposal (taking back fails then, and the
         // turn ends with that error), ends the turn with the token given last unevaluated.
@@ -608,17 +601,19 @@ export class Scheduler {
   }
 
   /**
-   * Each reply's draft length for the next steps. llama.cpp computes a batch whose sequences bring
-   * different token counts in several pieces, each a read of every weight: replies stepping together
-   * draft alike (the natives pad a shorter guess), as long as the one that wants the least. With
-   * `auto`, a batch verifies `VERIFY_TOKENS` at most, its replies' own tokens included.
+   * The replies' draft length for the next steps, alike for all: llama.cpp computes a batch whose
+   * sequences bring different token counts in several pieces, each a read of every weight (the
+   * natives pad a shorter guess). `draftLength` weighs what it gains against what it costs, within
+   * the batch; with `lookup`, at least one token.
    */
   private draftLengths(jobs: readonly Job[]): number[] {
-    const wanted = jobs.map((job) => job.draft?.next ?? 0);
-    const most = Math.floor((this.speculate === "auto" ? Math.min(VERIFY_TOKENS, this.context.batchSize) : this.context.batchSize) / jobs.length) - 1;
-    if (jobs.length === 1) return [Math.min(wanted[0]!, most)];
-    const common = Math.max(0, Math.min(most, ...wanted));
-    return jobs.map(() => common);
+    if (jobs.some((job) => job.draft === undefined)) return jobs.map(() => 0);
+    const length = draftLength(
+      jobs.map((job) => job.draft!.acceptance),
+      Math.floor(this.context.batchSize / jobs.length) - 1,
+      this.speculate === "lookup",
+    );
+    return jobs.map(() => length);
   }
 
   /** Ends a stepped reply's turn once the last `decodedPast` tokens its sequence holds are taken back out. */

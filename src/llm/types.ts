@@ -288,8 +288,8 @@ export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];
 
 /**
  * Speculative decoding: whether replies' steps verify tokens guessed from their own sequence
- * (prompt lookup). `auto`: where it pays (each reply's draft follows its acceptance, and drafts
- * stay out of batches already full); `lookup`: in every step with a guess; `off`: never.
+ * (prompt lookup). `auto`: where it pays (see draft-length.ts); `lookup`: at least a token in every
+ * step with a guess; `off`: never.
  */
 export const SPECULATE_MODES = ["auto", "lookup", "off"] as const;
 export type Speculate = (typeof SPECULATE_MODES)[number];

@@ -335,7 +335,10 @@ export interface StepsEntry {
   sampler: Sampler;
   /** Tokens it may sample at most in the call: the call ends once one entry has. */
   limit: number;
-  /** Tokens guessed from its own sequence (src/natives/lookup-draft.h) that each step verifies at most; none without. */
+  /**
+   * Tokens guessed from its own sequence (src/natives/lookup-draft.h) that each step verifies at
+   * most; with 0, each step's guess is still checked (`Stepped.tried`). Without, no guesses.
+   */
   draft?: number;
 }
 
@@ -345,6 +348,9 @@ export interface Stepped {
   /** Of the tokens its steps drafted, how many, and how many the sampler sampled too. */
   drafted: number;
   accepted: number;
+  /** Its guesses tried (drafted tokens verified, and each step's guess at its next token where it drafted none), and those right. */
+  tried: number;
+  right: number;
 }
 
 /**
@@ -360,16 +366,18 @@ export interface Stepped {
 export async function decodeSteps(context: LlamaContext, entries: readonly StepsEntry[], steps: () => number): Promise<Stepped[]> {
   return await locked(context, async (ctx) => {
     const wanted = steps();
-    if (wanted < 1) return entries.map(() => ({ tokens: [], drafted: 0, accepted: 0 }));
+    if (wanted < 1) return entries.map(() => ({ tokens: [], drafted: 0, accepted: 0, tried: 0, right: 0 }));
     const sequences = entries.map(({ sequence }) => internals<SequenceInternals>(sequence));
     const positions = sequences.map((seq) => seq._nextTokenIndex);
     // One position stays free at the end, as node-llama-cpp keeps it.
     const limits = entries.map(({ limit }, i) => Math.min(limit, context.contextSize - 1 - positions[i]!));
     if (limits.some((limit) => limit < 1)) throw new Error("the sequence's context is full");
-    // Only a drafting sequence's tokens are copied: the others draft nothing.
-    const drafting = entries.some(({ draft }) => (draft ?? 0) > 0);
-    const draftLengths = drafting ? entries.map(({ draft }) => draft ?? 0) : undefined;
-    const histories = drafting ? sequences.map((seq, i) => (entries[i]!.draft ? Uint32Array.from(seq._contextTokens) : new Uint32Array(0))) : undefined;
+    // Only a guessing sequence's tokens are copied.
+    const guessing = entries.some(({ draft }) => draft !== undefined);
+    const draftLengths = guessing ? entries.map(({ draft }) => draft ?? 0) : undefined;
+    const histories = guessing
+      ? sequences.map((seq, i) => (entries[i]!.draft === undefined ? new Uint32Array(0) : Uint32Array.from(seq._contextTokens)))
+      : undefined;
     const sampled = await repairing(ctx, entries, () =>
       ctx.decodeSteps!(
         sequences.map((seq) => seq._sequenceId),
@@ -383,10 +391,10 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
       ),
     );
     const n = entries.length;
-    let at = 3 * n;
+    let at = 5 * n;
     const stepped = entries.map((_, i) => {
       const tokens = Array.from(sampled.subarray(at, (at += sampled[i]!)) as Int32Array, (token) => token as Token);
-      return { tokens, drafted: sampled[n + i]!, accepted: sampled[2 * n + i]! };
+      return { tokens, drafted: sampled[n + i]!, accepted: sampled[2 * n + i]!, tried: sampled[3 * n + i]!, right: sampled[4 * n + i]! };
     });
     recordDecoded(
       entries.flatMap(({ sequence, token }, i) => (stepped[i]!.tokens.length > 0 ? [{ sequence, tokens: [token, ...stepped[i]!.tokens.slice(0, -1)] }] : [])),

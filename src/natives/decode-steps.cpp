@@ -9,10 +9,12 @@
 //   tokens guessed from its history (lookup-draft.h; beside other sequences, exactly its draft
 //   length), and the sampler verifies them: a batch then gives a sequence every drafted token its
 //   sampler sampled too, and the one sampled after them.
+//   With histories but a draft length of 0, a step still guesses its next token, to be checked.
 //   Resolves to an Int32Array: each sequence's count of sampled tokens, then of drafted tokens,
-//   then of accepted ones, then each sequence's tokens in turn. Whatever ends it, every sequence
-//   then holds exactly its input and the tokens returned but the last: a failure rejects and leaves
-//   them as they were before the call.
+//   then of accepted ones, then of guesses tried (drafted tokens verified, and without a draft
+//   each step's guess at the next token), then of those right, then each sequence's tokens in
+//   turn. Whatever ends it, every sequence then holds exactly its input and the tokens returned
+//   but the last: a failure rejects and leaves them as they were before the call.
 // - abortSteps(): a running decodeSteps ends within its current step, through llama.cpp's abort
 //   callback (asked between two ops of the graph), and resolves to the tokens of the steps before.
 //   For a turn that needs the context now, instead of waiting for the step in flight.
@@ -136,6 +138,10 @@ struct Steps {
     std::vector<std::vector<llama_token>> sampled;
     std::vector<int32_t> drafted;
     std::vector<int32_t> accepted;
+    // Each sequence's guesses tried (a drafted token verified, or a step's guess at its next token
+    // without a draft) and those the sampler sampled too: how often its guesses are right.
+    std::vector<int32_t> tried;
+    std::vector<int32_t> right;
     std::string error;
     napi_deferred deferred = nullptr;
 
@@ -147,6 +153,8 @@ struct Steps {
         sampled.assign(n, {});
         drafted.assign(n, 0);
         accepted.assign(n, 0);
+        tried.assign(n, 0);
+        right.assign(n, 0);
         int32_t capacity = n;
         for (const int32_t length : draftLengths) capacity += length;
         llama_batch batch = llama_batch_init(capacity, 0, 1);
@@ -155,6 +163,8 @@ struct Steps {
         // node-llama-cpp's erasures take. One pending at the start is applied by the first decode.
         bool shift = shiftPending(memory);
         std::vector<std::vector<llama_token>> drafts(n);
+        // Each sequence's guess at its next token, drafted or not (-1: none).
+        std::vector<llama_token> guesses(n, -1);
         std::vector<int32_t> firsts(n);
         try {
             const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
@@ -165,7 +175,9 @@ struct Steps {
                     const int32_t room = limits[i] - static_cast<int32_t>(sampled[i].size()) - 1;
                     if (!histories.empty()) {
                         const int32_t length = std::min(draftLengths[i], room);
-                        lookup::draft(histories[i], length, drafts[i]);
+                        lookup::draft(histories[i], std::max(length, 1), drafts[i]);
+                        guesses[i] = drafts[i].empty() ? -1 : drafts[i][0];
+                        if (length < 1) drafts[i].clear();
                         // llama.cpp computes a batch whose sequences bring different token counts
                         // in several pieces, each a read of every weight: beside others, a draft
                         // is as long as theirs, the guess it lacks its input repeated.
@@ -184,12 +196,13 @@ struct Steps {
                     // reply's next token, as without a draft, so the reply is the same one.
                     const int32_t drafting = static_cast<int32_t>(drafts[i].size());
                     int32_t taken = 0;
+                    int32_t guessedRight = 0;
                     for (;;) {
                         llama_token token;
                         if (!sample(i, firsts[i] + taken, token)) return finish(batch, starts);
                         const bool guessed = taken < drafting && drafts[i][taken] == token;
                         taken++;
-                        accepted[i] += guessed ? 1 : 0;
+                        guessedRight += guessed ? 1 : 0;
                         sampled[i].push_back(token);
                         if (!histories.empty()) histories[i].push_back(token);
                         inputs[i] = token;
@@ -200,6 +213,16 @@ struct Steps {
                         if (!guessed) break;
                     }
                     drafted[i] += drafting;
+                    accepted[i] += guessedRight;
+                    // Without a draft the guess is tried all the same: how often guesses are right
+                    // says when drafting would pay.
+                    if (drafting > 0) {
+                        tried[i] += std::min(taken, drafting);
+                        right[i] += guessedRight;
+                    } else if (guesses[i] >= 0) {
+                        tried[i]++;
+                        right[i] += guesses[i] == sampled[i][sampled[i].size() - taken] ? 1 : 0;
+                    }
                     positions[i] += taken;
                     // The drafted tokens after the first one rejected go back out.
                     if (taken <= static_cast<int32_t>(drafts[i].size())) llama_memory_seq_rm(memory, sequenceIds[i], positions[i], -1);
@@ -319,16 +342,19 @@ void settle(napi_env env, napi_value, void * returnData, void * stepsData) {
     }
     Napi::HandleScope scope(env);
     if (steps->error.empty()) {
-        // Each sequence's count of tokens sampled, of drafted tokens and of those accepted; then the tokens.
+        // Each sequence's count of tokens sampled, of drafted tokens, of those accepted, of guesses
+        // tried and of those right; then the tokens.
         const size_t n = steps->sampled.size();
-        size_t length = 3 * n;
+        size_t length = 5 * n;
         for (const auto & tokens : steps->sampled) length += tokens.size();
         Napi::Int32Array out = Napi::Int32Array::New(env, length);
-        size_t at = 3 * n;
+        size_t at = 5 * n;
         for (size_t i = 0; i < n; i++) {
             out[i] = static_cast<int32_t>(steps->sampled[i].size());
             out[n + i] = steps->drafted[i];
             out[2 * n + i] = steps->accepted[i];
+            out[3 * n + i] = steps->tried[i];
+            out[4 * n + i] = steps->right[i];
             for (const llama_token token : steps->sampled[i]) out[at++] = token;
         }
         napi_resolve_deferred(env, steps->deferred, out);

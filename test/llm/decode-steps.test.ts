@@ -34,7 +34,7 @@ interface Addon {
 }
 
 /** A one-sequence call's tokens, from the addon's answer (its counts first). */
-const tokensOf = (answer: Int32Array) => [...answer.subarray(3, 3 + answer[0]!)];
+const tokensOf = (answer: Int32Array) => [...answer.subarray(5, 5 + answer[0]!)];
 
 /** The object's property, its methods bound to it: a proxy's caller would otherwise be their `this`. */
 function bound(target: object, key: string | symbol): unknown {
@@ -56,6 +56,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
   let aborts = 0;
   /** Each decodeSteps call's most tokens a reply may take (its steps, or a reply's limit if fewer). */
   const stepCounts: number[] = [];
+  /** Each drafting sequence's tokens a decodeSteps call was handed, and the tokens its sequence held then. */
+  const histories: { history: number[]; held: number[] }[] = [];
   /** Called right after each decodeSteps call has begun, until it returns true. */
   let onStepsCall: (() => boolean) | undefined;
   /** The same context seen without the steps, as with the npm prebuilt: one step a batch. */
@@ -73,6 +75,10 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
         if (key === "abortSteps") return () => (aborts++, target.abortSteps());
         if (key === "decodeSteps") {
           return (...args: Parameters<Addon["decodeSteps"]>) => {
+            for (const [i, history] of ((args[7] as Uint32Array[] | undefined) ?? []).entries()) {
+              const sequence = sequences.find((sequence) => sequenceIdOf(sequence) === (args[0] as number[])[i]);
+              if (history.length > 0) histories.push({ history: [...history], held: [...(sequence?.contextTokens ?? [])] });
+            }
             const call = target.decodeSteps(...args);
             stepCounts.push(Math.min(args[5] as number, ...(args[4] as number[])));
             if (onStepsCall?.()) onStepsCall = undefined;
@@ -219,7 +225,7 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       onStepsCall = () => (addon.abortSteps(), true);
       const [none] = await decodeSteps(context, [{ ...second, limit: most }], () => most);
       expect(tokensOf(await blocking).length).toBeLessThan(most);
-      expect(none).toEqual({ tokens: [], drafted: 0, accepted: 0 });
+      expect(none).toEqual({ tokens: [], drafted: 0, accepted: 0, tried: 0, right: 0 });
       expect({ next: second.sequence.nextTokenIndex, tokens: second.sequence.contextTokens }).toEqual(held);
       // A second call on a context while one is out is refused, whatever its sequences.
       const running = call(first, most);
@@ -397,6 +403,18 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     expect(aborts).toBe(before + 1);
     expect(expected.map((tokens) => tokens.length)).toEqual([30, 12]);
     expect([first.tokens, second.tokens]).toEqual(expected);
+  });
+
+  test("drafts are looked up in the reply's own sequence only: each history the natives are handed is what its sequence holds", async () => {
+    histories.length = 0;
+    const scheduler = new Scheduler(context, sequences, { promptChunk: 16, speculate: "lookup" });
+    const turns = [
+      reply(scheduler, sequences[0]!, model.tokenize(LONG.text), 40, LONG.sampling),
+      reply(scheduler, sequences[1]!, model.tokenize(OTHER.text), 40, OTHER.sampling),
+    ];
+    await Promise.all(turns.map(({ done }) => done));
+    expect(histories.length).toBeGreaterThan(0);
+    for (const { history, held } of histories) expect(history).toEqual(held);
   });
 
   test("bad arguments throw an error at the call, not in the decode", async () => {
