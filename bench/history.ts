@@ -23,6 +23,18 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B13 (≤ 1.3 is met)", history: "-", perf: ["B13", "Σ first-turn TTFT of 8 new conversations, a 1000-token system prompt ÷ none"] },
   { label: "B14, JSON schema", history: "B14 decode tok/s, a reply held to a JSON schema", perf: ["B14", "decode tok/s, a reply held to a JSON schema"] },
   { label: "B15, a quota ÷ none (≤ 1.05 is met)", history: "-", perf: ["B15", "Σ turn ms to done of 12 turns (8 reply tokens), a quota ÷ none"] },
+  { label: "B17, repeating replies vs default", history: "-", perf: ["B17", "repeating replies, decode tok/s, 1 stream vs llama-server's default"] },
+  { label: "B17, vs --spec-type ngram-mod", history: "-", perf: ["B17", "repeating replies, decode tok/s, 1 stream vs llama-server --spec-type ngram-mod"] },
+  {
+    label: "B18, 4 streams vs default",
+    history: "-",
+    perf: ["B18", "repeating replies, tok/s from the requests' sending, 4 streams vs llama-server's default"],
+  },
+  {
+    label: "B18, 8 streams vs default",
+    history: "-",
+    perf: ["B18", "repeating replies, tok/s from the requests' sending, 8 streams vs llama-server's default"],
+  },
   { label: "B20, q8_0 KV ÷ f16 per sequence (≤ 0.55 is met)", history: "-", perf: ["B20", "MiB a sequence adds (4096 tokens), q8_0 ÷ f16"] },
   { label: "B20, q8_0 decode, 4 streams", history: "-", perf: ["B20", "aggregate decode tok/s in q8_0, 4 streams"] },
   { label: "B21, embeddings inputs/s", history: "-", perf: ["B21", "embeddings inputs/s, 64 inputs of ~100 tokens a request"] },

@@ -28,7 +28,7 @@ export function aggregateTps(turns: readonly TurnTiming[]): number {
  * The same from the requests' sending: where the first replies start sooner than the others (the
  * prompts evaluated one by one), the decode window above starts sooner, this one does not.
  */
-function endToEndTps(turns: readonly TurnTiming[]): number {
+export function endToEndTps(turns: readonly TurnTiming[]): number {
   return tokensOver(turns, Math.min(...turns.map((t) => t.firstAt - t.ttftMs)));
 }
 

@@ -1,14 +1,17 @@
 /**
  * B17 and B18, replies that repeat their context (issue #50): each turn pastes ~300 tokens the
  * model itself wrote (a new text every turn), one word changed, and asks for it back; one stream
- * (B17), then 4 and 8 (B18). Parley as it starts by default (PARLEY_SPECULATE=auto) against llama-server by default
+ * (B17), then 4 and 8 (B18). B17 is the decode rate (its one stream's first token to its last);
+ * B18 all streams' tokens over the time from the requests' sending: Parley evaluates the prompts'
+ * ends one by one and its first replies start sooner (B8 says why), so a window from the first
+ * token would hold three of the four prompts for it and none for llama-server. Parley as it starts by default (PARLEY_SPECULATE=auto) against llama-server by default
  * and with its lookup speculation `--spec-type ngram-mod` (the best of its n-gram kinds on this
  * text: ../shared/notes/stack-facts.md), all up together and alternating. Parley's acceptance comes
  * from its /metrics; bench-small's greedy replies cycle, as a reply that quotes code does.
  */
 import { median } from "../../test/support/stats";
 import type { TurnTiming } from "./clients";
-import { aggregateTps } from "./concurrency";
+import { aggregateTps, endToEndTps } from "./concurrency";
 import { alternate, type Context, type Row, ratio, type Scenario, sides } from "./harness";
 import { ADMIN_KEY, startLlamaServer } from "./procs";
 import { userMessage } from "./text";
@@ -62,6 +65,8 @@ export const speculation: Scenario = {
             contender.side.ask(url, `spec-${run}-${i}`, `Here is a text: ${changed(texts[run]![i]!, i)} Write it out again.`, ctx.decodeTokens),
           ),
         );
+      // Each run's decode window (first token to last), beside the ratio's measure.
+      const windows: Partial<Record<Name, number[]>> = {};
       let accepted = Number.NaN;
       let rejected = Number.NaN;
       const { runs } = await alternate(
@@ -83,7 +88,9 @@ export const speculation: Scenario = {
         },
         async (contender, url, run) => {
           const before = contender.name === "parley" ? await drafts(url) : undefined;
-          const tps = aggregateTps(await round(contender, url, run + 1));
+          const turns = await round(contender, url, run + 1);
+          const tps = streams === 1 ? aggregateTps(turns) : endToEndTps(turns);
+          (windows[contender.name] ??= []).push(aggregateTps(turns));
           if (before) {
             const after = await drafts(url);
             accepted = (Number.isNaN(accepted) ? 0 : accepted) + after.accepted - before.accepted;
@@ -94,11 +101,12 @@ export const speculation: Scenario = {
         rounds,
       );
       const [tps, plain, spec] = [median(runs.parley!), runs.llamaServer && median(runs.llamaServer), runs.llamaServerSpec && median(runs.llamaServerSpec)];
-      const what = `repeating replies, aggregate decode tok/s, ${streams} stream${streams > 1 ? "s" : ""}`;
+      const what = streams === 1 ? "repeating replies, decode tok/s, 1 stream" : `repeating replies, tok/s from the requests' sending, ${streams} streams`;
       const detail = {
         parley: runs.parley,
         llamaServer: runs.llamaServer,
         llamaServerSpec: runs.llamaServerSpec,
+        decodeWindows: windows,
         parleyDrafts: { accepted, rejected, acceptance: accepted / (accepted + rejected) },
       };
       const id = streams === 1 ? "B17" : "B18";

@@ -76,6 +76,21 @@ describe.skipIf(natives === undefined)("speculative decoding (compiled natives)"
     }, 60_000);
   }
 
+  test("a reply held to a JSON schema drafts too: its grammar takes only the tokens the sampler keeps, and the reply is the one without drafts", async () => {
+    const ends = await endTokens("demo");
+    const schema = {
+      type: "object",
+      properties: { note: { type: "string" }, items: { type: "array", items: { type: "string" } } },
+      required: ["note", "items"],
+    };
+    const request = { ...ask(QUESTIONS[0]!, ends, 0), format: { type: "json_schema", schema, strict: true } as const };
+    const off = await replies("demo", "off", [request]);
+    const on = await replies("demo", "lookup", [request]);
+    expect(on.drafts.accepted).toBeGreaterThan(0);
+    expect(on.texts).toEqual(off.texts);
+    expect(on.texts[0]!.text.startsWith("{")).toBe(true);
+  }, 60_000);
+
   test("sampled replies (temperature 1, seeded) are the same with drafts and without: each token is the sampler's own draw, once", async () => {
     // The sampler draws each of a reply's tokens once, from the logits after the reply so far, and
     // keeps a drafted token only where its draw is that token (speculative sampling's rule for a
