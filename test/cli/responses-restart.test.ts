@@ -18,9 +18,20 @@ afterAll(() => {
   for (const server of started) server.child.kill("SIGKILL");
 });
 
-/** `parley serve` on the bench model (it never ends a reply by itself) and this database. */
+/**
+ * `parley serve` on the bench model (it never ends a reply by itself) and this database. Without
+ * speculation: the continued reply is compared with the unrestarted one token for token, and on
+ * bench-small's near-ties that holds only where both evaluate alike, while a draft's batch takes
+ * llama.cpp's several-token kernels, whose sums differ from the one-token ones in the last bits
+ * (test/llm/speculation.test.ts covers exactness where the models' logits are apart).
+ */
 async function serve(dbPath: string, env: Record<string, string> = {}) {
-  const server = await startServer({ dbPath, adminKey, preset: "bench-small", env: { PARLEY_CONTEXT_SIZE: "512", PARLEY_SHUTDOWN_GRACE_S: "1", ...env } });
+  const server = await startServer({
+    dbPath,
+    adminKey,
+    preset: "bench-small",
+    env: { PARLEY_CONTEXT_SIZE: "512", PARLEY_SHUTDOWN_GRACE_S: "1", PARLEY_SPECULATE: "off", ...env },
+  });
   started.push(server);
   return { server, client: new OpenAI({ apiKey: adminKey, baseURL: `${server.url}/v1`, maxRetries: 0 }) };
 }
