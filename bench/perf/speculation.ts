@@ -67,8 +67,8 @@ export const speculation: Scenario = {
         );
       // Each run's decode window (first token to last), beside the ratio's measure.
       const windows: Partial<Record<Name, number[]>> = {};
-      let accepted = Number.NaN;
-      let rejected = Number.NaN;
+      let accepted = 0;
+      let rejected = 0;
       const { runs } = await alternate(
         contenders,
         (contender) => contender.start,
@@ -93,8 +93,8 @@ export const speculation: Scenario = {
           (windows[contender.name] ??= []).push(aggregateTps(turns));
           if (before) {
             const after = await drafts(url);
-            accepted = (Number.isNaN(accepted) ? 0 : accepted) + after.accepted - before.accepted;
-            rejected = (Number.isNaN(rejected) ? 0 : rejected) + after.rejected - before.rejected;
+            accepted += after.accepted - before.accepted;
+            rejected += after.rejected - before.rejected;
           }
           return tps;
         },

@@ -52,5 +52,6 @@ export function draftLength(acceptances: readonly number[], most: number, atLeas
     const cost = (step + n * length + (n === 1 ? 1 : 0)) / step;
     if (tokens / cost > best.rate) best = { length, rate: tokens / cost };
   }
-  return best.rate >= MARGIN || (atLeastOne && best.length > 0) ? best.length : atLeastOne ? Math.min(1, most) : 0;
+  if (atLeastOne) return Math.max(best.length, Math.min(1, most));
+  return best.rate >= MARGIN ? best.length : 0;
 }

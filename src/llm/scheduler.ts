@@ -541,20 +541,20 @@ export class Scheduler {
   /**
    * Replies with nothing else to decode beside them: several steps a native call, no reply past its
    * `maxTokens` or `mayForceAt`, aborted by new work for the loop. Each reply's step verifies its
-   * draft too (see `draftLengths`). Where a reply ends inside them, the tokens decoded past its end
+   * draft too (see `draftLength`). Where a reply ends inside them, the tokens decoded past its end
    * are taken back out of its sequence before its turn ends, so it holds what one step a batch leaves.
    */
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
     let stepped: Stepped[];
     this.stepping = true;
     try {
-      const drafts = this.draftLengths(jobs);
-      const entries = jobs.map((job, i) => ({
+      const draft = this.draftLength(jobs);
+      const entries = jobs.map((job) => ({
         sequence: job.slot.sequence,
         token: job.pending[0]!,
         sampler: job.sampler,
         limit: Math.max(1, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given),
-        ...(job.draft ? { draft: drafts[i]! } : {}),
+        ...(draft === undefined ? {} : { draft }),
       }));
       // Asked once the lock is taken: an abort before the call began would not reach it.
       stepped = await decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : STEPS_PER_CALL));
@@ -604,16 +604,15 @@ export class Scheduler {
    * The replies' draft length for the next steps, alike for all: llama.cpp computes a batch whose
    * sequences bring different token counts in several pieces, each a read of every weight (the
    * natives pad a shorter guess). `draftLength` weighs what it gains against what it costs, within
-   * the batch; with `lookup`, at least one token.
+   * the batch; with `lookup`, at least one token. None with `off`: the natives then guess nothing.
    */
-  private draftLengths(jobs: readonly Job[]): number[] {
-    if (jobs.some((job) => job.draft === undefined)) return jobs.map(() => 0);
-    const length = draftLength(
+  private draftLength(jobs: readonly Job[]): number | undefined {
+    if (this.speculate === "off") return undefined;
+    return draftLength(
       jobs.map((job) => job.draft!.acceptance),
       Math.floor(this.context.batchSize / jobs.length) - 1,
       this.speculate === "lookup",
     );
-    return jobs.map(() => length);
   }
 
   /** Ends a stepped reply's turn once the last `decodedPast` tokens its sequence holds are taken back out. */

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <vector>
 
 #include "AddonContext.h"
 #include "napi.h"
@@ -30,6 +31,17 @@ napi_value guarded(napi_env env, napi_callback_info info) {
     } catch (...) {
         return fail(Napi::Error::New(env, "unknown failure"));
     }
+}
+
+// What `write` (a llama.cpp call that writes into a buffer, or answers minus the size it needs)
+// wrote into `buffer`, called again with the buffer grown where it was too small: the count
+// written, negative if it failed again.
+template <typename T, typename Write>
+int32_t writeGrown(std::vector<T> & buffer, Write write) {
+    int32_t count = write(buffer.data(), static_cast<int32_t>(buffer.size()));
+    if (count >= 0) return count;
+    buffer.resize(static_cast<size_t>(-count));
+    return write(buffer.data(), static_cast<int32_t>(buffer.size()));
 }
 
 // tokenLogprobs and tokenBytes: see token-logprobs.cpp.

@@ -56,11 +56,9 @@ napi_value tokenized(napi_env env, const Napi::CallbackInfo & info) {
     const bool parseSpecial = info[2].As<Napi::Boolean>().Value();
     const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
     std::vector<llama_token> tokens(text.size() + 4);
-    int32_t count = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(), static_cast<int32_t>(tokens.size()), addSpecial, parseSpecial);
-    if (count < 0) {
-        tokens.resize(static_cast<size_t>(-count));
-        count = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(), static_cast<int32_t>(tokens.size()), addSpecial, parseSpecial);
-    }
+    const int32_t count = writeGrown(tokens, [&](llama_token * out, int32_t room) {
+        return llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), out, room, addSpecial, parseSpecial);
+    });
     if (count < 0) return fail(Napi::Error::New(env, "tokenizeInput: llama.cpp could not tokenize the text"));
     Napi::Uint32Array result = Napi::Uint32Array::New(env, static_cast<size_t>(count));
     std::copy(tokens.begin(), tokens.begin() + count, result.Data());

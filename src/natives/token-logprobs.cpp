@@ -79,11 +79,8 @@ napi_value bytes(napi_env env, const Napi::CallbackInfo & info) {
     int64_t token = 0;
     if (info.Length() < 1 || !integerOf(info[0], 0, llama_vocab_n_tokens(vocab) - 1, token)) return fail(Napi::TypeError::New(env, "tokenBytes(token: a token id)"));
     std::vector<char> piece(64);
-    int32_t length = llama_token_to_piece(vocab, static_cast<llama_token>(token), piece.data(), static_cast<int32_t>(piece.size()), 0, false);
-    if (length < 0) {
-        piece.resize(static_cast<size_t>(-length));
-        length = llama_token_to_piece(vocab, static_cast<llama_token>(token), piece.data(), static_cast<int32_t>(piece.size()), 0, false);
-    }
+    const int32_t length =
+        writeGrown(piece, [&](char * out, int32_t room) { return llama_token_to_piece(vocab, static_cast<llama_token>(token), out, room, 0, false); });
     if (length < 0) return fail(Napi::Error::New(env, "tokenBytes: llama.cpp could not spell the token"));
     Napi::Uint8Array out = Napi::Uint8Array::New(env, static_cast<size_t>(length));
     std::copy(piece.begin(), piece.begin() + length, out.Data());

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine, GenerateRequest } from "../../src/llm/engine";
-import { allowSlowTests, testEngine } from "../support";
+import { allowSlowTests, generated, testEngine } from "../support";
 
 allowSlowTests();
 
@@ -9,13 +9,7 @@ allowSlowTests();
 // bit for bit. (On random-weight models llama.cpp's sums are not batch-invariant in their last
 // bits, as in llama-server with several slots: a near-tie can then sample differently.)
 
-async function reply(engine: Engine, request: GenerateRequest): Promise<string> {
-  const generation = engine.generate(request);
-  for (;;) {
-    const step = await generation.next();
-    if (step.done) return step.value.text;
-  }
-}
+const reply = async (engine: Engine, request: GenerateRequest): Promise<string> => (await generated(engine, request)).text;
 
 const questions = ["hello there", "what is the weather like", "tell me about ships", "how are you today"];
 let round = 0;

@@ -5,9 +5,9 @@ import { basename, join } from "node:path";
 import fc from "fast-check";
 import { getLlama, LlamaText } from "node-llama-cpp";
 import { writePresetModel } from "../../src/gguf/presets";
-import { Engine, type GenerateRequest, type GenerateResult, type Turn } from "../../src/llm/engine";
+import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { forgetSaved, KvStore, stateSizeBound } from "../../src/llm/kv-store";
-import { until } from "../support";
+import { generated, until } from "../support";
 
 const dir = mkdtempSync(join(tmpdir(), "parley-kv-"));
 const modelPath = join(dir, "demo.gguf");
@@ -20,13 +20,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const load = (maxBytes = 64 * 2 ** 20, onWarning?: (message: string) => void) =>
   Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1, kvCache: { dir: kvDir, maxBytes }, onWarning });
 
-async function reply(engine: Engine, key: string, history: Turn[]): Promise<GenerateResult> {
-  const gen = engine.generate({ conversationKey: key, cacheScope: "test", history, temperature: 0, maxTokens: 64 } satisfies GenerateRequest);
-  for (;;) {
-    const step = await gen.next();
-    if (step.done) return step.value;
-  }
-}
+const reply = (engine: Engine, key: string, history: Turn[]): Promise<GenerateResult> =>
+  generated(engine, { conversationKey: key, cacheScope: "test", history, temperature: 0, maxTokens: 64 });
 
 /** A conversation that remembers its turns, like the chat service does. */
 function conversation(engine: () => Engine, key: string) {

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Engine, type KvType, type Turn } from "../../src/llm/engine";
-import { presetModel, tempDir, until } from "../support";
+import { generated, presetModel, tempDir, until } from "../support";
 
 const kvDir = tempDir("kv-type");
 const engines: Engine[] = [];
@@ -29,13 +29,7 @@ const load = async (kvType: KvType) => {
 /** A prompt of a few hundred tokens, so the state's cells outweigh its fixed parts. */
 const HISTORY: Turn[] = [{ role: "user", content: Array.from({ length: 60 }, (_, i) => `word${i} of a long question`).join(" ") }];
 
-async function turn(engine: Engine, key: string) {
-  const reply = engine.generate({ conversationKey: key, cacheScope: "u", history: HISTORY, temperature: 0, maxTokens: 8 });
-  for (;;) {
-    const step = await reply.next();
-    if (step.done) return step.value;
-  }
-}
+const turn = (engine: Engine, key: string) => generated(engine, { conversationKey: key, cacheScope: "u", history: HISTORY, temperature: 0, maxTokens: 8 });
 
 /** The bytes of the state files saved so far (the last save's temporary file renamed). */
 function savedBytes(): number {

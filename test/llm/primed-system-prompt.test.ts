@@ -4,8 +4,8 @@
  * reuses none of it and gets the reply an unprimed engine gives.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { Engine, GenerateRequest, GenerateResult, Turn } from "../../src/llm/engine";
-import { testEngine } from "../support";
+import type { Engine, GenerateResult, Turn } from "../../src/llm/engine";
+import { generated, testEngine } from "../support";
 
 const PRIMED = `You are the harbour's guide. ${"Speak of tides, boats, nets and the weather over the sea. ".repeat(12)}`;
 const OTHER = `Mountain guide here. ${"Speak of paths, rocks, snow and the weather over the hills. ".repeat(12)}`;
@@ -15,18 +15,7 @@ async function firstTurn(engine: Engine, key: string, scope: string, system: str
     { role: "system", content: system },
     { role: "user", content: "Where do I start?" },
   ];
-  const generation = engine.generate({
-    conversationKey: key,
-    cacheScope: scope,
-    publicTurns: 1,
-    history,
-    temperature: 0,
-    maxTokens: 12,
-  } satisfies GenerateRequest);
-  for (;;) {
-    const step = await generation.next();
-    if (step.done) return step.value;
-  }
+  return generated(engine, { conversationKey: key, cacheScope: scope, publicTurns: 1, history, temperature: 0, maxTokens: 12 });
 }
 
 describe("a system prompt primed at load", () => {
