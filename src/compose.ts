@@ -22,6 +22,7 @@ import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
 import { refuseUnlessFits } from "./llm/memory-need";
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
+import { StateMemory } from "./llm/state-memory";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
 import { expireResponses } from "./retention";
@@ -76,6 +77,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
 
   ensureDataDir(config.dataDir);
   const kvRoot = join(config.dataDir, "kv");
+  const stateMemory = config.kvRamMb > 0 ? new StateMemory(config.kvRamMb * 2 ** 20) : undefined;
   const engineOptions = (path: string) => ({
     modelPath: path,
     contextSize: config.contextSize,
@@ -84,7 +86,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     gpu: config.gpu,
     queueMax: config.queueMax,
     cacheDir: config.dataDir,
-    kvCache: { dir: kvRoot, maxBytes: config.kvCacheMb * 2 ** 20 },
+    kvCache: { dir: kvRoot, maxBytes: config.kvCacheMb * 2 ** 20, ...(stateMemory ? { memory: stateMemory } : {}) },
     onWarning: (message: string, error: unknown) => log.warn({ reason: String((error as Error)?.message ?? error) }, message),
     reasoning: config.reasoning,
     batchSize: config.batchSize,
@@ -98,7 +100,12 @@ export async function startService(config: Config, log: Logger, announce: Announ
     primedTurns: preambleOf(config.systemPrompt),
   });
   let ready = false;
-  const metrics = new Metrics({ engines: () => models.loaded(), turns: () => runner.activeTurns, responses: () => storage.responses.count() });
+  const metrics = new Metrics({
+    engines: () => models.loaded(),
+    turns: () => runner.activeTurns,
+    responses: () => storage.responses.count(),
+    ...(stateMemory ? { statesInMemory: () => stateMemory.size } : {}),
+  });
   const memory = new LoadedModels<ServedEngine>({
     max: config.maxLoadedModels,
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,

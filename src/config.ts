@@ -71,6 +71,7 @@ export interface Config {
   corsOrigins: string[];
   /** Disk budget for saved KV states (`<dataDir>/kv/`); 0 = none saved. */
   kvCacheMb: number;
+  kvRamMb: number;
   /** Put before every native conversation's history; the text itself, already read from its file. */
   systemPrompt?: string;
   /** A reasoning model's thought: apart from the answer, hidden, or inline in it. */
@@ -371,6 +372,14 @@ export const CONFIG_SPEC = {
     default: "2048",
     help: "MiB of disk for saved conversation KV states in the data directory, least recently used dropped first (0 = off)",
   },
+  kvRamMb: {
+    env: "PARLEY_KV_RAM_MB",
+    doc: "memory for saved conversation KV states in front of their disk (`PARLEY_KV_CACHE_MB`), shared by every loaded model: a returning conversation's state is copied back from memory, and a state reaches the disk only once memory has no room for it, or at shutdown; a crash loses what memory held (re-evaluated from history). Needs Parley's compiled natives (the executable, or `bun run natives`); `0` = disk only",
+    shownDefault: "`1024`",
+    flag: "--kv-ram-mb",
+    default: "1024",
+    help: "MiB of memory for saved conversation KV states before they go to disk (0 = disk only)",
+  },
   systemPrompt: {
     env: "PARLEY_SYSTEM_PROMPT",
     doc: "a system message put before every conversation's history (an operator's persona): the text itself, or `@path/to/file` read at start (a missing or empty file stops start-up); not stored, so changing it applies to every conversation's next turn. Evaluated into every sequence at start, before the server is ready, so a new conversation's first turn does not evaluate it",
@@ -574,6 +583,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     metricsPublic: bool("metricsPublic"),
     corsOrigins: origins("corsOrigins"),
     kvCacheMb: int("kvCacheMb", 0, 1 << 24),
+    kvRamMb: int("kvRamMb", 0, 1 << 24),
     systemPrompt,
     reasoning: oneOf("reasoning", REASONING_MODES),
     batchSize: optionalInt("batchSize", 16, 8192),

@@ -100,7 +100,18 @@ export class Metrics {
   }
 
   /** The sources are read when scraped (queue depth, busy sequences, turns), not tracked twice. */
-  constructor({ engines, turns, responses }: { engines: () => readonly EngineGauges[]; turns: () => number; responses?: () => Promise<number> }) {
+  constructor({
+    engines,
+    turns,
+    responses,
+    statesInMemory,
+  }: {
+    engines: () => readonly EngineGauges[];
+    turns: () => number;
+    responses?: () => Promise<number>;
+    /** Bytes of saved KV states held in memory (PARLEY_KV_RAM_MB). */
+    statesInMemory?: () => number;
+  }) {
     const total = (field: "queued" | "busy") => engines().reduce((sum, engine) => sum + engine.stats()[field], 0);
     // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
     for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
@@ -133,6 +144,16 @@ export class Metrics {
             (kept) => this.set(kept),
             () => undefined,
           );
+        },
+      });
+    }
+    if (statesInMemory) {
+      new Gauge({
+        name: "parley_kv_memory_bytes",
+        help: "Bytes of conversations' saved KV states held in memory (PARLEY_KV_RAM_MB bounds them)",
+        registers: [this.registry],
+        collect() {
+          this.set(statesInMemory());
         },
       });
     }

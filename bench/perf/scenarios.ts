@@ -1,4 +1,4 @@
-/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12/B19 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { median, medianSeries, sum } from "../../test/support/stats";
@@ -23,7 +23,7 @@ import {
 import { ensureHistoryDb, FULL_HISTORY, HISTORY_USER_KEY, type HistoryShape } from "./history";
 import { kvType } from "./kv-type";
 import { type LoadResult, load } from "./load";
-import { manyConversations } from "./many";
+import { manyConversations, serviceDay } from "./many";
 import { memory } from "./memory";
 import { contextOverflow } from "./overflow";
 import { type Server, startBaseline } from "./procs";
@@ -263,6 +263,7 @@ export const scenarios: Scenario[] = [
   structuredOutput,
   contextOverflow,
   manyConversations,
+  serviceDay,
   sharedSystemPrompt,
   quotaCost,
   modelSwitch,

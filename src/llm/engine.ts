@@ -11,7 +11,7 @@ import { basename, resolve } from "node:path";
 import { type ChatWrapper, type Llama, type LlamaContext, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
-import { hasLogprobs, type TokenLogprobs, tokenBytes } from "../natives/addon";
+import { copiesStates, hasLogprobs, type TokenLogprobs, tokenBytes } from "../natives/addon";
 import { bridge } from "./bridge";
 import { type ChatStops, chatStops } from "./chat-stops";
 import { resolveModelChatWrapper } from "./chat-wrapper";
@@ -22,6 +22,7 @@ import { type PoolStats, SequencePool } from "./pool";
 import { type FittedPrompt, PromptRenderer, sharedPrefix, windowOpener } from "./prompt";
 import { ReplyGrammars } from "./reply-grammar";
 import { type PromptPlan, Scheduler, type Slot } from "./scheduler";
+import type { StateMemory } from "./state-memory";
 import { TemplateChat } from "./template-chat";
 import { type ThoughtMarkers, thoughtMarkersOf } from "./thought-text";
 import { ToolCallText } from "./tool-call-text";
@@ -62,7 +63,7 @@ export interface EngineOptions extends LoadOptions {
   /** Where to remember what is slow to work out about a model (its chat format). */
   cacheDir?: string;
   /** Where to keep conversations' KV states beyond their sequence, and how many bytes at most. */
-  kvCache?: { dir: string; maxBytes: number };
+  kvCache?: { dir: string; maxBytes: number; memory?: StateMemory };
   /** Failures that cost only speed (a KV state not saved), reported instead of thrown. */
   onWarning?: (message: string, error: unknown) => void;
   /** A reasoning model's thought: apart from the answer (default), hidden, or left inline. */
@@ -623,16 +624,22 @@ function specialTokensOf(model: LlamaModel, texts: readonly string[]): ReadonlyM
 
 /** The KV cache is optional: one that cannot open (e.g. on a full disk) leaves the engine without it. */
 async function openKvStore(
-  cache: { dir: string; maxBytes: number },
+  cache: NonNullable<EngineOptions["kvCache"]>,
   modelPath: string,
   llama: Llama,
   model: LlamaModel,
   context: LlamaContext,
   warn: (message: string, error: unknown) => void,
 ): Promise<KvStore | undefined> {
+  if (cache.memory && !copiesStates(context))
+    warn(
+      "saved KV states go to disk only: keeping them in memory (PARLEY_KV_RAM_MB) needs Parley's compiled natives",
+      new Error("these natives cannot copy a sequence's state"),
+    );
   try {
     return await KvStore.open({
       root: cache.dir,
+      ...(cache.memory && copiesStates(context) ? { memory: cache.memory } : {}),
       identity: await stateIdentity(modelPath, llama, context),
       maxBytes: cache.maxBytes,
       contextSize: context.contextSize,

@@ -19,12 +19,19 @@
  * The cache is optional and must never cost a chat: every failure here is a warning, never an
  * error, and the files stay under a byte budget and above a free-space reserve on their
  * filesystem (which the database shares), both kept by deleting the least recently used pairs.
+ *
+ * With the compiled natives and a `StateMemory`, a state is saved into memory first (a copy, not
+ * a file written on the loop) and reaches its files only once memory has no room for it, or when
+ * the engine closes (`persist`): a crash loses the states held in memory (their conversations are
+ * evaluated again from their history), never a file's integrity.
  */
 import { createHash, randomUUID } from "node:crypto";
 import { statfsSync } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { type LlamaContext, type LlamaContextSequence, type LlamaModel, LlamaText, type LlamaTextJSON, type Token } from "node-llama-cpp";
+import { copiesStates, copyState, restoreState, type SequenceState, stateFileParts } from "../natives/addon";
+import type { HeldState, StateMemory } from "./state-memory";
 import type { Transcript } from "./transcript";
 import type { Turn } from "./types";
 
@@ -38,12 +45,20 @@ export interface KvStoreOptions {
   contextSize: number;
   /** The largest state file a sequence can write (see `stateSizeBound`). */
   maxStateBytes: number;
+  /** Where states are kept before their files, when the natives can copy them. */
+  memory?: StateMemory;
   warn: (message: string, error: unknown) => void;
 }
 
 interface Entry {
   bytes: number;
   usedAt: number;
+}
+
+/** A state in memory, with the transcript its sidecar will hold. */
+interface Held extends HeldState {
+  state: SequenceState;
+  saved: SavedTranscript;
 }
 
 interface SavedTranscript {
@@ -66,10 +81,12 @@ export interface PendingSave {
   capture(sequence: LlamaContextSequence): Promise<{ written: Promise<boolean> }>;
 }
 
-/** A saved state that passed `verify`, ready to load. */
+/** A saved state that passed `verify`, or was held in memory, ready to load. */
 export interface Found {
   base: string;
   transcript: Transcript;
+  /** The state, where it was held in memory. */
+  state?: SequenceState;
 }
 
 interface Sidecar {
@@ -155,13 +172,7 @@ export class KvStore {
   save(transcript: Transcript): PendingSave {
     const base = this.pathOf(transcript.key);
     const outcome = Promise.withResolvers<boolean>();
-    const earlier = this.writing.get(base);
-    const tracked: Promise<boolean> = Promise.all([earlier, outcome.promise])
-      .then(([, ok]) => ok)
-      .finally(() => {
-        if (this.writing.get(base) === tracked) this.writing.delete(base);
-      });
-    this.writing.set(base, tracked);
+    this.awaited(base, outcome.promise);
     let captured = false;
     return {
       capture: (sequence) => {
@@ -175,10 +186,28 @@ export class KvStore {
     };
   }
 
+  /** Has the conversation's `find` and `forget` wait for `outcome`, after what they waited for already. */
+  private awaited(base: string, outcome: Promise<boolean>): void {
+    const earlier = this.writing.get(base);
+    const tracked: Promise<boolean> = Promise.all([earlier, outcome])
+      .then(([, ok]) => ok)
+      .finally(() => {
+        if (this.writing.get(base) === tracked) this.writing.delete(base);
+      });
+    this.writing.set(base, tracked);
+  }
+
   /** Resolves once every save so far has finished writing. */
   async settled(): Promise<void> {
     await this.capturing;
     await Promise.all(this.writing.values());
+  }
+
+  /** Writes the states this store holds in memory to their files, and waits for every save. */
+  async persist(): Promise<void> {
+    await this.capturing;
+    this.options.memory?.spillAll(`${this.modelDir}/`);
+    await this.settled();
   }
 
   /**
@@ -188,6 +217,8 @@ export class KvStore {
   async find(key: string): Promise<Found | undefined> {
     const base = this.pathOf(key);
     await this.writing.get(base);
+    const held = this.options.memory?.get(base) as Held | undefined;
+    if (held) return { base, transcript: transcriptOf(held.saved), state: held.state };
     if (!this.entries.has(`${base}.kv`)) return undefined;
     try {
       const transcript = await this.verify(base, key);
@@ -205,12 +236,14 @@ export class KvStore {
    * Loads a found state into `sequence` and returns its transcript, or undefined when it failed
    * (the pair is deleted with a warning, the sequence left empty). Never throws.
    */
-  async load(sequence: LlamaContextSequence, { base, transcript }: Found): Promise<Transcript | undefined> {
+  async load(sequence: LlamaContextSequence, { base, transcript, state }: Found): Promise<Transcript | undefined> {
     try {
-      await load(sequence, `${base}.kv`, transcript);
+      await load(sequence, transcript, () => (state ? restoreState(sequence, state) : sequence.loadStateFromFile(`${base}.kv`, { acceptRisk: true })));
     } catch (error) {
+      this.options.memory?.drop(base);
       return this.unusable(base, error);
     }
+    if (state) return transcript;
     const now = new Date();
     await utimes(`${base}.kv`, now, now).catch(() => undefined);
     return transcript;
@@ -223,12 +256,16 @@ export class KvStore {
   }
 
   private async capture(base: string, sequence: LlamaContextSequence, transcript: Transcript): Promise<{ written: Promise<boolean> }> {
+    const { key, text, tokens, opens } = transcript;
+    const saved: SavedTranscript = { key, text: text.toJSON(), tokens: [...tokens], ...(opens ? { opens } : {}) };
+    const { memory } = this.options;
+    if (memory && copiesStates(sequence.context) && this.bytesPerToken * sequence.contextTokens.length <= memory.maxBytes) {
+      return { written: Promise.resolve(await this.hold(memory, base, sequence, saved)) };
+    }
     // Two saves of one conversation never write its files at once. Only writes already captured
     // are waited for: an announced save is captured by a turn that may be waiting for this one.
     await this.filing.get(base);
     const tmp = `${base}.${randomUUID()}.tmp`;
-    const { key, text, tokens, opens } = transcript;
-    const saved: SavedTranscript = { key, text: text.toJSON(), tokens: [...tokens], ...(opens ? { opens } : {}) };
     const transcriptJson = JSON.stringify(saved);
     const expected = this.bytesPerToken * sequence.contextTokens.length + transcriptJson.length;
     try {
@@ -245,6 +282,50 @@ export class KvStore {
     } catch (error) {
       return { written: Promise.resolve(await this.abandon(base, tmp, expected, error)) };
     }
+  }
+
+  /** Copies the sequence's state into memory; false (with a warning) where it could not. */
+  private async hold(memory: StateMemory, base: string, sequence: LlamaContextSequence, saved: SavedTranscript): Promise<boolean> {
+    try {
+      const state = await copyState(sequence);
+      this.bytesPerToken = state.bytes.byteLength / Math.max(1, state.tokens.length);
+      const held: Held = { state, bytes: state.bytes.byteLength, saved, spill: () => this.spill(base, state, saved) };
+      memory.put(base, held);
+      return true;
+    } catch (error) {
+      this.options.warn("could not save a conversation's KV state; it will be re-evaluated when it returns", error);
+      return false;
+    }
+  }
+
+  /** Writes a state that leaves memory to its files, behind: the conversation's `find` waits for them. */
+  private spill(base: string, state: SequenceState, saved: SavedTranscript): void {
+    const written = (async () => {
+      await this.filing.get(base);
+      const tmp = `${base}.${randomUUID()}.tmp`;
+      const transcriptJson = JSON.stringify(saved);
+      const parts = stateFileParts(state);
+      const fileSize = parts.reduce((sum, part) => sum + part.byteLength, 0);
+      const expected = fileSize + transcriptJson.length;
+      try {
+        const room = await this.makeRoom(expected);
+        if (room !== true) return this.shortOfSpace(room);
+        const file = await open(`${tmp}.kv`, "w");
+        try {
+          for (const part of parts) await file.write(part);
+        } finally {
+          await file.close();
+        }
+        return await this.finish(base, tmp, fileSize, saved, transcriptJson, expected);
+      } catch (error) {
+        return await this.abandon(base, tmp, expected, error);
+      }
+    })();
+    this.filing.set(base, written);
+    void written.then(() => {
+      if (this.filing.get(base) === written) this.filing.delete(base);
+    });
+    this.awaited(base, written);
   }
 
   /** Checksums the captured state, writes its sidecar and renames both into place. */
@@ -303,7 +384,7 @@ export class KvStore {
     const actualBytes = (await stat(`${base}.kv`)).size;
     if (actualBytes !== kvBytes) throw new Error(`state file has ${actualBytes} bytes, ${kvBytes} recorded`);
     if ((await digestOf(`${base}.kv`, JSON.stringify(transcript))) !== digest) throw new Error("state file or transcript does not match its checksum");
-    return { key, text: LlamaText.fromJSON(transcript.text), tokens: transcript.tokens, ...(transcript.opens ? { opens: transcript.opens } : {}) };
+    return transcriptOf(transcript);
   }
 
   /**
@@ -313,7 +394,10 @@ export class KvStore {
   async forget(key: string): Promise<void> {
     await this.writing.get(this.pathOf(key));
     const dirs = new Set([this.modelDir, ...[...this.entries.keys()].map(dirname)]);
-    for (const dir of dirs) await this.remove(join(dir, hash(key)));
+    for (const dir of dirs) {
+      this.options.memory?.drop(join(dir, hash(key)));
+      await this.remove(join(dir, hash(key)));
+    }
   }
 
   private pathOf(key: string): string {
@@ -384,13 +468,20 @@ export class KvStore {
   }
 }
 
-/** Loads a verified state; on failure the sequence is left empty. */
-async function load(sequence: LlamaContextSequence, path: string, transcript: Transcript): Promise<void> {
+const transcriptOf = ({ key, text, tokens, opens }: SavedTranscript): Transcript => ({
+  key,
+  text: LlamaText.fromJSON(text),
+  tokens,
+  ...(opens ? { opens } : {}),
+});
+
+/** Loads a verified state (`read`: from its file or from memory); on failure the sequence is left empty. */
+async function load(sequence: LlamaContextSequence, transcript: Transcript, read: () => Promise<void>): Promise<void> {
   try {
     // Emptied first: a load that fails leaves the cells untouched while node-llama-cpp already
     // considers the sequence empty, and the next decode would fail.
     await sequence.clearHistory();
-    await sequence.loadStateFromFile(path, { acceptRisk: true });
+    await read();
     // The state holds a prefix of the transcript's tokens (all but an unevaluated last one).
     const held = sequence.contextTokens;
     if (held.length === 0 || held.length > transcript.tokens.length || held.some((token, i) => token !== transcript.tokens[i])) {

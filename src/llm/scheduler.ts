@@ -322,7 +322,7 @@ export class Scheduler {
         slot.saved = true;
       }
     });
-    await kv.settled();
+    await kv.persist();
   }
 
   private async empty(slot: Slot): Promise<void> {

@@ -15,8 +15,9 @@ napi_value fail(const Napi::Error & error);
 // A whole number from `min` to `max` into `out`: NaN, fractions and infinities are not.
 bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & out);
 
-// The AddonContext `value` is, or nullptr if it is none.
-AddonContext * addonContextOf(napi_env env, const Napi::Value & value);
+// The call's `this` when it is a live AddonContext; else nullptr, with the error thrown in
+// JavaScript that names `method`.
+AddonContext * liveContextOf(napi_env env, const Napi::CallbackInfo & info, const char * method);
 
 // A napi callback running `body`: no C++ exception may leave a napi callback (the process would
 // terminate), so each becomes a JavaScript error.
@@ -51,3 +52,7 @@ napi_value tokenBytes(napi_env env, napi_callback_info info);
 // pooledEmbeddings and tokenizeInput: see pooled-embeddings.cpp.
 napi_value pooledEmbeddings(napi_env env, napi_callback_info info);
 napi_value tokenizeInput(napi_env env, napi_callback_info info);
+
+// sequenceState and restoreSequenceState: see sequence-state.cpp.
+napi_value sequenceState(napi_env env, napi_callback_info info);
+napi_value restoreSequenceState(napi_env env, napi_callback_info info);

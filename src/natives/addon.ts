@@ -38,6 +38,9 @@ interface AddonContext {
   tokenBytes?(token: Token): Uint8Array;
   pooledEmbeddings?(sequenceIds: number[]): Float32Array;
   tokenizeInput?(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
+  /** Parley's (src/natives/sequence-state.cpp): a sequence's state copied in memory, and back. */
+  sequenceState?(sequenceId: number, tokens: Uint32Array): Promise<Uint8Array>;
+  restoreSequenceState?(sequenceId: number, cells: Uint8Array): Promise<void>;
   /** The addon's own: the pooled output of sequence 0 after a decode. */
   getEmbedding(inputTokensLength: number, maxVectorSize?: number): Float64Array;
 }
@@ -412,6 +415,57 @@ export async function dropLast(context: LlamaContext, sequence: LlamaContextSequ
     seq._contextTokens.splice(-count);
     ctx.removeTokenCellsFromSequence(seq._sequenceId, seq._nextTokenIndex, -1);
   });
+}
+
+/** Whether the natives copy a sequence's state in memory (Parley's compiled natives do). */
+export function copiesStates(context: LlamaContext): boolean {
+  return internals<ContextInternals>(context)._ctx.sequenceState !== undefined;
+}
+
+/**
+ * A sequence's state copied in memory (src/natives/sequence-state.cpp): llama.cpp's state file's
+ * header (12 bytes: magic, version, token count), the tokens, then its cells as llama.cpp copies
+ * them in memory, which start with 8 bytes of their own header.
+ */
+export interface SequenceState {
+  readonly bytes: Uint8Array;
+  readonly tokens: readonly Token[];
+}
+
+const FILE_HEADER_BYTES = 12;
+const CELLS_HEADER_BYTES = 8;
+const cellsAt = (state: SequenceState) => FILE_HEADER_BYTES + 4 * state.tokens.length;
+
+/** The sequence's state (its cells and the tokens it holds), copied in memory. */
+export async function copyState(sequence: LlamaContextSequence): Promise<SequenceState> {
+  return await locked(sequence.context, async (ctx) => {
+    if (!ctx.sequenceState) throw new Error("these natives cannot copy a sequence's state: Parley's compiled natives can");
+    const seq = internals<SequenceInternals>(sequence);
+    const tokens = [...seq._contextTokens];
+    return { bytes: await ctx.sequenceState(seq._sequenceId, Uint32Array.from(tokens)), tokens };
+  });
+}
+
+/**
+ * Loads a `copyState` copy into the sequence: it then holds the copy's tokens, or nothing where
+ * llama.cpp refused the bytes (it throws then).
+ */
+export async function restoreState(sequence: LlamaContextSequence, state: SequenceState): Promise<void> {
+  await locked(sequence.context, async (ctx) => {
+    if (!ctx.restoreSequenceState) throw new Error("these natives cannot restore a sequence's state: Parley's compiled natives can");
+    const seq = internals<SequenceInternals>(sequence);
+    seq._contextTokens = [];
+    seq._nextTokenIndex = 0;
+    await ctx.restoreSequenceState(seq._sequenceId, state.bytes.subarray(cellsAt(state)));
+    seq._contextTokens = [...state.tokens];
+    seq._nextTokenIndex = state.tokens.length;
+  });
+}
+
+/** The state as `sequence.saveStateToFile` writes it, in two pieces to write one after the other. */
+export function stateFileParts(state: SequenceState): [Uint8Array, Uint8Array] {
+  const at = cellsAt(state);
+  return [state.bytes.subarray(0, at), state.bytes.subarray(at + CELLS_HEADER_BYTES)];
 }
 
 /** Ends a `decodeSteps` in flight within its current step, which then counts for nothing. */

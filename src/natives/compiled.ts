@@ -35,6 +35,7 @@ const HOOK_SOURCES = [
   "addon-methods.h",
   "token-logprobs.cpp",
   "pooled-embeddings.cpp",
+  "sequence-state.cpp",
 ].map((name) => join(import.meta.dir, name));
 
 /**

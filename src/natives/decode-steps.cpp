@@ -1,5 +1,6 @@
 // Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
-// do beside them (and, defined in token-logprobs.cpp, appends that file's two):
+// do beside them (and appends those defined in token-logprobs.cpp, pooled-embeddings.cpp and
+// sequence-state.cpp):
 // - decodeSteps(sequenceIds, positions, tokens, samplers, limits, steps, draftLengths?, histories?):
 //   on the decode thread, decodes one batch of each sequence's token at its position, samples each
 //   sequence's next token with its sampler, decodes those in the next batch, and so on, `steps`
@@ -427,9 +428,8 @@ constexpr int64_t INT32_LIMIT = std::numeric_limits<int32_t>::max();
 
 // Throws (the addon is built with C++ exceptions) where a napi call fails, an unwrap say.
 napi_value start(napi_env env, const Napi::CallbackInfo & info) {
-    if (!instanceOf(env, info.This(), classesOfThisThread.context)) return fail(Napi::TypeError::New(env, "decodeSteps: `this` is not an AddonContext"));
-    AddonContext * context = Napi::ObjectWrap<AddonContext>::Unwrap(info.This().As<Napi::Object>());
-    if (context == nullptr || context->disposed || context->ctx == nullptr) return fail(Napi::Error::New(env, "Context is disposed"));
+    AddonContext * context = liveContextOf(env, info, "decodeSteps");
+    if (context == nullptr) return nullptr;
     const char * signature =
         "decodeSteps(sequenceIds: number[], positions: number[], tokens: number[], samplers: AddonSampler[], limits: number[], steps: number, "
         "draftLengths?: number[], histories?: Uint32Array[])";
@@ -588,9 +588,17 @@ bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & ou
     return true;
 }
 
-AddonContext * addonContextOf(napi_env env, const Napi::Value & value) {
-    if (!instanceOf(env, value, classesOfThisThread.context)) return nullptr;
-    return Napi::ObjectWrap<AddonContext>::Unwrap(value.As<Napi::Object>());
+AddonContext * liveContextOf(napi_env env, const Napi::CallbackInfo & info, const char * method) {
+    AddonContext * context = instanceOf(env, info.This(), classesOfThisThread.context) ? Napi::ObjectWrap<AddonContext>::Unwrap(info.This().As<Napi::Object>()) : nullptr;
+    if (context == nullptr) {
+        fail(Napi::TypeError::New(env, std::string(method) + ": `this` is not an AddonContext"));
+        return nullptr;
+    }
+    if (context->disposed || context->ctx == nullptr) {
+        fail(Napi::Error::New(env, "Context is disposed"));
+        return nullptr;
+    }
+    return context;
 }
 
 extern "C" void __wrap_llama_log_set(ggml_log_callback callback, void * data) {
@@ -623,6 +631,8 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     extended.push_back(method("tokenBytes", tokenBytes));
     extended.push_back(method("pooledEmbeddings", pooledEmbeddings));
     extended.push_back(method("tokenizeInput", tokenizeInput));
+    extended.push_back(method("sequenceState", sequenceState));
+    extended.push_back(method("restoreSequenceState", restoreSequenceState));
     const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
     if (status == napi_ok) remember(env, *result, classesOfThisThread.context);
     return status;

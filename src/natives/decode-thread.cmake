@@ -3,7 +3,7 @@
 # - adds decode-thread.cpp, and has the linker route the addon's calls to llama_decode through it
 #   (why: see that file);
 # - where the project has node-llama-cpp's addon sources, adds decode-steps.cpp (and
-#   token-logprobs.cpp, pooled-embeddings.cpp), and has the linker route napi_define_class through it, which gives
+#   token-logprobs.cpp, pooled-embeddings.cpp, sequence-state.cpp), and has the linker route napi_define_class through it, which gives
 #   AddonContext its methods,
 #   llama_log_set, which keeps an aborted step out of the log, and llama_memory_seq_add/div, which
 #   tell it of a pending position shift (why: see that file). The stand-in addon of the hook's
@@ -32,7 +32,7 @@ if (PROJECT_NAME STREQUAL "llama-addon")
                 endif()
             endforeach()
             target_sources(llama-addon PRIVATE "${PARLEY_NATIVES_DIR}/decode-steps.cpp" "${PARLEY_NATIVES_DIR}/token-logprobs.cpp"
-                           "${PARLEY_NATIVES_DIR}/pooled-embeddings.cpp")
+                           "${PARLEY_NATIVES_DIR}/pooled-embeddings.cpp" "${PARLEY_NATIVES_DIR}/sequence-state.cpp")
             target_include_directories(llama-addon PRIVATE "${PARLEY_ADDON_SOURCES}" "${PARLEY_NATIVES_DIR}")
             target_link_options(llama-addon PRIVATE "LINKER:--wrap=napi_define_class" "LINKER:--wrap=llama_log_set"
                                 "LINKER:--wrap=llama_memory_seq_add" "LINKER:--wrap=llama_memory_seq_div")

@@ -20,9 +20,8 @@
 namespace {
 
 napi_value pooled(napi_env env, const Napi::CallbackInfo & info) {
-    AddonContext * context = addonContextOf(env, info.This());
-    if (context == nullptr) return fail(Napi::TypeError::New(env, "pooledEmbeddings: `this` is not an AddonContext"));
-    if (context->disposed || context->ctx == nullptr) return fail(Napi::Error::New(env, "Context is disposed"));
+    AddonContext * context = liveContextOf(env, info, "pooledEmbeddings");
+    if (context == nullptr) return nullptr;
     if (info.Length() < 1 || !info[0].IsArray()) return fail(Napi::TypeError::New(env, "pooledEmbeddings(sequenceIds: number[])"));
     const enum llama_pooling_type pooling = llama_pooling_type(context->ctx);
     if (pooling == LLAMA_POOLING_TYPE_NONE) return fail(Napi::Error::New(env, "pooledEmbeddings: the context pools nothing"));
@@ -45,9 +44,8 @@ napi_value pooled(napi_env env, const Napi::CallbackInfo & info) {
 }
 
 napi_value tokenized(napi_env env, const Napi::CallbackInfo & info) {
-    AddonContext * context = addonContextOf(env, info.This());
-    if (context == nullptr) return fail(Napi::TypeError::New(env, "tokenizeInput: `this` is not an AddonContext"));
-    if (context->disposed || context->ctx == nullptr) return fail(Napi::Error::New(env, "Context is disposed"));
+    AddonContext * context = liveContextOf(env, info, "tokenizeInput");
+    if (context == nullptr) return nullptr;
     if (info.Length() < 3 || !info[0].IsString() || !info[1].IsBoolean() || !info[2].IsBoolean()) {
         return fail(Napi::TypeError::New(env, "tokenizeInput(text: string, addSpecial: boolean, parseSpecial: boolean)"));
     }

@@ -25,21 +25,8 @@ namespace {
 
 constexpr int64_t MAX_TOP = 20;
 
-AddonContext * liveContext(napi_env env, const Napi::CallbackInfo & info, const char * name) {
-    AddonContext * context = addonContextOf(env, info.This());
-    if (context == nullptr) {
-        fail(Napi::TypeError::New(env, std::string(name) + ": `this` is not an AddonContext"));
-        return nullptr;
-    }
-    if (context->disposed || context->ctx == nullptr) {
-        fail(Napi::Error::New(env, "Context is disposed"));
-        return nullptr;
-    }
-    return context;
-}
-
 napi_value logprobs(napi_env env, const Napi::CallbackInfo & info) {
-    AddonContext * context = liveContext(env, info, "tokenLogprobs");
+    AddonContext * context = liveContextOf(env, info, "tokenLogprobs");
     if (context == nullptr) return nullptr;
     const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
     const int64_t vocabulary = llama_vocab_n_tokens(vocab);
@@ -73,7 +60,7 @@ napi_value logprobs(napi_env env, const Napi::CallbackInfo & info) {
 }
 
 napi_value bytes(napi_env env, const Napi::CallbackInfo & info) {
-    AddonContext * context = liveContext(env, info, "tokenBytes");
+    AddonContext * context = liveContextOf(env, info, "tokenBytes");
     if (context == nullptr) return nullptr;
     const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(context->ctx));
     int64_t token = 0;

@@ -74,6 +74,14 @@ describe("PARLEY_SPECULATE", () => {
   });
 });
 
+describe("PARLEY_KV_RAM_MB", () => {
+  test("1024 MiB by default, 0 for disk only; anything but a whole number of MiB stops start-up", () => {
+    expect(loadConfig({}).kvRamMb).toBe(1024);
+    expect(loadConfig({ PARLEY_KV_RAM_MB: "0" }).kvRamMb).toBe(0);
+    expect(() => loadConfig({ PARLEY_KV_RAM_MB: "1.5" })).toThrow(new ConfigError(`PARLEY_KV_RAM_MB must be an integer from 0 to 16777216 (got "1.5")`));
+  });
+});
+
 describe("PARLEY_KV_TYPE", () => {
   test("f16 by default, q8_0 or q4_0 when chosen; a quantized cache without flash attention, or another type, stops start-up", () => {
     expect(loadConfig({}).kvType).toBe("f16");

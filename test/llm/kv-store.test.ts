@@ -7,7 +7,11 @@ import { getLlama, LlamaText } from "node-llama-cpp";
 import { writePresetModel } from "../../src/gguf/presets";
 import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { forgetSaved, KvStore, stateSizeBound } from "../../src/llm/kv-store";
-import { generated, until } from "../support";
+import { StateMemory } from "../../src/llm/state-memory";
+import { copyState, restoreState, stateFileParts } from "../../src/natives/addon";
+import { compiledNatives, generated, until } from "../support";
+
+const natives = await compiledNatives();
 
 const dir = mkdtempSync(join(tmpdir(), "parley-kv-"));
 const modelPath = join(dir, "demo.gguf");
@@ -17,8 +21,8 @@ beforeAll(() => writePresetModel("demo", modelPath));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** One sequence, so every other conversation evicts the last one. */
-const load = (maxBytes = 64 * 2 ** 20, onWarning?: (message: string) => void) =>
-  Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1, kvCache: { dir: kvDir, maxBytes }, onWarning });
+const load = (maxBytes = 64 * 2 ** 20, onWarning?: (message: string) => void, memory?: StateMemory) =>
+  Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1, kvCache: { dir: kvDir, maxBytes, ...(memory ? { memory } : {}) }, onWarning });
 
 const reply = (engine: Engine, key: string, history: Turn[]): Promise<GenerateResult> =>
   generated(engine, { conversationKey: key, cacheScope: "test", history, temperature: 0, maxTokens: 64 });
@@ -293,6 +297,129 @@ describe("damaged state files", () => {
       }),
       { seed, numRuns: 40, endOnFailure: true },
     );
+  });
+});
+
+describe.skipIf(!natives)("saved KV states kept in memory (PARLEY_KV_RAM_MB)", () => {
+  const warnings: string[] = [];
+  let engine: Engine;
+  let memory: StateMemory;
+  /** The bytes of the first state held. */
+  let oneState = 0;
+  /** A's second reply with the KV cache off, and after another conversation took its sequence. */
+  let expected: string;
+  const [k1, k2, k3, k4] = ["k1", "k2", "k3", "k4"].map((key) => conversation(() => engine, key)) as [
+    ReturnType<typeof conversation>,
+    ReturnType<typeof conversation>,
+    ReturnType<typeof conversation>,
+    ReturnType<typeof conversation>,
+  ];
+
+  beforeAll(async () => {
+    rmSync(kvDir, { recursive: true, force: true });
+    await using plain = await Engine.load({ modelPath, contextSize: 1024, parallel: 1, threads: 1 });
+    const a = conversation(() => plain, "a");
+    await a("hello there");
+    await reply(plain, "other", [{ role: "user", content: "something else" }]);
+    expected = (await a("tell me more")).text;
+  });
+  afterAll(() => engine.close());
+
+  test("a conversation's state comes back from memory, token for token, and no file is written", async () => {
+    memory = new StateMemory(64 * 2 ** 20);
+    engine = await load(undefined, (message) => void warnings.push(message), memory);
+    const a = conversation(() => engine, "a");
+    const first = await a("hello there");
+    await reply(engine, "other", [{ role: "user", content: "something else" }]); // a's state goes to memory
+    oneState = memory.size;
+    expect(oneState).toBeGreaterThan(0);
+    const second = await a("tell me more");
+    expect(second.cachedTokens).toBe(first.promptTokens + first.completionTokens);
+    expect(second.text).toBe(expected);
+    // Another conversation with the same words, of another user, finds nothing of a's.
+    await reply(engine, "other", [{ role: "user", content: "something else" }]);
+    const stranger = await generated(engine, {
+      conversationKey: "stranger",
+      cacheScope: "another user",
+      history: [{ role: "user", content: "hello there" }],
+      temperature: 0,
+      maxTokens: 64,
+    });
+    expect(stranger.cachedTokens).toBeLessThan(5);
+    expect(kvFiles()).toEqual([]);
+    expect(warnings).toEqual([]);
+  });
+
+  test("beyond its budget the least recently used state goes to disk, and comes back from there", async () => {
+    await engine.close();
+    rmSync(kvDir, { recursive: true, force: true });
+    // Room for two states of about this size.
+    memory = new StateMemory(Math.floor(2.5 * oneState));
+    engine = await load(undefined, (message) => void warnings.push(message), memory);
+    const first = await k1("hello there");
+    for (const next of [k2, k3, k4]) await next("hello there"); // saves k1, k2, k3: k1 leaves memory
+    await written();
+    await until(() => kvFiles().length === 1, "k1's state to be spilled to disk");
+    expect(memory.size).toBeLessThanOrEqual(memory.maxBytes);
+    const again = await k1("tell me more");
+    expect(again.cachedTokens).toBe(first.promptTokens + first.completionTokens);
+    expect(again.text).toBe(expected);
+    expect(warnings).toEqual([]);
+  });
+
+  test("closing writes what memory holds, and a restart finds it", async () => {
+    await engine.close();
+    expect(memory.size).toBe(0);
+    expect(kvFiles()).toHaveLength(4);
+    engine = await load(undefined, (message) => void warnings.push(message), memory);
+    expect((await k2("and again")).cachedTokens).toBeGreaterThan(20);
+  });
+
+  test("a deleted conversation's state leaves memory too", async () => {
+    const gone = conversation(() => engine, "gone");
+    await gone("remember me");
+    await reply(engine, "other", [{ role: "user", content: "take the sequence" }]);
+    const held = memory.size;
+    await engine.forget("gone");
+    expect(memory.size).toBeLessThan(held);
+    expect((await gone("still there?")).cachedTokens).toBeLessThan(10);
+  });
+});
+
+describe.skipIf(!natives)("a sequence's state copied in memory (natives/addon.ts)", () => {
+  test("restores exactly, writes llama.cpp's own state file, and bytes cut short or of another kind are refused, the sequence left empty", async () => {
+    const llama = await getLlama({ gpu: false, build: "never" });
+    try {
+      const model = await llama.loadModel({ modelPath });
+      const context = await model.createContext({ contextSize: 256, sequences: 2, threads: 1 });
+      const [source, target] = [context.getSequence(), context.getSequence()] as const;
+      await source.evaluateWithoutGeneratingNewTokens(model.tokenize("a state to copy, and to copy back"));
+      const state = await copyState(source);
+      const file = join(dir, "copied.kv");
+      await source.saveStateToFile(file);
+      expect(Buffer.concat(stateFileParts(state))).toEqual(readFileSync(file));
+
+      await restoreState(target, state);
+      expect(target.contextTokens).toEqual(source.contextTokens);
+      // The cells came along too: both continue alike.
+      const greedy = async (sequence: typeof source) => {
+        const tokens: number[] = [];
+        for await (const token of sequence.evaluate(model.tokenize(" and then"), { temperature: 0 })) if (tokens.push(token) === 12) break;
+        return tokens;
+      };
+      expect(await greedy(target)).toEqual(await greedy(source));
+
+      const [head] = stateFileParts(state);
+      const otherMagic = Buffer.from(state.bytes);
+      otherMagic[head.length] = otherMagic[head.length]! ^ 0xff;
+      for (const bytes of [state.bytes.subarray(0, state.bytes.length - 7), state.bytes.subarray(0, head.length + 4), otherMagic]) {
+        await expect(restoreState(target, { bytes, tokens: state.tokens })).rejects.toThrow(/could not restore/);
+        expect(target.contextTokens).toEqual([]);
+        expect(target.nextTokenIndex).toBe(0);
+      }
+    } finally {
+      await llama.dispose();
+    }
   });
 });
 
