@@ -96,6 +96,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     contextSlack: config.contextSlackPercent / 100,
     promptEnds: config.promptEnds,
     speculate: config.speculate,
+    ...(config.draftModel === undefined ? {} : { draftModelPath: config.draftModel }),
     onDrafts: (drafted: number, accepted: number) => metrics.drafted(drafted, accepted),
     primedTurns: preambleOf(config.systemPrompt),
   });

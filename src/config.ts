@@ -84,6 +84,7 @@ export interface Config {
   contextSlackPercent: number;
   promptEnds: PromptEnds;
   speculate: Speculate;
+  draftModel: string | undefined;
 }
 
 /**
@@ -438,11 +439,19 @@ export const CONFIG_SPEC = {
   },
   speculate: {
     env: "PARLEY_SPECULATE",
-    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without (`docs/performance.md`). `auto` drafts where it pays (the draft length weighs how often the replies' guesses have been right against what verifying them costs in a batch that size); `lookup` drafts at least a token in every step with a guess; `off` never drafts",
+    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without (`docs/performance.md`). `auto` drafts where it pays (the draft length weighs how often the replies' guesses have been right against what verifying them costs in a batch that size); `lookup` drafts at least a token in every step with a guess; `draft` drafts at least a token a step from `PARLEY_DRAFT_MODEL` (which `auto` uses too when set); `off` never drafts",
     shownDefault: "`auto`",
     flag: "--speculate",
     default: "auto",
-    help: "Speculative decoding from the reply's own tokens: auto (where it pays; the default), lookup (every step with a guess) or off",
+    help: "Speculative decoding: auto (where it pays; the default), lookup (every step with a guess), draft (a draft model's guesses) or off",
+  },
+  draftModel: {
+    env: "PARLEY_DRAFT_MODEL",
+    doc: "a GGUF file of a smaller model with the same vocabulary (e.g. a 0.5 B model for a 7 B one of its family) whose greedy guesses replies verify in place of guesses from their own tokens, with `PARLEY_SPECULATE` `auto` or `draft`: each step asks it for as many tokens as pay at its replies' acceptance (a draft model's step costs its size's share of the served model's). Loaded beside each served model: one of another vocabulary fails to load with `draft`, and drafts from its own tokens with `auto` (a warning says so)",
+    shownDefault: "—",
+    flag: "--draft-model",
+    default: "",
+    help: "GGUF file of a smaller model of the same vocabulary whose guesses replies verify (PARLEY_SPECULATE auto or draft)",
   },
   reasoning: {
     env: "PARLEY_REASONING",
@@ -543,6 +552,12 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
   if (host === "") throw new ConfigError(`${raw("host").name} must not be empty`);
   const flashAttention = oneOf("flashAttention", FLASH_ATTENTION_MODES);
   const kvType = oneOf("kvType", KV_TYPES);
+  const speculate = oneOf("speculate", SPECULATE_MODES);
+  const draftModel = raw("draftModel").value;
+  if (speculate === "draft" && draftModel === "") throw new ConfigError(`${raw("speculate").name}=draft needs a draft model: set ${raw("draftModel").name}`);
+  if (draftModel !== "" && (speculate === "lookup" || speculate === "off")) {
+    throw new ConfigError(`${raw("draftModel").name} drafts only with ${raw("speculate").name} auto or draft (it is ${speculate})`);
+  }
   // llama.cpp quantizes the V cache only with flash attention: a context without it would fail to load.
   if (kvType !== "f16" && flashAttention === "off") {
     throw new ConfigError(
@@ -592,7 +607,8 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     contextOverflow: oneOf("contextOverflow", CONTEXT_OVERFLOW_MODES),
     contextSlackPercent: int("contextSlackPercent", 10, 90),
     promptEnds: oneOf("promptEnds", PROMPT_ENDS_MODES),
-    speculate: oneOf("speculate", SPECULATE_MODES),
+    speculate,
+    draftModel: draftModel === "" ? undefined : draftModel,
   };
 }
 

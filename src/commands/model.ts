@@ -80,7 +80,9 @@ anything while serving; on an offline machine, copy the .gguf file into the mode
                 --type f16 (default), q8_0 or q4_0. A quantized file holds the tensors
                 llama-quantize makes of the f16 file, bit for bit: norms stay f32, a q4_0 file keeps
                 output.weight in q8_0 (as --output-tensor-type q8_0 does; llama-quantize's
-                default there, q6_k, is not written here).`,
+                default there, q6_k, is not written here).
+  bench-draft   random weights of bench-small's vocabulary in a far smaller shape: a draft
+                model for it (PARLEY_DRAFT_MODEL); f16 only.`,
     positionals: 0,
     flags: ["--preset", "--type", "--out"],
     run: (config, _args, flags) => demo(config, flags),

@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
+import { BENCH_DRAFT_HPARAMS, BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
 import { demoGguf } from "./demo";
 import { FAMILY_PRESETS, type FamilyPreset, familyGguf } from "./families";
 import type { FileType } from "./file-type";
@@ -13,9 +13,9 @@ import { type GgufFile, writeGguf } from "./writer";
 export { DEMO_MODEL_NAME } from "./demo";
 export type { FileType } from "./file-type";
 
-export type ModelPreset = "demo" | "bench-small" | FamilyPreset | RetrievalPreset;
+export type ModelPreset = "demo" | "bench-small" | "bench-draft" | FamilyPreset | RetrievalPreset;
 
-export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
+export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", "bench-draft", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
 
 const isFamily = (preset: ModelPreset): preset is FamilyPreset => (FAMILY_PRESETS as readonly string[]).includes(preset);
 
@@ -27,6 +27,7 @@ const isFamily = (preset: ModelPreset): preset is FamilyPreset => (FAMILY_PRESET
 export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]>> = {
   demo: ["F32"],
   "bench-small": BENCH_FILE_TYPES,
+  "bench-draft": ["F16"],
   llama3: ["F32"],
   qwen2: ["F32"],
   gemma: ["F32"],
@@ -56,6 +57,8 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
       return demoGguf();
     case "bench-small":
       return benchGguf(fileType as BenchFileType);
+    case "bench-draft":
+      return benchGguf("F16", { name: "parley-bench-draft", hparams: BENCH_DRAFT_HPARAMS });
     case "embed":
     case "rerank":
       return retrievalGguf(preset);

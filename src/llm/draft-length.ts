@@ -41,15 +41,17 @@ const gained = (p: number, length: number) => (p >= 1 ? length : (p * (1 - p ** 
 
 /**
  * The draft length that gains the most tokens for its cost for replies stepping together with
- * these acceptances, within `most`: 0 where none gains `MARGIN`, unless `atLeastOne`.
+ * these acceptances, within `most`: 0 where none gains `MARGIN`, unless `atLeastOne`. A draft
+ * model's guesses cost a step of it each, as much as a step of the target model times
+ * `draftWeight` (the draft model's size over the target's: decoding reads every weight once).
  */
-export function draftLength(acceptances: readonly number[], most: number, atLeastOne = false): number {
+export function draftLength(acceptances: readonly number[], most: number, atLeastOne = false, draftWeight = 0): number {
   const n = acceptances.length;
   const step = STEP_TOKENS + n;
   let best = { length: 0, rate: 1 };
   for (let length = 1; length <= Math.min(most, MAX_DRAFT); length++) {
     const tokens = acceptances.reduce((sum, p) => sum + 1 + gained(p, length), 0) / n;
-    const cost = (step + n * length + (n === 1 ? 1 : 0)) / step;
+    const cost = (step + n * length + (n === 1 ? 1 : 0) + length * draftWeight * step) / step;
     if (tokens / cost > best.rate) best = { length, rate: tokens / cost };
   }
   if (atLeastOne) return Math.max(best.length, Math.min(1, most));

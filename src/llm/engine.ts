@@ -16,6 +16,7 @@ import { bridge } from "./bridge";
 import { type ChatStops, chatStops } from "./chat-stops";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { type Decoded, decode, type StopReason } from "./decode";
+import { DraftModel } from "./draft-model";
 import { KvStore, stateSizeBound } from "./kv-store";
 import { type LoadOptions, loadLlamaModel } from "./llama-load";
 import { type PoolStats, SequencePool } from "./pool";
@@ -86,6 +87,8 @@ export interface EngineOptions extends LoadOptions {
   speculate?: Speculate;
   /** Tokens replies drafted, and of those the ones accepted, as they are verified. */
   onDrafts?: (drafted: number, accepted: number) => void;
+  /** A smaller model of the same vocabulary whose guesses replies verify (`speculate` auto or draft). */
+  draftModelPath?: string;
   /**
    * The operator's turns every conversation starts with (a system prompt): evaluated into every
    * sequence at load, so a new conversation's first turn reuses them rather than evaluating them.
@@ -189,12 +192,14 @@ export class Engine {
       const warn = options.onWarning ?? (() => {});
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       const sequences = Array.from({ length: parallel }, () => context.getSequence());
+      const drafter = await loadDrafter(options, llama, model, { contextSize: context.contextSize, sequences: parallel, threads }, warn);
       const scheduler = new Scheduler(context, sequences, {
         promptChunk,
         kv,
         ...(options.promptEnds ? { promptEnds: options.promptEnds } : {}),
         ...(options.speculate ? { speculate: options.speculate } : {}),
         ...(options.onDrafts ? { onDrafts: options.onDrafts } : {}),
+        ...(drafter ? { drafter } : {}),
       });
       const engine = new Engine(
         llama,
@@ -620,6 +625,28 @@ function specialTokensOf(model: LlamaModel, texts: readonly string[]): ReadonlyM
     if (tokens.length === 1 && model.detokenize(tokens, false) === "") special.set(tokens[0]!, text);
   }
   return special;
+}
+
+/**
+ * The draft model, where one is configured: with `auto` a draft model that cannot draft for this
+ * model (another vocabulary) leaves replies drafting from their own tokens, with a warning; with
+ * `draft` it fails the load.
+ */
+async function loadDrafter(
+  { draftModelPath, speculate = "auto" }: EngineOptions,
+  llama: Llama,
+  model: LlamaModel,
+  shape: { contextSize: number; sequences: number; threads: number },
+  warn: (message: string, error: unknown) => void,
+): Promise<DraftModel | undefined> {
+  if (draftModelPath === undefined || speculate === "off" || speculate === "lookup") return undefined;
+  try {
+    return await DraftModel.load(llama, draftModelPath, model, shape);
+  } catch (error) {
+    if (speculate === "draft") throw error;
+    warn("replies draft from their own tokens: the draft model cannot draft for this model", error);
+    return undefined;
+  }
 }
 
 /** The KV cache is optional: one that cannot open (e.g. on a full disk) leaves the engine without it. */

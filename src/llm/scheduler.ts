@@ -53,6 +53,7 @@ import {
   type TokenLogprobs,
 } from "../natives/addon";
 import { DraftLength, draftLength } from "./draft-length";
+import type { DraftModel } from "./draft-model";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling, type Speculate } from "./types";
@@ -150,6 +151,8 @@ export interface SchedulerOptions {
   speculate?: Speculate;
   /** Each native run's drafted tokens, and of those the ones accepted. */
   onDrafts?: (drafted: number, accepted: number) => void;
+  /** Where replies' drafts come from instead of their own tokens (with `auto` or `draft`). */
+  drafter?: DraftModel;
 }
 
 /**
@@ -216,11 +219,12 @@ export class Scheduler {
   private readonly kv: KvStore | undefined;
   private readonly speculate: Speculate;
   private readonly onDrafts: ((drafted: number, accepted: number) => void) | undefined;
+  private readonly drafter: DraftModel | undefined;
 
   constructor(
     private readonly context: LlamaContext,
     sequences: readonly LlamaContextSequence[],
-    { promptChunk, kv, promptEnds = "shortest", speculate = "auto", onDrafts }: SchedulerOptions,
+    { promptChunk, kv, promptEnds = "shortest", speculate = "auto", onDrafts, drafter }: SchedulerOptions,
   ) {
     // A prompt's end must fit a batch, or no batch could ever take it.
     if (promptChunk > context.batchSize) throw new Error(`a prompt chunk of ${promptChunk} tokens exceeds the context's batch of ${context.batchSize}`);
@@ -230,6 +234,7 @@ export class Scheduler {
     this.kv = kv;
     this.speculate = speculate;
     this.onDrafts = onDrafts;
+    this.drafter = drafter;
     this.slots = sequences.map((sequence) => new Slot(sequence));
   }
 
@@ -546,18 +551,22 @@ export class Scheduler {
    */
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
     let stepped: Stepped[];
+    const draft = this.draftLength(jobs);
+    const proposals = draft ? await this.propose(jobs, draft) : undefined;
     this.stepping = true;
     try {
-      const draft = this.draftLength(jobs);
-      const entries = jobs.map((job) => ({
+      const entries = jobs.map((job, i) => ({
         sequence: job.slot.sequence,
         token: job.pending[0]!,
         sampler: job.sampler,
         limit: Math.max(1, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given),
         ...(draft === undefined ? {} : { draft }),
+        ...(proposals ? { proposal: proposals[i]! } : {}),
       }));
-      // Asked once the lock is taken: an abort before the call began would not reach it.
-      stepped = await decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : STEPS_PER_CALL));
+      // Asked once the lock is taken: an abort before the call began would not reach it. A draft
+      // model proposes one step's drafts: the next step's come from it again.
+      const steps = proposals ? 1 : STEPS_PER_CALL;
+      stepped = await decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : steps));
     } catch (error) {
       for (const job of jobs) job.end(error);
       return;
@@ -611,8 +620,19 @@ export class Scheduler {
     return draftLength(
       jobs.map((job) => job.draft!.acceptance),
       Math.floor(this.context.batchSize / jobs.length) - 1,
-      this.speculate === "lookup",
+      this.speculate !== "auto",
+      this.drafter?.weight,
     );
+  }
+
+  /**
+   * The draft model's guesses of `length` tokens for each reply, or none without a draft model. A
+   * failure there costs the step its guesses, never the reply.
+   */
+  private async propose(jobs: readonly Job[], length: number): Promise<Token[][] | undefined> {
+    if (!this.drafter) return undefined;
+    const requests = jobs.map(({ slot, turn, pending }) => ({ slot: slot.id, scope: turn.scope, tokens: [...slot.sequence.contextTokens, pending[0]!] }));
+    return await this.drafter.propose(requests, length).catch(() => jobs.map(() => []));
   }
 
   /** Ends a stepped reply's turn once the last `decodedPast` tokens its sequence holds are taken back out. */

@@ -291,7 +291,7 @@ export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];
  * (prompt lookup). `auto`: where it pays (see draft-length.ts); `lookup`: at least a token in every
  * step with a guess; `off`: never.
  */
-export const SPECULATE_MODES = ["auto", "lookup", "off"] as const;
+export const SPECULATE_MODES = ["auto", "lookup", "draft", "off"] as const;
 export type Speculate = (typeof SPECULATE_MODES)[number];
 
 /**

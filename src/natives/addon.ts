@@ -32,6 +32,7 @@ interface AddonContext {
     steps: number,
     draftLengths?: number[],
     histories?: Uint32Array[],
+    proposals?: Uint32Array[],
   ): Promise<Int32Array>;
   abortSteps?(): void;
   tokenLogprobs?(batchLogitIndex: number, token: Token, top: number): Float64Array;
@@ -343,6 +344,8 @@ export interface StepsEntry {
    * most; with 0, each step's guess is still checked (`Stepped.tried`). Without, no guesses.
    */
   draft?: number;
+  /** A draft model's guesses, at most `draft` of them, that the first step verifies in place of its own. */
+  proposal?: readonly Token[];
 }
 
 /** What `decodeSteps` gave an entry. */
@@ -381,6 +384,7 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
     const histories = guessing
       ? sequences.map((seq, i) => (entries[i]!.draft === undefined ? new Uint32Array(0) : Uint32Array.from(seq._contextTokens)))
       : undefined;
+    const proposals = entries.some(({ proposal }) => proposal !== undefined) ? entries.map(({ proposal = [] }) => Uint32Array.from(proposal)) : undefined;
     const sampled = await repairing(ctx, entries, () =>
       ctx.decodeSteps!(
         sequences.map((seq) => seq._sequenceId),
@@ -391,6 +395,7 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
         wanted,
         draftLengths,
         histories,
+        proposals,
       ),
     );
     const n = entries.length;

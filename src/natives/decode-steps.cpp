@@ -1,7 +1,8 @@
 // Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
 // do beside them (and appends those defined in token-logprobs.cpp, pooled-embeddings.cpp and
 // sequence-state.cpp):
-// - decodeSteps(sequenceIds, positions, tokens, samplers, limits, steps, draftLengths?, histories?):
+// - decodeSteps(sequenceIds, positions, tokens, samplers, limits, steps, draftLengths?, histories?,
+//   proposals?):
 //   on the decode thread, decodes one batch of each sequence's token at its position, samples each
 //   sequence's next token with its sampler, decodes those in the next batch, and so on, `steps`
 //   batches at most. It stops early after a batch that sampled an end-of-generation token or
@@ -11,6 +12,8 @@
 //   length), and the sampler verifies them: a batch then gives a sequence every drafted token its
 //   sampler sampled too, and the one sampled after them.
 //   With histories but a draft length of 0, a step still guesses its next token, to be checked.
+//   With proposals (a draft model's, each at most its sequence's draft length), the first step
+//   verifies them in place of the lookup's guesses.
 //   Resolves to an Int32Array: each sequence's count of sampled tokens, then of drafted tokens,
 //   then of accepted ones, then of guesses tried (drafted tokens verified, and without a draft
 //   each step's guess at the next token), then of those right, then each sequence's tokens in
@@ -130,6 +133,8 @@ struct Steps {
     std::vector<int32_t> draftLengths;
     // Each drafting sequence's tokens, ending with its input: where its drafts are looked up.
     std::vector<std::vector<llama_token>> histories;
+    // Each sequence's draft for the first step, given by the caller (none: looked up).
+    std::vector<std::vector<llama_token>> proposals;
     uint64_t abortion = aborts.load();
     // llama.cpp saw the abort inside the decode in flight: what it logs from then on is the abort's.
     bool abortSeen = false;
@@ -176,9 +181,15 @@ struct Steps {
                     const int32_t room = limits[i] - static_cast<int32_t>(sampled[i].size()) - 1;
                     if (!histories.empty()) {
                         const int32_t length = std::min(draftLengths[i], room);
-                        lookup::draft(histories[i], std::max(length, 1), drafts[i]);
-                        guesses[i] = drafts[i].empty() ? -1 : drafts[i][0];
-                        if (length < 1) drafts[i].clear();
+                        if (step == 0 && !proposals.empty()) {
+                            const std::vector<llama_token> & proposal = proposals[i];
+                            drafts[i].assign(proposal.begin(), proposal.begin() + std::min(static_cast<int32_t>(proposal.size()), std::max(length, 0)));
+                            guesses[i] = proposal.empty() ? -1 : proposal[0];
+                        } else {
+                            lookup::draft(histories[i], std::max(length, 1), drafts[i]);
+                            guesses[i] = drafts[i].empty() ? -1 : drafts[i][0];
+                            if (length < 1) drafts[i].clear();
+                        }
                         // llama.cpp computes a batch whose sequences bring different token counts
                         // in several pieces, each a read of every weight: beside others, a draft
                         // is as long as theirs, the guess it lacks its input repeated.
@@ -432,7 +443,7 @@ napi_value start(napi_env env, const Napi::CallbackInfo & info) {
     if (context == nullptr) return nullptr;
     const char * signature =
         "decodeSteps(sequenceIds: number[], positions: number[], tokens: number[], samplers: AddonSampler[], limits: number[], steps: number, "
-        "draftLengths?: number[], histories?: Uint32Array[])";
+        "draftLengths?: number[], histories?: Uint32Array[], proposals?: Uint32Array[])";
     if (info.Length() < 6 || !info[0].IsArray() || !info[1].IsArray() || !info[2].IsArray() || !info[3].IsArray() || !info[4].IsArray() ||
         !info[5].IsNumber()) {
         return fail(Napi::TypeError::New(env, signature));
@@ -444,10 +455,13 @@ napi_value start(napi_env env, const Napi::CallbackInfo & info) {
     const Napi::Array limits = info[4].As<Napi::Array>();
     const bool drafting = info.Length() > 6 && !info[6].IsUndefined();
     if (drafting && (info.Length() < 8 || !info[6].IsArray() || !info[7].IsArray())) return fail(Napi::TypeError::New(env, signature));
+    const bool proposing = info.Length() > 8 && !info[8].IsUndefined();
+    if (proposing && (!drafting || !info[8].IsArray())) return fail(Napi::TypeError::New(env, signature));
     const uint32_t n = ids.Length();
     const uint32_t sequences = llama_n_seq_max(context->ctx);
     if (n == 0 || n > sequences || positions.Length() != n || inputs.Length() != n || samplers.Length() != n || limits.Length() != n ||
-        (drafting && (info[6].As<Napi::Array>().Length() != n || info[7].As<Napi::Array>().Length() != n))) {
+        (drafting && (info[6].As<Napi::Array>().Length() != n || info[7].As<Napi::Array>().Length() != n)) ||
+        (proposing && info[8].As<Napi::Array>().Length() != n)) {
         return fail(Napi::RangeError::New(env, "decodeSteps: one to the context's sequence count of sequences, each with a position, a token, a sampler and a limit"));
     }
     int64_t count = 0;
@@ -490,6 +504,16 @@ napi_value start(napi_env env, const Napi::CallbackInfo & info) {
         tokens.push_back(static_cast<llama_token>(token));
         steps->draftLengths.push_back(static_cast<int32_t>(draftLength));
         steps->histories.push_back(std::move(tokens));
+        if (!proposing) continue;
+        const Napi::Value proposed = info[8].As<Napi::Array>().Get(i);
+        if (!proposed.IsTypedArray() || proposed.As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) return fail(Napi::TypeError::New(env, signature));
+        const Napi::Uint32Array given = proposed.As<Napi::Uint32Array>();
+        if (static_cast<int64_t>(given.ElementLength()) > draftLength) return fail(Napi::RangeError::New(env, "decodeSteps: a proposal is longer than its draft length"));
+        std::vector<llama_token> proposal(given.Data(), given.Data() + given.ElementLength());
+        for (const llama_token drafted : proposal) {
+            if (drafted < 0 || drafted >= vocabulary) return fail(Napi::RangeError::New(env, "decodeSteps: a token is outside the model's vocabulary"));
+        }
+        steps->proposals.push_back(std::move(proposal));
     }
     if (batchTokens > llama_n_batch(context->ctx)) return fail(Napi::RangeError::New(env, "decodeSteps: the tokens and drafts exceed the context's batch"));
     {

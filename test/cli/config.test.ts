@@ -70,7 +70,19 @@ describe("PARLEY_SPECULATE", () => {
     expect(loadConfig({}).speculate).toBe("auto");
     expect(loadConfig({ PARLEY_SPECULATE: "lookup" }).speculate).toBe("lookup");
     expect(loadConfig({ PARLEY_SPECULATE: "off" }).speculate).toBe("off");
-    expect(() => loadConfig({ PARLEY_SPECULATE: "always" })).toThrow(new ConfigError(`PARLEY_SPECULATE must be one of auto, lookup, off (got "always")`));
+    expect(() => loadConfig({ PARLEY_SPECULATE: "always" })).toThrow(
+      new ConfigError(`PARLEY_SPECULATE must be one of auto, lookup, draft, off (got "always")`),
+    );
+  });
+
+  test("draft needs PARLEY_DRAFT_MODEL, which drafts only with auto or draft", () => {
+    expect(loadConfig({}).draftModel).toBeUndefined();
+    expect(loadConfig({ PARLEY_SPECULATE: "draft", PARLEY_DRAFT_MODEL: "small.gguf" })).toMatchObject({ speculate: "draft", draftModel: "small.gguf" });
+    expect(loadConfig({ PARLEY_DRAFT_MODEL: "small.gguf" })).toMatchObject({ speculate: "auto", draftModel: "small.gguf" });
+    expect(() => loadConfig({ PARLEY_SPECULATE: "draft" })).toThrow(new ConfigError("PARLEY_SPECULATE=draft needs a draft model: set PARLEY_DRAFT_MODEL"));
+    expect(() => loadConfig({ PARLEY_SPECULATE: "off", PARLEY_DRAFT_MODEL: "small.gguf" })).toThrow(
+      new ConfigError("PARLEY_DRAFT_MODEL drafts only with PARLEY_SPECULATE auto or draft (it is off)"),
+    );
   });
 });
 

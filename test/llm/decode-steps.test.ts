@@ -460,6 +460,14 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
       expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], [new Int32Array(2)])).toThrow(TypeError);
       expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2, 2], [new Uint32Array(2)])).toThrow(/one to the context's sequence count/);
       expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [context.batchSize], [new Uint32Array(2)])).toThrow(/exceed the context's batch/);
+      // Proposals (a draft model's): a Uint32Array for each sequence, beside drafts, within its draft length and the vocabulary.
+      const history = [new Uint32Array(2)];
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, undefined, undefined, [Uint32Array.of(1)])).toThrow(TypeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], history, [[1]])).toThrow(TypeError);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], history, [])).toThrow(/one to the context's sequence count/);
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], history, [Uint32Array.of(1, 2, 3)])).toThrow(/longer than its draft length/);
+      const outside = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+      expect(() => steps([id], [0], [1], [sampler.native], [4], 4, [2], history, [Uint32Array.of(outside)])).toThrow(/vocabulary/);
       // Objects of another native class are refused, as `this` and as a sampler.
       expect(() => steps([id], [0], [1], [addon])).toThrow(/not an AddonSampler/);
       expect(() => addon.decodeSteps.call(sampler.native, [id], [0], [1], [sampler.native], [4], 4)).toThrow(/not an AddonContext/);

@@ -29,6 +29,14 @@ test("the likelier the guesses, the longer the draft; the more replies stepping 
   expect(draftLength([0.95, 0.95, 0.95, 0.1], 500)).toBeLessThan(draftLength([0.95, 0.95, 0.95, 0.95], 500));
 });
 
+test("a draft model's guesses cost its steps: the heavier it is, the shorter the draft that pays", () => {
+  const lengths = [0, 0.05, 0.2, 0.5].map((weight) => draftLength([0.9], 500, false, weight));
+  expect(lengths).toEqual([...lengths].sort((a, b) => b - a));
+  expect(lengths[0]!).toBeGreaterThan(lengths[2]!);
+  // As heavy as the served model: guessing never pays, even when nearly always right.
+  expect(draftLength([0.95], 500, false, 1)).toBe(0);
+});
+
 test("lookup drafts at least a token where auto would not", () => {
   expect(draftLength([0.2], 500, true)).toBe(1);
   expect(draftLength([0.2], 0, true)).toBe(0);

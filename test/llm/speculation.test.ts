@@ -40,12 +40,16 @@ const ask = (content: string, ends: readonly number[], temperature: number, seed
   ...(seed === undefined ? {} : { seed }),
 });
 
-/** Each request's reply text and tokens, asked together on an engine of `preset` that speculates as `speculate`, and its drafts' counts. */
-async function replies(preset: ModelPreset, speculate: Speculate, requests: readonly GenerateRequest[]) {
+/**
+ * Each request's reply text and tokens, asked together on an engine of `preset` that speculates as
+ * `speculate` (from `draftModel`'s guesses, where given), and its drafts' counts.
+ */
+async function replies(preset: ModelPreset, speculate: Speculate, requests: readonly GenerateRequest[], draftModel?: ModelPreset) {
   const drafts = { drafted: 0, accepted: 0 };
   const engine: Engine = await testEngine({
     preset,
     speculate,
+    ...(draftModel ? { draftModelPath: await presetModel(draftModel) } : {}),
     parallel: requests.length,
     onDrafts: (drafted, accepted) => {
       drafts.drafted += drafted;
@@ -110,4 +114,32 @@ describe.skipIf(natives === undefined)("speculative decoding (compiled natives)"
     expect(new Set(off.map(({ text }) => text)).size).toBeGreaterThan(1);
     expect(on).toEqual(off);
   }, 120_000);
+});
+
+describe.skipIf(natives === undefined)("a draft model's guesses (PARLEY_DRAFT_MODEL)", () => {
+  test("verified as the lookup's are: greedy replies, alone and beside another, and seeded sampled ones are those without drafts", async () => {
+    // The demo drafting for itself: its guesses are its own greedy choices, right nearly always.
+    const ends = await endTokens("demo");
+    for (const requests of [[ask(QUESTIONS[0]!, ends, 0)], QUESTIONS.map((question) => ask(question, ends, 0)), [ask(QUESTIONS[1]!, ends, 1, 21)]]) {
+      const off = await replies("demo", "off", requests);
+      const drafted = await replies("demo", "draft", requests, "demo");
+      expect(drafted.drafts.accepted).toBeGreaterThan(drafted.drafts.drafted / 2);
+      expect(drafted.texts).toEqual(off.texts);
+    }
+  }, 120_000);
+
+  test("of another vocabulary: refused with `draft`, a warning and the reply's own guesses with `auto`", async () => {
+    const draftModelPath = await presetModel("llama3");
+    await expect(testEngine({ preset: "demo", speculate: "draft", draftModelPath })).rejects.toThrow(
+      /cannot draft for this model: (its vocabulary has|token \d+ is)/,
+    );
+    const warnings: string[] = [];
+    const engine = await testEngine({ preset: "demo", speculate: "auto", draftModelPath, onWarning: (message) => void warnings.push(message) });
+    try {
+      expect(warnings).toEqual(["replies draft from their own tokens: the draft model cannot draft for this model"]);
+      expect((await generated(engine, ask(QUESTIONS[0]!, [], 0))).completionTokens).toBeGreaterThan(0);
+    } finally {
+      await engine.close();
+    }
+  }, 60_000);
 });

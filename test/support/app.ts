@@ -135,10 +135,14 @@ export async function testEngine(
     primedTurns?: Turn[];
     speculate?: Speculate;
     onDrafts?: (drafted: number, accepted: number) => void;
+    draftModelPath?: string;
+    onWarning?: (message: string, error: unknown) => void;
   } = {},
 ) {
   return Engine.load({
     speculate: options.speculate,
+    draftModelPath: options.draftModelPath,
+    onWarning: options.onWarning,
     onDrafts: options.onDrafts,
     reasoning: options.reasoning,
     batchSize: options.batchSize,
