@@ -2,7 +2,8 @@
  * The benchmark's picture, hand-written SVG with no dependencies: one panel per charted scenario,
  * Parley and llama-server side by side, drawn from the rows' detail (B8: throughput by concurrent
  * streams; B2: time to first token per turn of one conversation; B9: a short request's TTFT alone
- * and while others decode; B10: TTFT per turn of a conversation that outgrows the context).
+ * and while others decode; B10: TTFT per turn of a conversation that outgrows the context; B17/B18:
+ * replies that repeat their context by streams; B19: a service's day's TTFT quantiles).
  */
 import type { Row, SideName } from "./harness";
 
@@ -12,6 +13,8 @@ export type ChartSeries = { categories?: string[] } & Partial<Record<SideName, n
 interface Panel {
   /** The scenario whose first row with a detail feeds the panel. */
   row: string;
+  /** The detail's field that holds the panel's series, where the detail holds more. */
+  key?: string;
   /** The panel's `id` in the SVG. */
   id: string;
   title: string;
@@ -32,6 +35,8 @@ const PANELS: Panel[] = [
     y: "ms",
     kind: "lines",
   },
+  { row: "B17", key: "chart", id: "repeating-replies", title: "Replies that repeat their context", x: "concurrent streams", y: "tok/s", kind: "bars" },
+  { row: "B19", key: "chart", id: "service-day", title: "Time to first token, a service's day", x: "quantile of its turns", y: "ms", kind: "bars" },
 ];
 
 const SIDES: { name: SideName; label: string; colour: string }[] = [
@@ -135,7 +140,8 @@ function panel(spec: Panel, data: Drawn): string {
 /** The chart of a run's rows, or undefined when none of them is charted (e.g. `--only B6`). */
 export function perfChart(title: string, subtitle: string, rows: readonly Row[]): string | undefined {
   const panels = PANELS.flatMap((spec) => {
-    const data = drawable(rows.find((row) => row.id === spec.row && row.detail !== undefined)?.detail);
+    const detail = rows.find((row) => row.id === spec.row && row.detail !== undefined)?.detail;
+    const data = drawable(spec.key === undefined ? detail : (detail as Record<string, unknown> | undefined)?.[spec.key]);
     return data ? [{ spec, data }] : [];
   });
   if (panels.length === 0) return undefined;

@@ -167,6 +167,15 @@ function figuresOf(measured: Map<SideName, Round[]>, name: SideName) {
 
 type Figures = NonNullable<ReturnType<typeof figuresOf>>;
 
+const QUANTILES = [0.1, 0.5, 0.9, 0.95, 1] as const;
+
+/** The chart's series of both sides' TTFT quantiles. */
+const quantileChart = (mine: Figures, theirs: Figures | undefined) => ({
+  categories: QUANTILES.map((q) => (q === 1 ? "max" : `p${q * 100}`)),
+  parley: QUANTILES.map((q) => quantile(mine.ttft, q)),
+  ...(theirs ? { llamaServer: QUANTILES.map((q) => quantile(theirs.ttft, q)) } : {}),
+});
+
 /** A row each for Σ TTFT, p95 TTFT and throughput, Parley against llama-server, with their targets. */
 function ttftRows(id: string, what: string, mine: Figures, theirs: Figures | undefined, targets: { sum: number; p95?: number }, detail: object = {}): Row[] {
   return [
@@ -267,6 +276,6 @@ export const serviceDay: Scenario = {
     const schedule = daySchedule(seed, count, turns);
     const { mine, theirs } = await measure(ctx, 50_000, turns, (t, send) => arrivals(schedule[t]!, send));
     const what = `${count} conversations × ${turns} turns on ${PARALLEL} sequences, arriving ${MEAN_GAP_MS} ms apart on average, replies of ${REPLY_RANGE.join("–")} tokens`;
-    return ttftRows("B19", what, mine, theirs, { sum: 0.7, p95: 0.8 }, { seed });
+    return ttftRows("B19", what, mine, theirs, { sum: 0.7, p95: 0.8 }, { seed, chart: quantileChart(mine, theirs) });
   },
 };

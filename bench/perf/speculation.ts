@@ -42,6 +42,8 @@ export const speculation: Scenario = {
     const rows: Row[] = [];
     const [me, them] = sides(ctx);
     const rounds = ctx.runs * 2;
+    // The chart's bars: each stream count's medians, on B17's row.
+    const chart = { categories: [] as string[], parley: [] as number[], llamaServer: [] as number[] };
     for (const streams of [1, 4, 8]) {
       const yardstick = (flags: string[]) => () =>
         startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel: streams, contextSize: ctx.contextSize, flags });
@@ -109,6 +111,9 @@ export const speculation: Scenario = {
         decodeWindows: windows,
         parleyDrafts: { accepted, rejected, acceptance: accepted / (accepted + rejected) },
       };
+      chart.categories.push(String(streams));
+      chart.parley.push(tps);
+      chart.llamaServer.push(plain ?? Number.NaN);
       const id = streams === 1 ? "B17" : "B18";
       rows.push({
         id,
@@ -121,6 +126,7 @@ export const speculation: Scenario = {
       });
       rows.push({ id, what: `${what} vs llama-server ${SPEC_FLAGS.join(" ")}`, parley: tps, yardstick: spec, ratio: ratio(tps, spec), target: [">=", 1.0] });
     }
+    rows[0]!.detail = { ...(rows[0]!.detail as object), chart: them ? chart : { categories: chart.categories, parley: chart.parley } };
     return rows;
   },
 };

@@ -9,6 +9,7 @@ const rows: Row[] = [
   { id: "B8", what: "aggregate, 1 stream", detail: { categories: ["1", "2", "4", "8"], parley: [76, 70, 57, 55], llamaServer: [104, 150, 198, 230] } },
   { id: "B8", what: "aggregate, 2 streams", parley: 70 },
   { id: "B9", what: "while busy", detail: { categories: ["alone", "while 3 decode"], parley: [120, 480] } },
+  { id: "B19", what: "a day", detail: { seed: 1, parley: { sum: 3 }, chart: { categories: ["p50", "max"], parley: [90, 800], llamaServer: [100, 1100] } } },
 ];
 
 const panel = (svg: XmlElement, id: string) => findElements(svg, (e) => e.attributes.id === id)[0]!;
@@ -24,6 +25,14 @@ describe("the perf chart", () => {
       "throughput",
       "ttft-per-turn",
       "ttft-while-busy",
+      "service-day",
+    ]);
+  });
+
+  test("a panel fed by one field of its row's detail draws that field only", () => {
+    expect(series(panel(svg, "service-day"), "llamaServer", "rect").map((bar) => bar.children[0]!.text)).toEqual([
+      "llama-server, p50: 100",
+      "llama-server, max: 1100",
     ]);
   });
 

@@ -22,4 +22,6 @@ test("bun run bench perf --quick prints every benchmark and draws the chart", as
   expect(parley("throughput", "rect")).toHaveLength(4); // 1, 2, 4 and 8 streams
   expect(parley("ttft-per-turn", "polyline")[0]!.attributes.points!.split(" ")).toHaveLength(3); // --quick's turns
   expect(parley("ttft-while-busy", "rect")).toHaveLength(2);
+  expect(parley("repeating-replies", "rect")).toHaveLength(3); // 1, 4 and 8 streams
+  expect(parley("service-day", "rect")).toHaveLength(5); // p10, p50, p90, p95 and the longest
 }, 90_000);
