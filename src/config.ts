@@ -375,7 +375,7 @@ export const CONFIG_SPEC = {
   },
   kvRamMb: {
     env: "PARLEY_KV_RAM_MB",
-    doc: "memory for saved conversation KV states in front of their disk (`PARLEY_KV_CACHE_MB`), shared by every loaded model: a returning conversation's state is copied back from memory, and a state reaches the disk only once memory has no room for it, or at shutdown; a crash loses what memory held (re-evaluated from history). Needs Parley's compiled natives (the executable, or `bun run natives`); `0` = disk only",
+    doc: "memory for saved conversation KV states in front of their disk (`PARLEY_KV_CACHE_MB`), shared by every loaded model: a returning conversation's state is copied back from memory, and a state reaches the disk only once memory has no room for it, or at shutdown; a crash loses what memory held (re-evaluated from history). Needs Parley's compiled natives (the executable, or `bun run natives`); `0` = disk only, and `PARLEY_KV_CACHE_MB=0` turns both off",
     shownDefault: "`1024`",
     flag: "--kv-ram-mb",
     default: "1024",
