@@ -262,6 +262,8 @@ export class KvStore {
     if (memory && copiesStates(sequence.context) && this.bytesPerToken * sequence.contextTokens.length <= memory.maxBytes) {
       return { written: Promise.resolve(await this.hold(memory, base, sequence, saved)) };
     }
+    // An older state in memory would be found before this one's file.
+    memory?.drop(base);
     // Two saves of one conversation never write its files at once. Only writes already captured
     // are waited for: an announced save is captured by a turn that may be waiting for this one.
     await this.filing.get(base);

@@ -445,6 +445,44 @@ describe("saved KV states, two sequences", () => {
 });
 
 describe("KvStore", () => {
+  test.skipIf(!natives)("a state too large for memory goes to its file, and the older copy in memory is not found before it", async () => {
+    const llama = await getLlama({ gpu: false, build: "never" });
+    try {
+      const model = await llama.loadModel({ modelPath });
+      const context = await model.createContext({ contextSize: 256, sequences: 1, threads: 1 });
+      const sequence = context.getSequence();
+      const short = LlamaText("a short start");
+      await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(short.toString()));
+      // Room for the short state, not for one three times as long.
+      const memory = new StateMemory(Math.floor(1.2 * (await copyState(sequence)).bytes.byteLength));
+      const root = join(dir, "store-memory");
+      mkdirSync(root);
+      const store = await KvStore.open({
+        root,
+        identity: "test",
+        maxBytes: 2 ** 30,
+        contextSize: 256,
+        maxStateBytes: await stateSizeBound(model, context),
+        memory,
+        warn: (message) => {
+          throw new Error(message);
+        },
+      });
+      await store.save({ key: "k", text: short, tokens: [...sequence.contextTokens] }).capture(sequence);
+      expect(memory.size).toBeGreaterThan(0);
+      const long = LlamaText(`${short.toString()}, and then a much longer rest that runs on well past it`);
+      await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(long.toString()).slice(sequence.contextTokens.length));
+      const grown = { key: "k", text: long, tokens: [...sequence.contextTokens] };
+      expect(await (await store.save(grown).capture(sequence)).written).toBe(true);
+      const found = await store.find("k");
+      expect(found?.state).toBeUndefined();
+      expect(found?.transcript.tokens).toEqual(grown.tokens);
+      expect(memory.size).toBe(0);
+    } finally {
+      await llama.dispose();
+    }
+  });
+
   test("a save resolves once the state is captured; finding the conversation meanwhile waits for its files", async () => {
     const llama = await getLlama({ gpu: false, build: "never" });
     try {
