@@ -163,6 +163,12 @@ export interface SchedulerOptions {
  */
 const STEPS_PER_CALL = 4;
 
+/**
+ * With a draft model whose guesses do not pay, one native call in this many still asks it for a
+ * token, so that its acceptance stays measured (a call without a draft checks no guess then).
+ */
+const DRAFT_PROBE_CALLS = 16;
+
 /** The kinds of work, in the order a step serves them. */
 const PROMPT_END = 0;
 const REPLY = 1;
@@ -220,6 +226,8 @@ export class Scheduler {
   private readonly speculate: Speculate;
   private readonly onDrafts: ((drafted: number, accepted: number) => void) | undefined;
   private readonly drafter: DraftModel | undefined;
+  /** Native calls while the draft model did not pay: every `DRAFT_PROBE_CALLS`th probes it. */
+  private unpaid = 0;
 
   constructor(
     private readonly context: LlamaContext,
@@ -614,15 +622,20 @@ export class Scheduler {
    * sequences bring different token counts in several pieces, each a read of every weight (the
    * natives pad a shorter guess). `draftLength` weighs what it gains against what it costs, within
    * the batch; with `lookup`, at least one token. None with `off`: the natives then guess nothing.
+   * With a draft model the acceptance is its guesses' only: where drafting does not pay, a call
+   * checks no guess (the lookup's would say nothing of the draft model's), but now and then one
+   * token of it is drafted.
    */
   private draftLength(jobs: readonly Job[]): number | undefined {
     if (this.speculate === "off") return undefined;
-    return draftLength(
+    const length = draftLength(
       jobs.map((job) => job.draft!.acceptance),
       Math.floor(this.context.batchSize / jobs.length) - 1,
       this.speculate !== "auto",
       this.drafter?.weight,
     );
+    if (!this.drafter || length > 0) return length;
+    return ++this.unpaid % DRAFT_PROBE_CALLS === 0 ? 1 : undefined;
   }
 
   /**

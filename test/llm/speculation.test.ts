@@ -128,6 +128,17 @@ describe.skipIf(natives === undefined)("a draft model's guesses (PARLEY_DRAFT_MO
     }
   }, 120_000);
 
+  test("auto: a draft model whose guesses fail is asked now and then only, its acceptance measured on its own guesses", async () => {
+    // bench-draft for bench-small: random weights of one vocabulary, which agree on nothing.
+    const ends = await endTokens("bench-small");
+    const request = { ...ask(QUESTIONS[0]!, ends, 0), maxTokens: 256 };
+    const { drafts, texts } = await replies("bench-small", "auto", [request], "bench-draft");
+    expect(texts[0]!.completionTokens).toBe(256);
+    // A probe every 16 native calls of 4 steps: about 4 of 256 tokens; not a guess in every step.
+    expect(drafts.drafted).toBeGreaterThan(0);
+    expect(drafts.drafted).toBeLessThanOrEqual(16);
+  }, 60_000);
+
   test("of another vocabulary: refused with `draft`, a warning and the reply's own guesses with `auto`", async () => {
     const draftModelPath = await presetModel("llama3");
     await expect(testEngine({ preset: "demo", speculate: "draft", draftModelPath })).rejects.toThrow(
