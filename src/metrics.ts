@@ -117,61 +117,33 @@ export class Metrics {
     for (const reason of ["requests", "streams"]) this.rateLimited.inc({ reason }, 0);
     for (const source of ["cached", "evaluated"]) this.promptTokens.inc({ source }, 0);
     for (const outcome of ["accepted", "rejected"]) this.draftTokens.inc({ outcome }, 0);
-    new Gauge({
-      name: "parley_queue_depth",
-      help: "Chat requests waiting for a free sequence",
-      registers: [this.registry],
-      collect() {
-        this.set(total("queued"));
-      },
-    });
-    new Gauge({
-      name: "parley_chat_turns",
-      help: "Chat turns admitted and not yet answered: generating, or waiting for a sequence or for their conversation's previous turn",
-      registers: [this.registry],
-      collect() {
-        this.set(turns());
-      },
-    });
-    if (responses) {
+    // Read when scraped. A read that fails (a database that cannot answer now) leaves the last
+    // value: the scrape still succeeds.
+    const observed = (name: string, help: string, read: () => number | Promise<number>) =>
       new Gauge({
-        name: "parley_responses_kept",
-        help: "Responses of /v1/responses kept in the database, of every user (PARLEY_RESPONSES_TTL_DAYS bounds them)",
+        name,
+        help,
         registers: [this.registry],
         async collect() {
-          // A database that cannot answer now leaves the last count: the scrape still succeeds.
-          await responses().then(
-            (kept) => this.set(kept),
-            () => undefined,
-          );
+          await Promise.resolve()
+            .then(read)
+            .then(
+              (value) => this.set(value),
+              () => undefined,
+            );
         },
       });
-    }
-    if (statesInMemory) {
-      new Gauge({
-        name: "parley_kv_memory_bytes",
-        help: "Bytes of conversations' saved KV states held in memory (PARLEY_KV_RAM_MB bounds them)",
-        registers: [this.registry],
-        collect() {
-          this.set(statesInMemory());
-        },
-      });
-    }
-    new Gauge({
-      name: "parley_sequences_busy",
-      help: "Sequences generating a reply",
-      registers: [this.registry],
-      collect() {
-        this.set(total("busy"));
-      },
-    });
-    new Gauge({
-      name: "parley_models_loaded",
-      help: "Models loaded now (PARLEY_MAX_LOADED_MODELS at most)",
-      registers: [this.registry],
-      collect() {
-        this.set(engines().length);
-      },
-    });
+    observed("parley_queue_depth", "Chat requests waiting for a free sequence", () => total("queued"));
+    observed(
+      "parley_chat_turns",
+      "Chat turns admitted and not yet answered: generating, or waiting for a sequence or for their conversation's previous turn",
+      turns,
+    );
+    if (responses)
+      observed("parley_responses_kept", "Responses of /v1/responses kept in the database, of every user (PARLEY_RESPONSES_TTL_DAYS bounds them)", responses);
+    if (statesInMemory)
+      observed("parley_kv_memory_bytes", "Bytes of conversations' saved KV states held in memory (PARLEY_KV_RAM_MB bounds them)", statesInMemory);
+    observed("parley_sequences_busy", "Sequences generating a reply", () => total("busy"));
+    observed("parley_models_loaded", "Models loaded now (PARLEY_MAX_LOADED_MODELS at most)", () => engines().length);
   }
 }

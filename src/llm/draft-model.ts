@@ -15,7 +15,7 @@ import { samplingOf } from "./types";
 export interface DraftRequest {
   slot: number;
   scope: string;
-  tokens: readonly Token[];
+  tokens: Token[];
 }
 
 export class DraftModel {
@@ -67,7 +67,7 @@ export class DraftModel {
         this.scopes[slot] = scope;
       }
       // The last token is evaluated again in any case: its logits give the first guess.
-      const kept = Math.min(sequence.compareContextTokens([...tokens]).firstDifferentIndex, tokens.length - 1);
+      const kept = Math.min(sequence.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
       if (kept < sequence.nextTokenIndex) await sequence.eraseContextTokenRanges([{ start: kept, end: sequence.nextTokenIndex }]);
       missing.push(tokens.slice(kept));
     }

@@ -658,15 +658,17 @@ async function openKvStore(
   context: LlamaContext,
   warn: (message: string, error: unknown) => void,
 ): Promise<KvStore | undefined> {
-  if (cache.memory && !copiesStates(context))
+  const memory = cache.memory && copiesStates(context) ? cache.memory : undefined;
+  if (cache.memory && !memory) {
     warn(
       "saved KV states go to disk only: keeping them in memory (PARLEY_KV_RAM_MB) needs Parley's compiled natives",
       new Error("these natives cannot copy a sequence's state"),
     );
+  }
   try {
     return await KvStore.open({
       root: cache.dir,
-      ...(cache.memory && copiesStates(context) ? { memory: cache.memory } : {}),
+      ...(memory ? { memory } : {}),
       identity: await stateIdentity(modelPath, llama, context),
       maxBytes: cache.maxBytes,
       contextSize: context.contextSize,

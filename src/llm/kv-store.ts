@@ -30,7 +30,7 @@ import { statfsSync } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { type LlamaContext, type LlamaContextSequence, type LlamaModel, LlamaText, type LlamaTextJSON, type Token } from "node-llama-cpp";
-import { copiesStates, copyState, restoreState, type SequenceState, stateFileParts } from "../natives/addon";
+import { copyState, restoreState, type SequenceState, stateFileParts } from "../natives/addon";
 import type { HeldState, StateMemory } from "./state-memory";
 import type { Transcript } from "./transcript";
 import type { Turn } from "./types";
@@ -45,7 +45,7 @@ export interface KvStoreOptions {
   contextSize: number;
   /** The largest state file a sequence can write (see `stateSizeBound`). */
   maxStateBytes: number;
-  /** Where states are kept before their files, when the natives can copy them. */
+  /** Where states are kept before their files: only with natives that copy states (`copiesStates`). */
   memory?: StateMemory;
   warn: (message: string, error: unknown) => void;
 }
@@ -259,7 +259,7 @@ export class KvStore {
     const { key, text, tokens, opens } = transcript;
     const saved: SavedTranscript = { key, text: text.toJSON(), tokens: [...tokens], ...(opens ? { opens } : {}) };
     const { memory } = this.options;
-    if (memory && copiesStates(sequence.context) && this.bytesPerToken * sequence.contextTokens.length <= memory.maxBytes) {
+    if (memory && this.bytesPerToken * sequence.contextTokens.length <= memory.maxBytes) {
       return { written: Promise.resolve(await this.hold(memory, base, sequence, saved)) };
     }
     // An older state in memory would be found before this one's file.
@@ -275,12 +275,7 @@ export class KvStore {
       if (room !== true) return { written: Promise.resolve(this.shortOfSpace(room)) };
       const { fileSize } = await sequence.saveStateToFile(`${tmp}.kv`);
       this.bytesPerToken = fileSize / Math.max(1, sequence.contextTokens.length);
-      const written = this.finish(base, tmp, fileSize, saved, transcriptJson, expected);
-      this.filing.set(base, written);
-      void written.then(() => {
-        if (this.filing.get(base) === written) this.filing.delete(base);
-      });
-      return { written };
+      return { written: this.filed(base, this.finish(base, tmp, fileSize, saved, transcriptJson, expected)) };
     } catch (error) {
       return { written: Promise.resolve(await this.abandon(base, tmp, expected, error)) };
     }
@@ -323,11 +318,16 @@ export class KvStore {
         return await this.abandon(base, tmp, expected, error);
       }
     })();
+    this.awaited(base, this.filed(base, written));
+  }
+
+  /** Tracks the conversation's files being written until `written` settles: its next write waits for them. */
+  private filed(base: string, written: Promise<boolean>): Promise<boolean> {
     this.filing.set(base, written);
     void written.then(() => {
       if (this.filing.get(base) === written) this.filing.delete(base);
     });
-    this.awaited(base, written);
+    return written;
   }
 
   /** Checksums the captured state, writes its sidecar and renames both into place. */

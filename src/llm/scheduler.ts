@@ -644,7 +644,12 @@ export class Scheduler {
    */
   private async propose(jobs: readonly Job[], length: number): Promise<Token[][] | undefined> {
     if (!this.drafter) return undefined;
-    const requests = jobs.map(({ slot, turn, pending }) => ({ slot: slot.id, scope: turn.scope, tokens: [...slot.sequence.contextTokens, pending[0]!] }));
+    const requests = jobs.map(({ slot, turn, pending }) => {
+      // A copy already: node-llama-cpp's getter copies what the sequence holds.
+      const tokens = slot.sequence.contextTokens;
+      tokens.push(pending[0]!);
+      return { slot: slot.id, scope: turn.scope, tokens };
+    });
     return await this.drafter.propose(requests, length).catch(() => jobs.map(() => []));
   }
 

@@ -3,7 +3,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFile
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import fc from "fast-check";
-import { getLlama, LlamaText } from "node-llama-cpp";
+import { getLlama, type LlamaContextSequence, type LlamaModel, LlamaText } from "node-llama-cpp";
 import { writePresetModel } from "../../src/gguf/presets";
 import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { forgetSaved, KvStore, stateSizeBound } from "../../src/llm/kv-store";
@@ -444,66 +444,70 @@ describe("saved KV states, two sequences", () => {
   });
 });
 
+/**
+ * A one-sequence context of the demo model holding `text`, and a store under `dir/<name>` that
+ * throws on any warning (with the `StateMemory` that `memoryFor` makes once the text is held).
+ */
+async function withStore(
+  name: string,
+  text: LlamaText,
+  body: (store: KvStore, held: { model: LlamaModel; sequence: LlamaContextSequence }) => Promise<void>,
+  memoryFor?: (sequence: LlamaContextSequence) => Promise<StateMemory>,
+): Promise<void> {
+  const llama = await getLlama({ gpu: false, build: "never" });
+  try {
+    const model = await llama.loadModel({ modelPath });
+    const context = await model.createContext({ contextSize: 256, sequences: 1, threads: 1 });
+    const sequence = context.getSequence();
+    await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(text.toString()));
+    const memory = await memoryFor?.(sequence);
+    const root = join(dir, name);
+    mkdirSync(root);
+    const store = await KvStore.open({
+      root,
+      identity: "test",
+      maxBytes: 2 ** 30,
+      contextSize: 256,
+      maxStateBytes: await stateSizeBound(model, context),
+      ...(memory ? { memory } : {}),
+      warn: (message) => {
+        throw new Error(message);
+      },
+    });
+    await body(store, { model, sequence });
+  } finally {
+    await llama.dispose();
+  }
+}
+
 describe("KvStore", () => {
   test.skipIf(!natives)("a state too large for memory goes to its file, and the older copy in memory is not found before it", async () => {
-    const llama = await getLlama({ gpu: false, build: "never" });
-    try {
-      const model = await llama.loadModel({ modelPath });
-      const context = await model.createContext({ contextSize: 256, sequences: 1, threads: 1 });
-      const sequence = context.getSequence();
-      const short = LlamaText("a short start");
-      await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(short.toString()));
-      // Room for the short state, not for one three times as long.
-      const memory = new StateMemory(Math.floor(1.2 * (await copyState(sequence)).bytes.byteLength));
-      const root = join(dir, "store-memory");
-      mkdirSync(root);
-      const store = await KvStore.open({
-        root,
-        identity: "test",
-        maxBytes: 2 ** 30,
-        contextSize: 256,
-        maxStateBytes: await stateSizeBound(model, context),
-        memory,
-        warn: (message) => {
-          throw new Error(message);
-        },
-      });
-      await store.save({ key: "k", text: short, tokens: [...sequence.contextTokens] }).capture(sequence);
-      expect(memory.size).toBeGreaterThan(0);
-      const long = LlamaText(`${short.toString()}, and then a much longer rest that runs on well past it`);
-      await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(long.toString()).slice(sequence.contextTokens.length));
-      const grown = { key: "k", text: long, tokens: [...sequence.contextTokens] };
-      expect(await (await store.save(grown).capture(sequence)).written).toBe(true);
-      const found = await store.find("k");
-      expect(found?.state).toBeUndefined();
-      expect(found?.transcript.tokens).toEqual(grown.tokens);
-      expect(memory.size).toBe(0);
-    } finally {
-      await llama.dispose();
-    }
+    const short = LlamaText("a short start");
+    let memory: StateMemory | undefined;
+    // Room for the short state, not for one three times as long.
+    const memoryFor = async (sequence: LlamaContextSequence) => (memory = new StateMemory(Math.floor(1.2 * (await copyState(sequence)).bytes.byteLength)));
+    await withStore(
+      "store-memory",
+      short,
+      async (store, { model, sequence }) => {
+        await store.save({ key: "k", text: short, tokens: [...sequence.contextTokens] }).capture(sequence);
+        expect(memory!.size).toBeGreaterThan(0);
+        const long = LlamaText(`${short.toString()}, and then a much longer rest that runs on well past it`);
+        await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(long.toString()).slice(sequence.contextTokens.length));
+        const grown = { key: "k", text: long, tokens: [...sequence.contextTokens] };
+        expect(await (await store.save(grown).capture(sequence)).written).toBe(true);
+        const found = await store.find("k");
+        expect(found?.state).toBeUndefined();
+        expect(found?.transcript.tokens).toEqual(grown.tokens);
+        expect(memory!.size).toBe(0);
+      },
+      memoryFor,
+    );
   });
 
   test("a save resolves once the state is captured; finding the conversation meanwhile waits for its files", async () => {
-    const llama = await getLlama({ gpu: false, build: "never" });
-    try {
-      const model = await llama.loadModel({ modelPath });
-      const context = await model.createContext({ contextSize: 256, sequences: 1, threads: 1 });
-      const sequence = context.getSequence();
-      const text = LlamaText("hello there, saved while it goes on");
-      await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize(text.toString()));
-      const warn = (message: string) => {
-        throw new Error(message);
-      };
-      const root = join(dir, "store");
-      mkdirSync(root);
-      const store = await KvStore.open({
-        root,
-        identity: "test",
-        maxBytes: 2 ** 30,
-        contextSize: 256,
-        maxStateBytes: await stateSizeBound(model, context),
-        warn,
-      });
+    const text = LlamaText("hello there, saved while it goes on");
+    await withStore("store", text, async (store, { sequence }) => {
       const transcript = { key: "k", text, tokens: [...sequence.contextTokens] };
 
       const { written } = await store.save(transcript).capture(sequence);
@@ -517,8 +521,6 @@ describe("KvStore", () => {
       expect(await written).toBe(true);
       expect(await store.load(sequence, found!)).toEqual(transcript);
       expect(sequence.contextTokens).toEqual(transcript.tokens);
-    } finally {
-      await llama.dispose();
-    }
+    });
   });
 });
