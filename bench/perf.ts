@@ -1,6 +1,7 @@
 /**
- * `bun run bench perf [--quick] [--type f16|q8_0|q4_0] [--runs N] [--threads N] [--only B1,B2,...]
- * [--chart docs/perf.svg] [--llama-server PATH] [--binary dist/parley] [--parley-env NAME=VALUE ...]`: B1-B22, Parley
+ * `bun run bench perf [--quick] [--preset bench-small|bench-1b] [--type f16|q8_0|q4_0] [--runs N]
+ * [--threads N] [--only B1,B2,...] [--streams 1,8,32] [--chart docs/perf.svg] [--llama-server PATH]
+ * [--llama-flag FLAG ...] [--binary dist/parley] [--parley-env NAME=VALUE ...]`: B1-B22, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
@@ -8,13 +9,17 @@
  * files too. `--quick` is a smoke run: the tiny demo model, one run, few turns, no yardstick build.
  * `--llama-server` uses a llama-server built elsewhere (another checkout's `.bench/`). `--binary`
  * serves Parley from a built executable, installed alone as an operator would, instead of the source.
- * `--parley-env` (repeatable) sets a variable for every Parley server, to measure a setting.
+ * `--parley-env` (repeatable) sets a variable for every Parley server, to measure a setting, and
+ * `--llama-flag` (repeatable) adds a flag to every llama-server, e.g. `--llama-flag=-ngl=99` on a GPU
+ * (`=` inside splits it into the flag and its value). `--streams` names B8's stream counts.
+ * `--preset bench-1b` serves the GPU benchmark's model (bench/gpu/run.sh).
  */
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
 import { parseArgs } from "node:util";
 import { PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../src/gguf/presets";
-import { localNativesDir } from "../src/natives/local";
+import { compiledNativesDir } from "../src/natives/compiled";
+import { NODE_LLAMA_CPP_VERSION } from "../src/natives/version";
 import { installAlone } from "../test/support/binary";
 import { perfChart } from "./perf/chart";
 import type { Context, Row } from "./perf/harness";
@@ -38,8 +43,22 @@ const { values } = parseArgs({
     "no-yardstick": { type: "boolean", default: false },
     binary: { type: "string" },
     "parley-env": { type: "string", multiple: true, default: [] },
+    "llama-flag": { type: "string", multiple: true, default: [] },
+    streams: { type: "string" },
+    preset: { type: "string" },
   },
 });
+const llamaFlags = values["llama-flag"]!.flatMap((flag) => flag.split("="));
+const streamLevels = values.streams?.split(",").map(Number);
+if (streamLevels?.some((n) => !Number.isInteger(n) || n < 1)) {
+  console.error(`--streams: expected stream counts like 1,8,32 (got "${values.streams}")`);
+  process.exit(2);
+}
+const BENCH_PRESETS = ["bench-small", "bench-1b"] as const;
+if (values.preset !== undefined && !(BENCH_PRESETS as readonly string[]).includes(values.preset)) {
+  console.error(`--preset: expected ${BENCH_PRESETS.join(" or ")} (got "${values.preset}")`);
+  process.exit(2);
+}
 const parleyEnv: Record<string, string> = {};
 for (const setting of values["parley-env"]!) {
   const [name, ...value] = setting.split("=");
@@ -52,7 +71,7 @@ for (const setting of values["parley-env"]!) {
 const quick = values.quick!;
 mkdirSync(OUT, { recursive: true });
 
-const preset = quick ? "demo" : "bench-small";
+const preset = quick ? "demo" : ((values.preset as (typeof BENCH_PRESETS)[number] | undefined) ?? "bench-small");
 const fileType = presetFileType(preset, values.type);
 if (fileType === undefined) {
   console.error(`--type: the ${preset} model${quick ? " (--quick)" : ""} is written as ${PRESET_FILE_TYPES[preset].join(", ").toLowerCase()}`);
@@ -76,6 +95,8 @@ const ctx: Context = {
   llamaServer: quick || values["no-yardstick"] ? undefined : (values["llama-server"] ?? (await buildLlamaServer())),
   installed: values.binary === undefined ? undefined : installAlone(values.binary, "bench"),
   parleyEnv,
+  llamaFlags,
+  ...(streamLevels === undefined ? {} : { streamLevels }),
 };
 
 const only = values.only?.split(",");
@@ -92,7 +113,8 @@ try {
   if (ctx.installed) rmSync(ctx.installed.dir, { recursive: true, force: true });
 }
 
-const localNatives = join(await localNativesDir(), "linux-x64");
+// Asked only of a checkout: a run on the executable (bundled for the GPU machine) has no natives' sources.
+const localNatives = ctx.installed ? "" : join(compiledNativesDir(NODE_LLAMA_CPP_VERSION), "linux-x64");
 const report = {
   when: new Date().toISOString(),
   command: `bun run bench perf ${Bun.argv.slice(2).join(" ")}`.trim(),
@@ -100,6 +122,8 @@ const report = {
   fileType,
   threads: ctx.threads,
   runs: ctx.runs,
+  ...(llamaFlags.length > 0 ? { llamaFlags } : {}),
+  ...(Object.keys(parleyEnv).length > 0 ? { parleyEnv } : {}),
   parley: ctx.installed ? `${values.binary} (installed alone)` : "bun src/cli.ts (this checkout)",
   natives: ctx.installed ? "embedded in the binary" : existsSync(localNatives) ? `local build (${localNatives})` : "npm prebuilt",
   seconds: Math.round((performance.now() - started) / 1000),

@@ -20,7 +20,7 @@ import { BackgroundResponses } from "./http/background-responses";
 import { Embedder } from "./llm/embedder";
 import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
-import { refuseUnlessFits } from "./llm/memory-need";
+import { type GpuLayers, refuseUnlessFits } from "./llm/memory-need";
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
 import { StateMemory } from "./llm/state-memory";
 import type { Logger } from "./log";
@@ -84,6 +84,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     parallel: config.parallel,
     threads: config.threads,
     gpu: config.gpu,
+    ...(config.gpuLayers === undefined ? {} : { gpuLayers: config.gpuLayers }),
     queueMax: config.queueMax,
     cacheDir: config.dataDir,
     kvCache: { dir: kvRoot, maxBytes: config.kvCacheMb * 2 ** 20, ...(stateMemory ? { memory: stateMemory } : {}) },
@@ -112,16 +113,37 @@ export async function startService(config: Config, log: Logger, announce: Announ
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
     queueMax: config.queueMax,
     load: (entry): Promise<ServedEngine> => {
-      refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType);
-      if (entry.description.purpose === "chat") return Engine.load(engineOptions(entry.path));
-      const { modelPath, contextSize, parallel, threads, gpu, flashAttention, kvType } = engineOptions(entry.path);
-      return Embedder.load({ modelPath, contextSize, parallel, threads, gpu, flashAttention, kvType });
+      const fits = (gpuLayers: GpuLayers) =>
+        refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType, gpuLayers);
+      if (entry.description.purpose === "chat") return Engine.load({ ...engineOptions(entry.path), fits });
+      const { modelPath, contextSize, parallel, threads, gpu, gpuLayers, flashAttention, kvType, onWarning } = engineOptions(entry.path);
+      return Embedder.load({
+        modelPath,
+        contextSize,
+        parallel,
+        threads,
+        gpu,
+        ...(gpuLayers === undefined ? {} : { gpuLayers }),
+        flashAttention,
+        kvType,
+        onWarning,
+        fits,
+      });
     },
     onLoaded: (entry, loaded, ms) => {
       metrics.modelLoaded(entry.id, ms / 1000);
       announce(
         "info",
-        { model: entry.id, ms: Math.round(ms), context_size: loaded.contextSize, threads: loaded.threads, natives: loaded.natives },
+        {
+          model: entry.id,
+          ms: Math.round(ms),
+          context_size: loaded.contextSize,
+          threads: loaded.threads,
+          natives: loaded.natives,
+          device: loaded.device.device,
+          ...(loaded.device.gpuLayers === undefined ? {} : { gpu_layers: loaded.device.gpuLayers }),
+          ...(loaded.device.vramBytes === undefined ? {} : { vram_mib: Math.round(loaded.device.vramBytes / 2 ** 20) }),
+        },
         "model loaded",
       );
     },

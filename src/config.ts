@@ -10,6 +10,7 @@ import {
   type ContextOverflow,
   FLASH_ATTENTION_MODES,
   type FlashAttentionMode,
+  type GpuBackend,
   KV_TYPES,
   type KvType,
   PROMPT_ENDS_MODES,
@@ -55,7 +56,10 @@ export interface Config {
   contextSize?: number;
   /** Unset means automatic: see the engine. */
   threads?: number;
-  gpu: boolean;
+  /** The GPU backend to offload to; false: the CPU alone. */
+  gpu: GpuBackend | false;
+  /** Layers offloaded with `gpu`; unset: all of them. */
+  gpuLayers?: number;
   queueMax: number;
   bodyLimitBytes: number;
   bodyTimeoutS: number;
@@ -271,11 +275,19 @@ export const CONFIG_SPEC = {
   },
   gpu: {
     env: "PARLEY_GPU",
-    doc: "offload to a GPU when one is usable",
+    doc: "`cuda` (or `true`) offloads the models to an NVIDIA GPU through the CUDA natives (`bun run natives --gpu cuda`, or an executable built with `--gpu cuda`: `docs/operations.md`); where none is usable (no such natives, no driver, no GPU) one warning says why and the models run on the CPU. `false`: the CPU alone",
     shownDefault: "`false`",
     flag: "--gpu",
     default: "false",
-    help: "Offload to a GPU if one is usable",
+    help: "Offload to an NVIDIA GPU: cuda (or true), or false for the CPU alone",
+  },
+  gpuLayers: {
+    env: "PARLEY_GPU_LAYERS",
+    doc: "with `PARLEY_GPU`, how many of a model's layers go to the GPU (the rest run on the CPU), for a model larger than the GPU's memory; unset: all of them. A model that does not fit is not loaded (`503 overloaded`, naming the GPU's memory)",
+    shownDefault: "all",
+    flag: "--gpu-layers",
+    default: "",
+    help: "With --gpu, layers offloaded to the GPU (default: all)",
   },
   queueMax: {
     env: "PARLEY_QUEUE_MAX",
@@ -558,6 +570,9 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
   if (draftModel !== "" && (speculate === "lookup" || speculate === "off")) {
     throw new ConfigError(`${raw("draftModel").name} drafts only with ${raw("speculate").name} auto or draft (it is ${speculate})`);
   }
+  const gpu = gpuBackend(raw("gpu"));
+  const gpuLayers = optionalInt("gpuLayers", 0, 10_000);
+  if (gpuLayers !== undefined && gpu === false) throw new ConfigError(`${raw("gpuLayers").name} offloads layers to a GPU: set ${raw("gpu").name}=cuda too`);
   // llama.cpp quantizes the V cache only with flash attention: a context without it would fail to load.
   if (kvType !== "f16" && flashAttention === "off") {
     throw new ConfigError(
@@ -585,7 +600,8 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     parallel: int("parallel", 1, 64),
     contextSize: optionalInt("contextSize", 64, 1 << 20),
     threads: optionalInt("threads", 1, 1024),
-    gpu: bool("gpu"),
+    gpu,
+    gpuLayers,
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
     bodyTimeoutS: int("bodyTimeoutS", 1, 3_600),
@@ -610,6 +626,13 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     speculate,
     draftModel: draftModel === "" ? undefined : draftModel,
   };
+}
+
+/** `true` names the one backend there is, so that a later second one does not change its meaning. */
+function gpuBackend({ value, name }: { value: string; name: string }): GpuBackend | false {
+  if (/^(1|true|yes|on|cuda)$/i.test(value)) return "cuda";
+  if (/^(0|false|no|off)$/i.test(value)) return false;
+  throw new ConfigError(`${name} must be cuda, true or false (got "${value}")`);
 }
 
 /** A node's name goes into a response header: printable ASCII, no more than a line's worth. */

@@ -1,9 +1,21 @@
 /**
- * `bun run natives [--force]`: compiles the fast CPU natives into the cache (src/natives/compile.ts)
- * unless this recipe's build is already there; `--force` compiles again (another compiler, say).
- * `bun run start` and `bun run build` then use it.
+ * `bun run natives [--force] [--gpu cuda [--cuda-arch <list>]]`: compiles the fast CPU natives into
+ * the cache (src/natives/compile.ts) unless this recipe's build is already there; `--force` compiles
+ * again (another compiler, say). `--gpu cuda` compiles the CUDA build beside it (CUDA's toolkit
+ * needed, no GPU), for the architectures given (CMAKE_CUDA_ARCHITECTURES; default: a list from
+ * Ampere to Blackwell). `bun run start` and `bun run build` then use them.
  */
+import { parseArgs } from "node:util";
 import { ensureCompiledNatives } from "../src/natives/compile";
+import { DEFAULT_CUDA_ARCHITECTURES } from "../src/natives/compiled";
 
-const { binsDir, compiledSeconds } = await ensureCompiledNatives({ force: Bun.argv.includes("--force") });
-console.log(compiledSeconds === undefined ? `natives: already built in ${binsDir}` : `natives: built into ${binsDir} in ${compiledSeconds} s`);
+const { values: flags } = parseArgs({
+  args: Bun.argv.slice(2),
+  options: { force: { type: "boolean", default: false }, gpu: { type: "string" }, "cuda-arch": { type: "string" } },
+});
+if (flags.gpu !== undefined && flags.gpu !== "cuda") throw new Error(`--gpu takes "cuda", not "${flags.gpu}"`);
+if (flags["cuda-arch"] !== undefined && flags.gpu === undefined) throw new Error("--cuda-arch needs --gpu cuda");
+const cudaArchitectures = flags.gpu === undefined ? undefined : (flags["cuda-arch"] ?? DEFAULT_CUDA_ARCHITECTURES);
+const what = cudaArchitectures === undefined ? "natives" : `CUDA natives (${cudaArchitectures})`;
+const { binsDir, compiledSeconds } = await ensureCompiledNatives({ force: flags.force, ...(cudaArchitectures === undefined ? {} : { cudaArchitectures }) });
+console.log(compiledSeconds === undefined ? `${what}: already built in ${binsDir}` : `${what}: built into ${binsDir} in ${compiledSeconds} s`);

@@ -8,6 +8,7 @@ import type { TurnTiming } from "./clients";
 import { alternating, type Context, type PerSide, type Row, ratio, type Scenario, type Side, type SideName } from "./harness";
 import { userMessage } from "./text";
 
+/** B8's levels unless the run names others (`--streams`). */
 export const STREAM_LEVELS = [1, 2, 4, 8];
 const BUSY_STREAMS = 3;
 
@@ -52,7 +53,8 @@ export const concurrencySweep: Scenario = {
   ids: ["B8"],
   async run(ctx) {
     const levels: PerSide<Level[]> = {};
-    for (const n of STREAM_LEVELS) {
+    const streamLevels = ctx.streamLevels ?? STREAM_LEVELS;
+    for (const n of streamLevels) {
       const round = (side: Side, url: string, tag: string, seed: (i: number) => number) =>
         Promise.all(Array.from({ length: n }, (_, i) => side.ask(url, `b8-${tag}-${i}`, shortPrompt(seed(i)), ctx.decodeTokens)));
       const { runs: measured } = await alternating(
@@ -88,15 +90,17 @@ export const concurrencySweep: Scenario = {
       return { id: "B8", what, parley: mine, yardstick: theirs, ratio: ratio(mine, theirs), target };
     };
     const streams = (n: number) => `${n} stream${n === 1 ? "" : "s"}`;
-    const targets: Record<number, Row["target"]> = { 1: [">=", 0.95], 4: [">=", 1.0] };
-    const aggregate = STREAM_LEVELS.map((n, i) => row(`aggregate decode tok/s, ${streams(n)}`, i, (l) => l.aggregateTps, targets[n]));
-    const endToEnd = STREAM_LEVELS.map((n, i) => row(`aggregate tok/s from the requests' sending, ${streams(n)}`, i, (l) => l.endToEndTps));
-    const fairness = STREAM_LEVELS.flatMap((n, i) =>
+    const targets: Record<number, Row["target"]> = ctx.streamLevels
+      ? Object.fromEntries(ctx.streamLevels.map((n) => [n, [">=", 0.95]]))
+      : { 1: [">=", 0.95], 4: [">=", 1.0] };
+    const aggregate = streamLevels.map((n, i) => row(`aggregate decode tok/s, ${streams(n)}`, i, (l) => l.aggregateTps, targets[n]));
+    const endToEnd = streamLevels.map((n, i) => row(`aggregate tok/s from the requests' sending, ${streams(n)}`, i, (l) => l.endToEndTps));
+    const fairness = streamLevels.flatMap((n, i) =>
       n === 1 ? [] : [row(`per-stream tok/s p50, ${streams(n)}`, i, (l) => l.streamP50), row(`per-stream tok/s p10, ${streams(n)}`, i, (l) => l.streamP10)],
     );
     // The chart's series: categories on the x axis, one value per category and side.
     aggregate[0]!.detail = {
-      categories: STREAM_LEVELS.map(String),
+      categories: streamLevels.map(String),
       parley: series("parley", (l) => l.aggregateTps),
       llamaServer: series("llamaServer", (l) => l.aggregateTps),
       levels,

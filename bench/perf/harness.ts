@@ -26,6 +26,10 @@ export interface Context {
   installed?: Installed;
   /** Set for every Parley server (`--parley-env`). */
   parleyEnv?: Record<string, string>;
+  /** More flags for every llama-server (`--llama-flag`), e.g. `-ngl 99` on a GPU. */
+  llamaFlags?: string[];
+  /** B8's stream counts (`--streams`); default STREAM_LEVELS. */
+  streamLevels?: number[];
 }
 
 export interface Row {
@@ -87,7 +91,7 @@ export const parley =
     });
 
 export const yardstick = (ctx: Context, parallel: number) => () =>
-  startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize });
+  startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel, contextSize: ctx.contextSize, flags: ctx.llamaFlags ?? [] });
 
 export const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? undefined : a / b);
 

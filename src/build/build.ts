@@ -1,6 +1,8 @@
 /**
- * `bun run build [--outfile <path>] [--prebuilt-natives]`: the single executable for linux-x64
- * (default `dist/parley`): the CLI, the migrations and node-llama-cpp's CPU natives, compressed.
+ * `bun run build [--outfile <path>] [--prebuilt-natives | --gpu cuda [--cuda-arch <list>]]`: the
+ * single executable for linux-x64 (default `dist/parley`): the CLI, the migrations and
+ * node-llama-cpp's CPU natives, compressed; with `--gpu cuda` the CUDA natives too
+ * (`bun run natives --gpu cuda`, compiled first when missing), which `PARLEY_GPU=cuda` picks at start.
  * Which natives:
  *   - by default the fast, locally compiled ones (src/natives/compiled.ts), compiled first when this
  *     machine's cache has none (src/natives/compile.ts: 14 minutes of CPU time, once);
@@ -13,7 +15,7 @@ import { existsSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ensureCompiledNatives } from "../natives/compile";
-import { PLATFORM_FOLDER } from "../natives/compiled";
+import { CUDA_FOLDER, DEFAULT_CUDA_ARCHITECTURES, PLATFORM_FOLDER } from "../natives/compiled";
 import { packNatives } from "../natives/embed-pack";
 import { assertPinnedVersion, nativesPlugin } from "../natives/embed-plugin";
 import { NODE_LLAMA_CPP_VERSION } from "../natives/version";
@@ -23,8 +25,17 @@ const PREBUILT_NATIVES = join(ROOT, "node_modules/@node-llama-cpp/linux-x64/bins
 
 const { values: flags } = parseArgs({
   args: Bun.argv.slice(2),
-  options: { outfile: { type: "string" }, "prebuilt-natives": { type: "boolean", default: false } },
+  options: {
+    outfile: { type: "string" },
+    "prebuilt-natives": { type: "boolean", default: false },
+    gpu: { type: "string" },
+    "cuda-arch": { type: "string" },
+  },
 });
+if (flags.gpu !== undefined && flags.gpu !== "cuda") throw new Error(`--gpu takes "cuda", not "${flags.gpu}"`);
+if (flags["cuda-arch"] !== undefined && flags.gpu === undefined) throw new Error("--cuda-arch needs --gpu cuda");
+// npm's CUDA prebuilt lacks Parley's native methods, so the CUDA natives are always compiled ones.
+if (flags.gpu !== undefined && flags["prebuilt-natives"]) throw new Error("--gpu cuda embeds compiled natives: leave out --prebuilt-natives");
 const outfile = resolve(flags.outfile ?? join(ROOT, "dist/parley"));
 const started = performance.now();
 
@@ -33,10 +44,14 @@ const packageDir = join(dirname(Bun.resolveSync("node-llama-cpp", ROOT)), "..");
 // another version (node-llama-cpp would refuse it at run time), fails at once.
 assertPinnedVersion(packageDir);
 const binsDir = flags["prebuilt-natives"] ? await prebuiltNatives() : await compiledNatives();
-for (const required of ["llama-addon.node", "_nlcBuildMetadata.json"]) {
-  if (!existsSync(join(binsDir, PLATFORM_FOLDER, required))) throw new Error(`${join(binsDir, PLATFORM_FOLDER)} has no ${required}`);
+if (flags.gpu !== undefined) await compiledNatives(flags["cuda-arch"] ?? DEFAULT_CUDA_ARCHITECTURES);
+const folders = flags.gpu === undefined ? [PLATFORM_FOLDER] : [PLATFORM_FOLDER, CUDA_FOLDER];
+for (const folder of folders) {
+  for (const required of ["llama-addon.node", "_nlcBuildMetadata.json"]) {
+    if (!existsSync(join(binsDir, folder, required))) throw new Error(`${join(binsDir, folder)} has no ${required}`);
+  }
 }
-const natives = await packNatives(binsDir, PLATFORM_FOLDER, NODE_LLAMA_CPP_VERSION, join(ROOT, "node_modules/.cache/parley"));
+const natives = await packNatives(binsDir, folders, NODE_LLAMA_CPP_VERSION, join(ROOT, "node_modules/.cache/parley"));
 
 const result = await Bun.build({
   entrypoints: [join(ROOT, "src/cli.ts")],
@@ -65,7 +80,7 @@ if (!result.success) {
 const mb = (bytes: number) => `${(bytes / 1e6).toFixed(1)} MB`;
 console.log(
   `Built ${relative(process.cwd(), outfile) || outfile} (${mb(statSync(outfile).size)}) in ${((performance.now() - started) / 1000).toFixed(1)} s; ` +
-    `natives ${natives.id}: ${natives.files} files, ${mb(natives.bytes)} from ${join(binsDir, PLATFORM_FOLDER)}, ${mb(Bun.file(natives.archive).size)} compressed; ` +
+    `natives ${natives.id}: ${natives.files} files, ${mb(natives.bytes)} from ${folders.map((folder) => join(binsDir, folder)).join(" and ")}, ${mb(Bun.file(natives.archive).size)} compressed; ` +
     `the target needs glibc ≥ ${natives.requires.glibc} and libstdc++ with GLIBCXX_${natives.requires.glibcxx}`,
 );
 
@@ -75,8 +90,8 @@ async function prebuiltNatives(): Promise<string> {
   return PREBUILT_NATIVES;
 }
 
-async function compiledNatives(): Promise<string> {
-  const { binsDir, compiledSeconds } = await ensureCompiledNatives();
+async function compiledNatives(cudaArchitectures?: string): Promise<string> {
+  const { binsDir, compiledSeconds } = await ensureCompiledNatives(cudaArchitectures === undefined ? {} : { cudaArchitectures });
   if (compiledSeconds !== undefined) console.log(`natives: compiled into ${binsDir} in ${compiledSeconds} s`);
   return binsDir;
 }

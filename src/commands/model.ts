@@ -82,7 +82,9 @@ anything while serving; on an offline machine, copy the .gguf file into the mode
                 output.weight in q8_0 (as --output-tensor-type q8_0 does; llama-quantize's
                 default there, q6_k, is not written here).
   bench-draft   random weights of bench-small's vocabulary in a far smaller shape: a draft
-                model for it (PARLEY_DRAFT_MODEL); f16 only.`,
+                model for it (PARLEY_DRAFT_MODEL); f16 only.
+  bench-1b      random weights of bench-small's vocabulary in TinyLlama 1.1B's shape (~1 B
+                parameters), the GPU benchmark's model; --type f16 (default) or q4_0.`,
     positionals: 0,
     flags: ["--preset", "--type", "--out"],
     run: (config, _args, flags) => demo(config, flags),

@@ -38,6 +38,20 @@ export const BENCH_DRAFT_HPARAMS: LlamaHparams = {
   contextLength: 4096,
   rmsEps: 1e-5,
 };
+/**
+ * `bench-1b` (the GPU benchmark's model): bench-small's vocabulary in TinyLlama 1.1B's shape
+ * (grouped-query attention, 8 query heads a KV head), about 1 B parameters: a GPU's decode is
+ * bound by reading the weights, which a 100 M model would leave to launch overheads.
+ */
+export const BENCH_1B_HPARAMS: LlamaHparams = {
+  nEmbd: 2048,
+  nLayer: 22,
+  nHead: 32,
+  nHeadKv: 4,
+  nFf: 5632,
+  contextLength: 4096,
+  rmsEps: 1e-5,
+};
 const VOCAB_SIZE = 8192;
 const SEED = 0x5eed;
 const CHUNK_BYTES = 1 << 22;

@@ -3,7 +3,7 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { BENCH_DRAFT_HPARAMS, BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
+import { BENCH_1B_HPARAMS, BENCH_DRAFT_HPARAMS, BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
 import { demoGguf } from "./demo";
 import { FAMILY_PRESETS, type FamilyPreset, familyGguf } from "./families";
 import type { FileType } from "./file-type";
@@ -13,9 +13,9 @@ import { type GgufFile, writeGguf } from "./writer";
 export { DEMO_MODEL_NAME } from "./demo";
 export type { FileType } from "./file-type";
 
-export type ModelPreset = "demo" | "bench-small" | "bench-draft" | FamilyPreset | RetrievalPreset;
+export type ModelPreset = "demo" | "bench-small" | "bench-draft" | "bench-1b" | FamilyPreset | RetrievalPreset;
 
-export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", "bench-draft", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
+export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", "bench-draft", "bench-1b", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
 
 const isFamily = (preset: ModelPreset): preset is FamilyPreset => (FAMILY_PRESETS as readonly string[]).includes(preset);
 
@@ -28,6 +28,7 @@ export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]
   demo: ["F32"],
   "bench-small": BENCH_FILE_TYPES,
   "bench-draft": ["F16"],
+  "bench-1b": ["F16", "Q4_0"],
   llama3: ["F32"],
   qwen2: ["F32"],
   gemma: ["F32"],
@@ -59,6 +60,8 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
       return benchGguf(fileType as BenchFileType);
     case "bench-draft":
       return benchGguf("F16", { name: "parley-bench-draft", hparams: BENCH_DRAFT_HPARAMS });
+    case "bench-1b":
+      return benchGguf(fileType as BenchFileType, { name: "parley-bench-1b", hparams: BENCH_1B_HPARAMS });
     case "embed":
     case "rerank":
       return retrievalGguf(preset);

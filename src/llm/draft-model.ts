@@ -42,7 +42,8 @@ export class DraftModel {
     target: LlamaModel,
     options: { contextSize: number; sequences: number; threads: number },
   ): Promise<DraftModel> {
-    const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
+    // On the served model's device: a draft step's worth is its speed beside the served model's.
+    const model = await llama.loadModel({ modelPath, gpuLayers: llama.gpu === false ? 0 : "max" });
     try {
       const mismatch = vocabularyMismatch(model, target);
       if (mismatch !== undefined) throw new Error(`the draft model ${modelPath} cannot draft for this model: ${mismatch}`);

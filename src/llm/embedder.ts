@@ -11,7 +11,7 @@ import { Overloaded } from "../errors";
 import { POOLING } from "../gguf/describe";
 import { createPoolingContext, decodePooled, inputTokens, poolsSequences } from "../natives/addon";
 import { contextSizeFor } from "./engine";
-import { type LoadedLlama, type LoadOptions, loadLlamaModel } from "./llama-load";
+import { type DeviceUse, deviceUse, type LoadedLlama, type LoadOptions, loadLlamaModel, overloadedOnGpu } from "./llama-load";
 import { abortError } from "./pool";
 import { type FlashAttentionMode, type KvType, kvCacheTypes } from "./types";
 
@@ -50,6 +50,7 @@ export class Embedder {
 
   private constructor(
     private readonly loaded: LoadedLlama,
+    readonly device: DeviceUse,
     private readonly context: LlamaContext,
     readonly purpose: "embedding" | "ranking",
     /** Whether one decode may hold several inputs: llama.cpp pools a sequence right only within one piece of a batch, unless it pools its last token. */
@@ -79,11 +80,12 @@ export class Embedder {
         batchSize: size,
         flashAttention: options.flashAttention !== "off",
         ...kvCacheTypes(options.kvType),
-      });
+      }).catch(overloadedOnGpu(options.modelPath));
       const { pooling, architecture } = poolingOf(model);
       const lastToken = pooling === POOLING.last || (pooling === POOLING.rank && LAST_TOKEN_RANKERS.has(architecture));
       return new Embedder(
         loaded,
+        await deviceUse(llama, model),
         context,
         pooling === POOLING.rank ? "ranking" : "embedding",
         lastToken && parallel > 1 && poolsSequences(context),

@@ -18,7 +18,7 @@ import { resolveModelChatWrapper } from "./chat-wrapper";
 import { type Decoded, decode, type StopReason } from "./decode";
 import { DraftModel } from "./draft-model";
 import { KvStore, stateSizeBound } from "./kv-store";
-import { type LoadOptions, loadLlamaModel } from "./llama-load";
+import { type DeviceUse, deviceUse, type LoadOptions, loadLlamaModel, overloadedOnGpu } from "./llama-load";
 import { type PoolStats, SequencePool } from "./pool";
 import { type FittedPrompt, PromptRenderer, sharedPrefix, windowOpener } from "./prompt";
 import { ReplyGrammars } from "./reply-grammar";
@@ -154,6 +154,7 @@ export class Engine {
     readonly modelName: string,
     /** Where the native binaries came from: the local build's directory, "embedded" in the executable, or "prebuilt". */
     readonly natives: string,
+    readonly device: DeviceUse,
     overflow: ContextOverflow,
     slack: number,
   ) {
@@ -173,18 +174,20 @@ export class Engine {
     const { llama, model, threads, natives } = await loadLlamaModel(options);
     try {
       const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
-      const context = await model.createContext({
-        contextSize: contextSizeFor(options.contextSize, model.trainContextSize),
-        sequences: parallel,
-        threads,
-        // A batch holds prompt chunks or every sequence's next token (scheduler.ts); the sum is
-        // the room a batch mixing both had, kept so llama.cpp's batch size did not change.
-        batchSize: promptChunk + parallel,
-        // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
-        // and faster after a short prompt (llama-server's default too); see docs/performance.md.
-        flashAttention: options.flashAttention !== "off",
-        ...kvCacheTypes(options.kvType),
-      });
+      const context = await model
+        .createContext({
+          contextSize: contextSizeFor(options.contextSize, model.trainContextSize),
+          sequences: parallel,
+          threads,
+          // A batch holds prompt chunks or every sequence's next token (scheduler.ts); the sum is
+          // the room a batch mixing both had, kept so llama.cpp's batch size did not change.
+          batchSize: promptChunk + parallel,
+          // "auto" is on: in `bun run bench attention` on bench-small, decode was never slower with it
+          // and faster after a short prompt (llama-server's default too); see docs/performance.md.
+          flashAttention: options.flashAttention !== "off",
+          ...kvCacheTypes(options.kvType),
+        })
+        .catch(overloadedOnGpu(modelPath));
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
       const reasoning = options.reasoning ?? "separate";
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
@@ -212,6 +215,7 @@ export class Engine {
         markers && { markers, close: thoughtCloseOf(model, chatWrapper), hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
         natives,
+        await deviceUse(llama, model),
         options.contextOverflow ?? "shift",
         options.contextSlack ?? 0.5,
       );

@@ -1,19 +1,31 @@
 /**
  * Loading a model file into llama.cpp, as every engine of Parley's does: the natives chosen (Parley's
- * compiled ones when present), the model's weights, and the threads its decodes get.
+ * compiled ones when present), the device (the CPU, or a GPU when asked for and usable), the model's
+ * weights, and the threads its decodes get.
  */
-import { getLlama, getModuleVersion, type Llama, type LlamaModel } from "node-llama-cpp";
-import { IN_EXECUTABLE, useLocalNatives } from "../natives/local";
+import { getLlama, getModuleVersion, InsufficientMemoryError, type Llama, type LlamaModel } from "node-llama-cpp";
+import { Overloaded } from "../errors";
+import { cudaNativesMissing, IN_EXECUTABLE, useLocalNatives } from "../natives/local";
 import { checkNodeLlamaCppVersion } from "../natives/version";
+import type { GpuLayers } from "./memory-need";
+import type { GpuBackend } from "./types";
 
 export interface LoadOptions {
   modelPath: string;
   /** CPU threads. Default: 1 for tiny models, else llama.cpp's count of math cores (see `defaultThreads`). */
   threads?: number;
-  /** Default false: CPU only. */
-  gpu?: boolean;
+  /** Default false: CPU only. Where the GPU is not usable, `onWarning` hears why and the CPU serves. */
+  gpu?: GpuBackend | false;
+  /** Layers offloaded with `gpu`; default all. */
+  gpuLayers?: number;
   /** Use `bun run natives`' build when present (default true); false forces the npm prebuilt. */
   localNatives?: boolean;
+  onWarning?: (message: string, error: unknown) => void;
+  /**
+   * Called once the device is known, before the weights load: throws to refuse a model that RAM
+   * cannot hold beside what goes to the GPU (`memory-need.ts`).
+   */
+  fits?: (gpuLayers: GpuLayers) => void;
 }
 
 export interface LoadedLlama {
@@ -24,14 +36,23 @@ export interface LoadedLlama {
   natives: string;
 }
 
+/** Where a loaded model runs: `cpu`, or the GPU's name with the layers and memory it took. */
+export interface DeviceUse {
+  device: string;
+  gpuLayers?: number;
+  /** GPU memory in use once the model and its context are loaded (every model's on that GPU). */
+  vramBytes?: number;
+}
+
 /** The model loaded; on failure nothing stays loaded. Dispose of `llama` to unload it. */
 export async function loadLlamaModel(options: LoadOptions): Promise<LoadedLlama> {
   const { modelPath, gpu = false } = options;
   checkNodeLlamaCppVersion(await getModuleVersion(), "loading the model");
   const natives = options.localNatives === false ? undefined : await useLocalNatives();
-  const llama = await getLlama({ gpu: gpu ? "auto" : false, build: gpu ? "auto" : "never" });
+  const llama = await startLlama(gpu, options.localNatives !== false, options.onWarning);
   try {
-    const model = await llama.loadModel({ modelPath, gpuLayers: gpu ? "auto" : 0 });
+    options.fits?.(llama.gpu === false ? 0 : (options.gpuLayers ?? "all"));
+    const model = await llama.loadModel({ modelPath, gpuLayers: llama.gpu === false ? 0 : (options.gpuLayers ?? "max") }).catch(overloadedOnGpu(modelPath));
     const threads = options.threads ?? defaultThreads(llama, model);
     llama.maxThreads = threads;
     return { llama, model, threads, natives: natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt") };
@@ -39,6 +60,43 @@ export async function loadLlamaModel(options: LoadOptions): Promise<LoadedLlama>
     await llama.dispose();
     throw error;
   }
+}
+
+/** Whether this process has said why it serves from the CPU: once is enough, every model loads alike. */
+let toldNoGpu = false;
+
+/** llama.cpp on the GPU asked for, else on the CPU after one warning saying why the GPU is not used. */
+async function startLlama(gpu: GpuBackend | false, localNatives: boolean, onWarning?: (message: string, error: unknown) => void): Promise<Llama> {
+  const cpu = (why: string, error: unknown) => {
+    if (!toldNoGpu) onWarning?.(`no GPU is used, the models run on the CPU: PARLEY_GPU=${gpu}, but ${why}`, error);
+    toldNoGpu = true;
+    return getLlama({ gpu: false, build: "never" });
+  };
+  if (gpu === false) return getLlama({ gpu: false, build: "never" });
+  const missing = localNatives ? await cudaNativesMissing() : "the npm prebuilt natives were asked for";
+  if (missing !== undefined) return cpu(missing, missing);
+  try {
+    return await getLlama({ gpu, build: "never" });
+  } catch (error) {
+    return cpu(`no usable ${gpu.toUpperCase()} device was found`, error);
+  }
+}
+
+/** node-llama-cpp refuses a model or context larger than the GPU's free memory: the same refusal as a RAM shortage's. */
+export function overloadedOnGpu(modelPath: string): (error: unknown) => never {
+  return (error) => {
+    if (error instanceof InsufficientMemoryError) {
+      throw new Overloaded(`the model ${modelPath} does not fit the GPU's free memory (${error.message}): it is not loaded`, 30_000);
+    }
+    throw error;
+  };
+}
+
+/** Where `model` runs, read once it and its context are loaded. */
+export async function deviceUse(llama: Llama, model: LlamaModel): Promise<DeviceUse> {
+  if (llama.gpu === false) return { device: "cpu" };
+  const [names, vram] = await Promise.all([llama.getGpuDeviceNames(), llama.getVramState()]);
+  return { device: names.join(", ") || llama.gpu, gpuLayers: model.gpuLayers, vramBytes: vram.used };
 }
 
 /** Below this size a model's matrices are too small to split: thread hand-offs cost more than they save. */

@@ -33,6 +33,9 @@ export const FLASH_ATTENTION_MODES = ["auto", "on", "off"] as const;
 export type FlashAttentionMode = (typeof FLASH_ATTENTION_MODES)[number];
 
 /** The type of the KV cache's keys and values, as llama-server's `-ctk`/`-ctv` name it: 16-bit, or ggml's 8- or 4-bit blocks. */
+/** The GPU backends Parley's natives can be compiled for (`bun run natives --gpu`). */
+export type GpuBackend = "cuda";
+
 export const KV_TYPES = ["f16", "q8_0", "q4_0"] as const;
 
 export type KvType = (typeof KV_TYPES)[number];

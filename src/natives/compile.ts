@@ -2,6 +2,7 @@
  * Compiles node-llama-cpp's bundled llama.cpp for the CPU with this machine's compiler and OpenMP,
  * into the cache directory of src/natives/compiled.ts, laid out like the prebuilt package's
  * `bins/linux-x64/`. Used by `bun run natives` and by `bun run build` when the build is missing.
+ * With a CUDA recipe it compiles the same plus ggml's CUDA plugin into `bins/linux-x64-cuda/`.
  *
  * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul far slower here
  * and spawn fresh threads every decode step; and all decodes run on one thread (decode-thread.cpp).
@@ -12,7 +13,18 @@ import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { parseStep, progressLine } from "./build-progress";
-import { CMAKE_OPTIONS, CPU_VARIANTS, compiledNativesDir, HOOK_SYMBOLS, PLATFORM_FOLDER } from "./compiled";
+import {
+  CMAKE_OPTIONS,
+  CPU_VARIANTS,
+  CUDA_FOLDER,
+  CUDA_RECIPE_FILE,
+  type CudaRecipe,
+  compiledNativesDir,
+  cudaCmakeOptions,
+  HOOK_SYMBOLS,
+  PLATFORM_FOLDER,
+} from "./compiled";
+import { type CudaToolkit, findCudaToolkit } from "./cuda-toolkit";
 import { ensureLlamaSource, NLC_CLI, NLC_LLAMA_DIR, ROOT } from "./llama-source";
 import { checkNodeLlamaCppVersion } from "./version";
 
@@ -27,12 +39,23 @@ export function nodeLlamaCppVersion(): string {
   return (JSON.parse(readFileSync(join(NLC_LLAMA_DIR, "../package.json"), "utf8")) as { version: string }).version;
 }
 
+export interface CompileOptions {
+  /** Compile again even when this recipe's build is cached. */
+  force?: boolean;
+  /** The CUDA build with these architectures (the CPU build when absent). */
+  cudaArchitectures?: string;
+}
+
 /** The cached build for the current recipe, compiled first if missing (or if `force`). */
-export async function ensureCompiledNatives({ force = false } = {}): Promise<CompiledNatives> {
+export async function ensureCompiledNatives({ force = false, cudaArchitectures }: CompileOptions = {}): Promise<CompiledNatives> {
   checkNodeLlamaCppVersion(nodeLlamaCppVersion(), "compiling the natives");
   const binsDir = compiledNativesDir(nodeLlamaCppVersion());
-  const target = join(binsDir, PLATFORM_FOLDER);
-  if (!force && existsSync(join(target, "llama-addon.node"))) return { binsDir };
+  const toolkit = cudaArchitectures === undefined ? undefined : findCudaToolkit();
+  const cuda = toolkit === undefined ? undefined : { architectures: cudaArchitectures!, vmm: toolkit.driverStub };
+  if (cuda && !cuda.vmm)
+    console.warn(`natives: ${toolkit!.root} has no driver stub (lib64/stubs/libcuda.so): the CUDA build leaves out CUDA's virtual memory pool`);
+  const target = join(binsDir, cuda ? CUDA_FOLDER : PLATFORM_FOLDER);
+  if (!force && existsSync(join(target, "llama-addon.node")) && sameCudaRecipe(target, cuda)) return { binsDir };
   if (process.platform !== "linux" || process.arch !== "x64") {
     throw new Error(`the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`);
   }
@@ -50,13 +73,13 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   await ensureLlamaSource();
   await mkdir(binsDir, { recursive: true });
   const log = join(binsDir, "build.log");
-  await compile(log);
+  await compile(log, cuda && toolkit ? { recipe: cuda, toolkit } : undefined);
 
   // node-llama-cpp records the folder it just built into; the options are hashed into its name.
   const { folderName } = JSON.parse(readFileSync(join(NLC_LLAMA_DIR, "lastBuild.json"), "utf8")) as { folderName: string };
   const built = join(NLC_LLAMA_DIR, "localBuilds", folderName, "Release");
   const names = await readdir(built);
-  const expected = ["llama-addon.node", ...CPU_VARIANTS.map((variant) => `libggml-cpu-${variant}.so`)];
+  const expected = ["llama-addon.node", ...CPU_VARIANTS.map((variant) => `libggml-cpu-${variant}.so`), ...(cuda ? ["libggml-cuda.so"] : [])];
   const missing = expected.filter((name) => !names.includes(name));
   if (missing.length > 0) throw new Error(`${built} lacks ${missing.join(", ")} (build log: ${log})`);
   const addon = readFileSync(join(built, "llama-addon.node"));
@@ -82,16 +105,29 @@ export async function ensureCompiledNatives({ force = false } = {}): Promise<Com
   const libgomp = (await Bun.$`gcc -print-file-name=libgomp.so.1`.text()).trim();
   if (!existsSync(libgomp)) throw new Error(`libgomp.so.1 not found (gcc says "${libgomp}")`);
   await cp(libgomp, join(staging, "libgomp.so.1"), { dereference: true });
+  if (cuda) await Bun.write(join(staging, CUDA_RECIPE_FILE), `${JSON.stringify(cuda)}\n`);
   await rm(target, { recursive: true, force: true });
   await rename(staging, target);
   return { binsDir, compiledSeconds: Math.round((performance.now() - started) / 1000) };
 }
 
+/** Whether the build in `target` was made for `cuda` (a CPU build has no recipe to match). */
+function sameCudaRecipe(target: string, cuda: CudaRecipe | undefined): boolean {
+  if (cuda === undefined) return true;
+  const file = join(target, CUDA_RECIPE_FILE);
+  return existsSync(file) && readFileSync(file, "utf8").trim() === JSON.stringify(cuda);
+}
+
 /** Runs node-llama-cpp's source build, its output into `log` and its steps onto one progress line. */
-async function compile(log: string): Promise<void> {
-  const proc = Bun.spawn([NLC_CLI, "source", "build", "--gpu", "false", "--noUsageExample"], {
+async function compile(log: string, cuda?: { recipe: CudaRecipe; toolkit: CudaToolkit }): Promise<void> {
+  const options = cuda ? cudaCmakeOptions(cuda.recipe) : CMAKE_OPTIONS;
+  const proc = Bun.spawn([NLC_CLI, "source", "build", "--gpu", cuda ? "cuda" : "false", "--noUsageExample"], {
     cwd: ROOT,
-    env: { ...process.env, ...Object.fromEntries(Object.entries(CMAKE_OPTIONS).map(([k, v]) => [`NODE_LLAMA_CPP_CMAKE_OPTION_${k}`, v])) },
+    env: {
+      ...process.env,
+      ...Object.fromEntries(Object.entries(options).map(([k, v]) => [`NODE_LLAMA_CPP_CMAKE_OPTION_${k}`, v])),
+      ...(cuda ? { CUDACXX: cuda.toolkit.nvcc, CUDA_PATH: cuda.toolkit.root, CUDAToolkit_ROOT: cuda.toolkit.root } : {}),
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   const file = createWriteStream(log);

@@ -66,6 +66,44 @@ export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
 export const PLATFORM_FOLDER = "linux-x64";
 
 /**
+ * The CUDA build (`bun run natives --gpu cuda`): the same recipe plus ggml's CUDA backend, a plugin
+ * (`libggml-cuda.so`) loaded beside the CPU variants. It lives in the same `binsDir`, in the folder
+ * node-llama-cpp reads for `gpu: "cuda"`, so a checkout or an executable holds both and picks one at
+ * start. Its own choices are recorded in CUDA_RECIPE_FILE there, since the directory's name hashes
+ * the CPU recipe only.
+ */
+export const CUDA_FOLDER = "linux-x64-cuda";
+export const CUDA_RECIPE_FILE = "parley-cuda.json";
+
+export interface CudaRecipe {
+  /** CMAKE_CUDA_ARCHITECTURES, e.g. `90` for Hopper alone. */
+  architectures: string;
+  /**
+   * Whether ggml may use CUDA's virtual memory management for its pool, which links the driver's
+   * libcuda.so: a toolkit without the driver's stub library (a compiler-only install) cannot.
+   */
+  vmm: boolean;
+}
+
+/**
+ * The default architectures: each one adds its kernels' compile time and size, so the common
+ * server and workstation GPUs of CUDA 13 get machine code (Ampere, Ada, Hopper, Blackwell) and
+ * anything newer JIT-compiles Hopper's PTX.
+ */
+export const DEFAULT_CUDA_ARCHITECTURES = "80-real;86-real;89-real;90;120a-real";
+
+export function cudaCmakeOptions({ architectures, vmm }: CudaRecipe): Record<string, string> {
+  return {
+    ...CMAKE_OPTIONS,
+    GGML_CUDA: "ON",
+    CMAKE_CUDA_ARCHITECTURES: architectures,
+    GGML_CUDA_NO_VMM: vmm ? "OFF" : "ON",
+    // One GPU per server: NCCL would add a runtime dependency and nothing to use it.
+    GGML_CUDA_NCCL: "OFF",
+  };
+}
+
+/**
  * The `binsDir` of the compiled natives for this recipe (the build itself is in its
  * `linux-x64/`). The hash covers the options (not the hooks' paths) and the hooks' text.
  */

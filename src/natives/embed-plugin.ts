@@ -2,8 +2,9 @@
  * The Bun.build plugin that lets node-llama-cpp run inside the single executable. In a compiled
  * binary `import.meta.url` is `/$bunfs/root/...`, so every file node-llama-cpp locates next to its
  * own code is missing, and its optional per-platform packages do not resolve. The plugin:
- *  1. replaces `@node-llama-cpp/linux-x64` with a module that unpacks the embedded natives on first
- *     use (src/natives/cache.ts) and returns that directory from `getBinsDir()`;
+ *  1. replaces `@node-llama-cpp/linux-x64` (and `@node-llama-cpp/linux-x64-cuda` when the CUDA
+ *     natives are embedded) with a module that unpacks the embedded natives on first use
+ *     (src/natives/cache.ts) and returns that directory from `getBinsDir()`;
  *  2. replaces every other `@node-llama-cpp/*` package with one whose `getBinsDir()` returns `{}`,
  *     which node-llama-cpp reads as "not installed";
  *  3. patches three files of node-llama-cpp (below), each patch failing the build if its text is
@@ -14,6 +15,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { BunPlugin } from "bun";
+import { CUDA_FOLDER, PLATFORM_FOLDER } from "./compiled";
 import type { PackedNatives } from "./embed-pack";
 import { checkNodeLlamaCppVersion, NODE_LLAMA_CPP_VERSION } from "./version";
 
@@ -33,8 +35,11 @@ interface Patch {
 }
 
 const NAMESPACE = "parley-natives";
-/** The package for linux-x64 without a GPU, the only one embedded. */
-const CPU_PACKAGE = "@node-llama-cpp/linux-x64";
+/** node-llama-cpp's package for each folder the executable may embed. */
+const PACKAGE_OF_FOLDER: Readonly<Record<string, string>> = {
+  [PLATFORM_FOLDER]: "@node-llama-cpp/linux-x64",
+  [CUDA_FOLDER]: "@node-llama-cpp/linux-x64-cuda",
+};
 
 /** Throws unless the installed node-llama-cpp is the version the patches were written for. */
 export function assertPinnedVersion(packageDir: string): void {
@@ -76,13 +81,15 @@ export function nativesPlugin({ natives, packageDir, cacheModule }: NativesPlugi
     `}`,
   ].join("\n");
 
+  const embeddedPackages = new Set(natives.folders.map((folder) => PACKAGE_OF_FOLDER[folder]));
+
   return {
     name: "parley-natives",
     setup(build) {
       build.onResolve({ filter: /^@node-llama-cpp\// }, ({ path }) => ({ path, namespace: NAMESPACE }));
       build.onLoad({ filter: /.*/, namespace: NAMESPACE }, ({ path }) => ({
         loader: "js",
-        contents: path === CPU_PACKAGE ? embedded : "export function getBinsDir() { return {}; }",
+        contents: embeddedPackages.has(path) ? embedded : "export function getBinsDir() { return {}; }",
       }));
       for (const patch of patches) {
         build.onLoad({ filter: patch.file }, async ({ path }) => {

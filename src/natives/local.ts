@@ -12,14 +12,31 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { getModuleVersion } from "node-llama-cpp";
-import { compiledNativesDir, PLATFORM_FOLDER } from "./compiled";
+import { CUDA_FOLDER, compiledNativesDir, PLATFORM_FOLDER } from "./compiled";
 
 const PREBUILT_PACKAGE = "@node-llama-cpp/linux-x64";
+/** node-llama-cpp's packages for `gpu: "cuda"`: the plugin, and its extra backends (none of Parley's). */
+const CUDA_PACKAGE = "@node-llama-cpp/linux-x64-cuda";
+const CUDA_EXT_PACKAGE = "@node-llama-cpp/linux-x64-cuda-ext";
 
 let redirected: string | undefined;
 
 /** Running as the single executable, which carries the natives chosen when it was built. */
 export const IN_EXECUTABLE = import.meta.dir.startsWith("/$bunfs/");
+
+/**
+ * Why Parley's CUDA natives cannot be used here, or undefined when they are at hand: in the
+ * executable, whether it was built with them; in a checkout, whether `bun run natives --gpu cuda`
+ * built them (call after `useLocalNatives`).
+ */
+export async function cudaNativesMissing(): Promise<string | undefined> {
+  if (IN_EXECUTABLE) {
+    const { getBinsDir } = (await import(CUDA_PACKAGE)) as { getBinsDir(): { binsDir?: string } };
+    return getBinsDir().binsDir === undefined ? "this executable was built without the CUDA natives (`bun run build --gpu cuda`)" : undefined;
+  }
+  if (redirected === undefined) return "the local natives are not in use";
+  return existsSync(join(redirected, CUDA_FOLDER, "llama-addon.node")) ? undefined : "the CUDA natives are not built (`bun run natives --gpu cuda`)";
+}
 
 /** The compiled natives' `binsDir` for the installed node-llama-cpp, whether built or not. */
 export async function localNativesDir(): Promise<string> {
@@ -34,19 +51,27 @@ export async function useLocalNatives(binsDir?: string): Promise<string | undefi
   if (IN_EXECUTABLE) return undefined;
   if (process.platform !== "linux" || process.arch !== "x64") return undefined;
   const dir = binsDir ?? (await localNativesDir());
-  if (redirected !== undefined) return redirected === dir ? dir : undefined;
-  if (!existsSync(join(dir, PLATFORM_FOLDER, "llama-addon.node"))) return undefined;
+  if (redirected !== undefined) return redirected === dir && cpuBuilt(dir) ? dir : undefined;
   // node-llama-cpp ignores a bins package whose version differs from its own.
   const packageVersion = await getModuleVersion();
+  const answer = (answered: string | undefined) => () => ({
+    loader: "object" as const,
+    exports: { getBinsDir: () => (answered ? { binsDir: answered, packageVersion } : {}) },
+  });
+  const cuda = existsSync(join(dir, CUDA_FOLDER, "llama-addon.node"));
   Bun.plugin({
     name: "parley-local-natives",
     setup(build) {
-      build.module(PREBUILT_PACKAGE, () => ({
-        loader: "object",
-        exports: { getBinsDir: () => ({ binsDir: dir, packageVersion }) },
-      }));
+      // Without the CPU build, npm's prebuilt stays the CPU natives.
+      if (cpuBuilt(dir)) build.module(PREBUILT_PACKAGE, answer(dir));
+      // Without Parley's CUDA build, `gpu: "cuda"` finds no binaries rather than npm's CUDA
+      // prebuilt, which lacks Parley's own native methods.
+      build.module(CUDA_PACKAGE, answer(cuda ? dir : undefined));
+      build.module(CUDA_EXT_PACKAGE, answer(undefined));
     },
   });
   redirected = dir;
-  return dir;
+  return cpuBuilt(dir) ? dir : undefined;
 }
+
+const cpuBuilt = (dir: string) => existsSync(join(dir, PLATFORM_FOLDER, "llama-addon.node"));

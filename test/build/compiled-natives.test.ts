@@ -10,6 +10,7 @@ import { dirname, join } from "node:path";
 import { parseStep, progressLine } from "../../src/natives/build-progress";
 import { nativesRoot } from "../../src/natives/cache";
 import { CPU_VARIANTS_HOOK, compiledNativesDir, DECODE_THREAD_HOOK } from "../../src/natives/compiled";
+import { findCudaToolkit } from "../../src/natives/cuda-toolkit";
 import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
 import { tempDir } from "../support";
 
@@ -195,5 +196,30 @@ describe("compiled natives", () => {
         expect(failed).toBe(-1);
       }
     }, 60_000);
+  });
+});
+
+describe("the CUDA toolkit the CUDA natives compile with", () => {
+  /** A stand-in toolkit holding `files` (empty files are enough: only their presence is read). */
+  const toolkit = (...files: string[]) => {
+    const local = tempDir("cuda-local");
+    for (const file of files) {
+      mkdirSync(dirname(join(local, "cuda-13.0", file)), { recursive: true });
+      writeFileSync(join(local, "cuda-13.0", file), "");
+    }
+    return local;
+  };
+  const complete = ["bin/nvcc", "include/cublas_v2.h", "lib64/libcublas.so"];
+
+  test("is CUDA_PATH, else /usr/local/cuda, else the newest /usr/local/cuda-<version>; VMM needs the driver's stub", () => {
+    const local = toolkit(...complete);
+    expect(findCudaToolkit({}, local, "/nowhere")).toEqual({ root: join(local, "cuda-13.0"), nvcc: join(local, "cuda-13.0/bin/nvcc"), driverStub: false });
+    expect(findCudaToolkit({ CUDA_PATH: join(local, "cuda-13.0") }, "/nowhere").root).toBe(join(local, "cuda-13.0"));
+    expect(findCudaToolkit({}, toolkit(...complete, "lib64/stubs/libcuda.so"), "/nowhere").driverStub).toBe(true);
+  });
+
+  test("without nvcc or cuBLAS it names what is missing, before any compile", () => {
+    expect(() => findCudaToolkit({}, toolkit("include/cublas_v2.h"))).toThrow(/need CUDA's compiler: no bin\/nvcc in .*set CUDA_PATH/);
+    expect(() => findCudaToolkit({}, toolkit("bin/nvcc", "include/cublas_v2.h"))).toThrow(/need cuBLAS .*lib64\/libcublas\.so missing/);
   });
 });

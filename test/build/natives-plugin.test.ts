@@ -19,7 +19,7 @@ const FILES = {
 } as const;
 
 /** A fake node-llama-cpp with `overrides` applied, bundled through the plugin. */
-async function bundle(overrides: { version?: string; files?: Partial<Record<keyof typeof FILES, string | null>> } = {}) {
+async function bundle(overrides: { version?: string; files?: Partial<Record<keyof typeof FILES, string | null>>; folders?: string[] } = {}) {
   const root = tempDir("plugin");
   const packageDir = join(root, "node_modules/node-llama-cpp");
   const write = (path: string, text: string) => {
@@ -44,7 +44,14 @@ async function bundle(overrides: { version?: string; files?: Partial<Record<keyo
 
   const plugin = () =>
     nativesPlugin({
-      natives: { archive: join(root, "natives.tar.zst"), id: "x", files: 0, bytes: 0, requires: { glibc: "", glibcxx: "" } },
+      natives: {
+        archive: join(root, "natives.tar.zst"),
+        id: "x",
+        folders: overrides.folders ?? ["linux-x64"],
+        files: 0,
+        bytes: 0,
+        requires: { glibc: "", glibcxx: "" },
+      },
       packageDir,
       cacheModule: join(import.meta.dir, "../../src/natives/cache.ts"),
     });
@@ -62,7 +69,16 @@ describe("natives plugin", () => {
     expect(await bundled.m1.getModuleVersion()).toBe(NODE_LLAMA_CPP_VERSION);
     expect(await bundled.m2.testBindingBinary("/nowhere/llama-addon.node")).toBe(true);
     expect((await bundled.cuda()).getBinsDir()).toEqual({});
-    expect(typeof (await bundled.cpu()).getBinsDir).toBe("function");
+    expect(String((await bundled.cpu()).getBinsDir)).toContain("installNatives");
+  });
+
+  test("with the CUDA natives embedded, the CUDA package unpacks the same directory", async () => {
+    const { result, output } = await bundle({ folders: ["linux-x64", "linux-x64-cuda"] });
+    expect(result.success).toBe(true);
+    const bundled = await import(output);
+    const body = async (module: Promise<{ getBinsDir(): unknown }>) => String((await module).getBinsDir).replace(/^function \w+/, "");
+    expect(await body(bundled.cuda())).toBe(await body(bundled.cpu()));
+    expect(await body(bundled.cuda())).toContain("installNatives");
   });
 
   test("another node-llama-cpp version fails the build", async () => {

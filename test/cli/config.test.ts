@@ -108,3 +108,27 @@ describe("PARLEY_KV_TYPE", () => {
     expect(() => loadConfig({ PARLEY_KV_TYPE: "q5_1" })).toThrow(new ConfigError(`PARLEY_KV_TYPE must be one of f16, q8_0, q4_0 (got "q5_1")`));
   });
 });
+
+describe("PARLEY_GPU", () => {
+  test("false by default; cuda or true offload to CUDA, all layers unless PARLEY_GPU_LAYERS says; anything else stops start-up", () => {
+    expect(loadConfig({})).toMatchObject({ gpu: false, gpuLayers: undefined });
+    expect(loadConfig({ PARLEY_GPU: "cuda" }).gpu).toBe("cuda");
+    expect(loadConfig({ PARLEY_GPU: "true" }).gpu).toBe("cuda");
+    expect(loadConfig({ PARLEY_GPU: "off" }).gpu).toBe(false);
+    expect(loadConfig({ PARLEY_GPU: "cuda", PARLEY_GPU_LAYERS: "20" })).toMatchObject({ gpu: "cuda", gpuLayers: 20 });
+    expect(
+      loadConfig(
+        {},
+        new Map([
+          ["--gpu", "cuda"],
+          ["--gpu-layers", "0"],
+        ]),
+      ),
+    ).toMatchObject({ gpu: "cuda", gpuLayers: 0 });
+    expect(() => loadConfig({ PARLEY_GPU: "vulkan" })).toThrow(new ConfigError(`PARLEY_GPU must be cuda, true or false (got "vulkan")`));
+    expect(() => loadConfig({ PARLEY_GPU_LAYERS: "20" })).toThrow(new ConfigError("PARLEY_GPU_LAYERS offloads layers to a GPU: set PARLEY_GPU=cuda too"));
+    expect(() => loadConfig({ PARLEY_GPU: "cuda", PARLEY_GPU_LAYERS: "-1" })).toThrow(
+      new ConfigError(`PARLEY_GPU_LAYERS must be an integer from 0 to 10000 (got "-1")`),
+    );
+  });
+});

@@ -109,3 +109,22 @@ describe("parley serve refuses an unusable model", () => {
     }
   });
 });
+
+describe("parley serve with PARLEY_GPU=cuda where no GPU is usable", () => {
+  test("says why in one warning, serves from the CPU, and the model's load line names the device", async () => {
+    const server = await startServer({ dbPath: join(tempDir("gpu"), "parley.db"), adminKey, env: { PARLEY_GPU: "cuda" } });
+    started.push(server);
+    const warnings = server.lines.filter((line) => line.includes("no GPU is used"));
+    expect(warnings).toHaveLength(1);
+    expect(JSON.parse(warnings[0]!)).toMatchObject({
+      level: "warn",
+      msg: expect.stringMatching(/^no GPU is used, the models run on the CPU: PARLEY_GPU=cuda, but /),
+    });
+    const loaded = JSON.parse(server.lines.find((line) => line.includes('"msg":"model loaded"'))!) as Record<string, unknown>;
+    expect(loaded).toMatchObject({ device: "cpu" });
+    expect(loaded.gpu_layers).toBeUndefined();
+    const response = await chat(server, { message: "hi", conversation_id: "gpu", max_tokens: 4 });
+    expect(response.status).toBe(200);
+    await stop(server);
+  });
+});

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { copyFileSync, readFileSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/gguf/demo";
-import { describeGguf } from "../../src/gguf/describe";
+import { describeGguf, integer } from "../../src/gguf/describe";
 import { readGgufHeader } from "../../src/gguf/reader";
 import { memoryNeed, refuseUnlessFits } from "../../src/llm/memory-need";
 import { ModelRegistry, UnknownModel } from "../../src/llm/model";
@@ -131,8 +131,25 @@ describe("a model's memory need", () => {
     const cells1024 = memoryNeed(bench, 2048, 1) - one;
     expect(cells1024).toBeGreaterThan(0);
     expect(memoryNeed(bench, 1024, 4) - one).toBe(3 * cells1024);
-    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", one)).not.toThrow();
-    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", one - 1)).toThrow(/parley-bench-small needs about \d+ MiB .* \d+ MiB of memory are available/);
+    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", 0, one)).not.toThrow();
+    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", 0, one - 1)).toThrow(
+      /parley-bench-small needs about \d+ MiB of RAM .* \d+ MiB of memory are available/,
+    );
+  });
+
+  test("layers offloaded to a GPU take their share of the weights and the KV cache out of RAM", async () => {
+    const bench = describeGguf(await presetModel("bench-small"));
+    const layers = integer(bench.metadata[`${bench.architecture}.block_count`])!;
+    const margin = memoryNeed(bench, 0, 1, "f16", "all");
+    const [weights, kv] = [memoryNeed(bench, 0, 1) - margin, memoryNeed(bench, 1024, 1) - memoryNeed(bench, 0, 1)];
+    expect(weights).toBe(bench.sizeBytes);
+    // Half the blocks: half the cache, and half of the weights but the output layer's share.
+    const half = memoryNeed(bench, 1024, 1, "f16", layers / 2) - margin;
+    expect(half).toBeCloseTo(weights * (1 - layers / 2 / (layers + 1)) + kv / 2, 0);
+    expect(memoryNeed(bench, 1024, 1, "f16", layers + 1)).toBe(margin);
+    expect(memoryNeed(bench, 1024, 4, "f16", "all")).toBe(margin);
+    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", "all", margin)).not.toThrow();
+    expect(() => refuseUnlessFits(bench, 1024, 1, "f16", layers / 2, margin)).toThrow(/needs about \d+ MiB of RAM \(its weights and KV cache not on the GPU\)/);
   });
 
   test("a quantized KV cache counts ggml's blocks: 34 bytes for 32 values in q8_0, 18 in q4_0", async () => {
