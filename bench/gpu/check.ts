@@ -37,7 +37,12 @@ async function reply(gpu: boolean, label: string): Promise<{ tokens: Token[]; de
     parallel: 1,
     contextSize: 1024,
     installed,
-    env: { PARLEY_GPU: gpu ? "cuda" : "false", PARLEY_SPECULATE: "off" },
+    // Where run.sh unpacked the natives and put the CUDA build beside them.
+    env: {
+      PARLEY_GPU: gpu ? "cuda" : "false",
+      PARLEY_SPECULATE: "off",
+      ...(Bun.env.PARLEY_NATIVES_DIR ? { PARLEY_NATIVES_DIR: Bun.env.PARLEY_NATIVES_DIR } : {}),
+    },
   });
   try {
     const response = await fetch(`${server.url}/v1/chat/completions`, {

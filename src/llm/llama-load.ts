@@ -5,6 +5,7 @@
  */
 import { getLlama, getModuleVersion, InsufficientMemoryError, type Llama, type LlamaModel } from "node-llama-cpp";
 import { Overloaded } from "../errors";
+import { missingCudaLibraries } from "../natives/cuda-runtime";
 import { cudaNativesMissing, IN_EXECUTABLE, useLocalNatives } from "../natives/local";
 import { checkNodeLlamaCppVersion } from "../natives/version";
 import type { GpuLayers } from "./memory-need";
@@ -67,19 +68,29 @@ let toldNoGpu = false;
 
 /** llama.cpp on the GPU asked for, else on the CPU after one warning saying why the GPU is not used. */
 async function startLlama(gpu: GpuBackend | false, localNatives: boolean, onWarning?: (message: string, error: unknown) => void): Promise<Llama> {
-  const cpu = (why: string, error: unknown) => {
+  const tell = (why: string, error: unknown = why) => {
     if (!toldNoGpu) onWarning?.(`no GPU is used, the models run on the CPU: PARLEY_GPU=${gpu}, but ${why}`, error);
     toldNoGpu = true;
+  };
+  const cpu = (why: string, error?: unknown) => {
+    tell(why, error);
     return getLlama({ gpu: false, build: "never" });
   };
   if (gpu === false) return getLlama({ gpu: false, build: "never" });
-  const missing = localNatives ? await cudaNativesMissing() : "the npm prebuilt natives were asked for";
-  if (missing !== undefined) return cpu(missing, missing);
+  const missing = localNatives ? ((await cudaNativesMissing()) ?? missingCudaLibraries()) : "the npm prebuilt natives were asked for";
+  if (missing !== undefined) return cpu(missing);
+  let llama: Llama;
   try {
-    return await getLlama({ gpu, build: "never" });
+    // Its own console lines would make the fallback's one line several.
+    llama = await getLlama({ gpu, build: "never", progressLogs: false });
   } catch (error) {
-    return cpu(`no usable ${gpu.toUpperCase()} device was found`, error);
+    // The libraries were all found: what fails now is the device (none, or one the driver refuses).
+    return cpu(`the ${gpu.toUpperCase()} natives found no usable GPU`, error);
   }
+  if (llama.gpu !== false) return llama;
+  // The natives loaded, but their GPU backend found no device (no driver, no GPU): they run on the CPU as they are.
+  tell(`no ${gpu.toUpperCase()} device was found`);
+  return llama;
 }
 
 /** node-llama-cpp refuses a model or context larger than the GPU's free memory: the same refusal as a RAM shortage's. */

@@ -4,7 +4,8 @@
  * own code is missing, and its optional per-platform packages do not resolve. The plugin:
  *  1. replaces `@node-llama-cpp/linux-x64` (and `@node-llama-cpp/linux-x64-cuda` when the CUDA
  *     natives are embedded) with a module that unpacks the embedded natives on first use
- *     (src/natives/cache.ts) and returns that directory from `getBinsDir()`;
+ *     (src/natives/cache.ts) and returns that directory from `getBinsDir()`; without embedded CUDA
+ *     natives, the CUDA package returns it only where a CUDA build was placed in it;
  *  2. replaces every other `@node-llama-cpp/*` package with one whose `getBinsDir()` returns `{}`,
  *     which node-llama-cpp reads as "not installed";
  *  3. patches three files of node-llama-cpp (below), each patch failing the build if its text is
@@ -82,6 +83,22 @@ export function nativesPlugin({ natives, packageDir, cacheModule }: NativesPlugi
   ].join("\n");
 
   const embeddedPackages = new Set(natives.folders.map((folder) => PACKAGE_OF_FOLDER[folder]));
+  // Without embedded CUDA natives, the CUDA package answers with a CUDA build placed beside the
+  // unpacked natives (`<PARLEY_NATIVES_DIR>/<id>/linux-x64-cuda/`), if one is: how a GPU machine
+  // gets an executable too large to send with them (bench/gpu/run.sh), or an operator one compiled elsewhere.
+  const beside = [
+    `import archive from ${JSON.stringify(natives.archive)} with { type: "file" };`,
+    `import { existsSync } from "node:fs";`,
+    `import { installNatives } from ${JSON.stringify(cacheModule)};`,
+    `export function getBinsDir() {`,
+    `  const binsDir = installNatives({ archive, id: ${JSON.stringify(natives.id)} });`,
+    `  return existsSync(binsDir + ${JSON.stringify(`/${CUDA_FOLDER}/llama-addon.node`)}) ? { binsDir, packageVersion: ${JSON.stringify(NODE_LLAMA_CPP_VERSION)} } : {};`,
+    `}`,
+  ].join("\n");
+  const contents = (path: string) => {
+    if (embeddedPackages.has(path)) return embedded;
+    return path === PACKAGE_OF_FOLDER[CUDA_FOLDER] ? beside : "export function getBinsDir() { return {}; }";
+  };
 
   return {
     name: "parley-natives",
@@ -89,7 +106,7 @@ export function nativesPlugin({ natives, packageDir, cacheModule }: NativesPlugi
       build.onResolve({ filter: /^@node-llama-cpp\// }, ({ path }) => ({ path, namespace: NAMESPACE }));
       build.onLoad({ filter: /.*/, namespace: NAMESPACE }, ({ path }) => ({
         loader: "js",
-        contents: embeddedPackages.has(path) ? embedded : "export function getBinsDir() { return {}; }",
+        contents: contents(path),
       }));
       for (const patch of patches) {
         build.onLoad({ filter: patch.file }, async ({ path }) => {

@@ -26,13 +26,16 @@ export const IN_EXECUTABLE = import.meta.dir.startsWith("/$bunfs/");
 
 /**
  * Why Parley's CUDA natives cannot be used here, or undefined when they are at hand: in the
- * executable, whether it was built with them; in a checkout, whether `bun run natives --gpu cuda`
+ * executable, whether it was built with them or finds them beside its unpacked natives; in a checkout, whether `bun run natives --gpu cuda`
  * built them (call after `useLocalNatives`).
  */
 export async function cudaNativesMissing(): Promise<string | undefined> {
   if (IN_EXECUTABLE) {
-    const { getBinsDir } = (await import(CUDA_PACKAGE)) as { getBinsDir(): { binsDir?: string } };
-    return getBinsDir().binsDir === undefined ? "this executable was built without the CUDA natives (`bun run build --gpu cuda`)" : undefined;
+    // A literal specifier: the executable's bundler replaces only the packages it can see.
+    const { getBinsDir } = await import("@node-llama-cpp/linux-x64-cuda");
+    return getBinsDir().binsDir === undefined
+      ? "this executable has no CUDA natives (none built in with `bun run build --gpu cuda`, none beside its unpacked natives)"
+      : undefined;
   }
   if (redirected === undefined) return "the local natives are not in use";
   return existsSync(join(redirected, CUDA_FOLDER, "llama-addon.node")) ? undefined : "the CUDA natives are not built (`bun run natives --gpu cuda`)";

@@ -6,7 +6,7 @@
  * machine without them cached, and the packing and unpacking tested here are the same for both.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
 import { dirname, join } from "node:path";
 import pkg from "../../package.json";
 import { FAMILIES, type FamilyPreset } from "../../src/gguf/families";
@@ -92,6 +92,29 @@ describe("the single executable", () => {
       }
     }, 60_000);
   }
+
+  test("with PARLEY_GPU=cuda and no CUDA natives it says why once and serves from the CPU; it takes a CUDA build placed beside its natives", async () => {
+    const installed = install("gpu");
+    const modelLoaded = (lines: string[]) => JSON.parse(lines.find((line) => line.includes('"msg":"model loaded"'))!) as Record<string, unknown>;
+    const noGpu = (lines: string[]) => lines.filter((line) => line.includes("no GPU is used")).map((line) => (JSON.parse(line) as { msg: string }).msg);
+    const env = { PARLEY_GPU: "cuda" };
+    const first = await startServer({ installed, env });
+    expect(await first.stop()).toBe(0);
+    expect(noGpu(first.lines)).toEqual([expect.stringContaining("this executable has no CUDA natives")]);
+    expect(modelLoaded(first.lines)).toMatchObject({ natives: "embedded", device: "cpu" });
+
+    // A stand-in CUDA build (the CPU one under the CUDA folder's name): found, it gets as far as
+    // the CUDA libraries, which this machine lacks.
+    const root = join(installed.env.HOME!, ".cache/parley/natives");
+    const [unpacked] = readdirSync(root).filter((name) => !name.startsWith("."));
+    cpSync(join(root, unpacked!, "linux-x64"), join(root, unpacked!, "linux-x64-cuda"), { recursive: true });
+    const second = await startServer({ installed, env });
+    expect(await second.stop()).toBe(0);
+    expect(noGpu(second.lines)).toEqual([
+      expect.stringMatching(/but (no NVIDIA driver is installed|CUDA 13's \w+ is not installed) \(lib\w+\.so\.\d+ not found\)$/),
+    ]);
+    expect(modelLoaded(second.lines)).toMatchObject({ device: "cpu" });
+  }, 60_000);
 
   test("carries the whole CLI and ignores .env and bunfig.toml in its directory", async () => {
     const installed = install("cli");

@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { type PackedNatives, packNatives } from "../../src/natives/embed-pack";
 import { nativesPlugin } from "../../src/natives/embed-plugin";
 import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
 import { tempDir } from "../support";
@@ -19,7 +20,9 @@ const FILES = {
 } as const;
 
 /** A fake node-llama-cpp with `overrides` applied, bundled through the plugin. */
-async function bundle(overrides: { version?: string; files?: Partial<Record<keyof typeof FILES, string | null>>; folders?: string[] } = {}) {
+async function bundle(
+  overrides: { version?: string; files?: Partial<Record<keyof typeof FILES, string | null>>; folders?: string[]; natives?: PackedNatives } = {},
+) {
   const root = tempDir("plugin");
   const packageDir = join(root, "node_modules/node-llama-cpp");
   const write = (path: string, text: string) => {
@@ -44,7 +47,7 @@ async function bundle(overrides: { version?: string; files?: Partial<Record<keyo
 
   const plugin = () =>
     nativesPlugin({
-      natives: {
+      natives: overrides.natives ?? {
         archive: join(root, "natives.tar.zst"),
         id: "x",
         folders: overrides.folders ?? ["linux-x64"],
@@ -55,7 +58,16 @@ async function bundle(overrides: { version?: string; files?: Partial<Record<keyo
       packageDir,
       cacheModule: join(import.meta.dir, "../../src/natives/cache.ts"),
     });
-  const result = await Bun.build({ entrypoints: [join(root, "entry.js")], target: "bun", outdir: join(root, "out"), plugins: [plugin()], throw: false });
+  // An absolute public path: the embedded archive is then found from any working directory.
+  const out = join(root, "out");
+  const result = await Bun.build({
+    entrypoints: [join(root, "entry.js")],
+    target: "bun",
+    outdir: out,
+    publicPath: `${out}/`,
+    plugins: [plugin()],
+    throw: false,
+  });
   return { result, output: join(root, "out", "entry.js"), errors: result.logs.map(String).join("\n") };
 }
 
@@ -68,8 +80,30 @@ describe("natives plugin", () => {
     expect(bundled.m0.release).toBe("b1234");
     expect(await bundled.m1.getModuleVersion()).toBe(NODE_LLAMA_CPP_VERSION);
     expect(await bundled.m2.testBindingBinary("/nowhere/llama-addon.node")).toBe(true);
-    expect((await bundled.cuda()).getBinsDir()).toEqual({});
     expect(String((await bundled.cpu()).getBinsDir)).toContain("installNatives");
+  });
+
+  test("without the CUDA natives embedded, the CUDA package finds a CUDA build placed beside the unpacked natives", async () => {
+    const root = tempDir("plugin-natives");
+    mkdirSync(join(root, "bins/linux-x64"), { recursive: true });
+    writeFileSync(join(root, "bins/linux-x64/llama-addon.node"), "not really an addon");
+    const natives = await packNatives(join(root, "bins"), ["linux-x64"], NODE_LLAMA_CPP_VERSION, join(root, "cache"));
+    const { result, output } = await bundle({ natives });
+    expect(result.success).toBe(true);
+    const bundled = await import(output);
+    const previous = Bun.env.PARLEY_NATIVES_DIR;
+    Bun.env.PARLEY_NATIVES_DIR = join(root, "unpacked");
+    try {
+      expect((await bundled.cuda()).getBinsDir()).toEqual({});
+      const { binsDir } = (await bundled.cpu()).getBinsDir();
+      expect(binsDir).toBe(join(root, "unpacked", natives.id));
+      mkdirSync(join(binsDir, "linux-x64-cuda"));
+      writeFileSync(join(binsDir, "linux-x64-cuda/llama-addon.node"), "");
+      expect((await bundled.cuda()).getBinsDir()).toEqual({ binsDir, packageVersion: NODE_LLAMA_CPP_VERSION });
+    } finally {
+      if (previous === undefined) delete Bun.env.PARLEY_NATIVES_DIR;
+      else Bun.env.PARLEY_NATIVES_DIR = previous;
+    }
   });
 
   test("with the CUDA natives embedded, the CUDA package unpacks the same directory", async () => {
