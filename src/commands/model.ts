@@ -1,9 +1,10 @@
 import { existsSync } from "node:fs";
-import { join, sep } from "node:path";
+import { basename, dirname, join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
 import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
 import { DEMO_MODEL_NAME, MODEL_PRESETS, type ModelPreset, PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../gguf/presets";
 import type { GgufValue } from "../gguf/values";
+import { projectorFileName } from "../gguf/vision";
 import { ggufNames } from "../llm/model";
 import { formatBytes, formatCount } from "./units";
 
@@ -84,7 +85,11 @@ anything while serving; on an offline machine, copy the .gguf file into the mode
   bench-draft   random weights of bench-small's vocabulary in a far smaller shape: a draft
                 model for it (PARLEY_DRAFT_MODEL); f16 only.
   bench-1b      random weights of bench-small's vocabulary in TinyLlama 1.1B's shape (~1 B
-                parameters), the GPU benchmark's model; --type f16 (default) or q4_0.`,
+                parameters), the GPU benchmark's model; --type f16 (default) or q4_0.
+  vision        bench-draft's shape as parley-vision, and beside it its projector
+                (mmproj-<file>.gguf: a LLaVA-style CLIP projector of random weights, 32×32
+                images in 16 tokens) that llama.cpp's mtmd loads (llama-server --mmproj).
+                Parley itself does not take images yet. f16 only.`,
     positionals: 0,
     flags: ["--preset", "--type", "--out"],
     run: (config, _args, flags) => demo(config, flags),
@@ -151,7 +156,8 @@ async function demo(config: Config, flags: Map<string, string>): Promise<number>
   const started = performance.now();
   await writePresetModel(preset, out, fileType);
   const { size } = Bun.file(out);
-  console.log(`Wrote the ${preset} model (${fileType}) to ${out} (${(size / 1e6).toFixed(1)} MB, ${Math.round(performance.now() - started)} ms)`);
+  const projector = preset === "vision" ? ` and its projector to ${join(dirname(out), projectorFileName(basename(out)))}` : "";
+  console.log(`Wrote the ${preset} model (${fileType}) to ${out}${projector} (${(size / 1e6).toFixed(1)} MB, ${Math.round(performance.now() - started)} ms)`);
   return 0;
 }
 

@@ -8,14 +8,21 @@ import { demoGguf } from "./demo";
 import { FAMILY_PRESETS, type FamilyPreset, familyGguf } from "./families";
 import type { FileType } from "./file-type";
 import { RETRIEVAL_PRESETS, type RetrievalPreset, retrievalGguf } from "./retrieval";
+import { projectorFileName, projectorGguf } from "./vision";
 import { type GgufFile, writeGguf } from "./writer";
+
+/**
+ * The vision preset: bench-draft's shape under its own name (random weights of bench-small's
+ * vocabulary, 4 layers of width 256), with a projector (`mmproj-<file>`, vision.ts) written beside.
+ */
+export const VISION_MODEL_NAME = "parley-vision";
 
 export { DEMO_MODEL_NAME } from "./demo";
 export type { FileType } from "./file-type";
 
-export type ModelPreset = "demo" | "bench-small" | "bench-draft" | "bench-1b" | FamilyPreset | RetrievalPreset;
+export type ModelPreset = "demo" | "bench-small" | "bench-draft" | "bench-1b" | "vision" | FamilyPreset | RetrievalPreset;
 
-export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", "bench-draft", "bench-1b", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
+export const MODEL_PRESETS: readonly ModelPreset[] = ["demo", "bench-small", "bench-draft", "bench-1b", "vision", ...FAMILY_PRESETS, ...RETRIEVAL_PRESETS];
 
 const isFamily = (preset: ModelPreset): preset is FamilyPreset => (FAMILY_PRESETS as readonly string[]).includes(preset);
 
@@ -29,6 +36,7 @@ export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]
   "bench-small": BENCH_FILE_TYPES,
   "bench-draft": ["F16"],
   "bench-1b": ["F16", "Q4_0"],
+  vision: ["F16"],
   llama3: ["F32"],
   qwen2: ["F32"],
   gemma: ["F32"],
@@ -62,6 +70,8 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
       return benchGguf("F16", { name: "parley-bench-draft", hparams: BENCH_DRAFT_HPARAMS });
     case "bench-1b":
       return benchGguf(fileType as BenchFileType, { name: "parley-bench-1b", hparams: BENCH_1B_HPARAMS });
+    case "vision":
+      return benchGguf("F16", { name: VISION_MODEL_NAME, hparams: BENCH_DRAFT_HPARAMS });
     case "embed":
     case "rerank":
       return retrievalGguf(preset);
@@ -74,11 +84,18 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
  * so concurrent writers (and readers) never see a partial model.
  */
 export async function writePresetModel(preset: ModelPreset, outPath: string, fileType = PRESET_FILE_TYPES[preset][0]!): Promise<void> {
+  // The projector first: a server that sees the model sees its projector too.
+  if (preset === "vision")
+    await writeWhole(join(dirname(outPath), projectorFileName(basename(outPath))), projectorGguf(VISION_MODEL_NAME, BENCH_DRAFT_HPARAMS.nEmbd));
+  await writeWhole(outPath, presetGguf(preset, fileType));
+}
+
+async function writeWhole(outPath: string, file: GgufFile): Promise<void> {
   const dir = dirname(outPath);
   await mkdir(dir, { recursive: true });
   const tmp = join(dir, `.${basename(outPath)}.${randomUUID()}.tmp`);
   try {
-    await writeGguf(tmp, presetGguf(preset, fileType));
+    await writeGguf(tmp, file);
     await rename(tmp, outPath);
   } catch (err) {
     await rm(tmp, { force: true });

@@ -248,7 +248,8 @@ function isCurrentDemo(path: string): boolean {
 
 /**
  * The names of the directory's `.gguf` files in plain code-point order (not the machine's locale);
- * none when it does not exist. A hidden file is a partial write (the demo writer's), not a model.
+ * none when it does not exist. A hidden file is a partial write (the demo writer's), not a model;
+ * `mmproj-*.gguf` is a vision model's projector, which goes beside its model and is no model itself.
  */
 export function ggufNames(dir: string): string[] {
   let names: string[];
@@ -258,7 +259,7 @@ export function ggufNames(dir: string): string[] {
     if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
     throw err;
   }
-  return names.filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".")).sort();
+  return names.filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".") && !n.toLowerCase().startsWith("mmproj-")).sort();
 }
 
 /** The directory's models, the demo among them. */
