@@ -10,12 +10,11 @@ import { join } from "node:path";
 import { startLlamaServer } from "../bench/perf/procs";
 import { buildLlamaServer } from "../bench/perf/yardstick";
 import { writePresetModel } from "../src/gguf/presets";
-import { tempDir } from "../test/support/files";
+import { fileSha256, tempDir } from "../test/support/files";
 import { EMBED_INPUTS, FIXTURE_PATH, RERANK_DOCUMENTS, RERANK_QUERY, type RetrievalFixture } from "../test/support/retrieval";
 
 const binary = await buildLlamaServer();
 const dir = tempDir("retrieval-fixture");
-const sha256 = async (path: string) => new Bun.CryptoHasher("sha256").update(await Bun.file(path).arrayBuffer()).digest("hex");
 
 async function answer(preset: "embed" | "rerank", flag: string, path: string, body: object): Promise<{ sha256: string; response: unknown }> {
   const model = join(dir, `${preset}.gguf`);
@@ -24,7 +23,7 @@ async function answer(preset: "embed" | "rerank", flag: string, path: string, bo
   try {
     const response = await fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
     if (!response.ok) throw new Error(`llama-server answered ${response.status}: ${await response.text()}`);
-    return { sha256: await sha256(model), response: await response.json() };
+    return { sha256: await fileSha256(model), response: await response.json() };
   } finally {
     await server.stop();
   }

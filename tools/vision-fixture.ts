@@ -12,7 +12,7 @@ import { startLlamaServer } from "../bench/perf/procs";
 import { buildLlamaServer } from "../bench/perf/yardstick";
 import { VISION_MODEL_NAME, writePresetModel } from "../src/gguf/presets";
 import { projectorFileName } from "../src/gguf/vision";
-import { tempDir } from "../test/support/files";
+import { fileSha256, tempDir } from "../test/support/files";
 import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture } from "../test/support/vision";
 
 const binary = await buildLlamaServer();
@@ -20,7 +20,6 @@ const dir = tempDir("vision-fixture");
 const model = join(dir, `${VISION_MODEL_NAME}.gguf`);
 const projector = join(dir, projectorFileName(`${VISION_MODEL_NAME}.gguf`));
 await writePresetModel("vision", model);
-const sha256 = async (path: string) => new Bun.CryptoHasher("sha256").update(await Bun.file(path).arrayBuffer()).digest("hex");
 
 const server = await startLlamaServer({ binary, model, threads: 1, parallel: 1, contextSize: 1024, flags: ["--mmproj", projector] });
 const replies: VisionFixture["replies"] = {};
@@ -54,6 +53,6 @@ try {
 } finally {
   await server.stop();
 }
-const fixture: VisionFixture = { model: await sha256(model), projector: await sha256(projector), replies };
+const fixture: VisionFixture = { model: await fileSha256(model), projector: await fileSha256(projector), replies };
 writeFileSync(VISION_FIXTURE_PATH, `${JSON.stringify(fixture, null, 1)}\n`);
 console.log(`wrote ${VISION_FIXTURE_PATH}`);

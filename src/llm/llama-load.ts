@@ -52,8 +52,9 @@ export async function loadLlamaModel(options: LoadOptions): Promise<LoadedLlama>
   const natives = options.localNatives === false ? undefined : await useLocalNatives();
   const llama = await startLlama(gpu, options.localNatives !== false, options.onWarning);
   try {
-    options.fits?.(llama.gpu === false ? 0 : (options.gpuLayers ?? "all"));
-    const model = await llama.loadModel({ modelPath, gpuLayers: llama.gpu === false ? 0 : (options.gpuLayers ?? "max") }).catch(overloadedOnGpu(modelPath));
+    const offloaded = llama.gpu === false ? 0 : options.gpuLayers;
+    options.fits?.(offloaded ?? "all");
+    const model = await llama.loadModel({ modelPath, gpuLayers: offloaded ?? "max" }).catch(overloadedOnGpu(modelPath));
     const threads = options.threads ?? defaultThreads(llama, model);
     llama.maxThreads = threads;
     return { llama, model, threads, natives: natives ?? (IN_EXECUTABLE ? "embedded" : "prebuilt") };

@@ -50,12 +50,9 @@ export interface CompileOptions {
 export async function ensureCompiledNatives({ force = false, cudaArchitectures }: CompileOptions = {}): Promise<CompiledNatives> {
   checkNodeLlamaCppVersion(nodeLlamaCppVersion(), "compiling the natives");
   const binsDir = compiledNativesDir(nodeLlamaCppVersion());
-  const toolkit = cudaArchitectures === undefined ? undefined : findCudaToolkit();
-  const cuda = toolkit === undefined ? undefined : { architectures: cudaArchitectures!, vmm: toolkit.driverStub };
-  if (cuda && !cuda.vmm)
-    console.warn(`natives: ${toolkit!.root} has no driver stub (lib64/stubs/libcuda.so): the CUDA build leaves out CUDA's virtual memory pool`);
+  const cuda = cudaArchitectures === undefined ? undefined : cudaBuild(cudaArchitectures);
   const target = join(binsDir, cuda ? CUDA_FOLDER : PLATFORM_FOLDER);
-  if (!force && existsSync(join(target, "llama-addon.node")) && sameCudaRecipe(target, cuda)) return { binsDir };
+  if (!force && existsSync(join(target, "llama-addon.node")) && sameCudaRecipe(target, cuda?.recipe)) return { binsDir };
   if (process.platform !== "linux" || process.arch !== "x64") {
     throw new Error(`the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`);
   }
@@ -73,7 +70,7 @@ export async function ensureCompiledNatives({ force = false, cudaArchitectures }
   await ensureLlamaSource();
   await mkdir(binsDir, { recursive: true });
   const log = join(binsDir, "build.log");
-  await compile(log, cuda && toolkit ? { recipe: cuda, toolkit } : undefined);
+  await compile(log, cuda);
 
   // node-llama-cpp records the folder it just built into; the options are hashed into its name.
   const { folderName } = JSON.parse(readFileSync(join(NLC_LLAMA_DIR, "lastBuild.json"), "utf8")) as { folderName: string };
@@ -105,10 +102,24 @@ export async function ensureCompiledNatives({ force = false, cudaArchitectures }
   const libgomp = (await Bun.$`gcc -print-file-name=libgomp.so.1`.text()).trim();
   if (!existsSync(libgomp)) throw new Error(`libgomp.so.1 not found (gcc says "${libgomp}")`);
   await cp(libgomp, join(staging, "libgomp.so.1"), { dereference: true });
-  if (cuda) await Bun.write(join(staging, CUDA_RECIPE_FILE), `${JSON.stringify(cuda)}\n`);
+  if (cuda) await Bun.write(join(staging, CUDA_RECIPE_FILE), `${JSON.stringify(cuda.recipe)}\n`);
   await rm(target, { recursive: true, force: true });
   await rename(staging, target);
   return { binsDir, compiledSeconds: Math.round((performance.now() - started) / 1000) };
+}
+
+interface CudaBuild {
+  recipe: CudaRecipe;
+  toolkit: CudaToolkit;
+}
+
+/** The CUDA build for `architectures` with this machine's toolkit (its VMM pool only where the driver's stub is there to link). */
+function cudaBuild(architectures: string): CudaBuild {
+  const toolkit = findCudaToolkit();
+  if (!toolkit.driverStub) {
+    console.warn(`natives: ${toolkit.root} has no driver stub (lib64/stubs/libcuda.so): the CUDA build leaves out CUDA's virtual memory pool`);
+  }
+  return { recipe: { architectures, vmm: toolkit.driverStub }, toolkit };
 }
 
 /** Whether the build in `target` was made for `cuda` (a CPU build has no recipe to match). */
@@ -119,7 +130,7 @@ function sameCudaRecipe(target: string, cuda: CudaRecipe | undefined): boolean {
 }
 
 /** Runs node-llama-cpp's source build, its output into `log` and its steps onto one progress line. */
-async function compile(log: string, cuda?: { recipe: CudaRecipe; toolkit: CudaToolkit }): Promise<void> {
+async function compile(log: string, cuda?: CudaBuild): Promise<void> {
   const options = cuda ? cudaCmakeOptions(cuda.recipe) : CMAKE_OPTIONS;
   const proc = Bun.spawn([NLC_CLI, "source", "build", "--gpu", cuda ? "cuda" : "false", "--noUsageExample"], {
     cwd: ROOT,

@@ -74,27 +74,25 @@ export function nativesPlugin({ natives, packageDir, cacheModule }: NativesPlugi
   ];
   const applied = new Set<Patch>();
 
-  const embedded = [
-    `import archive from ${JSON.stringify(natives.archive)} with { type: "file" };`,
-    `import { installNatives } from ${JSON.stringify(cacheModule)};`,
-    `export function getBinsDir() {`,
-    `  return { binsDir: installNatives({ archive, id: ${JSON.stringify(natives.id)} }), packageVersion: ${JSON.stringify(NODE_LLAMA_CPP_VERSION)} };`,
-    `}`,
-  ].join("\n");
-
+  // A module that unpacks the embedded natives and answers with their directory; with `requires`,
+  // only where that file is in it.
+  const answering = (requires?: string) =>
+    [
+      `import archive from ${JSON.stringify(natives.archive)} with { type: "file" };`,
+      `import { installNatives } from ${JSON.stringify(cacheModule)};`,
+      ...(requires === undefined ? [] : [`import { existsSync } from "node:fs";`]),
+      `export function getBinsDir() {`,
+      `  const binsDir = installNatives({ archive, id: ${JSON.stringify(natives.id)} });`,
+      `  const answer = { binsDir, packageVersion: ${JSON.stringify(NODE_LLAMA_CPP_VERSION)} };`,
+      requires === undefined ? `  return answer;` : `  return existsSync(binsDir + ${JSON.stringify(requires)}) ? answer : {};`,
+      `}`,
+    ].join("\n");
+  const embedded = answering();
   const embeddedPackages = new Set(natives.folders.map((folder) => PACKAGE_OF_FOLDER[folder]));
   // Without embedded CUDA natives, the CUDA package answers with a CUDA build placed beside the
   // unpacked natives (`<PARLEY_NATIVES_DIR>/<id>/linux-x64-cuda/`), if one is: how a GPU machine
   // gets an executable too large to send with them (bench/gpu/run.sh), or an operator one compiled elsewhere.
-  const beside = [
-    `import archive from ${JSON.stringify(natives.archive)} with { type: "file" };`,
-    `import { existsSync } from "node:fs";`,
-    `import { installNatives } from ${JSON.stringify(cacheModule)};`,
-    `export function getBinsDir() {`,
-    `  const binsDir = installNatives({ archive, id: ${JSON.stringify(natives.id)} });`,
-    `  return existsSync(binsDir + ${JSON.stringify(`/${CUDA_FOLDER}/llama-addon.node`)}) ? { binsDir, packageVersion: ${JSON.stringify(NODE_LLAMA_CPP_VERSION)} } : {};`,
-    `}`,
-  ].join("\n");
+  const beside = answering(`/${CUDA_FOLDER}/llama-addon.node`);
   const contents = (path: string) => {
     if (embeddedPackages.has(path)) return embedded;
     return path === PACKAGE_OF_FOLDER[CUDA_FOLDER] ? beside : "export function getBinsDir() { return {}; }";

@@ -38,7 +38,7 @@ export async function cudaNativesMissing(): Promise<string | undefined> {
       : undefined;
   }
   if (redirected === undefined) return "the local natives are not in use";
-  return existsSync(join(redirected, CUDA_FOLDER, "llama-addon.node")) ? undefined : "the CUDA natives are not built (`bun run natives --gpu cuda`)";
+  return holds(redirected, CUDA_FOLDER) ? undefined : "the CUDA natives are not built (`bun run natives --gpu cuda`)";
 }
 
 /** The compiled natives' `binsDir` for the installed node-llama-cpp, whether built or not. */
@@ -54,27 +54,27 @@ export async function useLocalNatives(binsDir?: string): Promise<string | undefi
   if (IN_EXECUTABLE) return undefined;
   if (process.platform !== "linux" || process.arch !== "x64") return undefined;
   const dir = binsDir ?? (await localNativesDir());
-  if (redirected !== undefined) return redirected === dir && cpuBuilt(dir) ? dir : undefined;
+  if (redirected !== undefined) return redirected === dir && holds(dir, PLATFORM_FOLDER) ? dir : undefined;
   // node-llama-cpp ignores a bins package whose version differs from its own.
   const packageVersion = await getModuleVersion();
   const answer = (answered: string | undefined) => () => ({
     loader: "object" as const,
     exports: { getBinsDir: () => (answered ? { binsDir: answered, packageVersion } : {}) },
   });
-  const cuda = existsSync(join(dir, CUDA_FOLDER, "llama-addon.node"));
   Bun.plugin({
     name: "parley-local-natives",
     setup(build) {
       // Without the CPU build, npm's prebuilt stays the CPU natives.
-      if (cpuBuilt(dir)) build.module(PREBUILT_PACKAGE, answer(dir));
+      if (holds(dir, PLATFORM_FOLDER)) build.module(PREBUILT_PACKAGE, answer(dir));
       // Without Parley's CUDA build, `gpu: "cuda"` finds no binaries rather than npm's CUDA
       // prebuilt, which lacks Parley's own native methods.
-      build.module(CUDA_PACKAGE, answer(cuda ? dir : undefined));
+      build.module(CUDA_PACKAGE, answer(holds(dir, CUDA_FOLDER) ? dir : undefined));
       build.module(CUDA_EXT_PACKAGE, answer(undefined));
     },
   });
   redirected = dir;
-  return cpuBuilt(dir) ? dir : undefined;
+  return holds(dir, PLATFORM_FOLDER) ? dir : undefined;
 }
 
-const cpuBuilt = (dir: string) => existsSync(join(dir, PLATFORM_FOLDER, "llama-addon.node"));
+/** Whether `binsDir` holds a build in `folder`. */
+const holds = (binsDir: string, folder: string) => existsSync(join(binsDir, folder, "llama-addon.node"));

@@ -10,6 +10,7 @@ import OpenAI from "openai";
 import { TokenLedger } from "../../src/chat/token-ledger";
 import {
   EMBED_INPUTS,
+  fileSha256,
   presetModel,
   RERANK_DOCUMENTS,
   RERANK_QUERY,
@@ -36,7 +37,6 @@ let openai: OpenAI;
 let ollama: Ollama;
 let fixture: RetrievalFixture;
 
-const sha256 = async (path: string) => new Bun.CryptoHasher("sha256").update(await Bun.file(path).arrayBuffer()).digest("hex");
 const dot = (a: ArrayLike<number>, b: ArrayLike<number>) => Array.from(a).reduce((sum, x, i) => sum + x * b[i]!, 0);
 const cosine = (a: ArrayLike<number>, b: ArrayLike<number>) => dot(a, b) / Math.sqrt(dot(a, a) * dot(b, b));
 const maxDifference = (a: ArrayLike<number>, b: ArrayLike<number>) => Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i]!)));
@@ -59,7 +59,7 @@ beforeAll(async () => {
   ({ key, userId } = created);
   const [demo, embed, rerank] = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank")];
   fixture = await readFixture();
-  expect({ embed: await sha256(embed), rerank: await sha256(rerank) }).toEqual({ embed: fixture.embed.sha256, rerank: fixture.rerank.sha256 });
+  expect({ embed: await fileSha256(embed), rerank: await fileSha256(rerank) }).toEqual({ embed: fixture.embed.sha256, rerank: fixture.rerank.sha256 });
   service = await serveModels({
     storage: db.storage,
     paths: [demo, embed, rerank],

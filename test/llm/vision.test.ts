@@ -12,11 +12,10 @@ import { VISION_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
 import { readGgufHeader } from "../../src/gguf/reader";
 import { PROJECTOR, projectorFileName } from "../../src/gguf/vision";
 import { ggufNames } from "../../src/llm/model";
-import { tempDir } from "../support";
+import { fileSha256, tempDir } from "../support";
 import { VISION_FIXTURE_PATH, VISION_IMAGES, type VisionFixture } from "../support/vision";
 
 const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
-const sha256 = async (path: string) => new Bun.CryptoHasher("sha256").update(await Bun.file(path).arrayBuffer()).digest("hex");
 
 async function pair() {
   const dir = tempDir("vision");
@@ -30,7 +29,7 @@ describe("the vision preset", () => {
     const { dir, model, projector } = await pair();
     expect(readdirSync(dir).sort()).toEqual([projectorFileName(`${VISION_MODEL_NAME}.gguf`), `${VISION_MODEL_NAME}.gguf`]);
     // Changed bytes need `bun run tools/vision-fixture.ts` again: the fixture must be of these files.
-    expect({ model: await sha256(model), projector: await sha256(projector) }).toEqual({ model: fixture.model, projector: fixture.projector });
+    expect({ model: await fileSha256(model), projector: await fileSha256(projector) }).toEqual({ model: fixture.model, projector: fixture.projector });
     // A projector in the models directory is no model of its own.
     expect(ggufNames(dir)).toEqual([`${VISION_MODEL_NAME}.gguf`]);
   });

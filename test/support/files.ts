@@ -16,6 +16,9 @@ export function tempDir(label: string): string {
   return dir;
 }
 
+/** A file's sha256, hex: what the llama-server fixtures record of the models they were made on. */
+export const fileSha256 = async (path: string) => new Bun.CryptoHasher("sha256").update(await Bun.file(path).arrayBuffer()).digest("hex");
+
 const presetFiles = new Map<string, Promise<string>>();
 
 /** A generated model (by default in its preset's default file type), written once per test process into a temp dir. */
