@@ -1,9 +1,11 @@
 /**
  * `bun bench/gpu/pack.ts [--cuda-arch 90]`: everything the GPU machine needs, packed into
- * `.gpu/payload.tar.xz` (ignored by git; the device call carries `.gpu`), since that machine has
+ * `.gpu/payload.tar.xz` and `.gpu/libggml-cuda.so.xz` (ignored by git), since that machine has
  * no network, no Bun and no node_modules, and a call sends at most 64 MiB. The CUDA plugin
  * (`libggml-cuda.so`, 37 MiB under xz for Hopper alone) and the executable (Bun itself is 38 MiB)
- * do not both fit, so the plugin is compiled there from the same source:
+ * do not fit in one call, so each goes in its own (a first call carries the plugin, a second the
+ * payload, while the machine is warm); where the plugin did not come, run.sh compiles it there
+ * from the same source and options. The payload holds:
  *   - `parley`: the executable with the CPU natives, which also runs the benchmark's scripts as Bun
  *     would (`BUN_BE_BUN=1`);
  *   - `natives-cuda/`: the CUDA natives compiled here (`bun run natives --gpu cuda`) but their
@@ -32,6 +34,7 @@ const OTHER_BACKENDS = /^ggml-(?!cpu$|cuda$)/;
 const { values } = parseArgs({ args: Bun.argv.slice(2), options: { "cuda-arch": { type: "string", default: "90" } } });
 const stage = join(ROOT, ".bench/gpu-stage");
 const packed = join(ROOT, ".gpu/payload.tar.xz");
+const plugin = join(ROOT, ".gpu/libggml-cuda.so.xz");
 rmSync(stage, { recursive: true, force: true });
 mkdirSync(join(stage, "llama"), { recursive: true });
 mkdirSync(join(ROOT, ".gpu"), { recursive: true });
@@ -86,10 +89,13 @@ for (const script of ["perf.ts", "gpu/check.ts"]) {
   if (!result.success) throw new Error(`pack: bundling ${entry} failed: ${result.logs.join("\n")}`);
 }
 await step("compressing", ["tar", "-cf", packed, "-I", "xz -9 -T0", "-C", stage, "."]);
+await step("compressing the plugin", ["sh", "-c", `xz -9 -T0 -c "${join(cudaBuild, "libggml-cuda.so")}" >"${plugin}"`]);
 
 const tracked = (await Bun.$`git ls-files -z`.cwd(ROOT).text()).split("\0").filter(Boolean);
 const treeBytes = tracked.reduce((sum, file) => sum + (statSync(join(ROOT, file), { throwIfNoEntry: false })?.size ?? 0), 0);
 const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
-const total = treeBytes + statSync(packed).size;
-console.log(`pack: ${packed} ${mib(statSync(packed).size)}, with the working tree ${mib(total)} of ${mib(SEND_LIMIT)}`);
-if (total > SEND_LIMIT) throw new Error("pack: over what a device call may send");
+for (const file of [packed, plugin]) {
+  const total = treeBytes + statSync(file).size;
+  console.log(`pack: ${file} ${mib(statSync(file).size)}, with the working tree ${mib(total)} of ${mib(SEND_LIMIT)}`);
+  if (total > SEND_LIMIT) throw new Error("pack: over what a device call may send");
+}

@@ -5,6 +5,7 @@
 # correctness check (bench/gpu/check.ts). Run from the repository root with `.gpu/` beside it
 # (bun bench/gpu/pack.ts makes it), on the GPU machine:
 #     bash bench/gpu/run.sh
+# after a first call that carried `.gpu/libggml-cuda.so.xz` there (else the plugin is compiled there),
 # or here, as its rehearsal on the CPU (the same steps on bench-small, fewer streams, no GPU:
 # the CUDA plugin's build is configured, not compiled):
 #     bash bench/gpu/run.sh --cpu
@@ -40,18 +41,27 @@ if ! $cpu; then
   ldconfig -p | grep -E "libcuda\.so\.1 |libcudart\.so\.13 |libcublas\.so\.13 " || echo "CUDA libraries missing from the loader's cache"
 fi
 
-# The CUDA plugin, from the natives' source and options.
+# The CUDA plugin: the one compiled with the natives, carried by an earlier call, or else compiled
+# here from the natives' source and options.
+carried=$root/.gpu/libggml-cuda.so.xz
 build=$root/.bench/gpu-ggml-build
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-mapfile -t options <"$work/ggml-cuda.options"
-nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc)
-cmake -S "$work/ggml" -B "$build" "${generator[@]}" "${options[@]}" -DCMAKE_CUDA_COMPILER="$nvcc" >"$out/cmake.txt"
-if $cpu; then
-  echo "configured the CUDA plugin's build in ${SECONDS} s (not compiled on the CPU rehearsal)"
+plugin=$build/bin/libggml-cuda.so
+if ! $cpu && [ -f "$carried" ]; then
+  plugin=$work/libggml-cuda.so
+  xz -dc "$carried" >"$plugin"
+  echo "the CUDA plugin compiled with the natives, carried: ${SECONDS} s"
 else
-  cmake --build "$build" --target ggml-cuda -j "$threads"
-  echo "compiled the CUDA plugin: ${SECONDS} s"
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  mapfile -t options <"$work/ggml-cuda.options"
+  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc)
+  cmake -S "$work/ggml" -B "$build" "${generator[@]}" "${options[@]}" -DCMAKE_CUDA_COMPILER="$nvcc" >"$out/cmake.txt"
+  if $cpu; then
+    echo "configured the CUDA plugin's build in ${SECONDS} s (not compiled on the CPU rehearsal)"
+  else
+    cmake --build "$build" --target ggml-cuda -j "$threads"
+    echo "compiled the CUDA plugin: ${SECONDS} s"
+  fi
 fi
 
 # The executable unpacks its natives on its first start; the CUDA build goes beside them, and
@@ -61,7 +71,8 @@ PARLEY_NATIVES_DIR=$natives "$parley" --version
 unpacked=$(ls -d "$natives"/3.*)
 cp -r "$work/natives-cuda" "$unpacked/linux-x64-cuda"
 if ! $cpu; then
-  cp "$build/bin/libggml-cuda.so" "$unpacked/linux-x64-cuda/"
+  cp "$plugin" "$unpacked/linux-x64-cuda/libggml-cuda.so"
+  ldd "$unpacked/linux-x64-cuda/libggml-cuda.so" | grep -E "cuda|cublas" || true
   ln -s "$unpacked/linux-x64-cuda/libggml-cuda.so" "$work/llama/libggml-cuda.so"
 fi
 
