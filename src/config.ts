@@ -443,11 +443,11 @@ export const CONFIG_SPEC = {
   },
   promptEnds: {
     env: "PARLEY_PROMPT_ENDS",
-    doc: "prompts ready at once (turns that arrive together): `shortest` evaluates their ends one a batch, shortest first, so the first replies start sooner (the sum of their times to first token falls; the last reply ends no later) and pause while the later prompts are evaluated; `together` evaluates them in one batch, as llama-server does, so every new reply gets its first token once all are evaluated and then all stream evenly (`bun run bench perf --only B8,B11` measures both sides of it)",
-    shownDefault: "`shortest`",
+    doc: "prompts ready at once (turns that arrive together): `shortest` evaluates their ends one a batch, shortest first, so the first replies start sooner (the sum of their times to first token falls; the last reply ends no later) and pause while the later prompts are evaluated; `together` evaluates them in one batch, as llama-server does, so every new reply gets its first token once all are evaluated and then all stream evenly; `auto` is `together` where every layer runs on a GPU (a batch there costs about one read of the weights whatever its tokens, so one batch for all the ends is sooner for every reply) and `shortest` elsewhere (`bun run bench perf --only B8,B11` measures both sides of it)",
+    shownDefault: "`auto`",
     flag: "--prompt-ends",
-    default: "shortest",
-    help: "Prompts ready at once: shortest (one a batch, shortest first: sooner first tokens; the default) or together (one batch, even streams)",
+    default: "auto",
+    help: "Prompts ready at once: shortest (one a batch, shortest first: sooner first tokens), together (one batch, even streams) or auto (together where every layer is on a GPU, else shortest; the default)",
   },
   speculate: {
     env: "PARLEY_SPECULATE",

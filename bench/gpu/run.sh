@@ -76,16 +76,17 @@ if ! $cpu; then
   ln -s "$unpacked/linux-x64-cuda/libggml-cuda.so" "$work/llama/libggml-cuda.so"
 fi
 
+# Three runs there (medians): B1 is one cold reply a run, and a run takes under a minute on the GPU.
 if $cpu; then
-  preset=bench-small types=f16 streams=1,2 gpu_env=() llama_flags=()
+  preset=bench-small runs=1 types=f16 streams=1,2 gpu_env=() llama_flags=()
 else
-  preset=bench-1b types="f16 q4_0" streams=1,8,32 gpu_env=(--parley-env PARLEY_GPU=cuda) llama_flags=(--llama-flag=-ngl=99)
+  preset=bench-1b runs=3 types="f16 q4_0" streams=1,8,32 gpu_env=(--parley-env PARLEY_GPU=cuda) llama_flags=(--llama-flag=-ngl=99)
 fi
 for type in $types; do
   # Speculation off: kernel parity, as the CPU rows keep (bench-1b's greedy text repeats itself,
   # which drafts would turn into a speed no real text gets).
   BUN_BE_BUN=1 "$parley" "$work/bench/perf.js" --binary "$parley" --llama-server "$work/llama/llama-server" \
-    --preset "$preset" --type "$type" --only B1,B8 --streams "$streams" --runs 1 --threads "$threads" \
+    --preset "$preset" --type "$type" --only B1,B8 --streams "$streams" --runs "$runs" --threads "$threads" \
     --parley-env "PARLEY_NATIVES_DIR=$natives" "${gpu_env[@]}" --parley-env PARLEY_SPECULATE=off "${llama_flags[@]}"
   echo "after $type: ${SECONDS} s"
 done

@@ -38,6 +38,7 @@ import {
   type KvType,
   kvCacheTypes,
   type PromptEnds,
+  promptEndsFor,
   type ReasoningMode,
   type ReplyPiece,
   type Sampling,
@@ -81,7 +82,7 @@ export interface EngineOptions extends LoadOptions {
   contextOverflow?: ContextOverflow;
   /** With `slack`, the share of the prompt's room a cut frees for the turns after it (default a half). */
   contextSlack?: number;
-  /** Prompts' ends ready at once: one a batch, shortest first (default), or together. */
+  /** Prompts' ends ready at once: one a batch, shortest first, or together; by default `auto`, for the device. */
   promptEnds?: PromptEnds;
   /** Speculative decoding of replies (default `auto`). */
   speculate?: Speculate;
@@ -199,7 +200,7 @@ export class Engine {
       const scheduler = new Scheduler(context, sequences, {
         promptChunk,
         kv,
-        ...(options.promptEnds ? { promptEnds: options.promptEnds } : {}),
+        promptEnds: promptEndsFor(options.promptEnds ?? "auto", model.gpuLayers, model.fileInsights.totalLayers - 1),
         ...(options.speculate ? { speculate: options.speculate } : {}),
         ...(options.onDrafts ? { onDrafts: options.onDrafts } : {}),
         ...(drafter ? { drafter } : {}),

@@ -146,7 +146,7 @@ export interface SchedulerOptions {
   /** Where conversations' KV states are kept beyond their sequence. */
   kv?: KvStore;
   /** How prompts' ends ready at once are evaluated: one a batch, shortest first (default), or in one batch. */
-  promptEnds?: PromptEnds;
+  promptEnds?: Exclude<PromptEnds, "auto">;
   /** Whether replies' steps verify drafts of their own tokens (see `decodeSteps`): default `auto`. */
   speculate?: Speculate;
   /** Each native run's drafted tokens, and of those the ones accepted. */

@@ -284,10 +284,18 @@ export type ContextOverflow = (typeof CONTEXT_OVERFLOW_MODES)[number];
  * the first replies start sooner (the sum of their times to first token falls, the last reply
  * ends no later), then pause while the later prompts are evaluated. `together`: in one batch, as
  * llama-server does; every new reply gets its first token once all of them are evaluated, and
- * then they all stream evenly.
+ * then they all stream evenly. `auto`: `together` where every layer runs on a GPU, whose batch
+ * costs about one read of the weights whatever its tokens (so one batch for all the ends beats
+ * one each on every count), else `shortest` (the scheduler says why).
  */
-export const PROMPT_ENDS_MODES = ["shortest", "together"] as const;
+export const PROMPT_ENDS_MODES = ["auto", "shortest", "together"] as const;
 export type PromptEnds = (typeof PROMPT_ENDS_MODES)[number];
+
+/** `auto` resolved for where the model's repeating layers (`layers`, its output layer aside) run. */
+export function promptEndsFor(mode: PromptEnds, gpuLayers: number, layers: number): Exclude<PromptEnds, "auto"> {
+  if (mode !== "auto") return mode;
+  return gpuLayers > 0 && gpuLayers >= layers ? "together" : "shortest";
+}
 
 /**
  * Speculative decoding: whether replies' steps verify tokens guessed from their own sequence

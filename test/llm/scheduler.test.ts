@@ -2,7 +2,7 @@ import { afterAll, beforeAll, beforeEach, expect, test } from "bun:test";
 import { withLock } from "lifecycle-utils";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { Scheduler, type Slot, SlotState } from "../../src/llm/scheduler";
-import { samplingOf } from "../../src/llm/types";
+import { promptEndsFor, samplingOf } from "../../src/llm/types";
 import { checkInternals, sequenceIdOf } from "../../src/natives/addon";
 import { eventLoopTurns, presetModel, runTurn } from "../support";
 
@@ -143,6 +143,15 @@ test("promptEnds together: while nothing replies, prompts wait for the slots sti
   expect(running).toHaveLength(4);
   late.resolve(promptOf(3, 13));
   expect(await joining!).toHaveLength(2);
+});
+
+test("promptEnds auto: together where every repeating layer runs on a GPU, shortest with any on the CPU; a named mode stays", () => {
+  expect(promptEndsFor("auto", 23, 22)).toBe("together");
+  expect(promptEndsFor("auto", 22, 22)).toBe("together");
+  expect(promptEndsFor("auto", 21, 22)).toBe("shortest");
+  expect(promptEndsFor("auto", 0, 22)).toBe("shortest");
+  expect(promptEndsFor("shortest", 23, 22)).toBe("shortest");
+  expect(promptEndsFor("together", 0, 22)).toBe("together");
 });
 
 test("promptEnds shortest: an end goes once it is ready; ends go one a batch, shortest first, but for ends of a few tokens, which share one", async () => {
