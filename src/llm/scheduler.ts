@@ -556,65 +556,120 @@ export class Scheduler {
    * `maxTokens` or `mayForceAt`, aborted by new work for the loop. Each reply's step verifies its
    * draft too (see `draftLength`). Where a reply ends inside them, the tokens decoded past its end
    * are taken back out of its sequence before its turn ends, so it holds what one step a batch leaves.
+   *
+   * The next call is under way while a call's tokens are handed to the replies (see `goesOn`): the
+   * decode thread then never waits for this thread's work on them, which on a GPU is a step's
+   * worth every few steps. A reply that ends meanwhile aborts that call, and the tokens it decoded
+   * for that reply are taken back too.
    */
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
-    let stepped: Stepped[];
     const draft = this.draftLength(jobs);
     const proposals = draft ? await this.propose(jobs, draft) : undefined;
+    const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
     this.stepping = true;
     try {
-      const entries = jobs.map((job, i) => ({
-        sequence: job.slot.sequence,
-        token: job.pending[0]!,
-        sampler: job.sampler,
-        limit: Math.max(1, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given),
-        ...(draft === undefined ? {} : { draft }),
-        ...(proposals ? { proposal: proposals[i]! } : {}),
-      }));
       // Asked once the lock is taken: an abort before the call began would not reach it. A draft
       // model proposes one step's drafts: the next step's come from it again.
-      const steps = proposals ? 1 : STEPS_PER_CALL;
-      stepped = await decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : steps));
-    } catch (error) {
-      for (const job of jobs) job.end(error);
-      return;
+      let call: Promise<Stepped[]> | undefined = this.stepCall(jobs, draft, proposals);
+      while (call) {
+        let stepped: Stepped[];
+        try {
+          stepped = await call;
+        } catch (error) {
+          for (const job of jobs) if (!ended.has(job)) job.end(error);
+          break;
+        }
+        call = undefined;
+        // A reply that ended while this call ran: all it decoded for it was past its end.
+        for (const [i, job] of jobs.entries()) {
+          const end = ended.get(job);
+          if (end) end.decodedPast += stepped[i]!.tokens.length;
+        }
+        // None when work for the loop came before the steps began or aborted the first.
+        if (stepped.every(({ tokens }) => tokens.length === 0)) break;
+        let drafted = 0;
+        let accepted = 0;
+        for (const [i, job] of jobs.entries()) {
+          drafted += stepped[i]!.drafted;
+          accepted += stepped[i]!.accepted;
+          job.draft?.update(stepped[i]!.tried, stepped[i]!.right);
+        }
+        if (drafted > 0) this.onDrafts?.(drafted, accepted);
+        if (ended.size === 0 && this.goesOn(jobs, stepped)) call = this.stepCall(jobs, this.draftLength(jobs), undefined, stepped);
+        for (const [i, job] of jobs.entries()) if (!ended.has(job)) this.hand(job, stepped[i]!.tokens, ended);
+        if (call && ended.size > 0) abortSteps(this.context);
+      }
     } finally {
       this.stepping = false;
     }
-    // None when work for the loop came before the steps began or aborted the first.
-    if (stepped.every(({ tokens }) => tokens.length === 0)) return;
-    let drafted = 0;
-    let accepted = 0;
-    const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
-    for (const [i, job] of jobs.entries()) {
-      job.stepped = this.step;
+    for (const [job, { decodedPast, failure }] of ended) await this.endStepped(job, decodedPast, failure);
+  }
+
+  /**
+   * A native run of steps for the replies, each from its pending token, or with `before` (the
+   * tokens of the run before, not yet handed to them) from the last of those.
+   */
+  private stepCall(jobs: readonly Job[], draft: number | undefined, proposals: Token[][] | undefined, before?: Stepped[]): Promise<Stepped[]> {
+    const entries = jobs.map((job, i) => {
+      const ahead = before?.[i]?.tokens ?? [];
+      return {
+        sequence: job.slot.sequence,
+        token: ahead.at(-1) ?? job.pending[0]!,
+        sampler: job.sampler,
+        limit: Math.max(1, Math.min(job.maxTokens, job.turn.mayForceAt?.() ?? Infinity) - job.given - ahead.length),
+        ...(draft === undefined ? {} : { draft }),
+        ...(proposals ? { proposal: proposals[i]! } : {}),
+      };
+    });
+    const steps = proposals ? 1 : STEPS_PER_CALL;
+    return decodeSteps(this.context, entries, () => (this.needsLoop() ? 0 : steps));
+  }
+
+  /**
+   * Whether the next run of steps may begin before this one's tokens are handed out: no work for
+   * the loop, no draft model (its proposals come from the tokens handed out), and every reply
+   * going on past them as far as the natives know (no end of generation, room under its limit)
+   * and never to have tokens forced (a forced token must come before the steps after it).
+   */
+  private goesOn(jobs: readonly Job[], stepped: readonly Stepped[]): boolean {
+    if (this.drafter || this.needsLoop()) return false;
+    const { model } = this.context;
+    return jobs.every((job, i) => {
       const { tokens } = stepped[i]!;
-      drafted += stepped[i]!.drafted;
-      accepted += stepped[i]!.accepted;
-      job.draft?.update(stepped[i]!.tried, stepped[i]!.right);
-      for (const [at, token] of tokens.entries()) {
-        // As before a batch: an abort, or the context's disposal (taking back fails then, and the
-        // turn ends with that error), ends the turn with the token given last unevaluated.
-        if (at > 0 && (job.turn.signal.aborted || this.context.disposed)) {
-          ended.set(job, { decodedPast: tokens.length - at });
-          break;
+      const last = tokens.at(-1);
+      return (
+        last !== undefined &&
+        !model.isEogToken(last) &&
+        !job.turn.signal.aborted &&
+        (job.turn.mayForceAt?.() ?? Infinity) === Infinity &&
+        job.maxTokens - job.given - tokens.length >= 1
+      );
+    });
+  }
+
+  /** Hands a run's tokens to the reply; where it ends, `ended` notes how many were decoded past its end. */
+  private hand(job: Job, tokens: readonly Token[], ended: Map<Job, { decodedPast: number; failure?: unknown }>): void {
+    job.stepped = this.step;
+    for (const [at, token] of tokens.entries()) {
+      // As before a batch: an abort, or the context's disposal (taking back fails then, and the
+      // turn ends with that error), ends the turn with the token given last unevaluated.
+      if (at > 0 && (job.turn.signal.aborted || this.context.disposed)) {
+        ended.set(job, { decodedPast: tokens.length - at });
+        return;
+      }
+      // Ending the reply, this token is unevaluated; the ones after it were decoded.
+      try {
+        if (!this.give(job, token)) {
+          ended.set(job, { decodedPast: tokens.length - 1 - at });
+          return;
         }
-        // Ending the reply, this token is unevaluated; the ones after it were decoded.
-        try {
-          if (!this.give(job, token)) {
-            ended.set(job, { decodedPast: tokens.length - 1 - at });
-            break;
-          }
-          // `mayForceAt` ends the run where tokens may be forced: the steps past them would be wrong.
-          if (job.pending.length > 1 && at < tokens.length - 1) throw new Error("a reply forced tokens inside a native run of steps");
-        } catch (failure) {
-          ended.set(job, { decodedPast: tokens.length - 1 - at, failure });
-          break;
-        }
+        // `mayForceAt` ends the run where tokens may be forced: the steps past them would be wrong.
+        if (job.pending.length > 1 && at < tokens.length - 1) throw new Error("a reply forced tokens inside a native run of steps");
+      } catch (failure) {
+        ended.set(job, { decodedPast: tokens.length - 1 - at, failure });
+        return;
       }
     }
-    if (drafted > 0) this.onDrafts?.(drafted, accepted);
-    for (const [job, { decodedPast, failure }] of ended) await this.endStepped(job, decodedPast, failure);
   }
 
   /**

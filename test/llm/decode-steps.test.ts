@@ -300,17 +300,25 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     for (const declared of [false, true]) {
       await sequence!.clearHistory();
       stepCounts.length = 0;
+      // The reply's tokens handed out as each call begins.
+      const handed: number[] = [];
+      onStepsCall = () => (handed.push(turn.tokens.length), false);
       const turn = reply(new Scheduler(context, sequences, { promptChunk: 16 }), sequence!, model.tokenize(LONG.text), 10, LONG.sampling, declared);
       await turn.done;
-      outcomes.push({ tokens: turn.tokens, held: [...sequence!.contextTokens], stepCounts: [...stepCounts] });
+      onStepsCall = undefined;
+      outcomes.push({ tokens: turn.tokens, held: [...sequence!.contextTokens], stepCounts: [...stepCounts], handed });
     }
     const [undeclared, declared] = outcomes as [(typeof outcomes)[number], (typeof outcomes)[number]];
     expect(declared.tokens).toHaveLength(10);
     expect(declared.tokens).toEqual(undeclared.tokens);
     expect(declared.held).toEqual(undeclared.held);
-    // The first token comes from the prompt's batch, the other nine from the calls.
-    expect(undeclared.stepCounts).toEqual([4, 4, 4]);
+    // The first token comes from the prompt's batch, the other nine from the calls. Undeclared, the
+    // end comes as a surprise: the next call is under way by then (begun as the third's tokens were
+    // handed out), and is aborted and taken back.
+    expect(undeclared.stepCounts).toEqual([4, 4, 4, 4]);
     expect(declared.stepCounts).toEqual([4, 4, 1]);
+    // Each call after the first begins before the tokens of the one before are handed out.
+    expect(declared.handed).toEqual([1, 1, 5]);
   });
 
   test("tokens a reply forces (after its prompt, and at mayForceAt) are evaluated as its own: the calls stop where it may force, and the reply is the one it gets one step a batch", async () => {
@@ -381,7 +389,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const asked = Promise.withResolvers<void>();
     // Once the reply has streamed a while, the other (idle) slot is emptied during one of its calls.
     onStepsCall = () => first.tokens.length >= 8 && (asked.resolve(scheduler.clear()), true);
-    const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling);
+    // Declared, the reply's end aborts nothing: the one abort is the task's.
+    const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling, true);
     await Promise.race([asked.promise, first.done.then(() => Promise.reject(new Error("the reply ended before the task was asked for")))]);
     await first.done;
     expect(aborts).toBe(before + 1);
@@ -396,8 +405,8 @@ describe.skipIf(natives === undefined)("replies stepping (compiled natives)", ()
     const before = aborts;
     const arrived = Promise.withResolvers<ReturnType<typeof reply>>();
     // Once the lone reply has streamed a while, the next turn arrives during one of its calls.
-    onStepsCall = () => first.tokens.length >= 8 && (arrived.resolve(reply(scheduler, other!, model.tokenize(OTHER.text), 12, OTHER.sampling)), true);
-    const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling);
+    onStepsCall = () => first.tokens.length >= 8 && (arrived.resolve(reply(scheduler, other!, model.tokenize(OTHER.text), 12, OTHER.sampling, true)), true);
+    const first = reply(scheduler, lone!, model.tokenize(LONG.text), 30, LONG.sampling, true);
     const second = await Promise.race([arrived.promise, first.done.then(() => Promise.reject(new Error("the lone reply ended before a turn could arrive")))]);
     await Promise.all([first.done, second.done]);
     expect(aborts).toBe(before + 1);
