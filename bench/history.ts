@@ -2,7 +2,8 @@
  * `bun run bench history`: every recorded run's ratios to llama-server as one table, from the data
  * under bench/results/: runs 1-32 as kept by hand then (`history-runs-1-32.json`), and each
  * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9, B14;
- * B15 is Parley against itself without a quota).
+ * B15 is Parley against itself without a quota; B8 at 8 and 32 streams is the GPU run's, whose
+ * files are named `-gpu-`).
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,6 +15,8 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B1, 1 stream over HTTP", history: "B1 decode tok/s, 1 stream over HTTP", perf: ["B1", "decode tok/s, streamed over HTTP"] },
   { label: "B8, 1 stream", history: "B8 aggregate decode tok/s, 1 stream", perf: ["B8", "aggregate decode tok/s, 1 stream"] },
   { label: "B8, 4 streams", history: "B8 aggregate decode tok/s, 4 streams", perf: ["B8", "aggregate decode tok/s, 4 streams"] },
+  { label: "B8, 8 streams", history: "-", perf: ["B8", "aggregate decode tok/s, 8 streams"] },
+  { label: "B8, 32 streams", history: "-", perf: ["B8", "aggregate decode tok/s, 32 streams"] },
   { label: "B9 (≤ 1 is met)", history: "B9 short request TTFT busy ÷ alone", perf: ["B9", "short request TTFT while 3 decode ÷ alone (parallel 4)"] },
   { label: "B3 (≤ 1 is met)", history: "B3 sum of TTFT over 20 turns", perf: ["B3", "sum of TTFT ms over 20 turns"] },
   { label: "B10 median (≤ 1.5 is met)", history: "-", perf: ["B10", "TTFT past a 1024-token context ÷ the 8 turns before, median"] },
@@ -71,7 +74,7 @@ for (const file of readdirSync(RESULTS)
   const run = JSON.parse(readFileSync(join(RESULTS, file), "utf8")) as PerfRun;
   const ratio = ([id, what]: [string, string]) => run.rows.find((row) => row.id === id && row.what === what)?.ratio ?? null;
   columns.push({
-    name: file.replace(/-perf-.*?(-(before|after))?\.json$/, (_, side) => (side ? ` ${side.slice(1)}` : "")),
+    name: file.replace(/-perf-.*?(-(before|after))?\.json$/, (_, side) => (side ? ` ${side.slice(1)}` : "")) + (file.includes("-gpu-") ? " GPU" : ""),
     ratios: MEASURES.map((m) => ratio(m.perf)),
   });
 }
