@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include "AddonContext.h"
@@ -45,6 +47,40 @@ int32_t writeGrown(std::vector<T> & buffer, Write write) {
     return write(buffer.data(), static_cast<int32_t>(buffer.size()));
 }
 
+// A promise of work on a context, done off the JavaScript thread: `work`, with the context checked
+// live, where `run` puts it (where Execute runs, a pool thread, unless a subclass says otherwise).
+// The context stays alive until it settles.
+class ContextWorker : public Napi::AsyncWorker {
+  public:
+    ContextWorker(Napi::Env env, const char * name, AddonContext * context)
+        : Napi::AsyncWorker(env, name), deferred(Napi::Promise::Deferred::New(env)), context(context) {
+        context->Ref();
+    }
+    ~ContextWorker() override { context->Unref(); }
+
+    Napi::Promise promise() const { return deferred.Promise(); }
+
+  protected:
+    Napi::Promise::Deferred deferred;
+    AddonContext * context;
+
+    virtual void work() = 0;
+    virtual void run(const std::function<void()> & checked) { checked(); }
+
+    void Execute() override {
+        try {
+            run([this] {
+                if (context->disposed || context->ctx == nullptr) throw std::runtime_error("Context is disposed");
+                work();
+            });
+        } catch (const std::exception & error) {
+            SetError(error.what());
+        }
+    }
+
+    void OnError(const Napi::Error & error) override { deferred.Reject(error.Value()); }
+};
+
 // tokenLogprobs and tokenBytes: see token-logprobs.cpp.
 napi_value tokenLogprobs(napi_env env, napi_callback_info info);
 napi_value tokenBytes(napi_env env, napi_callback_info info);
@@ -56,3 +92,8 @@ napi_value tokenizeInput(napi_env env, napi_callback_info info);
 // sequenceState and restoreSequenceState: see sequence-state.cpp.
 napi_value sequenceState(napi_env env, napi_callback_info info);
 napi_value restoreSequenceState(napi_env env, napi_callback_info info);
+
+// loadProjector, unloadProjector and evalPrompt: see vision.cpp.
+napi_value loadProjector(napi_env env, napi_callback_info info);
+napi_value unloadProjector(napi_env env, napi_callback_info info);
+napi_value evalPrompt(napi_env env, napi_callback_info info);

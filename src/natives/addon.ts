@@ -42,6 +42,10 @@ interface AddonContext {
   /** Parley's (src/natives/sequence-state.cpp): a sequence's state copied in memory, and back. */
   sequenceState?(sequenceId: number, tokens: Uint32Array): Promise<Uint8Array>;
   restoreSequenceState?(sequenceId: number, cells: Uint8Array): Promise<void>;
+  /** Parley's (src/natives/vision.cpp): a projector for images in prompts, and a prompt evaluated with its images. */
+  loadProjector?(path: string, threads: number): Promise<string>;
+  unloadProjector?(): void;
+  evalPrompt?(sequenceId: number, position: number, text: string, images: Uint8Array[], batch: number, addSpecial: boolean): Promise<Int32Array>;
   /** The addon's own: the pooled output of sequence 0 after a decode. */
   getEmbedding(inputTokensLength: number, maxVectorSize?: number): Float64Array;
 }
@@ -63,14 +67,14 @@ interface ContextInternals {
   _llama: { _bindings: { AddonSampler: AddonSamplerClass } };
 }
 
-interface SequenceInternals {
+export interface SequenceInternals {
   _sequenceId: number;
   _nextTokenIndex: number;
   _contextTokens: Token[];
   _takeIntervalCheckpointIfNeededAfterBatch(sequenceStateLength: number): Promise<void> | void;
 }
 
-const internals = <T>(value: unknown) => value as T;
+export const internals = <T>(value: unknown) => value as T;
 
 /** The sequence's id in the context: llama.cpp batches sequences in one piece only in ascending ids. */
 export const sequenceIdOf = (sequence: LlamaContextSequence) => internals<SequenceInternals>(sequence)._sequenceId;
@@ -312,7 +316,7 @@ export async function decodeBatch(context: LlamaContext, entries: readonly Batch
  * take. Disposing the context waits for it, as for node-llama-cpp's own batches; once disposal has
  * begun it throws, and the turns end.
  */
-async function locked<T>(context: LlamaContext, use: (ctx: AddonContext) => Promise<T> | T): Promise<T> {
+export async function locked<T>(context: LlamaContext, use: (ctx: AddonContext) => Promise<T> | T): Promise<T> {
   const { _ctx: ctx, _backendContextDisposeGuard: disposeGuard } = internals<ContextInternals>(context);
   return await withLock([context, "context"], async () => {
     const disposal = disposeGuard.createPreventDisposalHandle();

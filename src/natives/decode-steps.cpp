@@ -1,6 +1,6 @@
 // Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
 // do beside them (and appends those defined in token-logprobs.cpp, pooled-embeddings.cpp and
-// sequence-state.cpp):
+// sequence-state.cpp and vision.cpp):
 // - decodeSteps(sequenceIds, positions, tokens, samplers, limits, steps, draftLengths?, histories?,
 //   proposals?):
 //   on the decode thread, decodes one batch of each sequence's token at its position, samples each
@@ -657,6 +657,9 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     extended.push_back(method("tokenizeInput", tokenizeInput));
     extended.push_back(method("sequenceState", sequenceState));
     extended.push_back(method("restoreSequenceState", restoreSequenceState));
+    extended.push_back(method("loadProjector", loadProjector));
+    extended.push_back(method("unloadProjector", unloadProjector));
+    extended.push_back(method("evalPrompt", evalPrompt));
     const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
     if (status == napi_ok) remember(env, *result, classesOfThisThread.context);
     return status;

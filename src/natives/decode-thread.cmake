@@ -3,7 +3,8 @@
 # - adds decode-thread.cpp, and has the linker route the addon's calls to llama_decode through it
 #   (why: see that file);
 # - where the project has node-llama-cpp's addon sources, adds decode-steps.cpp (and
-#   token-logprobs.cpp, pooled-embeddings.cpp, sequence-state.cpp), and has the linker route napi_define_class through it, which gives
+#   token-logprobs.cpp, pooled-embeddings.cpp, sequence-state.cpp, vision.cpp with llama.cpp's mtmd
+#   sources), and has the linker route napi_define_class through it, which gives
 #   AddonContext its methods,
 #   llama_log_set, which keeps an aborted step out of the log, and llama_memory_seq_add/div, which
 #   tell it of a pending position shift (why: see that file). The stand-in addon of the hook's
@@ -32,8 +33,23 @@ if (PROJECT_NAME STREQUAL "llama-addon")
                 endif()
             endforeach()
             target_sources(llama-addon PRIVATE "${PARLEY_NATIVES_DIR}/decode-steps.cpp" "${PARLEY_NATIVES_DIR}/token-logprobs.cpp"
-                           "${PARLEY_NATIVES_DIR}/pooled-embeddings.cpp" "${PARLEY_NATIVES_DIR}/sequence-state.cpp")
+                           "${PARLEY_NATIVES_DIR}/pooled-embeddings.cpp" "${PARLEY_NATIVES_DIR}/sequence-state.cpp"
+                           "${PARLEY_NATIVES_DIR}/vision.cpp")
             target_include_directories(llama-addon PRIVATE "${PARLEY_ADDON_SOURCES}" "${PARLEY_NATIVES_DIR}")
+            # llama.cpp's mtmd (images in prompts, vision.cpp), compiled into the addon rather than
+            # linked as its own shared library: one file less to ship and find, and its decodes go
+            # through the decode thread like the addon's. Its sources as tools/mtmd/CMakeLists.txt
+            # lists them: the library's files, its models, none of its programs.
+            set(parley_mtmd "${PROJECT_SOURCE_DIR}/llama.cpp/tools/mtmd")
+            file(GLOB parley_mtmd_models "${parley_mtmd}/models/*.cpp")
+            if (NOT EXISTS "${parley_mtmd}/mtmd.cpp" OR NOT parley_mtmd_models)
+                message(FATAL_ERROR "Parley: ${parley_mtmd} has no mtmd sources that src/natives/vision.cpp needs")
+            endif()
+            target_sources(llama-addon PRIVATE "${parley_mtmd}/mtmd.cpp" "${parley_mtmd}/mtmd-audio.cpp" "${parley_mtmd}/mtmd-image.cpp"
+                           "${parley_mtmd}/mtmd-helper.cpp" "${parley_mtmd}/mtmd-helper-gen.cpp" "${parley_mtmd}/clip.cpp" ${parley_mtmd_models})
+            # node-llama-cpp links the addon with the plain signature, so this does too.
+            target_include_directories(llama-addon PRIVATE "${parley_mtmd}")
+            target_link_libraries(llama-addon vendor::hash vendor::miniaudio vendor::stb vendor::sheredom)
             target_link_options(llama-addon PRIVATE "LINKER:--wrap=napi_define_class" "LINKER:--wrap=llama_log_set"
                                 "LINKER:--wrap=llama_memory_seq_add" "LINKER:--wrap=llama_memory_seq_div")
         endif()

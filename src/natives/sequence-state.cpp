@@ -48,38 +48,16 @@ void onDecodeThread(Work work) {
     finished.get();
 }
 
-// A promise of work on one sequence of a context, done on the decode thread; the context stays
-// alive until it settles.
-class SequenceWorker : public Napi::AsyncWorker {
+// A promise of work on one sequence of a context, done on the decode thread.
+class SequenceWorker : public ContextWorker {
   public:
     SequenceWorker(Napi::Env env, const char * name, AddonContext * context, llama_seq_id sequence)
-        : Napi::AsyncWorker(env, name), deferred(Napi::Promise::Deferred::New(env)), context(context), sequence(sequence) {
-        context->Ref();
-    }
-    ~SequenceWorker() override { context->Unref(); }
-
-    Napi::Promise promise() const { return deferred.Promise(); }
+        : ContextWorker(env, name, context), sequence(sequence) {}
 
   protected:
-    Napi::Promise::Deferred deferred;
-    AddonContext * context;
     llama_seq_id sequence;
 
-    // What runs on the decode thread, with the context checked live.
-    virtual void work() = 0;
-
-    void Execute() override {
-        try {
-            onDecodeThread([this] {
-                if (context->disposed || context->ctx == nullptr) throw std::runtime_error("Context is disposed");
-                work();
-            });
-        } catch (const std::exception & error) {
-            SetError(error.what());
-        }
-    }
-
-    void OnError(const Napi::Error & error) override { deferred.Reject(error.Value()); }
+    void run(const std::function<void()> & checked) override { onDecodeThread(checked); }
 };
 
 class CopyWorker : public SequenceWorker {

@@ -148,16 +148,20 @@ describe("compiled natives", () => {
 
     /**
      * Configures (only) a stand-in of node-llama-cpp's addon project with the hook: the package's
-     * version in `../package.json`, and `classes` defined as the addon's sources define them.
+     * version in `../package.json`, `classes` defined as the addon's sources define them, and
+     * (unless `mtmd` is false) llama.cpp's mtmd sources and the vendored libraries they use.
      */
-    const configure = (version: string, classes: { context: string; sampler: string }) => {
+    const configure = (version: string, classes: { context: string; sampler: string }, mtmd = true) => {
       const root = tempDir("addon-checks");
+      const vendored = ["hash", "miniaudio", "stb", "sheredom"].map((name) => `add_library(vendor::${name} INTERFACE IMPORTED)\n`).join("");
+      const mtmdSources = ["mtmd", "mtmd-audio", "mtmd-image", "mtmd-helper", "mtmd-helper-gen", "clip", "models/llava"];
       const files: Record<string, string> = {
         "package.json": JSON.stringify({ name: "node-llama-cpp", version }),
-        "llama/CMakeLists.txt": 'cmake_minimum_required(VERSION 3.19)\nproject("llama-addon" CXX)\nadd_library(llama-addon SHARED addon/AddonContext.cpp)\n',
+        "llama/CMakeLists.txt": `cmake_minimum_required(VERSION 3.19)\nproject("llama-addon" CXX)\n${vendored}add_library(llama-addon SHARED addon/AddonContext.cpp)\n`,
         "llama/addon/AddonContext.h": "",
         "llama/addon/AddonContext.cpp": `void init() { DefineClass(\n  env,\n  "${classes.context}", {}); }\n`,
         "llama/addon/AddonSampler.cpp": `void init() { DefineClass(env, "${classes.sampler}", {}); }\n`,
+        ...(mtmd ? Object.fromEntries(mtmdSources.map((name) => [`llama/llama.cpp/tools/mtmd/${name}.cpp`, ""])) : {}),
       };
       for (const [name, text] of Object.entries(files)) {
         mkdirSync(dirname(join(root, name)), { recursive: true });
@@ -177,7 +181,7 @@ describe("compiled natives", () => {
       return { code: result.exitCode, output: `${result.stdout}${result.stderr}`.replace(/\s+/g, " ") };
     };
 
-    test("refuses to configure the addon of another node-llama-cpp, or one whose classes were renamed", () => {
+    test("refuses to configure the addon of another node-llama-cpp, one whose classes were renamed, or one without mtmd's sources", () => {
       if (cmake === null || compiler === null) return console.log("skipped: no cmake or c++");
       const classes = { context: "AddonContext", sampler: "AddonSampler" };
       expect(configure(NODE_LLAMA_CPP_VERSION, classes).code).toBe(0);
@@ -187,6 +191,9 @@ describe("compiled natives", () => {
       const renamed = configure(NODE_LLAMA_CPP_VERSION, { ...classes, sampler: "AddonSamplerV2" });
       expect(renamed.code).not.toBe(0);
       expect(renamed.output).toContain('no longer defines the class "AddonSampler"');
+      const withoutMtmd = configure(NODE_LLAMA_CPP_VERSION, classes, false);
+      expect(withoutMtmd.code).not.toBe(0);
+      expect(withoutMtmd.output).toContain("has no mtmd sources that src/natives/vision.cpp needs");
     }, 60_000);
 
     test("without it, each call runs on its caller's thread (what the hook changes)", () => {
