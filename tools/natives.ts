@@ -7,15 +7,13 @@
  */
 import { parseArgs } from "node:util";
 import { ensureCompiledNatives } from "../src/natives/compile";
-import { DEFAULT_CUDA_ARCHITECTURES } from "../src/natives/compiled";
+import { cudaArchitecturesOf } from "../src/natives/compiled";
 
 const { values: flags } = parseArgs({
   args: Bun.argv.slice(2),
   options: { force: { type: "boolean", default: false }, gpu: { type: "string" }, "cuda-arch": { type: "string" } },
 });
-if (flags.gpu !== undefined && flags.gpu !== "cuda") throw new Error(`--gpu takes "cuda", not "${flags.gpu}"`);
-if (flags["cuda-arch"] !== undefined && flags.gpu === undefined) throw new Error("--cuda-arch needs --gpu cuda");
-const cudaArchitectures = flags.gpu === undefined ? undefined : (flags["cuda-arch"] ?? DEFAULT_CUDA_ARCHITECTURES);
+const cudaArchitectures = cudaArchitecturesOf(flags);
 const what = cudaArchitectures === undefined ? "natives" : `CUDA natives (${cudaArchitectures})`;
 const { binsDir, compiledSeconds } = await ensureCompiledNatives({ force: flags.force, ...(cudaArchitectures === undefined ? {} : { cudaArchitectures }) });
 console.log(compiledSeconds === undefined ? `${what}: already built in ${binsDir}` : `${what}: built into ${binsDir} in ${compiledSeconds} s`);

@@ -15,7 +15,7 @@ import { existsSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ensureCompiledNatives } from "../natives/compile";
-import { CUDA_FOLDER, DEFAULT_CUDA_ARCHITECTURES, PLATFORM_FOLDER } from "../natives/compiled";
+import { CUDA_FOLDER, cudaArchitecturesOf, PLATFORM_FOLDER } from "../natives/compiled";
 import { packNatives } from "../natives/embed-pack";
 import { assertPinnedVersion, nativesPlugin } from "../natives/embed-plugin";
 import { NODE_LLAMA_CPP_VERSION } from "../natives/version";
@@ -32,10 +32,9 @@ const { values: flags } = parseArgs({
     "cuda-arch": { type: "string" },
   },
 });
-if (flags.gpu !== undefined && flags.gpu !== "cuda") throw new Error(`--gpu takes "cuda", not "${flags.gpu}"`);
-if (flags["cuda-arch"] !== undefined && flags.gpu === undefined) throw new Error("--cuda-arch needs --gpu cuda");
+const cudaArchitectures = cudaArchitecturesOf(flags);
 // npm's CUDA prebuilt lacks Parley's native methods, so the CUDA natives are always compiled ones.
-if (flags.gpu !== undefined && flags["prebuilt-natives"]) throw new Error("--gpu cuda embeds compiled natives: leave out --prebuilt-natives");
+if (cudaArchitectures !== undefined && flags["prebuilt-natives"]) throw new Error("--gpu cuda embeds compiled natives: leave out --prebuilt-natives");
 const outfile = resolve(flags.outfile ?? join(ROOT, "dist/parley"));
 const started = performance.now();
 
@@ -44,8 +43,8 @@ const packageDir = join(dirname(Bun.resolveSync("node-llama-cpp", ROOT)), "..");
 // another version (node-llama-cpp would refuse it at run time), fails at once.
 assertPinnedVersion(packageDir);
 const binsDir = flags["prebuilt-natives"] ? await prebuiltNatives() : await compiledNatives();
-if (flags.gpu !== undefined) await compiledNatives(flags["cuda-arch"] ?? DEFAULT_CUDA_ARCHITECTURES);
-const folders = flags.gpu === undefined ? [PLATFORM_FOLDER] : [PLATFORM_FOLDER, CUDA_FOLDER];
+if (cudaArchitectures !== undefined) await compiledNatives(cudaArchitectures);
+const folders = cudaArchitectures === undefined ? [PLATFORM_FOLDER] : [PLATFORM_FOLDER, CUDA_FOLDER];
 for (const folder of folders) {
   for (const required of ["llama-addon.node", "_nlcBuildMetadata.json"]) {
     if (!existsSync(join(binsDir, folder, required))) throw new Error(`${join(binsDir, folder)} has no ${required}`);

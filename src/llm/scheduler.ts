@@ -185,6 +185,12 @@ const PROMPT_CHUNK = 2;
  */
 const SHARED_END_TOKENS = 4;
 
+/** How a stepped reply ended: the tokens its sequence holds past its end, and why if it failed. */
+interface Ending {
+  decodedPast: number;
+  failure?: unknown;
+}
+
 interface Job {
   turn: Turn;
   slot: Slot;
@@ -565,7 +571,7 @@ export class Scheduler {
   private async decodeSteps(jobs: readonly Job[]): Promise<void> {
     const draft = this.draftLength(jobs);
     const proposals = draft ? await this.propose(jobs, draft) : undefined;
-    const ended = new Map<Job, { decodedPast: number; failure?: unknown }>();
+    const ended = new Map<Job, Ending>();
     this.stepping = true;
     try {
       // Asked once the lock is taken: an abort before the call began would not reach it. A draft
@@ -648,7 +654,7 @@ export class Scheduler {
   }
 
   /** Hands a run's tokens to the reply; where it ends, `ended` notes how many were decoded past its end. */
-  private hand(job: Job, tokens: readonly Token[], ended: Map<Job, { decodedPast: number; failure?: unknown }>): void {
+  private hand(job: Job, tokens: readonly Token[], ended: Map<Job, Ending>): void {
     job.stepped = this.step;
     for (const [at, token] of tokens.entries()) {
       // As before a batch: an abort, or the context's disposal (taking back fails then, and the

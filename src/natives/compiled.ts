@@ -93,6 +93,13 @@ export interface CudaRecipe {
  */
 export const DEFAULT_CUDA_ARCHITECTURES = "80-real;86-real;89-real;90;120a-real";
 
+/** A command line's `--gpu cuda [--cuda-arch <list>]`: the CUDA architectures to build for, or none. */
+export function cudaArchitecturesOf(flags: { gpu?: string | undefined; "cuda-arch"?: string | undefined }): string | undefined {
+  if (flags.gpu !== undefined && flags.gpu !== "cuda") throw new Error(`--gpu takes "cuda", not "${flags.gpu}"`);
+  if (flags["cuda-arch"] !== undefined && flags.gpu === undefined) throw new Error("--cuda-arch needs --gpu cuda");
+  return flags.gpu === undefined ? undefined : (flags["cuda-arch"] ?? DEFAULT_CUDA_ARCHITECTURES);
+}
+
 export function cudaCmakeOptions({ architectures, vmm }: CudaRecipe): Record<string, string> {
   return {
     ...CMAKE_OPTIONS,
