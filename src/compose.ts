@@ -115,7 +115,8 @@ export async function startService(config: Config, log: Logger, announce: Announ
     load: (entry): Promise<ServedEngine> => {
       const fits = (gpuLayers: GpuLayers) =>
         refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType, gpuLayers);
-      if (entry.description.purpose === "chat") return Engine.load({ ...engineOptions(entry.path), fits });
+      if (entry.description.purpose === "chat")
+        return Engine.load({ ...engineOptions(entry.path), ...(entry.projector ? { projectorPath: entry.projector } : {}), fits });
       const { modelPath, contextSize, parallel, threads, gpu, gpuLayers, flashAttention, kvType, onWarning } = engineOptions(entry.path);
       return Embedder.load({
         modelPath,

@@ -120,6 +120,8 @@ export type Field =
   | { part: "pageAfter" }
   /** The model the request names. */
   | { part: "model" }
+  /** The conversation's `index`-th picture, counted from its first message's first picture. */
+  | { part: "image"; index: number }
   /** The `index`-th text a retrieval model pools (a text to embed, a document to rank). */
   | { part: "input"; index: number }
   /** How many dimensions an embedding has. */

@@ -20,7 +20,7 @@ export function rowItems(row: Pick<ConversationRow, "itemId"> & StoredTurn): Con
     case undefined:
       return [
         ...(row.reasoning !== undefined ? [{ type: "thought" as const, id: thoughtId(id), text: row.reasoning }] : []),
-        { type: "message", id, role: row.role, text: content },
+        { type: "message", id, role: row.role, text: content, ...(row.images ? { images: row.images } : {}) },
       ];
     case "message":
       return [{ type: "message", id, role: item.role, text: content }];
@@ -50,7 +50,7 @@ export function itemRows(items: readonly ConversationItem[]): NewMessage[] {
         const before = items[i - 1];
         if (entry.role === "user" || entry.role === "assistant") {
           const thought = entry.role === "assistant" && before?.type === "thought" && before.id === thoughtId(entry.id) ? { reasoning: before.text } : {};
-          rows.push({ role: entry.role, content: entry.text, itemId: entry.id, ...thought });
+          rows.push({ role: entry.role, content: entry.text, itemId: entry.id, ...thought, ...(entry.images ? { images: entry.images } : {}) });
         } else rows.push({ role: "user", content: entry.text, itemId: entry.id, item: { type: "message", role: entry.role } });
         break;
       }

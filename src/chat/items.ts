@@ -4,10 +4,18 @@
  * a stem shared by the items one turn adds, and its place: a kept response's items carry its id's
  * hex, so a reference to one finds its response.
  */
-import type { ConversationItem } from "../db/types";
+import type { ConversationItem, StoredImage } from "../db/types";
 import { InvalidInput } from "../errors";
-import type { ToolCall, Turn } from "../llm/engine";
+import type { ToolCall, Turn, TurnImage } from "../llm/engine";
 import type { CompletionResult } from "./completions";
+
+/** Stored pictures as a turn holds them. */
+export const turnImages = (images: readonly StoredImage[] | undefined): { images?: TurnImage[] } =>
+  images?.length ? { images: images.map(({ at, base64 }) => ({ at, data: Buffer.from(base64, "base64") })) } : {};
+
+/** A turn's pictures as they are stored. */
+export const storedImages = (images: readonly TurnImage[] | undefined): { images?: StoredImage[] } =>
+  images?.length ? { images: images.map(({ at, data }) => ({ at, base64: Buffer.from(data).toString("base64") })) } : {};
 
 /** A page of items, as OpenAI's lists take one. */
 export interface ItemPageQuery {
@@ -119,7 +127,7 @@ export function historyOf(instructions: string | undefined, earlier: readonly Co
         break;
       case "message":
         if (entry.role === "assistant") turns.push({ role: "assistant", content: entry.text, ...takeThought() });
-        else turns.push({ role: entry.role === "developer" ? "system" : entry.role, content: entry.text });
+        else turns.push({ role: entry.role === "developer" ? "system" : entry.role, content: entry.text, ...turnImages(entry.images) });
     }
   }
   return turns;

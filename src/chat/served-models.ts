@@ -74,7 +74,7 @@ export class ServedModels implements EngineSource, RetrievalSource {
   /** Read afresh: a file added to the models directory is listed (and served) at once. */
   list(): ModelInfo[] {
     this.registry.rescan();
-    return this.registry.models.map(({ id, created, description }) => {
+    return this.registry.models.map(({ id, created, description, projector }) => {
       const template = description.metadata["tokenizer.chat_template"];
       const file: ModelFile = {
         ...(description.architecture !== undefined ? { architecture: description.architecture } : {}),
@@ -84,7 +84,7 @@ export class ServedModels implements EngineSource, RetrievalSource {
         purpose: description.purpose,
         ...(template?.type === "string" ? { chatTemplate: template.value } : {}),
       };
-      return { id, created, loaded: this.memory.isLoaded(id), file };
+      return { id, created, loaded: this.memory.isLoaded(id), vision: projector !== undefined, file };
     });
   }
 }

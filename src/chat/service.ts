@@ -1,10 +1,10 @@
 import type { ConversationStore } from "../db/storage";
 import { type ConversationItem, type ConversationRef, type FoundConversation, type MessageRecord, newItemId, type StoredConversation } from "../db/types";
 import { isAbort, NotFound } from "../errors";
-import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn } from "../llm/engine";
+import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn, TurnImage } from "../llm/engine";
 import { itemRows, rowItems } from "./conversation-items";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
-import { historyOf, newStem, replyItems } from "./items";
+import { historyOf, newStem, replyItems, storedImages } from "./items";
 import { KeyedLock } from "./keyed-lock";
 import {
   NO_REPLY,
@@ -26,6 +26,8 @@ export interface TurnInput extends TurnHooks {
   userId: number;
   conversationId: string;
   message: string;
+  /** The message's pictures, each where it stands in its text. */
+  images?: readonly TurnImage[];
   sampling: SamplingRequest;
   maxTokens: number;
   /** What the reply must be (JSON, or JSON of a schema); stored as the reply's text. */
@@ -249,7 +251,7 @@ export class ChatService {
     const turn = this.converse({
       userId: input.userId,
       conversationId: input.conversationId,
-      input: [{ type: "message", id: newItemId(), role: "user", text: input.message }],
+      input: [{ type: "message", id: newItemId(), role: "user", text: input.message, ...storedImages(input.images) }],
       create: true,
       output: (reply) => replyItems(newStem(), reply),
       sampling: input.sampling,

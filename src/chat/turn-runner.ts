@@ -86,6 +86,8 @@ export interface ModelInfo {
   /** Unix seconds: OpenAI's model listing shows when a model was "created". */
   created: number;
   loaded: boolean;
+  /** Whether it sees the pictures in turns (it has a projector). */
+  vision: boolean;
   /** What its file says of it, where the service read it (not for an engine given whole). */
   file?: ModelFile;
 }
@@ -134,7 +136,7 @@ export const oneEngine = (current: () => Engine | undefined): EngineSource => ({
   },
   list: () => {
     const engine = current();
-    return engine ? [{ id: engine.modelName, created: engine.loadedAt, loaded: true }] : [];
+    return engine ? [{ id: engine.modelName, created: engine.loadedAt, loaded: true, vision: engine.seesImages }] : [];
   },
   forget: async (conversationKey) => {
     await current()?.forget(conversationKey);

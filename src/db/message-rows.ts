@@ -1,4 +1,4 @@
-import type { ConversationRef, ConversationRow, MessageItem, MessageRecord, NewMessage, Role } from "./types";
+import type { ConversationRef, ConversationRow, MessageItem, MessageRecord, NewMessage, Role, StoredImage } from "./types";
 import { newItemId, storedTurn } from "./types";
 
 /** The columns a conversation's row is read with, in either dialect. */
@@ -8,6 +8,7 @@ export interface RowColumns {
   content: string;
   reasoning: string | null;
   item: MessageItem | null;
+  images: StoredImage[] | null;
   createdAt: number;
 }
 
@@ -18,6 +19,7 @@ export const rowColumns = <T extends Record<keyof RowColumns, unknown>>(messages
   content: messages.content,
   reasoning: messages.reasoning,
   item: messages.item,
+  images: messages.images,
   createdAt: messages.createdAt,
 });
 

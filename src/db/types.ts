@@ -64,10 +64,18 @@ export type MessageItem =
   | { type: "toolCall"; callId: string; name: string; arguments: string }
   | { type: "toolResult"; callId: string };
 
+/** A picture a user message holds: its file in base64, before the character `at` of the message's text. */
+export interface StoredImage {
+  at: number;
+  base64: string;
+}
+
 /** A message to store; the storage fills in its id, owner and conversation. Times are epoch ms. */
 export interface NewMessage {
   role: Role;
   content: string;
+  /** A user message's pictures. */
+  images?: StoredImage[] | null;
   /** A reasoning model's thought, kept apart from its answer (`content`). */
   reasoning?: string | null;
   /** Default: now. */
@@ -105,13 +113,21 @@ export interface StoredTurn {
   content: string;
   reasoning?: string;
   item?: MessageItem;
+  images?: StoredImage[];
 }
 
-export const storedTurn = (row: { role: Role; content: string; reasoning: string | null; item?: MessageItem | null }): StoredTurn => ({
+export const storedTurn = (row: {
+  role: Role;
+  content: string;
+  reasoning: string | null;
+  item?: MessageItem | null;
+  images?: StoredImage[] | null;
+}): StoredTurn => ({
   role: row.role,
   content: row.content,
   ...(row.reasoning === null ? {} : { reasoning: row.reasoning }),
   ...(row.item ? { item: row.item } : {}),
+  ...(row.images ? { images: row.images } : {}),
 });
 
 /** A new message's item id. */
@@ -195,7 +211,7 @@ export type ItemRole = "user" | "system" | "developer" | "assistant";
  * maps these to its own. Stored as JSON: storage keeps them whole and never looks inside.
  */
 export type ConversationItem =
-  | { type: "message"; id: string; role: ItemRole; text: string }
+  | { type: "message"; id: string; role: ItemRole; text: string; images?: StoredImage[] }
   | { type: "toolCall"; id: string; callId: string; name: string; arguments: string }
   | { type: "toolResult"; id: string; callId: string; output: string }
   | { type: "thought"; id: string; text: string };

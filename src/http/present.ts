@@ -84,6 +84,8 @@ export const nativeFields: FieldNames = (field) => {
   switch (field.part) {
     case "history":
       return "message";
+    case "image":
+      return "images";
     case "format":
       return "response_format";
     case "tokenBias":

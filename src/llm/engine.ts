@@ -11,15 +11,17 @@ import { basename, resolve } from "node:path";
 import { type ChatWrapper, type Llama, type LlamaContext, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
-import { copiesStates, hasLogprobs, type TokenLogprobs, tokenBytes } from "../natives/addon";
+import { copiesStates, hasLogprobs, isImagePosition, type TokenLogprobs, tokenBytes } from "../natives/addon";
+import { loadProjector, seesImages, unloadProjector } from "../natives/vision";
 import { bridge } from "./bridge";
 import { type ChatStops, chatStops } from "./chat-stops";
 import { resolveModelChatWrapper } from "./chat-wrapper";
 import { type Decoded, decode, type StopReason } from "./decode";
 import { DraftModel } from "./draft-model";
+import { type HeldImages, hasImages, PromptImages, withoutImages } from "./images";
 import { KvStore, stateSizeBound } from "./kv-store";
 import { type DeviceUse, deviceUse, type LoadOptions, loadLlamaModel, overloadedOnGpu } from "./llama-load";
-import { type PoolStats, SequencePool } from "./pool";
+import { type Lease, type PoolStats, SequencePool } from "./pool";
 import { type FittedPrompt, PromptRenderer, sharedPrefix, windowOpener } from "./prompt";
 import { ReplyGrammars } from "./reply-grammar";
 import { type PromptPlan, Scheduler, type Slot } from "./scheduler";
@@ -90,6 +92,8 @@ export interface EngineOptions extends LoadOptions {
   onDrafts?: (drafted: number, accepted: number) => void;
   /** A smaller model of the same vocabulary whose guesses replies verify (`speculate` auto or draft). */
   draftModelPath?: string;
+  /** The model's projector (an mmproj GGUF), through which it sees pictures: with Parley's compiled natives only. */
+  projectorPath?: string;
   /**
    * The operator's turns every conversation starts with (a system prompt): evaluated into every
    * sequence at load, so a new conversation's first turn reuses them rather than evaluating them.
@@ -158,6 +162,8 @@ export class Engine {
     readonly device: DeviceUse,
     overflow: ContextOverflow,
     slack: number,
+    /** How the model sees pictures, or why it does not. */
+    private readonly vision: PromptImages | string,
   ) {
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
     this.openerTokens = prompts.toolSyntax.openers.flatMap((text) => {
@@ -173,6 +179,8 @@ export class Engine {
   static async load(options: EngineOptions): Promise<Engine> {
     const { modelPath, parallel = 2, queueMax = 64 } = options;
     const { llama, model, threads, natives } = await loadLlamaModel(options);
+    const warn = options.onWarning ?? (() => {});
+    let created: LlamaContext | undefined;
     try {
       const promptChunk = options.batchSize ?? DEFAULT_BATCH_SIZE;
       const context = await model
@@ -189,11 +197,12 @@ export class Engine {
           ...kvCacheTypes(options.kvType),
         })
         .catch(overloadedOnGpu(modelPath));
+      created = context;
       const chatWrapper = resolveModelChatWrapper(model, options.cacheDir);
+      const vision = await visionOf(options, context, threads, warn);
       const reasoning = options.reasoning ?? "separate";
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
       const name = model.fileInfo.metadata.general?.name;
-      const warn = options.onWarning ?? (() => {});
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       const sequences = Array.from({ length: parallel }, () => context.getSequence());
       const drafter = await loadDrafter(options, llama, model, { contextSize: context.contextSize, sequences: parallel, threads }, warn);
@@ -211,7 +220,7 @@ export class Engine {
         context,
         new SequencePool(scheduler.slots, queueMax),
         scheduler,
-        new PromptRenderer(model, chatWrapper, TemplateChat.of(model)),
+        new PromptRenderer(model, chatWrapper, TemplateChat.of(model), typeof vision === "string" ? undefined : vision),
         chatStops(model, chatWrapper),
         markers && { markers, close: thoughtCloseOf(model, chatWrapper), hidden: reasoning === "hide" },
         typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
@@ -219,12 +228,15 @@ export class Engine {
         await deviceUse(llama, model),
         options.contextOverflow ?? "shift",
         options.contextSlack ?? 0.5,
+        vision,
       );
       await engine.warmUp();
       // Only speed is at stake: a prompt that cannot be primed is evaluated by each first turn.
       await engine.prime(options.primedTurns ?? []).catch((error: unknown) => options.onWarning?.("the system prompt could not be evaluated ahead", error));
       return engine;
     } catch (err) {
+      // The natives' projector outlives its context unless unloaded first.
+      if (created) await unloadProjector(created);
       await llama.dispose();
       throw err;
     }
@@ -293,6 +305,18 @@ export class Engine {
   /** Replies that may be in hand at once: one generating per sequence, `queueMax` waiting. */
   get capacity(): number {
     return this.pool.capacity;
+  }
+
+  /** Whether the model sees the pictures in turns. */
+  get seesImages(): boolean {
+    return typeof this.vision !== "string";
+  }
+
+  /** The request's pictures, held until its prompt is evaluated; a model that sees none refuses the first. */
+  private async holdImages({ history }: Pick<GenerateRequest, "history">): Promise<HeldImages> {
+    if (typeof this.vision !== "string") return await this.vision.hold(history);
+    if (hasImages(history)) throw new InvalidInput({ part: "image", index: 0 }, this.vision);
+    return withoutImages(history);
   }
 
   /**
@@ -366,8 +390,13 @@ export class Engine {
   async measure(request: Pick<GenerateRequest, "history" | "raw" | "maxTokens" | "cacheScope" | "tools" | "conversationKey">): Promise<number> {
     if (request.raw !== undefined) return (await this.prompts.raw(request.raw, this.promptBudget(request.maxTokens), request.cacheScope)).tokens.length;
     const keep = request.conversationKey === undefined ? 1 : this.keep;
-    const fitted = await this.prompts.fit(request.history, this.promptBudget(request.maxTokens), request.cacheScope, request.tools?.functions ?? [], keep);
-    return fitted.tokens.length;
+    const pictures = await this.holdImages(request);
+    try {
+      const fitted = await this.prompts.fit(pictures.turns, this.promptBudget(request.maxTokens), request.cacheScope, request.tools?.functions ?? [], keep);
+      return seen(fitted, pictures).tokens.length;
+    } finally {
+      pictures.release();
+    }
   }
 
   /**
@@ -388,25 +417,30 @@ export class Engine {
     if (raw !== undefined && (request.history.length > 0 || key !== undefined || request.tools || request.format)) {
       throw new Error("a raw prompt has no history, conversation, tools or format");
     }
-    const statelessPrompt =
-      raw !== undefined
-        ? await this.prompts.raw(raw, budget, scope)
-        : byPrompt
-          ? await this.prompts.fit(request.history, budget, scope, tools, key === undefined ? 1 : this.keep)
-          : undefined;
-    const score = (slot: Slot) => this.prefixScore(slot, statelessPrompt!, budget, scope);
-    const lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
+    // Without pictures, nothing to wait for: a conversation's turn takes its sequence synchronously.
+    const pictures = hasImages(request.history) ? await this.holdImages(request) : withoutImages(request.history);
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
     let running: Promise<Decoded> | undefined;
+    let lease: Lease<Slot> | undefined;
     try {
+      const history = pictures.turns;
+      const statelessPrompt =
+        raw !== undefined
+          ? await this.prompts.raw(raw, budget, scope)
+          : byPrompt
+            ? seen(await this.prompts.fit(history, budget, scope, tools, key === undefined ? 1 : this.keep), pictures)
+            : undefined;
+      const score = (slot: Slot) => this.prefixScore(slot, statelessPrompt!, budget, scope);
+      lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
       const slot = lease.item;
+      const { release } = lease;
       const sampling = await this.grammars.hold(request, this.callable(request, samplingOf(request)));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
-        fitted: statelessPrompt ?? (await this.prompts.fit(request.history, budget, scope, tools, this.keep)),
+        fitted: statelessPrompt ?? seen(await this.prompts.fit(history, budget, scope, tools, this.keep), pictures),
         // Without the tools: a client chooses them, so another user's prompt must not find them cached.
-        opening: await this.prompts.opening(request.history.slice(0, request.publicTurns ?? 0)),
+        opening: await this.prompts.opening(history.slice(0, request.publicTurns ?? 0)),
       }))();
       let fit: Fitting | undefined;
       const signal = request.signal ? AbortSignal.any([request.signal, stop.signal]) : stop.signal;
@@ -425,9 +459,9 @@ export class Engine {
             prompt: fitting.then((fitted) => {
               fit = fitted;
               return (held: Slot) => {
-                const planned = this.plan(held, key, scope, fitted, budget, request.history);
+                const planned = this.plan(held, key, scope, fitted, budget, history);
                 fit = { ...fitted, fitted: planned.fitted };
-                return planned.plan;
+                return pictures.images.size > 0 ? { ...planned.plan, images: pictures.images } : planned.plan;
               };
             }),
             sampling,
@@ -458,8 +492,8 @@ export class Engine {
         // The sequence is free once evaluation ends, even while the consumer still reads buffered pieces.
         void running.then((result) => {
           if (result.prompt && fit) slot.transcript = this.transcriptAfter(key ?? NO_CONVERSATION, fit.fitted, result.prompt.tokens, result.spelled);
-          lease.release();
-        }, lease.release);
+          release();
+        }, release);
         return running;
       });
 
@@ -478,13 +512,17 @@ export class Engine {
         ...(request.logprobs !== undefined ? { logprobs } : {}),
         // Rendered on demand: detokenizing the whole history on every turn would be work no caller needs.
         get prompt() {
-          return model.detokenize(tokens, true);
+          return model.detokenize(
+            tokens.filter((token) => !isImagePosition(token)),
+            true,
+          );
         },
       };
     } finally {
       stop.abort();
       await running?.catch(() => undefined);
-      lease.release();
+      lease?.release();
+      pictures.release();
     }
   }
 
@@ -506,6 +544,7 @@ export class Engine {
     this.disposed = true;
     this.pool.close(new Error("Engine is disposed"));
     await this.scheduler.saveAll();
+    await unloadProjector(this.context);
     await this.context.dispose();
     await this.model.dispose();
     await this.llama.dispose();
@@ -557,7 +596,8 @@ export class Engine {
   /** The prompt of a conversation whose oldest turns the window dropped, reusing the rest as the sequence holds it. */
   private shifted(slot: Slot, key: string, fitted: FittedPrompt, budget: number, scope: string): ShiftedPrompt | undefined {
     const { transcript } = slot;
-    if (transcript?.key !== key) return undefined;
+    // A shift finds turns by their special tokens; an image's positions are none of the vocabulary's.
+    if (transcript?.key !== key || transcript.tokens.some(isImagePosition)) return undefined;
     const shifted = shiftTranscript(transcript, fitted.text, this.prompts.tokenizerFor(scope));
     return shifted && shifted.tokens.length <= budget ? shifted : undefined;
   }
@@ -691,4 +731,38 @@ async function stateIdentity(modelPath: string, llama: Llama, context: LlamaCont
   const file = await stat(modelPath);
   const { repo, release } = llama.llamaCppRelease;
   return [resolve(modelPath), file.size, file.mtimeMs, repo, release, context.kvCacheKeyType, context.kvCacheValueType].join("|");
+}
+
+/**
+ * The model's projector loaded, or why the model sees no pictures: it has none, or these natives
+ * take none (a warning then: the operator named one).
+ */
+async function visionOf(
+  { projectorPath, modelPath }: EngineOptions,
+  context: LlamaContext,
+  threads: number,
+  warn: (message: string, error: unknown) => void,
+): Promise<PromptImages | string> {
+  if (projectorPath === undefined) {
+    return `${basename(modelPath)} sees no pictures: it has no projector (an mmproj-*.gguf beside it in the models directory, or PARLEY_MODEL=model.gguf+projector.gguf)`;
+  }
+  if (!seesImages(context)) {
+    const why = "pictures need Parley's compiled natives, which this build runs without: `bun run natives` from a checkout, or the single executable";
+    warn(`the projector ${basename(projectorPath)} is not loaded`, new Error(why));
+    return why;
+  }
+  await loadProjector(context, projectorPath, threads);
+  return new PromptImages(context);
+}
+
+/** The fitted prompt, if it has every picture of the newest turn: fitting cuts the newest turn's start when it must, and a picture is not to be cut. */
+function seen(fitted: FittedPrompt, pictures: HeldImages): FittedPrompt {
+  const cut = pictures.newest.find(({ placeholder }) => !fitted.tokens.includes(placeholder));
+  if (cut) {
+    throw new InvalidInput(
+      { part: "image", index: cut.index },
+      `picture ${cut.index + 1} does not fit the context with the rest of its message: the prompt may take ${fitted.tokens.length} tokens at most`,
+    );
+  }
+  return fitted;
 }

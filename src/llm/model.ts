@@ -8,7 +8,7 @@
  * restart, and only a new or changed file's header is read.
  */
 import { readdirSync, realpathSync, statSync } from "node:fs";
-import { basename, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { ModelNotFound } from "../errors";
 import { RANDOM_WEIGHTS_KEY } from "../gguf/bench";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../gguf/demo";
@@ -31,6 +31,8 @@ export interface ModelEntry {
   description: ModelDescription;
   /** Unix seconds of the file's last change: what OpenAI's listing calls a model's creation. */
   created: number;
+  /** Its projector (an mmproj GGUF), through which it sees pictures. */
+  projector?: string;
 }
 
 /** A file in the models directory that cannot be served, and why. */
@@ -86,8 +88,11 @@ export class ModelRegistry {
    * the start is refused with the reason.
    */
   static async open(source: ModelSource): Promise<ModelRegistry> {
-    for (const path of source.paths) {
-      if (!isFile(path)) throw new ModelNotFoundError(`PARLEY_MODEL (--model) is "${path}", which is not a readable file`);
+    for (const { model, projector } of source.paths.map(namedPair)) {
+      if (!isFile(model)) throw new ModelNotFoundError(`PARLEY_MODEL (--model) is "${model}", which is not a readable file`);
+      if (projector !== undefined && !isFile(projector)) {
+        throw new ModelNotFoundError(`PARLEY_MODEL (--model) names "${projector}" as ${basename(model)}'s projector, which is not a readable file`);
+      }
     }
     const registry = new ModelRegistry(source);
     registry.scan(true);
@@ -168,7 +173,8 @@ export class ModelRegistry {
 
   private scan(starting: boolean): void {
     this.scannedAt = performance.now();
-    const named = this.source.paths;
+    const pairs = this.source.paths.map(namedPair);
+    const named = pairs.map(({ model }) => model);
     // One file by two names (PARLEY_MODEL naming a file of the directory, relatively or through a link) is one model.
     const files = new Set<string>();
     const paths = [...named, ...dirModels(this.source.modelsDir)].filter((path) => {
@@ -196,7 +202,8 @@ export class ModelRegistry {
         broken.push({ path, reason });
         continue;
       }
-      entries.push({ id: description.name, path, description, created });
+      const projector = description.purpose === "chat" ? (pairs.find(({ model }) => model === path)?.projector ?? projectorBeside(path)) : undefined;
+      entries.push({ id: description.name, path, description, created, ...(projector ? { projector } : {}) });
     }
     // A file gone (or renamed) must not keep its header in memory for the life of the process.
     for (const path of this.seen.keys()) if (!paths.includes(path)) this.seen.delete(path);
@@ -260,6 +267,34 @@ export function ggufNames(dir: string): string[] {
     throw err;
   }
   return names.filter((n) => n.toLowerCase().endsWith(".gguf") && !n.startsWith(".") && !n.toLowerCase().startsWith("mmproj-")).sort();
+}
+
+/**
+ * A named file, or a model and its projector named together (`model.gguf+mmproj.gguf`): a name
+ * that is no file but has a `+` is read as the pair.
+ */
+function namedPair(named: string): { model: string; projector?: string } {
+  const at = named.lastIndexOf("+");
+  if (at <= 0 || isFile(named)) return { model: named };
+  return { model: named.slice(0, at), projector: named.slice(at + 1) };
+}
+
+/**
+ * The projector that goes with a model file: `mmproj-<its file name>` beside it; else the one
+ * `mmproj-*.gguf` of a directory holding one model (a folder per model, as downloads come).
+ */
+function projectorBeside(path: string): string | undefined {
+  const dir = dirname(path);
+  const own = join(dir, `mmproj-${basename(path)}`);
+  if (isFile(own)) return own;
+  let names: string[];
+  try {
+    names = readdirSync(dir).filter((name) => !name.startsWith(".") && name.toLowerCase().endsWith(".gguf"));
+  } catch {
+    return undefined;
+  }
+  const projectors = names.filter((name) => name.toLowerCase().startsWith("mmproj-"));
+  return projectors.length === 1 && names.length === 2 ? join(dir, projectors[0]!) : undefined;
 }
 
 /** The directory's models, the demo among them. */

@@ -27,6 +27,7 @@ import {
 import { append } from "../append";
 import { InvalidInput } from "../errors";
 import { TOKEN_TYPE } from "../gguf/vocab";
+import type { PromptImages } from "./images";
 import type { TemplateChat } from "./template-chat";
 import { cachingTokenizers } from "./token-cache";
 import type { ToolSyntax } from "./tool-syntax";
@@ -78,8 +79,11 @@ export class PromptRenderer {
     private readonly chatWrapper: ChatWrapper,
     /** Renders conversations with tools (the wrapper renders the others). */
     private readonly templateChat: TemplateChat,
+    /** Where the model sees pictures: their markers tokenize as the pictures. */
+    images?: PromptImages,
   ) {
-    this.tokenizers = cachingTokenizers(model.tokenizer, CACHE_TOKENS);
+    const tokenizers = cachingTokenizers(model.tokenizer, CACHE_TOKENS);
+    this.tokenizers = images ? (scope) => images.tokenizer(tokenizers(scope)) : tokenizers;
     this.maxTokenBytes = longestTokenBytes(model);
     this.thoughts = chatWrapper.settings.segments?.thought !== undefined;
     this.controls = controlTokensPattern(model);

@@ -40,20 +40,24 @@
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import {
   abortSteps,
+  afterImages,
   type BatchEntry,
   canDecodeSteps,
   checkInternals,
   decodeBatch,
   decodeSteps,
   dropLast,
+  isImagePosition,
   type Sampled,
   Sampler,
   type Stepped,
   sequenceIdOf,
   type TokenLogprobs,
 } from "../natives/addon";
+import { evalImage } from "../natives/vision";
 import { DraftLength, draftLength } from "./draft-length";
 import type { DraftModel } from "./draft-model";
+import type { PromptImage } from "./images";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling, type Speculate } from "./types";
@@ -94,6 +98,8 @@ export interface PromptPlan {
   reusable: number;
   /** Token positions [start, end) of turns the prompt dropped: their cells are removed and the rest shifted down first. */
   drop?: { start: number; end: number };
+  /** What each image placeholder among `tokens` stands for (images.ts): the projector evaluates its run. */
+  images?: ReadonlyMap<Token, PromptImage>;
 }
 
 export type Prompter = (slot: Slot) => PromptPlan;
@@ -173,6 +179,8 @@ const DRAFT_PROBE_CALLS = 16;
 const PROMPT_END = 0;
 const REPLY = 1;
 const PROMPT_CHUNK = 2;
+/** An image's run of positions, evaluated by the projector in a batch of its own (llama-server's way too). */
+const IMAGE = 3;
 
 /**
  * With `promptEnds` "shortest", another prompt's end joins a batch only when it is this short. A
@@ -200,6 +208,8 @@ interface Job {
   leaving?: Promise<void>;
   /** What the next batch evaluates for it: the prompt's rest, or the reply's last token; then any tokens the reply forced. */
   pending: readonly Token[];
+  /** What the image placeholders among `pending` stand for. */
+  images?: ReadonlyMap<Token, PromptImage>;
   maxTokens: number;
   sampler: Sampler;
   /** The step in which it last had a batch. */
@@ -432,17 +442,22 @@ export class Scheduler {
         // A conversation's saved state is its own user's: the one scope that made it.
         if (slot.transcript !== undefined) slot.scope = turn.scope;
       }
-      const { tokens, reusable, drop } = plan(slot);
+      const { tokens, reusable, drop, images } = plan(slot);
       if (tokens.length === 0) throw new Error("a turn evaluates at least one token");
       // Before the slot changes: the sequence keeps what it held, and nothing is evaluated.
       if (turn.budget !== undefined && tokens.length >= turn.budget) throw new BudgetExceeded(tokens.length, turn.budget);
       if (drop) await sequence.eraseContextTokenRanges([drop]);
-      const cachedTokens = Math.min(sequence.compareContextTokens([...tokens]).firstDifferentIndex, tokens.length - 1, reusable);
+      let cachedTokens = Math.min(sequence.compareContextTokens([...tokens]).firstDifferentIndex, tokens.length - 1, reusable);
+      // An image is evaluated whole: a prompt reuses none of its cells or all.
+      while (cachedTokens > 0 && isImagePosition(tokens[cachedTokens]!) && tokens[cachedTokens - 1] === tokens[cachedTokens]) cachedTokens--;
+      if (isImagePosition(tokens.at(-1)!)) throw new Error("a prompt ends with text, not an image");
       slot.transcript = undefined;
       slot.scope = turn.scope;
-      slot.saved = turn.key === undefined;
+      // A state with images is never saved: a loaded state's placeholders would no longer name its images.
+      slot.saved = turn.key === undefined || tokens.some(isImagePosition);
       if (cachedTokens < sequence.nextTokenIndex) await sequence.eraseContextTokenRanges([{ start: cachedTokens, end: sequence.nextTokenIndex }]);
       job.pending = tokens.slice(cachedTokens);
+      if (images) job.images = images;
       // Capped to the room left in the context: a shift mid-reply would make the prompt's token counts stale.
       job.maxTokens = replyRoom(Math.min(turn.maxTokens ?? Infinity, (turn.budget ?? Infinity) - tokens.length), this.context.contextSize, tokens.length);
       slot.state = SlotState.Prompt;
@@ -462,8 +477,10 @@ export class Scheduler {
     let room = this.context.batchSize;
     const batch: Batch = [];
     const chosen = candidates.filter((_, i) => kinds[i] === first).sort((a, b) => a.pending.length - b.pending.length);
+    // A batch of its own: the projector evaluates one image at a time.
+    if (first === IMAGE) return [{ job: chosen[0]!, tokens: imageRun(chosen[0]!) }];
     for (const job of chosen) {
-      const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, this.promptChunk) : job.pending;
+      const tokens = first === PROMPT_CHUNK ? job.pending.slice(0, Math.min(this.promptChunk, textRun(job))) : job.pending;
       if (tokens.length > room) break;
       if (first === PROMPT_END && this.endsApart && batch.length > 0 && tokens.length > SHARED_END_TOKENS) break;
       batch.push({ job, tokens });
@@ -474,12 +491,15 @@ export class Scheduler {
 
   private kind(job: Job): number {
     if (job.slot.state === SlotState.Replying) return REPLY;
-    return job.pending.length > this.promptChunk ? PROMPT_CHUNK : PROMPT_END;
+    const text = textRun(job);
+    if (text === 0) return IMAGE;
+    return job.pending.length > this.promptChunk || text < job.pending.length ? PROMPT_CHUNK : PROMPT_END;
   }
 
   /** @param active the jobs past Preparing: a batch of all of them, all replying, may step */
   private async decode(batch: Batch, active: readonly Job[]): Promise<void> {
     if (this.steady(batch, active)) return await this.decodeSteps(batch.map(({ job }) => job));
+    if (batch.length === 1 && isImagePosition(batch[0]!.tokens[0]!)) return await this.evaluateImage(batch[0]!.job, batch[0]!.tokens);
     const entries: BatchEntry[] = batch.map(({ job, tokens }) => {
       const samples = tokens.length === job.pending.length;
       if (samples) job.sampler.prepare();
@@ -509,6 +529,21 @@ export class Scheduler {
       }
       if (!more) job.end();
     }
+  }
+
+  /** Evaluates the image run that begins the job's pending tokens through the projector. */
+  private async evaluateImage(job: Job, run: readonly Token[]): Promise<void> {
+    job.stepped = this.step;
+    const image = job.images?.get(run[0]!);
+    try {
+      if (!image || run.length !== image.positions || run.some((token) => token !== run[0]))
+        throw new Error("an image placeholder stands for no image of the prompt");
+      await evalImage(job.slot.sequence, image.data, image.chunk, run[0]!, image.positions);
+    } catch (error) {
+      job.end(error);
+      return;
+    }
+    job.pending = job.pending.slice(run.length);
   }
 
   /**
@@ -706,9 +741,7 @@ export class Scheduler {
   private async propose(jobs: readonly Job[], length: number): Promise<Token[][] | undefined> {
     if (!this.drafter) return undefined;
     const requests = jobs.map(({ slot, turn, pending }) => {
-      // A copy already: node-llama-cpp's getter copies what the sequence holds.
-      const tokens = slot.sequence.contextTokens;
-      tokens.push(pending[0]!);
+      const tokens = [...afterImages(slot.sequence.contextTokens), pending[0]!];
       return { slot: slot.id, scope: turn.scope, tokens };
     });
     return await this.drafter.propose(requests, length).catch(() => jobs.map(() => []));
@@ -723,4 +756,17 @@ export class Scheduler {
     }
     job.end(failure);
   }
+}
+
+/** How many of the job's pending tokens come before the first image placeholder. */
+function textRun(job: Job): number {
+  const at = job.pending.findIndex(isImagePosition);
+  return at < 0 ? job.pending.length : at;
+}
+
+/** The placeholders of the image that begins the job's pending tokens (the same picture twice in a row is two runs). */
+function imageRun(job: Job): readonly Token[] {
+  const first = job.pending[0]!;
+  const positions = job.images?.get(first)?.positions ?? 1;
+  return job.pending.slice(0, positions);
 }

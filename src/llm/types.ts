@@ -19,6 +19,14 @@ export interface Turn {
   /** A tool turn: the id of the call it answers, and the function's name. */
   toolCallId?: string;
   name?: string;
+  /** A user turn's pictures, each where it stands in `content`. */
+  images?: readonly TurnImage[];
+}
+
+/** A picture in a turn: its file's bytes (PNG, JPEG, BMP, GIF), before the character `at` of the turn's content. */
+export interface TurnImage {
+  data: Uint8Array;
+  at: number;
 }
 
 /**

@@ -93,7 +93,8 @@ napi_value tokenizeInput(napi_env env, napi_callback_info info);
 napi_value sequenceState(napi_env env, napi_callback_info info);
 napi_value restoreSequenceState(napi_env env, napi_callback_info info);
 
-// loadProjector, unloadProjector and evalPrompt: see vision.cpp.
+// loadProjector, unloadProjector, imageLayout and evalImage: see vision.cpp.
 napi_value loadProjector(napi_env env, napi_callback_info info);
 napi_value unloadProjector(napi_env env, napi_callback_info info);
-napi_value evalPrompt(napi_env env, napi_callback_info info);
+napi_value imageLayout(napi_env env, napi_callback_info info);
+napi_value evalImage(napi_env env, napi_callback_info info);

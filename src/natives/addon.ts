@@ -42,10 +42,11 @@ interface AddonContext {
   /** Parley's (src/natives/sequence-state.cpp): a sequence's state copied in memory, and back. */
   sequenceState?(sequenceId: number, tokens: Uint32Array): Promise<Uint8Array>;
   restoreSequenceState?(sequenceId: number, cells: Uint8Array): Promise<void>;
-  /** Parley's (src/natives/vision.cpp): a projector for images in prompts, and a prompt evaluated with its images. */
+  /** Parley's (src/natives/vision.cpp): a projector for images in prompts, an image's chunks, and one evaluated into a sequence. */
   loadProjector?(path: string, threads: number): Promise<string>;
   unloadProjector?(): void;
-  evalPrompt?(sequenceId: number, position: number, text: string, images: Uint8Array[], batch: number, addSpecial: boolean): Promise<Int32Array>;
+  imageLayout?(image: Uint8Array): Promise<Int32Array>;
+  evalImage?(sequenceId: number, position: number, image: Uint8Array, chunk: number, batch: number): Promise<number>;
   /** The addon's own: the pooled output of sequence 0 after a decode. */
   getEmbedding(inputTokensLength: number, maxVectorSize?: number): Float64Array;
 }
@@ -300,6 +301,15 @@ export async function decodePooled(context: LlamaContext, inputs: readonly (read
   });
 }
 
+/** Whether a token a sequence holds is an image's position (see vision.ts's `evalImage`). */
+export const isImagePosition = (token: Token) => token < 0;
+
+/** The tokens after the last image: what guesses at a reply's next tokens may be drawn from (an image's positions are no tokens to guess). */
+export function afterImages(tokens: readonly Token[]): readonly Token[] {
+  const last = tokens.findLastIndex(isImagePosition);
+  return last < 0 ? tokens : tokens.slice(last + 1);
+}
+
 /** Whether each sequence takes checkpoints (recurrent, hybrid, sliding-window models): fixed for its life, costly to ask. */
 const checkpointing = new WeakMap<LlamaContextSequence, boolean>();
 
@@ -386,7 +396,7 @@ export async function decodeSteps(context: LlamaContext, entries: readonly Steps
     const guessing = entries.some(({ draft }) => draft !== undefined);
     const draftLengths = guessing ? entries.map(({ draft }) => draft ?? 0) : undefined;
     const histories = guessing
-      ? sequences.map((seq, i) => (entries[i]!.draft === undefined ? new Uint32Array(0) : Uint32Array.from(seq._contextTokens)))
+      ? sequences.map((seq, i) => (entries[i]!.draft === undefined ? new Uint32Array(0) : Uint32Array.from(afterImages(seq._contextTokens))))
       : undefined;
     const proposals = entries.some(({ proposal }) => proposal !== undefined) ? entries.map(({ proposal = [] }) => Uint32Array.from(proposal)) : undefined;
     const sampled = await repairing(ctx, entries, () =>

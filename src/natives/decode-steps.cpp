@@ -659,7 +659,8 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     extended.push_back(method("restoreSequenceState", restoreSequenceState));
     extended.push_back(method("loadProjector", loadProjector));
     extended.push_back(method("unloadProjector", unloadProjector));
-    extended.push_back(method("evalPrompt", evalPrompt));
+    extended.push_back(method("imageLayout", imageLayout));
+    extended.push_back(method("evalImage", evalImage));
     const napi_status status = __real_napi_define_class(env, utf8name, length, constructor, data, extended.size(), extended.data(), result);
     if (status == napi_ok) remember(env, *result, classesOfThisThread.context);
     return status;

@@ -1,19 +1,20 @@
-// Adds three methods to node-llama-cpp's AddonContext, for images in a prompt (#51), through
+// Adds four methods to node-llama-cpp's AddonContext, for images in a prompt (#51), through
 // llama.cpp's mtmd (its sources compiled into the addon, see decode-thread.cmake):
 // - loadProjector(path: string, threads: number): resolves to the marker that stands for an image
 //   in a prompt's text, once the projector (an mmproj file) is loaded for the context's model. A
 //   context holds one projector at most: a load replaces the one before. The marker is drawn at
 //   random, as llama-server's is: text a user typed cannot stand for an image.
 // - unloadProjector(): frees it. The context's disposal does not: its owner unloads it first.
-// - evalPrompt(sequenceId, position, text: string, images: Uint8Array[], batch, addSpecial):
-//   tokenizes `text` (special tokens parsed) with one marker per image, in order (refused where
-//   their numbers differ), and evaluates
-//   its text and image chunks into the sequence from `position`, `batch` tokens at most a decode,
-//   the last token's logits kept (what llama-server's mtmd_helper_eval_chunks does). Resolves to an
-//   Int32Array: per chunk, its kind (0 text, 1 image), its token count and its position count,
-//   then a text chunk's tokens. Images are decoded from their bytes (stb_image: PNG, JPEG, BMP,
-//   GIF's first frame), each named by its SHA-256. On a failure the sequence is emptied from
-//   `position` on, so it holds what it held before the call.
+// - imageLayout(image: Uint8Array): how an image stands in a prompt: the marker tokenized with it
+//   alone, as an Int32Array: per chunk, its kind (0 text, 1 image), its token count and its
+//   position count, then a text chunk's tokens (the text some projectors put around an image).
+//   mtmd tokenizes each text between markers on its own, so a prompt's chunks are its texts'
+//   tokens with these in place of each marker: the caller tokenizes the text itself.
+// - evalImage(sequenceId, position, image: Uint8Array, chunk, batch): encodes that image chunk of
+//   the layout and evaluates its embeddings into the sequence from `position`, `batch` at most a
+//   decode, no logits kept (a prompt ends with text); resolves to the positions it took. On a
+//   failure the sequence is emptied from `position` on, so it holds what it held before the call.
+// Images are decoded from their bytes (stb_image: PNG, JPEG, BMP, GIF's first frame).
 // The caller holds the context's lock while a load or an evaluation runs. Both run on a pool
 // thread: the decodes go to the decode thread through the llama_decode wrap, the image encodes
 // run where the call runs.
@@ -70,6 +71,11 @@ class LoadWorker : public ContextWorker {
         marker = "<__parley_image_";
         for (int i = 0; i < 16; i++) marker += hex[random() % 16];
         marker += "__>";
+        // mtmd's and clip's logs go where llama.cpp's go (node-llama-cpp's logger, at its level), not to stderr.
+        ggml_log_callback log = nullptr;
+        void * logData = nullptr;
+        llama_log_get(&log, &logData);
+        mtmd_helper_log_set(log, logData);
         mtmd_context_params params = mtmd_context_params_default();
         params.media_marker = marker.c_str();
         params.n_threads = threads;
@@ -99,47 +105,41 @@ struct ChunksFree {
     void operator()(mtmd_input_chunks * chunks) const { mtmd_input_chunks_free(chunks); }
 };
 
-class EvalWorker : public ContextWorker {
+// One image alone: the marker tokenized with it, the text the projector puts around it included
+// (mtmd tokenizes each text between markers on its own, so a prompt's chunks are its texts'
+// tokens with these in place of each marker). Decoded from its bytes first.
+std::unique_ptr<mtmd_input_chunks, ChunksFree> imageChunks(mtmd_context * projector, const std::vector<unsigned char> & image) {
+    const mtmd_helper_bitmap_wrapper decoded = mtmd_helper_bitmap_init_from_buf(projector, image.data(), image.size(), false, mtmd_helper_init_opt_default());
+    if (decoded.video_ctx != nullptr) mtmd_helper_video_free(decoded.video_ctx);
+    if (decoded.bitmap == nullptr) throw std::runtime_error("the image could not be decoded");
+    std::unique_ptr<mtmd_bitmap, BitmapFree> bitmap(decoded.bitmap);
+    if (mtmd_bitmap_is_audio(bitmap.get())) throw std::runtime_error("the image is audio");
+    const std::string marker = mtmd_get_marker(projector);
+    std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
+    const mtmd_input_text input{marker.c_str(), marker.size(), false, true};
+    const mtmd_bitmap * bitmaps[] = {bitmap.get()};
+    if (mtmd_tokenize(projector, chunks.get(), &input, bitmaps, 1) != 0) throw std::runtime_error("the image could not be prepared for the projector");
+    return chunks;
+}
+
+mtmd_context * projectorFor(const AddonContext * context) {
+    mtmd_context * projector = projectorOf(context);
+    if (projector == nullptr) throw std::runtime_error("the context has no projector loaded");
+    return projector;
+}
+
+class LayoutWorker : public ContextWorker {
   public:
-    EvalWorker(Napi::Env env, AddonContext * context, llama_seq_id sequence, llama_pos position, std::string text,
-               std::vector<std::vector<unsigned char>> images, int32_t batch, bool addSpecial)
-        : ContextWorker(env, "ParleyPromptEval", context), sequence(sequence), position(position), text(std::move(text)),
-          images(std::move(images)), batch(batch), addSpecial(addSpecial) {}
+    LayoutWorker(Napi::Env env, AddonContext * context, std::vector<unsigned char> image)
+        : ContextWorker(env, "ParleyImageLayout", context), image(std::move(image)) {}
 
   protected:
     void work() override {
-        mtmd_context * projector = projectorOf(context);
-        if (projector == nullptr) throw std::runtime_error("the context has no projector loaded");
-        const std::string marker = mtmd_get_marker(projector);
-        size_t markers = 0;
-        for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + marker.size())) markers++;
-        if (markers != images.size()) {
-            throw std::runtime_error("the prompt has " + std::to_string(markers) + " image markers for " + std::to_string(images.size()) + " images");
-        }
-        std::vector<std::unique_ptr<mtmd_bitmap, BitmapFree>> bitmaps;
-        for (size_t i = 0; i < images.size(); i++) {
-            const mtmd_helper_bitmap_wrapper decoded =
-                mtmd_helper_bitmap_init_from_buf(projector, images[i].data(), images[i].size(), false, mtmd_helper_init_opt_default());
-            if (decoded.video_ctx != nullptr) mtmd_helper_video_free(decoded.video_ctx);
-            if (decoded.bitmap == nullptr) throw std::runtime_error("image " + std::to_string(i) + " could not be decoded");
-            bitmaps.emplace_back(decoded.bitmap);
-            if (mtmd_bitmap_is_audio(decoded.bitmap)) throw std::runtime_error("image " + std::to_string(i) + " is audio, not an image");
-        }
-        std::vector<const mtmd_bitmap *> pointers;
-        for (const auto & bitmap : bitmaps) pointers.push_back(bitmap.get());
-        std::unique_ptr<mtmd_input_chunks, ChunksFree> chunks(mtmd_input_chunks_init());
-        const mtmd_input_text input{text.c_str(), text.size(), addSpecial, true};
-        const int32_t tokenized = mtmd_tokenize(projector, chunks.get(), &input, pointers.data(), pointers.size());
-        if (tokenized != 0) throw std::runtime_error("the images could not be prepared for the projector");
-        llama_pos end = position;
-        const int32_t evaluated = mtmd_helper_eval_chunks(projector, context->ctx, chunks.get(), position, sequence, batch, true, &end);
-        if (evaluated != 0) {
-            llama_memory_seq_rm(llama_get_memory(context->ctx), sequence, position, -1);
-            throw std::runtime_error("the prompt could not be evaluated (" + std::to_string(evaluated) + ")");
-        }
+        const auto chunks = imageChunks(projectorFor(context), image);
         for (size_t i = 0; i < mtmd_input_chunks_size(chunks.get()); i++) {
             const mtmd_input_chunk * chunk = mtmd_input_chunks_get(chunks.get(), i);
             const bool isText = mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT;
+            if (!isText && mtmd_input_chunk_get_type(chunk) != MTMD_INPUT_CHUNK_TYPE_IMAGE) throw std::runtime_error("the projector made no image of it");
             layout.push_back(isText ? 0 : 1);
             layout.push_back(static_cast<int32_t>(mtmd_input_chunk_get_n_tokens(chunk)));
             layout.push_back(static_cast<int32_t>(mtmd_input_chunk_get_n_pos(chunk)));
@@ -157,14 +157,52 @@ class EvalWorker : public ContextWorker {
     }
 
   private:
-    llama_seq_id sequence;
-    llama_pos position;
-    std::string text;
-    std::vector<std::vector<unsigned char>> images;
-    int32_t batch;
-    bool addSpecial;
+    std::vector<unsigned char> image;
     std::vector<int32_t> layout;
 };
+
+class EvalWorker : public ContextWorker {
+  public:
+    EvalWorker(Napi::Env env, AddonContext * context, llama_seq_id sequence, llama_pos position, std::vector<unsigned char> image, uint32_t chunk,
+               int32_t batch)
+        : ContextWorker(env, "ParleyImageEval", context), sequence(sequence), position(position), image(std::move(image)), chunk(chunk),
+          batch(batch) {}
+
+  protected:
+    void work() override {
+        mtmd_context * projector = projectorFor(context);
+        const auto chunks = imageChunks(projector, image);
+        if (chunk >= mtmd_input_chunks_size(chunks.get()) ||
+            mtmd_input_chunk_get_type(mtmd_input_chunks_get(chunks.get(), chunk)) != MTMD_INPUT_CHUNK_TYPE_IMAGE) {
+            throw std::runtime_error("the image has no image chunk " + std::to_string(chunk));
+        }
+        llama_pos end = position;
+        const int32_t evaluated =
+            mtmd_helper_eval_chunk_single(projector, context->ctx, mtmd_input_chunks_get(chunks.get(), chunk), position, sequence, batch, false, &end);
+        if (evaluated != 0) {
+            llama_memory_seq_rm(llama_get_memory(context->ctx), sequence, position, -1);
+            throw std::runtime_error("the image could not be evaluated (" + std::to_string(evaluated) + ")");
+        }
+        positions = end - position;
+    }
+
+    void OnOK() override { deferred.Resolve(Napi::Number::New(Env(), positions)); }
+
+  private:
+    llama_seq_id sequence;
+    llama_pos position;
+    std::vector<unsigned char> image;
+    uint32_t chunk;
+    int32_t batch;
+    llama_pos positions = 0;
+};
+
+bool bytesOf(const Napi::Value & value, std::vector<unsigned char> & bytes) {
+    if (!value.IsTypedArray() || value.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) return false;
+    const Napi::Uint8Array array = value.As<Napi::Uint8Array>();
+    bytes.assign(array.Data(), array.Data() + array.ByteLength());
+    return true;
+}
 
 napi_value load(napi_env env, const Napi::CallbackInfo & info) {
     AddonContext * context = liveContextOf(env, info, "loadProjector");
@@ -185,31 +223,33 @@ napi_value unload(napi_env env, const Napi::CallbackInfo & info) {
     return nullptr;
 }
 
-napi_value eval(napi_env env, const Napi::CallbackInfo & info) {
-    AddonContext * context = liveContextOf(env, info, "evalPrompt");
+napi_value layout(napi_env env, const Napi::CallbackInfo & info) {
+    AddonContext * context = liveContextOf(env, info, "imageLayout");
     if (context == nullptr) return nullptr;
-    const char * signature =
-        "evalPrompt(sequenceId: a sequence of the context, position: a position in it, text: string, images: Uint8Array[], batch: a whole number "
-        "from 1 to the context's batch, addSpecial: boolean)";
+    std::vector<unsigned char> image;
+    if (info.Length() < 1 || !bytesOf(info[0], image)) return fail(Napi::TypeError::New(env, "imageLayout(image: Uint8Array)"));
+    auto * worker = new LayoutWorker(env, context, std::move(image));
+    worker->Queue();
+    return worker->promise();
+}
+
+napi_value eval(napi_env env, const Napi::CallbackInfo & info) {
+    AddonContext * context = liveContextOf(env, info, "evalImage");
+    if (context == nullptr) return nullptr;
     int64_t sequence = 0;
     int64_t position = 0;
+    int64_t chunk = 0;
     int64_t batch = 0;
-    if (info.Length() < 6 || !integerOf(info[0], 0, static_cast<int64_t>(llama_n_seq_max(context->ctx)) - 1, sequence) ||
-        !integerOf(info[1], 0, static_cast<int64_t>(llama_n_ctx(context->ctx)) - 1, position) || !info[2].IsString() || !info[3].IsArray() ||
-        !integerOf(info[4], 1, static_cast<int64_t>(llama_n_batch(context->ctx)), batch) || !info[5].IsBoolean()) {
-        return fail(Napi::TypeError::New(env, signature));
+    std::vector<unsigned char> image;
+    if (info.Length() < 5 || !integerOf(info[0], 0, static_cast<int64_t>(llama_n_seq_max(context->ctx)) - 1, sequence) ||
+        !integerOf(info[1], 0, static_cast<int64_t>(llama_n_ctx(context->ctx)) - 1, position) || !bytesOf(info[2], image) ||
+        !integerOf(info[3], 0, 1 << 20, chunk) || !integerOf(info[4], 1, static_cast<int64_t>(llama_n_batch(context->ctx)), batch)) {
+        return fail(Napi::TypeError::New(env,
+                                         "evalImage(sequenceId: a sequence of the context, position: a position in it, image: Uint8Array, chunk: a "
+                                         "whole number, batch: a whole number from 1 to the context's batch)"));
     }
-    const Napi::Array given = info[3].As<Napi::Array>();
-    std::vector<std::vector<unsigned char>> images;
-    for (uint32_t i = 0; i < given.Length(); i++) {
-        const Napi::Value image = given.Get(i);
-        if (!image.IsTypedArray() || image.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) return fail(Napi::TypeError::New(env, signature));
-        const Napi::Uint8Array bytes = image.As<Napi::Uint8Array>();
-        images.emplace_back(bytes.Data(), bytes.Data() + bytes.ByteLength());
-    }
-    auto * worker = new EvalWorker(env, context, static_cast<llama_seq_id>(sequence), static_cast<llama_pos>(position),
-                                   info[2].As<Napi::String>().Utf8Value(), std::move(images), static_cast<int32_t>(batch),
-                                   info[5].As<Napi::Boolean>().Value());
+    auto * worker = new EvalWorker(env, context, static_cast<llama_seq_id>(sequence), static_cast<llama_pos>(position), std::move(image),
+                                   static_cast<uint32_t>(chunk), static_cast<int32_t>(batch));
     worker->Queue();
     return worker->promise();
 }
@@ -224,6 +264,10 @@ napi_value unloadProjector(napi_env env, napi_callback_info info) {
     return guarded<unload>(env, info);
 }
 
-napi_value evalPrompt(napi_env env, napi_callback_info info) {
+napi_value imageLayout(napi_env env, napi_callback_info info) {
+    return guarded<layout>(env, info);
+}
+
+napi_value evalImage(napi_env env, napi_callback_info info) {
     return guarded<eval>(env, info);
 }

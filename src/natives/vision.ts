@@ -1,35 +1,27 @@
 /**
  * Images in prompts through Parley's compiled natives (src/natives/vision.cpp, llama.cpp's mtmd):
- * a context's projector, and a prompt evaluated with its images into a sequence, recorded as
- * node-llama-cpp's own evaluation records tokens. The npm prebuilt has none of it.
+ * a context's projector, how an image stands in a prompt, and an image's chunk evaluated into a
+ * sequence, recorded as node-llama-cpp's own evaluation records tokens. The npm prebuilt has none
+ * of it.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import { internals, locked, type SequenceInternals } from "./addon";
 
-/**
- * What a sequence records at an image's positions: no token's id, so no prompt ever reuses them
- * by comparing tokens (an image's cells are its own, whatever came before them).
- */
-export const IMAGE_POSITION = -1 as Token;
-
-/** A prompt's piece as the natives evaluated it: text tokens, or one image's embeddings over its positions. */
-export type PromptChunk = { kind: "text"; tokens: Token[] } | { kind: "image"; tokens: number; positions: number };
+/** A piece of how an image stands in a prompt: text tokens the projector puts around it, or image embeddings over their positions. */
+export type ImageChunk = { kind: "text"; tokens: Token[] } | { kind: "image"; tokens: number; positions: number };
 
 const noVision = () => new Error("these natives take no images: Parley's compiled natives do (`bun run natives`, or the executable)");
 
 /** Whether the context's natives take images. */
 export function seesImages(context: LlamaContext): boolean {
-  return internals<{ _ctx: { evalPrompt?: unknown } }>(context)._ctx.evalPrompt !== undefined;
+  return internals<{ _ctx: { evalImage?: unknown } }>(context)._ctx.evalImage !== undefined;
 }
 
-/**
- * Loads the projector (an mmproj file) for the context's model, in place of any it had; resolves
- * to the marker that stands for an image in a prompt's text.
- */
-export async function loadProjector(context: LlamaContext, path: string, threads: number): Promise<string> {
-  return await locked(context, async (ctx) => {
+/** Loads the projector (an mmproj file) for the context's model, in place of any it had. */
+export async function loadProjector(context: LlamaContext, path: string, threads: number): Promise<void> {
+  await locked(context, async (ctx) => {
     if (!ctx.loadProjector) throw noVision();
-    return await ctx.loadProjector(path, threads);
+    await ctx.loadProjector(path, threads);
   });
 }
 
@@ -39,30 +31,41 @@ export async function unloadProjector(context: LlamaContext): Promise<void> {
 }
 
 /**
- * Evaluates `text` (its markers, one per image in order) with the images after what the sequence
- * holds, the last token's logits kept for sampling: its chunks. `addSpecial` adds the model's
- * beginning-of-text token, as a prompt from scratch has it.
+ * How the image (its file's bytes) stands in a prompt, as llama.cpp's mtmd tokenizes a marker with
+ * it: a prompt's tokens are its texts' tokens, each tokenized on its own, with these in place of
+ * each image. Rejects what cannot be decoded as a picture.
  */
-export async function evalPrompt(sequence: LlamaContextSequence, text: string, images: readonly Uint8Array[], addSpecial: boolean): Promise<PromptChunk[]> {
+export async function imageLayout(context: LlamaContext, image: Uint8Array): Promise<ImageChunk[]> {
+  const layout = await locked(context, async (ctx) => {
+    if (!ctx.imageLayout) throw noVision();
+    return await ctx.imageLayout(image);
+  });
+  const chunks: ImageChunk[] = [];
+  for (let at = 0; at < layout.length; ) {
+    const [kind, tokens, positions] = [layout[at]!, layout[at + 1]!, layout[at + 2]!];
+    at += 3;
+    if (kind === 0) chunks.push({ kind: "text", tokens: Array.from(layout.subarray(at, (at += tokens)), (token) => token as Token) });
+    else chunks.push({ kind: "image", tokens, positions });
+  }
+  return chunks;
+}
+
+/**
+ * Evaluates chunk `chunk` of the image's layout (an image chunk of `positions` positions) after
+ * what the sequence holds, recorded as `placeholder` at each of its positions: no token's id, so a
+ * prompt reuses these cells only where it has that very placeholder there.
+ */
+export async function evalImage(sequence: LlamaContextSequence, image: Uint8Array, chunk: number, placeholder: Token, positions: number): Promise<void> {
   const { context } = sequence;
-  return await locked(context, async (ctx) => {
-    if (!ctx.evalPrompt) throw noVision();
+  await locked(context, async (ctx) => {
+    if (!ctx.evalImage) throw noVision();
     const seq = internals<SequenceInternals>(sequence);
-    const layout = await ctx.evalPrompt(seq._sequenceId, seq._nextTokenIndex, text, [...images], context.batchSize, addSpecial);
-    const chunks: PromptChunk[] = [];
-    for (let at = 0; at < layout.length; ) {
-      const [kind, tokens, positions] = [layout[at]!, layout[at + 1]!, layout[at + 2]!];
-      at += 3;
-      if (kind === 0) {
-        const text = Array.from(layout.subarray(at, (at += tokens)), (token) => token as Token);
-        chunks.push({ kind: "text", tokens: text });
-        for (const token of text) seq._contextTokens.push(token);
-      } else {
-        chunks.push({ kind: "image", tokens, positions });
-        for (let i = 0; i < positions; i++) seq._contextTokens.push(IMAGE_POSITION);
-      }
-      seq._nextTokenIndex += positions;
+    const taken = await ctx.evalImage(seq._sequenceId, seq._nextTokenIndex, image, chunk, context.batchSize);
+    if (taken !== positions) {
+      ctx.removeTokenCellsFromSequence(seq._sequenceId, seq._nextTokenIndex, -1);
+      throw new Error(`the image took ${taken} positions where its layout has ${positions}`);
     }
-    return chunks;
+    for (let i = 0; i < positions; i++) seq._contextTokens.push(placeholder);
+    seq._nextTokenIndex += positions;
   });
 }

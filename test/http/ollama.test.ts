@@ -6,6 +6,7 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import { Ollama } from "ollama";
 import { allowSlowTests, rejection, servedDocument, servedEngine } from "../support";
+import { VISION_IMAGES } from "../support/vision";
 
 allowSlowTests();
 
@@ -16,6 +17,8 @@ beforeAll(() => {
 });
 
 const ask = [{ role: "user", content: "Hello there!" }];
+/** A real picture, which a model without a projector cannot see. */
+const WHITE_PNG = Buffer.from(VISION_IMAGES.white!()).toString("base64");
 
 /** The client's error for a refused request: its status and Ollama's one message. */
 async function refusal(promise: Promise<unknown>): Promise<{ status: number; error: string }> {
@@ -178,10 +181,16 @@ describe("refused in Ollama's shape", () => {
     ["no key", () => new Ollama({ host: app.served.url }).chat({ model: "any", messages: ask, stream: false }), 401, ""],
     ["an option Parley cannot honour", () => client.chat({ model: "any", messages: ask, stream: false, options: { num_ctx: 8192 } }), 400, "options.num_ctx"],
     [
-      "images",
+      "an image that is no picture",
       () => client.chat({ model: "any", messages: [{ role: "user", content: "What is this?", images: ["aGk="] }], stream: false }),
       400,
-      "messages[0].images",
+      "messages[0].images[0]",
+    ],
+    [
+      "a picture, to a model without a projector",
+      () => client.chat({ model: "any", messages: [{ role: "user", content: "What is this?", images: [WHITE_PNG] }], stream: false }),
+      400,
+      "messages",
     ],
     ["raw", () => client.generate({ model: "any", prompt: "Hi", raw: true, stream: false }), 400, "raw"],
     ["pulling a model", () => client.pull({ model: "llama3.2", stream: false }), 403, ""],

@@ -4,30 +4,23 @@
  * proof that mtmd takes the pair, and what Parley's replies on images will be held to; these tests
  * keep the generator and that fixture in step, and the files in the shape mtmd requires.
  */
-import { describe, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
-import { join } from "node:path";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { integer } from "../../src/gguf/describe";
-import { VISION_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
+import { VISION_MODEL_NAME } from "../../src/gguf/presets";
 import { readGgufHeader } from "../../src/gguf/reader";
 import { PROJECTOR, projectorFileName } from "../../src/gguf/vision";
 import { ggufNames } from "../../src/llm/model";
-import { samplingOf } from "../../src/llm/types";
-import { decodeSteps, Sampler } from "../../src/natives/addon";
-import { evalPrompt, IMAGE_POSITION, loadProjector, unloadProjector } from "../../src/natives/vision";
-import { compiledNatives, fileSha256, tempDir } from "../support";
-import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture } from "../support/vision";
+import type { Turn } from "../../src/llm/types";
+import { evalImage, imageLayout, loadProjector, unloadProjector } from "../../src/natives/vision";
+import { compiledNatives, fileSha256, generated, testEngine } from "../support";
+import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture, visionPair } from "../support/vision";
 
 const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
 const natives = await compiledNatives();
 
-async function pair() {
-  const dir = tempDir("vision");
-  const model = join(dir, `${VISION_MODEL_NAME}.gguf`);
-  await writePresetModel("vision", model);
-  return { dir, model, projector: join(dir, projectorFileName(`${VISION_MODEL_NAME}.gguf`)) };
-}
+const pair = visionPair;
 
 describe("the vision preset", () => {
   test("writes the model and its projector beside it, byte for byte the pair llama-server answered on", async () => {
@@ -72,16 +65,15 @@ describe("the vision preset", () => {
   });
 });
 
-/** The vision preset loaded on the CPU, one sequence, its projector not yet loaded; freed after `use`. */
-async function withVisionContext(
-  use: (vision: { model: LlamaModel; context: LlamaContext; sequence: LlamaContextSequence; projector: string }) => Promise<void>,
-) {
+/** The vision preset loaded on the CPU, one sequence, its projector loaded; freed after `use`. */
+async function withVisionContext(use: (vision: { model: LlamaModel; context: LlamaContext; sequence: LlamaContextSequence }) => Promise<void>) {
   const { model: modelPath, projector } = await pair();
   const llama = await getLlama({ gpu: false, build: "never" });
   const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
   const context = await model.createContext({ contextSize: 1024, sequences: 1, threads: 1 });
   try {
-    await use({ model, context, sequence: context.getSequence(), projector });
+    await loadProjector(context, projector, 1);
+    await use({ model, context, sequence: context.getSequence() });
   } finally {
     await unloadProjector(context);
     await context.dispose();
@@ -89,55 +81,110 @@ async function withVisionContext(
   }
 }
 
+/** The projector's square picture in patches, one embedding and one position each. */
+const PATCHES = (PROJECTOR.imageSize / PROJECTOR.patchSize) ** 2;
+
 describe.skipIf(natives === undefined)("images through the compiled natives (llama.cpp's mtmd)", () => {
   test(
-    "a picture and its question evaluate to llama-server's greedy reply, token for token, for each picture",
+    "a picture stands in a prompt as its patches; it evaluates at the sequence's next positions, recorded as its placeholder",
     () =>
-      withVisionContext(async ({ model, context, sequence, projector }) => {
-        const sampler = new Sampler(context, model, samplingOf({ temperature: 0 }));
-        const addon = (context as unknown as { _ctx: { sampleToken(index: number, sampler: unknown): Promise<Token> } })._ctx;
-        try {
-          const marker = await loadProjector(context, projector, 1);
-          for (const [name, image] of Object.entries(VISION_IMAGES)) {
-            await sequence.clearHistory();
-            // As llama-server renders the question (its /apply-template): the marker where the image part was.
-            const chunks = await evalPrompt(sequence, `<|im_start|>user\n${VISION_PROMPT}${marker}<|im_end|>\n<|im_start|>assistant\n`, [image()], true);
-            expect(chunks.map(({ kind }) => kind)).toEqual(["text", "image", "text"]);
-            // The projector's square picture in patches, one embedding each.
-            const patches = (PROJECTOR.imageSize / PROJECTOR.patchSize) ** 2;
-            expect(chunks[1]).toEqual({ kind: "image", tokens: patches, positions: patches });
-            expect(sequence.contextTokens.filter((token) => token === IMAGE_POSITION)).toHaveLength(patches);
-            expect(sequence.nextTokenIndex).toBe(sequence.contextTokens.length);
-            const first = await addon.sampleToken(-1, sampler.native);
-            const [rest] = await decodeSteps(context, [{ sequence, token: first, sampler, limit: VISION_REPLY_TOKENS - 1 }], () => VISION_REPLY_TOKENS - 1);
-            const reply = [first, ...rest!.tokens].filter((token) => !model.isEogToken(token));
-            expect({ name, content: model.detokenize(reply) }).toEqual({ name, content: fixture.replies[name]!.content });
-          }
-        } finally {
-          sampler.dispose();
-        }
+      withVisionContext(async ({ model, sequence, context }) => {
+        for (const image of Object.values(VISION_IMAGES))
+          expect(await imageLayout(context, image())).toEqual([{ kind: "image", tokens: PATCHES, positions: PATCHES }]);
+        await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize("<|im_start|>user\n", true));
+        const before = sequence.nextTokenIndex;
+        const placeholder = -7 as Token;
+        await evalImage(sequence, VISION_IMAGES.white!(), 0, placeholder, PATCHES);
+        expect(sequence.nextTokenIndex).toBe(before + PATCHES);
+        expect(sequence.contextTokens.slice(before)).toEqual(new Array<Token>(PATCHES).fill(placeholder));
+        // Text goes on after it as after any token.
+        await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize("<|im_end|>", true));
+        expect(sequence.nextTokenIndex).toBe(sequence.contextTokens.length);
       }),
     60_000,
   );
 
   test(
-    "an image that is no picture, or markers and images that differ in number, are refused and leave the sequence as it was; a marker is drawn at random",
+    "what is no picture, or no image chunk of one, is refused and leaves the sequence as it was",
     () =>
-      withVisionContext(async ({ context, sequence, projector }) => {
-        await expect(evalPrompt(sequence, "no projector yet", [], true)).rejects.toThrow("no projector");
-        const marker = await loadProjector(context, projector, 1);
-        expect(marker).toMatch(/^<__parley_image_[0-9a-f]{16}__>$/);
-        await expect(evalPrompt(sequence, `look: ${marker}`, [new TextEncoder().encode("not a picture")], true)).rejects.toThrow(
-          "image 0 could not be decoded",
-        );
-        await expect(evalPrompt(sequence, `two: ${marker}${marker}`, [VISION_IMAGES.white!()], true)).rejects.toThrow("2 image markers for 1 images");
+      withVisionContext(async ({ sequence, context }) => {
+        await expect(imageLayout(context, new TextEncoder().encode("not a picture"))).rejects.toThrow("the image could not be decoded");
+        await expect(evalImage(sequence, new TextEncoder().encode("not a picture"), 0, -1 as Token, PATCHES)).rejects.toThrow("could not be decoded");
+        await expect(evalImage(sequence, VISION_IMAGES.white!(), 1, -1 as Token, PATCHES)).rejects.toThrow("no image chunk 1");
+        await expect(evalImage(sequence, VISION_IMAGES.white!(), 0, -1 as Token, PATCHES + 1)).rejects.toThrow(`took ${PATCHES} positions`);
         expect(sequence.nextTokenIndex).toBe(0);
-        expect(await evalPrompt(sequence, `one: ${marker}`, [VISION_IMAGES.white!()], true)).toHaveLength(2);
-        // mtmd's default marker, typed by a user, is text.
-        const typed = await evalPrompt(sequence, " <__media__> typed", [], false);
-        expect(typed.map(({ kind }) => kind)).toEqual(["text"]);
-        expect(sequence.nextTokenIndex).toBe(sequence.contextTokens.length);
+        expect(sequence.contextTokens).toEqual([]);
       }),
     60_000,
   );
+});
+
+/** A user's turn: the question, then the picture after its text (as the fixture asked llama-server). */
+const askAbout = (image: Uint8Array, question = VISION_PROMPT): Turn => ({ role: "user", content: question, images: [{ data: image, at: question.length }] });
+
+describe.skipIf(natives === undefined)("the engine with a projector", () => {
+  const engine = (async () => {
+    const { model, projector } = await pair();
+    return await testEngine({ modelPath: model, projectorPath: projector, parallel: 2, contextSize: 1024 });
+  })();
+  afterAll(async () => await (await engine).close());
+
+  test("a picture and its question give llama-server's greedy reply, token for token, for each picture", async () => {
+    const vision = await engine;
+    expect(vision.seesImages).toBe(true);
+    for (const [name, image] of Object.entries(VISION_IMAGES)) {
+      const result = await generated(vision, { cacheScope: "u1", history: [askAbout(image())], temperature: 0, maxTokens: VISION_REPLY_TOKENS });
+      expect({ name, content: result.text }).toEqual({ name, content: fixture.replies[name]!.content });
+      expect(result.completionTokens).toBe(fixture.replies[name]!.tokens.length);
+    }
+  }, 60_000);
+
+  test("a conversation's next turn reuses its picture's cells; another user's same picture reuses none of them", async () => {
+    const vision = await engine;
+    const picture = VISION_IMAGES.gradient!();
+    const first = await generated(vision, {
+      cacheScope: "u1",
+      conversationKey: "c1",
+      startsConversation: true,
+      history: [askAbout(picture)],
+      temperature: 0,
+      maxTokens: 8,
+    });
+    const history: Turn[] = [askAbout(picture), { role: "assistant", content: first.text }, { role: "user", content: "And the colours?" }];
+    const second = await generated(vision, { cacheScope: "u1", conversationKey: "c1", history, temperature: 0, maxTokens: 8 });
+    expect(second.cachedTokens).toBeGreaterThan(first.promptTokens - 8);
+    // Stateless, another user: at most the template's opening, before any picture.
+    const other = await generated(vision, { cacheScope: "u2", history: [askAbout(picture)], temperature: 0, maxTokens: 8 });
+    expect(other.cachedTokens).toBeLessThan(first.promptTokens - PATCHES);
+    expect(other.text).toBe(first.text);
+  }, 60_000);
+
+  test("what is no picture, and a picture that cannot fit the context, are refused naming the picture", async () => {
+    const vision = await engine;
+    const notPicture: Turn = { role: "user", content: "look", images: [{ data: new TextEncoder().encode("no"), at: 4 }] };
+    const refused = generated(vision, {
+      cacheScope: "u1",
+      history: [{ role: "user", content: "hi" }, { role: "assistant", content: "yes" }, notPicture],
+      temperature: 0,
+      maxTokens: 4,
+    });
+    await expect(refused).rejects.toMatchObject({ field: { part: "image", index: 0 } });
+    // Fitting keeps a message's end: a picture before its long text is cut off.
+    const long: Turn = { role: "user", content: "word ".repeat(2000), images: [{ data: VISION_IMAGES.white!(), at: 0 }] };
+    await expect(generated(vision, { cacheScope: "u1", history: [long], temperature: 0, maxTokens: 4 })).rejects.toMatchObject({
+      field: { part: "image", index: 0 },
+    });
+  }, 60_000);
+
+  test("a model without a projector refuses pictures, saying how to give it one", async () => {
+    const blind = await testEngine({ preset: "demo", parallel: 1, contextSize: 512 });
+    try {
+      expect(blind.seesImages).toBe(false);
+      await expect(generated(blind, { cacheScope: "u1", history: [askAbout(VISION_IMAGES.white!())], temperature: 0, maxTokens: 4 })).rejects.toThrow(
+        "mmproj-",
+      );
+    } finally {
+      await blind.close();
+    }
+  }, 60_000);
 });

@@ -136,10 +136,12 @@ export async function testEngine(
     speculate?: Speculate;
     onDrafts?: (drafted: number, accepted: number) => void;
     draftModelPath?: string;
+    projectorPath?: string;
     onWarning?: (message: string, error: unknown) => void;
   } = {},
 ) {
   return Engine.load({
+    projectorPath: options.projectorPath,
     speculate: options.speculate,
     draftModelPath: options.draftModelPath,
     onWarning: options.onWarning,

@@ -2,7 +2,10 @@
  * What llama-server answered for the vision preset (tools/vision-fixture.ts writes it), and the
  * pictures and prompt it was asked: generated here, so no image file is committed.
  */
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { VISION_MODEL_NAME, writePresetModel } from "../../src/gguf/presets";
+import { projectorFileName } from "../../src/gguf/vision";
+import { tempDir } from "./files";
 import { png } from "./png";
 
 export const VISION_FIXTURE_PATH = join(import.meta.dir, "..", "fixtures", "llama-server-vision.json");
@@ -23,4 +26,12 @@ export interface VisionFixture {
   projector: string;
   /** Per picture: llama-server's greedy reply and its tokens' log-probabilities. */
   replies: Record<string, { content: string; tokens: { token: string; logprob: number }[] }>;
+}
+
+/** The vision preset written to a fresh directory: the model, and its projector beside it. */
+export async function visionPair(): Promise<{ dir: string; model: string; projector: string }> {
+  const dir = tempDir("vision");
+  const model = join(dir, `${VISION_MODEL_NAME}.gguf`);
+  await writePresetModel("vision", model);
+  return { dir, model, projector: join(dirname(model), projectorFileName(`${VISION_MODEL_NAME}.gguf`)) };
 }

@@ -13,6 +13,7 @@ import {
   type NewMessage,
   type RowQuery,
   type StoredConversation,
+  type StoredImage,
   type StoredTurn,
   storedTurn,
 } from "../types";
@@ -30,7 +31,7 @@ export class PgConversationStore implements ConversationStore {
 
   constructor(private readonly db: Db) {
     this.newestFirst = db
-      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning, item: messages.item })
+      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning, item: messages.item, images: messages.images })
       .from(messages)
       .where(eq(messages.conversationId, 0))
       .orderBy(desc(messages.createdAt), desc(messages.id))
@@ -130,7 +131,9 @@ export class PgConversationStore implements ConversationStore {
     // Read through a cursor, a few rows at a time: the rows beyond the bound are never fetched.
     // Counted in JavaScript, as SQLite's does: the bound is in UTF-16 units, PostgreSQL counts code points.
     stepping: for await (const rows of this.db.$client
-      .unsafe<(Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: MessageItem | null })[]>(this.newestFirst, [conversationId])
+      .unsafe<(Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: MessageItem | null; images: StoredImage[] | null })[]>(this.newestFirst, [
+        conversationId,
+      ])
       .cursor(TURNS_PER_FETCH)) {
       for (const turn of rows) {
         turns.push(storedTurn(turn));

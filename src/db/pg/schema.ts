@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { bigint, boolean, doublePrecision, index, integer, jsonb, pgTable, primaryKey, text, uniqueIndex } from "drizzle-orm/pg-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { type ConversationItem, KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord } from "../types";
+import { type ConversationItem, KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredImage } from "../types";
 
 /**
  * Milliseconds since the epoch, as in SQLite, from the database's clock: several nodes share one
@@ -89,6 +89,8 @@ export const messages = pgTable(
      * show them and the prompts made of them.
      */
     item: jsonb("item").$type<MessageItem>(),
+    /** A user message's pictures; null without. */
+    images: jsonb("images").$type<StoredImage[]>(),
   },
   (table) => [
     // Serves "a user's messages by created_at" in either direction with id as tie-break, no sort step;

@@ -61,13 +61,13 @@ const ROW = rowColumns(messages);
 
 export class SqliteConversationStore implements ConversationStore {
   /** A conversation's turns newest first, along messages_conversation_created_idx (no sort step). */
-  private readonly newestFirst: Statement<Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: string | null }, [number]>;
+  private readonly newestFirst: Statement<Pick<MessageRecord, "role" | "content" | "reasoning"> & { item: string | null; images: string | null }, [number]>;
   private readonly listPage;
   private readonly countAll;
 
   constructor(private readonly db: Db) {
     const query = db
-      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning, item: messages.item })
+      .select({ role: messages.role, content: messages.content, reasoning: messages.reasoning, item: messages.item, images: messages.images })
       .from(messages)
       .where(eq(messages.conversationId, sql.placeholder("conversationId")))
       .orderBy(desc(messages.createdAt), desc(messages.id));
@@ -175,7 +175,9 @@ export class SqliteConversationStore implements ConversationStore {
     let chars = 0;
     // Stepped row by row: the rows beyond the bound are never read.
     for (const turn of this.newestFirst.iterate(conversationId)) {
-      turns.push(storedTurn({ ...turn, item: turn.item === null ? null : JSON.parse(turn.item) }));
+      turns.push(
+        storedTurn({ ...turn, item: turn.item === null ? null : JSON.parse(turn.item), images: turn.images === null ? null : JSON.parse(turn.images) }),
+      );
       chars += turn.content.length;
       if (chars >= maxChars) break;
     }

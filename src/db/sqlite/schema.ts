@@ -2,7 +2,7 @@ import { sql } from "drizzle-orm";
 import { index, integer, primaryKey, real, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 // Stored messages are what the engine spoke and heard: its vocabulary, not a copy of it.
 import { CONVERSATION_ROLES, FINISH_REASONS } from "../../vocabulary";
-import { type ConversationItem, KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord } from "../types";
+import { type ConversationItem, KEY_ROLES, type MessageItem, QUOTA_PERIODS, RESPONSE_STATUSES, type ResponseUsageRecord, type StoredImage } from "../types";
 
 /** Milliseconds since the epoch: the contract's times carry milliseconds. */
 const createdAt = () => integer("created_at", { mode: "number" }).notNull().default(sql`(cast(unixepoch('subsec') * 1000 as integer))`);
@@ -80,6 +80,8 @@ export const messages = sqliteTable(
      * show them and the prompts made of them.
      */
     item: text("item", { mode: "json" }).$type<MessageItem>(),
+    /** A user message's pictures; null without. */
+    images: text("images", { mode: "json" }).$type<StoredImage[]>(),
   },
   (table) => [
     // Serves "a user's messages by created_at" in either direction with id as tie-break, no sort step.

@@ -8,7 +8,7 @@ import { optional, SAMPLING_FIELDS, UNKNOWN_FIELD, unsupported } from "../sampli
 const closed = { additionalProperties: false } as const;
 
 const CONTENT_RULE =
-  "content must be a string or blocks: text {type, text}, thinking {type, thinking, signature} and tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} (a user's); images and documents are not supported";
+  "content must be a string or blocks: text {type, text}, thinking {type, thinking, signature} and tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} and image {type, source: {type: base64, media_type, data}} (a user's); documents are not supported";
 
 /** A cache hint: accepted, since Parley's prefix cache needs none. */
 const CacheControl = optional(
@@ -52,11 +52,29 @@ const ToolResultBlockParam = t.Object({
   cache_control: CacheControl,
 });
 
+/** A user's picture: its bytes in base64 (a URL is not fetched, and Parley keeps no files). */
+const ImageBlockParam = t.Object({
+  type: t.Literal("image"),
+  source: t.Union([
+    t.Object({
+      type: t.Literal("base64"),
+      media_type: t.Union([t.Literal("image/jpeg"), t.Literal("image/png"), t.Literal("image/gif"), t.Literal("image/webp")]),
+      data: t.String(),
+    }),
+    t.Object({ type: t.Literal("url"), url: t.String() }),
+    t.Object({ type: t.Literal("file"), file_id: t.String() }),
+  ]),
+  cache_control: CacheControl,
+});
+
 const MessageParam = t.Object(
   {
     role: t.Union([t.Literal("user"), t.Literal("assistant")], { error: "role must be user or assistant (the system prompt is the system field)" }),
     content: t.Union(
-      [t.String(), t.Array(t.Union([TextBlockParam, ThinkingBlockParam, RedactedThinkingBlockParam, ToolUseBlockParam, ToolResultBlockParam]))],
+      [
+        t.String(),
+        t.Array(t.Union([TextBlockParam, ImageBlockParam, ThinkingBlockParam, RedactedThinkingBlockParam, ToolUseBlockParam, ToolResultBlockParam])),
+      ],
       { error: CONTENT_RULE },
     ),
   },

@@ -5,6 +5,8 @@ export const anthropicFields: FieldNames = (field) => {
   switch (field.part) {
     case "history":
       return field.item === undefined ? "messages" : `messages[${field.item}]${field.detail === "answers" ? ".tool_use_id" : ""}`;
+    case "image":
+      return "messages";
     case "tools":
       return "tools";
     case "tool":

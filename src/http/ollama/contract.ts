@@ -53,8 +53,8 @@ export const OllamaMessage = t.Object(
     role: t.Union([t.Literal("system"), t.Literal("user"), t.Literal("assistant"), t.Literal("tool")], { error: MESSAGE_RULE }),
     content: t.String({ error: MESSAGE_RULE }),
     thinking: t.Optional(t.String()),
-    // Refused by the route while present, naming the message (routes/ollama.ts).
-    images: t.Optional(t.Unknown()),
+    // A user's pictures, each its file in base64: after its text (Ollama's own server puts them before).
+    images: t.Optional(t.Array(t.String(), { error: "images must be an array of pictures, each its file (PNG, JPEG, GIF or BMP) in base64" })),
     tool_calls: t.Optional(t.Array(ToolCall)),
     tool_name: t.Optional(t.String()),
   },
@@ -99,7 +99,7 @@ export const OllamaGenerateRequest = t.Object(
     ...TURN_FIELDS,
     prompt: t.String({ error: "prompt must be a string" }),
     system: t.Optional(t.String()),
-    images: unsupported("images: Parley has no image input yet"),
+    images: t.Optional(t.Array(t.String(), { error: "images must be an array of pictures, each its file (PNG, JPEG, GIF or BMP) in base64" })),
     raw: unsupported("raw: Parley writes every prompt through the model's chat template"),
     suffix: unsupported("suffix: Parley has no fill-in-the-middle yet"),
     template: unsupported("template: the model's own chat template writes the prompt"),

@@ -5,6 +5,8 @@ export const ollamaFields: FieldNames = (field) => {
   switch (field.part) {
     case "history":
       return field.item === undefined ? "messages" : `messages[${field.item}]${field.detail === "answers" ? ".tool_name" : ""}`;
+    case "image":
+      return "messages";
     case "format":
       return "format";
     case "tools":

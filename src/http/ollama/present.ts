@@ -132,7 +132,7 @@ export const showJson = (model: ModelInfo): OllamaShowResponse => ({
   system: "",
   details: detailsOf(model),
   model_info: { "general.architecture": model.file?.architecture ?? "", "general.parameter_count": model.file?.parameters ?? 0 },
-  capabilities: CAPABILITIES[model.file?.purpose ?? "chat"],
+  capabilities: [...CAPABILITIES[model.file?.purpose ?? "chat"], ...(model.vision ? ["vision"] : [])],
   modified_at: new Date(model.created * 1000).toISOString(),
 });
 

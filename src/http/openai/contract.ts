@@ -155,6 +155,7 @@ export const OpenAiModel = t.Object(
     created: t.Integer({ description: "Unix seconds: when the model's file last changed" }),
     owned_by: t.Literal("parley"),
     loaded: t.Boolean({ description: "Parley's own: whether the model is in memory now (else the next request for it loads it)" }),
+    vision: t.Boolean({ description: "Parley's own: whether the model sees pictures in messages (it has a projector)" }),
   },
   closed,
 );

@@ -6,6 +6,8 @@ export const chatCompletionFields: FieldNames = (field) => {
   switch (field.part) {
     case "history":
       return field.item === undefined ? "messages" : `messages[${field.item}]${field.detail === "answers" ? ".tool_call_id" : ""}`;
+    case "image":
+      return "messages";
     case "format":
       return "response_format";
     case "tools":

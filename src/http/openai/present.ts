@@ -217,6 +217,7 @@ export const modelJson = (model: ModelInfo): OpenAiModel => ({
   created: model.created,
   owned_by: "parley",
   loaded: model.loaded,
+  vision: model.vision,
 });
 
 /** The vectors as OpenAI's embeddings API gives them: numbers, or base64 of their little-endian float32 bytes. */

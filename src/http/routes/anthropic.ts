@@ -7,7 +7,7 @@
 import { Elysia } from "elysia";
 import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
-import type { Turn } from "../../llm/engine";
+import type { Turn, TurnImage } from "../../llm/engine";
 import { CountTokensRequest, MessagesRequest } from "../anthropic/contract";
 import { anthropicFields } from "../anthropic/fields";
 import { messageJson, messagesFraming, newMessageId } from "../anthropic/present";
@@ -16,6 +16,7 @@ import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
 import { anthropicErrorResponses, jsonResponse, TURN_REFUSALS } from "../openapi";
+import { pictureFromBase64, pictureFromUrl } from "../pictures";
 import { samplingFieldsOf } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
@@ -41,10 +42,15 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
       `${at}.content[${redacted}]`,
       "redacted_thinking blocks are another service's encrypted thoughts, which Parley cannot read (it writes none)",
     );
-  const text = blocksOf("text")
-    .map((block) => block.text)
-    .join("");
+  let text = "";
+  const images: TurnImage[] = [];
+  for (const [j, block] of content.entries()) {
+    if (block.type === "text") text += block.text;
+    else if (block.type === "image") images.push({ data: pictureOf(block.source, `${at}.content[${j}].source`), at: text.length });
+  }
   if (role === "assistant") {
+    const image = content.findIndex((block) => block.type === "image");
+    if (image >= 0) throw new InvalidInput(`${at}.content[${image}]`, "a picture belongs to a user message");
     const result = content.findIndex((block) => block.type === "tool_result");
     if (result >= 0) throw new InvalidInput(`${at}.content[${result}]`, "a tool_result belongs to a user message");
     const toolCalls = blocksOf("tool_use").map((block) => ({ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }));
@@ -67,7 +73,19 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
     const output = textOf(block.content ?? "");
     return [{ role: "tool", content: block.is_error === true ? `Error: ${output}` : output, toolCallId: block.tool_use_id, name }];
   });
-  return text !== "" || results.length === 0 ? [...results, { role, content: text }] : results;
+  return text !== "" || images.length > 0 || results.length === 0 ? [...results, { role, content: text, ...(images.length > 0 ? { images } : {}) }] : results;
+}
+
+/** A picture block's bytes: base64 only. */
+function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: string): Uint8Array {
+  switch (source.type) {
+    case "base64":
+      return pictureFromBase64(`${at}.data`, source.data);
+    case "url":
+      return pictureFromUrl(`${at}.url`, source.url);
+    case "file":
+      throw new InvalidInput(`${at}.file_id`, "Parley keeps no files: send the picture as base64");
+  }
 }
 
 /**

@@ -7,6 +7,7 @@ import { errorBody } from "../errors";
 import { namingFields } from "../field-names";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatReplyResponse, errorResponses } from "../openapi";
+import { pictureFromBase64 } from "../pictures";
 import { nativeFields, resultJson, startJson } from "../present";
 import { contextOf } from "../request-context";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
@@ -16,6 +17,8 @@ import type { Framing, RequestHooks, TurnDriver } from "../turn-driver";
 
 const MAX_MESSAGE_CODE_POINTS = 16_000;
 const MESSAGE_RULE = `message must be a string of 1 to ${MAX_MESSAGE_CODE_POINTS} characters`;
+const MAX_IMAGES = 8;
+const IMAGES_RULE = `images must be an array of up to ${MAX_IMAGES} pictures, each its file (PNG, JPEG, GIF or BMP) in base64`;
 
 const chatRequest = t.Object({
   // UTF-16 length is at most twice the code points; the exact count is checked below.
@@ -27,6 +30,7 @@ const chatRequest = t.Object({
   seed: t.Optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
   model: t.Optional(t.String({ minLength: 1, maxLength: 256, error: "model must be a model's id (GET /v1/models lists them)" })),
   response_format: t.Optional(t.Union([RESPONSE_FORMAT, t.Null()], { error: RESPONSE_FORMAT_RULE })),
+  images: t.Optional(t.Array(t.String(), { maxItems: MAX_IMAGES, error: IMAGES_RULE })),
   ...SAMPLING_FIELDS,
 });
 
@@ -81,6 +85,10 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
             userId: principal.userId,
             conversationId: body.conversation_id,
             message: body.message,
+            // After the message's text, as a client shows a question with its pictures.
+            ...(body.images?.length
+              ? { images: body.images.map((image, i) => ({ data: pictureFromBase64(`images[${i}]`, image), at: body.message.length })) }
+              : {}),
             sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
             maxTokens: body.max_tokens ?? 512,
             format: formatOf(body.response_format),

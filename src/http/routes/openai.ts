@@ -7,7 +7,7 @@
 import { Elysia, t } from "elysia";
 import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
-import type { Turn } from "../../llm/engine";
+import type { Turn, TurnImage } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
@@ -16,12 +16,13 @@ import { chatCompletionFields } from "../openai/fields";
 import { completionFraming, completionJson, newCompletion } from "../openai/present";
 import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
 import { chatCompletionResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
+import { pictureFromUrl } from "../pictures";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
 const MESSAGE_RULE =
-  'each message needs a role (system, developer, user, assistant or tool) and text content: a string or [{type: "text", text}] (an assistant\'s also [{type: "refusal", refusal}], or none beside tool_calls)';
+  'each message needs a role (system, developer, user, assistant or tool) and content: a string or [{type: "text", text}] (a user\'s also [{type: "image_url", image_url: {url: a data URL, detail?}}], an assistant\'s [{type: "refusal", refusal}], or none beside tool_calls)';
 
 const message = t.Object(
   {
@@ -29,7 +30,17 @@ const message = t.Object(
     content: optional(
       t.Union([
         t.String(),
-        t.Array(t.Union([t.Object({ type: t.Literal("text"), text: t.String() }), t.Object({ type: t.Literal("refusal"), refusal: t.String() })])),
+        t.Array(
+          t.Union([
+            t.Object({ type: t.Literal("text"), text: t.String() }),
+            t.Object({ type: t.Literal("refusal"), refusal: t.String() }),
+            // `detail` changes nothing: the model sees a picture at its projector's one resolution.
+            t.Object({
+              type: t.Literal("image_url"),
+              image_url: t.Object({ url: t.String(), detail: t.Optional(t.Union([t.Literal("auto"), t.Literal("low"), t.Literal("high")])) }),
+            }),
+          ]),
+        ),
       ]),
       MESSAGE_RULE,
     ),
@@ -109,7 +120,7 @@ function toTurns(messages: readonly Message[]): Turn[] {
     if (role !== "assistant" && tool_calls != null) throw new InvalidInput(`${at}.tool_calls`, "only an assistant message may call tools");
     if (role !== "tool" && tool_call_id != null) throw new InvalidInput(`${at}.tool_call_id`, "only a tool message answers a call");
     if (role !== "assistant" && content === undefined) throw new InvalidInput(`${at}.content`, MESSAGE_RULE);
-    const text = typeof content === "string" ? content : (content ?? []).map((part) => (part.type === "text" ? part.text : part.refusal)).join("");
+    const { text, images } = contentOf(content ?? [], at, role === "user");
     if (role === "tool") {
       const name = calls.get(tool_call_id ?? "");
       if (name === undefined)
@@ -119,11 +130,25 @@ function toTurns(messages: readonly Message[]): Turn[] {
         );
       return { role, content: text, toolCallId: tool_call_id!, name };
     }
-    if (role !== "assistant") return { role: role === "developer" ? "system" : role, content: text };
+    if (role !== "assistant") return { role: role === "developer" ? "system" : role, content: text, ...(images.length > 0 ? { images } : {}) };
     const toolCalls = callsOf(tool_calls ?? [], at);
     for (const call of toolCalls) calls.set(call.id, call.name);
     return { role, content: text, ...(reasoning_content ? { reasoning: reasoning_content } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) };
   });
+}
+
+/** A message's text, its parts' texts in order, and a user's pictures where their parts stand in it. */
+function contentOf(content: NonNullable<Message["content"]>, at: string, user: boolean): { text: string; images: TurnImage[] } {
+  if (typeof content === "string") return { text: content, images: [] };
+  let text = "";
+  const images: TurnImage[] = [];
+  for (const [i, part] of content.entries()) {
+    if (part.type === "image_url") {
+      if (!user) throw new InvalidInput(`${at}.content[${i}]`, "only a user message may have a picture");
+      images.push({ data: pictureFromUrl(`${at}.content[${i}].image_url.url`, part.image_url.url), at: text.length });
+    } else text += part.type === "text" ? part.text : part.refusal;
+  }
+  return { text, images };
 }
 
 function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal" | "userId"> {

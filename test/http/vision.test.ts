@@ -1,0 +1,161 @@
+/**
+ * Pictures through each protocol that carries them, with real clients, on the vision preset and its
+ * projector: at temperature 0 each reply equals llama-server's on the same picture and question
+ * (test/fixtures/llama-server-vision.json), so each framing put the picture where llama-server does.
+ */
+import { describe, expect, test } from "bun:test";
+import Anthropic from "@anthropic-ai/sdk";
+import { Ollama } from "ollama";
+import OpenAI from "openai";
+import { compiledNatives, postChat, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
+import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture, visionPair } from "../support/vision";
+
+const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
+const natives = await compiledNatives();
+const { model, projector } = await visionPair();
+const base64 = (name: string) => Buffer.from(VISION_IMAGES[name]!()).toString("base64");
+
+describe.skipIf(natives === undefined)("pictures on every protocol", () => {
+  const served = servedEngine("vision", { modelPath: model, projectorPath: projector, parallel: 2, contextSize: 1024 });
+  const openai = () => new OpenAI({ apiKey: served.key, baseURL: `${served.served.url}/v1`, maxRetries: 0 });
+
+  test("OpenAI chat completions: an image_url part after the text, as a data URL; the listing says the model sees pictures", async () => {
+    const client = openai();
+    const [listed] = (await client.models.list()).data as unknown as { vision: boolean }[];
+    expect(listed!.vision).toBe(true);
+    for (const name of Object.keys(VISION_IMAGES)) {
+      const completion = await client.chat.completions.create({
+        model: "any",
+        temperature: 0,
+        max_tokens: VISION_REPLY_TOKENS,
+        messages: [
+          {
+            role: "user",
+            content: [
+              { type: "text", text: VISION_PROMPT },
+              { type: "image_url", image_url: { url: `data:image/png;base64,${base64(name)}` } },
+            ],
+          },
+        ],
+      });
+      expect({ name, content: completion.choices[0]!.message.content }).toEqual({ name, content: fixture.replies[name]!.content });
+    }
+  });
+
+  test("Anthropic messages: an image block (base64 source) after the text", async () => {
+    const client = new Anthropic({ apiKey: served.key, baseURL: served.served.url, maxRetries: 0 });
+    for (const name of Object.keys(VISION_IMAGES)) {
+      const message = await client.messages.create({
+        model: "any",
+        // Greedy: the SDK's types no longer name temperature, which Parley (and Anthropic's API) still take.
+        ...({ temperature: 0 } as object),
+        max_tokens: VISION_REPLY_TOKENS,
+        messages: [
+          {
+            role: "user",
+            content: [
+              { type: "text", text: VISION_PROMPT },
+              { type: "image", source: { type: "base64", media_type: "image/png", data: base64(name) } },
+            ],
+          },
+        ],
+      });
+      const text = message.content.map((block) => (block.type === "text" ? block.text : "")).join("");
+      expect({ name, text }).toEqual({ name, text: fixture.replies[name]!.content });
+    }
+    const remote = await rejection(
+      client.messages.create({
+        model: "any",
+        max_tokens: 2,
+        messages: [{ role: "user", content: [{ type: "image", source: { type: "url", url: "https://example.com/cat.png" } }] }],
+      }),
+    );
+    expect(remote).toMatchObject({ status: 400 });
+    expect((remote as Error).message).toContain("messages[0].content[0].source.url");
+  });
+
+  test("Ollama chat and generate: a message's images after its text", async () => {
+    const client = new Ollama({ host: served.served.url, headers: { Authorization: `Bearer ${served.key}` } });
+    const options = { temperature: 0, num_predict: VISION_REPLY_TOKENS };
+    for (const name of Object.keys(VISION_IMAGES)) {
+      const chat = await client.chat({ model: "any", stream: false, options, messages: [{ role: "user", content: VISION_PROMPT, images: [base64(name)] }] });
+      const generate = await client.generate({ model: "any", stream: false, options, prompt: VISION_PROMPT, images: [base64(name)] });
+      expect({ name, chat: chat.message.content, generate: generate.response }).toEqual({
+        name,
+        chat: fixture.replies[name]!.content,
+        generate: fixture.replies[name]!.content,
+      });
+    }
+  });
+
+  test("OpenAI chat completions: a remote URL, what is no picture, and a picture outside a user message are 400 naming the part", async () => {
+    const client = openai();
+    const ask = (content: OpenAI.ChatCompletionContentPart[], role: "user" | "system" = "user") =>
+      client.chat.completions.create({ model: "any", max_tokens: 2, messages: [{ role, content } as OpenAI.ChatCompletionMessageParam] });
+    const remote = await rejection(ask([{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }]));
+    expect(remote).toMatchObject({ status: 400, param: "messages[0].content[0].image_url.url" });
+    expect((remote as Error).message).toContain("not fetched");
+    const noPicture = await rejection(
+      ask([{ type: "image_url", image_url: { url: `data:image/png;base64,${Buffer.from("no picture").toString("base64")}` } }]),
+    );
+    expect(noPicture).toMatchObject({ status: 400, param: "messages[0].content[0].image_url.url" });
+    const fromSystem = await rejection(ask([{ type: "image_url", image_url: { url: `data:image/png;base64,${base64("white")}` } }] as never, "system"));
+    expect(fromSystem).toMatchObject({ status: 400 });
+  });
+});
+
+/** The native reply's JSON, as far as these tests read it. */
+interface NativeReply {
+  message: { content: string };
+  usage: { prompt_tokens: number; cached_tokens: number };
+}
+
+describe.skipIf(natives === undefined)("the native API keeps a conversation's pictures", () => {
+  test("a message with a picture gets llama-server's reply; after a restart the next turn still sees it, as a client sending it all again does", async () => {
+    const db = testDb("vision-native");
+    const { key } = await db.keys.create("alice", "user");
+    const load = () => testEngine({ modelPath: model, projectorPath: projector, parallel: 2, contextSize: 1024 });
+    const ask = async (url: string, body: Record<string, unknown>) => {
+      const response = await postChat(url, key, { temperature: 0, max_tokens: VISION_REPLY_TOKENS, ...body });
+      expect(response.status).toBe(200);
+      return (await response.json()) as NativeReply;
+    };
+    let engine = await load();
+    let served = serveApp({ storage: db.storage, engine });
+    try {
+      const first = await ask(served.url, { conversation_id: "v1", message: VISION_PROMPT, images: [base64("gradient")] });
+      expect(first.message.content).toBe(fixture.replies.gradient!.content);
+      await served.stop();
+      await engine.close();
+      engine = await load();
+      served = serveApp({ storage: db.storage, engine });
+      const next = await ask(served.url, { conversation_id: "v1", message: "And the colours?" });
+      // Nothing of it is cached after the restart (a state with pictures is never saved): all evaluated afresh.
+      expect(next.usage.cached_tokens).toBeLessThan(first.usage.prompt_tokens);
+      const again = await openAiReply(served.url, key, [
+        {
+          role: "user",
+          content: [
+            { type: "text", text: VISION_PROMPT },
+            { type: "image_url", image_url: { url: `data:image/png;base64,${base64("gradient")}` } },
+          ],
+        },
+        { role: "assistant", content: first.message.content },
+        { role: "user", content: "And the colours?" },
+      ]);
+      expect(next.message.content).toBe(again.content);
+      expect(next.usage.prompt_tokens).toBe(again.promptTokens);
+    } finally {
+      await served.stop();
+      await engine.close();
+      await db.storage.close();
+    }
+  });
+});
+
+/** OpenAI chat's greedy reply to these messages, and its prompt's tokens. */
+async function openAiReply(url: string, apiKey: string, messages: OpenAI.ChatCompletionMessageParam[]) {
+  const client = new OpenAI({ apiKey, baseURL: `${url}/v1`, maxRetries: 0 });
+  const completion = await client.chat.completions.create({ model: "any", temperature: 0, max_tokens: VISION_REPLY_TOKENS, messages });
+  return { content: completion.choices[0]!.message.content ?? "", promptTokens: completion.usage!.prompt_tokens };
+}
