@@ -23,17 +23,35 @@ export function pictureProblem(data: Uint8Array): string | undefined {
   return undefined;
 }
 
+/** The picture's media type, by its first bytes (as `pictureProblem` reads them); undefined for none it takes. */
+export function mediaTypeOf(data: Uint8Array): string | undefined {
+  const starts = (...bytes: number[]) => bytes.every((byte, i) => data[i] === byte);
+  if (starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a)) return "image/png";
+  if (starts(0x47, 0x49, 0x46, 0x38)) return "image/gif";
+  if (starts(0x42, 0x4d)) return "image/bmp";
+  if (starts(0xff, 0xd8)) return "image/jpeg";
+  if (starts(0x52, 0x49, 0x46, 0x46) && new TextDecoder().decode(data.subarray(8, 12)) === "WEBP") return "image/webp";
+  return undefined;
+}
+
 type Size = { width: number; height: number } | "webp" | undefined;
 
 function sizeOf(data: Uint8Array): Size {
   const view = new DataView(data.buffer, data.byteOffset, data.byteLength);
-  const starts = (...bytes: number[]) => bytes.every((byte, i) => data[i] === byte);
-  if (starts(0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a) && data.length >= 24) return { width: view.getUint32(16), height: view.getUint32(20) };
-  if (starts(0x47, 0x49, 0x46, 0x38) && data.length >= 10) return { width: view.getUint16(6, true), height: view.getUint16(8, true) };
-  if (starts(0x42, 0x4d) && data.length >= 26) return { width: Math.abs(view.getInt32(18, true)), height: Math.abs(view.getInt32(22, true)) };
-  if (starts(0x52, 0x49, 0x46, 0x46) && data.length >= 12 && new TextDecoder().decode(data.subarray(8, 12)) === "WEBP") return "webp";
-  if (starts(0xff, 0xd8)) return jpegSize(data, view);
-  return undefined;
+  switch (mediaTypeOf(data)) {
+    case "image/png":
+      return data.length >= 24 ? { width: view.getUint32(16), height: view.getUint32(20) } : undefined;
+    case "image/gif":
+      return data.length >= 10 ? { width: view.getUint16(6, true), height: view.getUint16(8, true) } : undefined;
+    case "image/bmp":
+      return data.length >= 26 ? { width: Math.abs(view.getInt32(18, true)), height: Math.abs(view.getInt32(22, true)) } : undefined;
+    case "image/jpeg":
+      return jpegSize(data, view);
+    case "image/webp":
+      return "webp";
+    default:
+      return undefined;
+  }
 }
 
 /** A JPEG's size, from its first start-of-frame segment. */

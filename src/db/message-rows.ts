@@ -43,5 +43,6 @@ export const messageRecord = (conversation: ConversationRef, row: Omit<MessageRe
   userId: row.userId,
   finishReason: row.finishReason,
   model: row.model,
+  images: row.images,
   conversationId: conversation.externalId,
 });

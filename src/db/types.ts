@@ -104,6 +104,8 @@ export interface MessageRecord {
   finishReason: FinishReason | null;
   /** The model that wrote a reply; null for user messages (and replies stored before models were named). */
   model: string | null;
+  /** A user message's pictures; null without. */
+  images: StoredImage[] | null;
   conversationId: string;
 }
 

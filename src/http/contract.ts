@@ -69,6 +69,7 @@ export const Message = t.Object(
     user_id: t.Integer(),
     finish_reason: t.Optional(oneOf(FINISH_REASONS, { description: "Assistant messages only" })),
     model: t.Optional(t.String({ description: "Assistant messages only: the model that wrote the reply" })),
+    images: t.Optional(t.Array(t.String(), { description: "User messages with pictures only: each as a data URL, seen after content" })),
   },
   closed,
 );

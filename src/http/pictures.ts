@@ -5,7 +5,7 @@
  * server reach other hosts. The bytes must be a picture within its limits (chat/pictures.ts);
  * whether the model can see it is the engine's to say.
  */
-import { pictureProblem } from "../chat/pictures";
+import { mediaTypeOf, pictureProblem } from "../chat/pictures";
 import { InvalidInput } from "../errors";
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -34,4 +34,10 @@ export function pictureFromUrl(field: string, url: string): Uint8Array {
   const type = match[1]!.toLowerCase();
   if (type !== "" && !type.startsWith("image/")) throw new InvalidInput(field, `is ${type}, not a picture (image/*)`);
   return pictureFromBase64(field, match[3]!);
+}
+
+/** A stored picture (its file in base64) as a data URL, its media type read from its bytes. */
+export function pictureUrl(base64: string): string {
+  const type = mediaTypeOf(Buffer.from(base64.slice(0, 24), "base64")) ?? "application/octet-stream";
+  return `data:${type};base64,${base64}`;
 }

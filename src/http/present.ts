@@ -4,6 +4,7 @@ import type { QuotaState } from "../chat/token-ledger";
 import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination, QuotaJson } from "./contract";
 import type { FieldNames } from "./field-names";
+import { pictureUrl } from "./pictures";
 
 /** A stored message; `finish_reason` belongs to replies only, `reasoning` to a reasoning model's. */
 export function messageJson(message: MessageRecord): Message {
@@ -17,6 +18,7 @@ export function messageJson(message: MessageRecord): Message {
     user_id: message.userId,
     ...(message.role === "assistant" && message.finishReason !== null ? { finish_reason: message.finishReason } : {}),
     ...(message.role === "assistant" && message.model !== null ? { model: message.model } : {}),
+    ...(message.images ? { images: message.images.map(({ base64 }) => pictureUrl(base64)) } : {}),
   };
 }
 

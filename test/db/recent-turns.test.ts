@@ -33,5 +33,25 @@ for (const backend of backends()) {
         await storage.close();
       }),
     );
+
+    test("a user message's pictures come back with it: in its turn, and in the listing", async () => {
+      const { storage } = await backend.open("recent-turns-images");
+      const { userId } = await storage.keys.create("alice", "user");
+      const conversation = await storage.conversations.findOrCreate(userId, "pictures");
+      const images = [
+        { at: 4, base64: "iVBORw0KGgo=" },
+        { at: 4, base64: "R0lGODlh" },
+      ];
+      const added = await storage.conversations.addMessage(conversation, { role: "user", content: "Look", images });
+      expect(added.images).toEqual(images);
+      await storage.conversations.addMessage(conversation, { role: "assistant", content: "I see" });
+      expect(await storage.conversations.recentTurns(conversation.id, { maxChars: 100 })).toEqual([
+        { role: "user", content: "Look", images },
+        { role: "assistant", content: "I see" },
+      ]);
+      const page = await storage.messages.list({ userId, sortField: "id", sortDirection: "asc", limit: 10, offset: 0 });
+      expect(page.rows.map((row) => row.images)).toEqual([images, null]);
+      await storage.close();
+    });
   });
 }

@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { Ollama } from "ollama";
 import OpenAI from "openai";
-import { compiledNatives, postChat, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
+import { bearer, compiledNatives, postChat, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
 import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture, visionPair } from "../support/vision";
 
 const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
@@ -88,6 +88,36 @@ describe.skipIf(natives === undefined)("pictures on every protocol", () => {
     }
   });
 
+  test("OpenAI Responses: an input_image part after the text; a conversation keeps it, lists it back, and is its user's alone", async () => {
+    const client = openai();
+    const image = { type: "input_image" as const, detail: "auto" as const, image_url: `data:image/png;base64,${base64("stripes")}` };
+    const response = await client.responses.create({
+      model: "any",
+      temperature: 0,
+      max_output_tokens: VISION_REPLY_TOKENS,
+      input: [{ role: "user", content: [{ type: "input_text", text: VISION_PROMPT }, image] }],
+    });
+    expect(response.output_text).toBe(fixture.replies.stripes!.content);
+    const conversation = await client.conversations.create();
+    const inConversation = await client.responses.create({
+      model: "any",
+      temperature: 0,
+      max_output_tokens: VISION_REPLY_TOKENS,
+      conversation: conversation.id,
+      input: [{ role: "user", content: [{ type: "input_text", text: VISION_PROMPT }, image] }],
+    });
+    expect(inConversation.output_text).toBe(fixture.replies.stripes!.content);
+    const items = await client.conversations.items.list(conversation.id, { order: "asc" });
+    expect((items.data[0] as { content: unknown }).content).toEqual([
+      { type: "input_text", text: VISION_PROMPT },
+      { ...image, file_id: null },
+    ]);
+    const bob = new OpenAI({ apiKey: served.otherKey, baseURL: `${served.served.url}/v1`, maxRetries: 0 });
+    expect(await rejection(bob.conversations.items.list(conversation.id))).toBeInstanceOf(OpenAI.NotFoundError);
+    await client.conversations.delete(conversation.id);
+    expect(await rejection(client.conversations.items.list(conversation.id))).toBeInstanceOf(OpenAI.NotFoundError);
+  });
+
   test("OpenAI chat completions: a remote URL, what is no picture, and a picture outside a user message are 400 naming the part", async () => {
     const client = openai();
     const ask = (content: OpenAI.ChatCompletionContentPart[], role: "user" | "system" = "user") =>
@@ -111,9 +141,10 @@ interface NativeReply {
 }
 
 describe.skipIf(natives === undefined)("the native API keeps a conversation's pictures", () => {
-  test("a message with a picture gets llama-server's reply; after a restart the next turn still sees it, as a client sending it all again does", async () => {
+  test("a message with a picture gets llama-server's reply; after a restart the next turn still sees it, as a client sending it all again does; listed to its user alone, deleted with its conversation", async () => {
     const db = testDb("vision-native");
     const { key } = await db.keys.create("alice", "user");
+    const { key: bob } = await db.keys.create("bob", "user");
     const load = () => testEngine({ modelPath: model, projectorPath: projector, parallel: 2, contextSize: 1024 });
     const ask = async (url: string, body: Record<string, unknown>) => {
       const response = await postChat(url, key, { temperature: 0, max_tokens: VISION_REPLY_TOKENS, ...body });
@@ -125,6 +156,11 @@ describe.skipIf(natives === undefined)("the native API keeps a conversation's pi
     try {
       const first = await ask(served.url, { conversation_id: "v1", message: VISION_PROMPT, images: [base64("gradient")] });
       expect(first.message.content).toBe(fixture.replies.gradient!.content);
+      // Listed with its picture, to its user alone.
+      const listed = async (apiKey: string) =>
+        ((await (await fetch(`${served.url}/api/v1.0/chat/messages`, { headers: bearer(apiKey) })).json()) as { data: { images?: string[] }[] }).data;
+      expect((await listed(key)).map(({ images }) => images)).toEqual([undefined, [`data:image/png;base64,${base64("gradient")}`]]);
+      expect(await listed(bob)).toEqual([]);
       await served.stop();
       await engine.close();
       engine = await load();
@@ -145,6 +181,10 @@ describe.skipIf(natives === undefined)("the native API keeps a conversation's pi
       ]);
       expect(next.message.content).toBe(again.content);
       expect(next.usage.prompt_tokens).toBe(again.promptTokens);
+      // Deleted with its conversation: no row keeps the picture.
+      const deleted = await fetch(`${served.url}/api/v1.0/chat/conversations/v1`, { method: "DELETE", headers: bearer(key) });
+      expect(deleted.status).toBe(204);
+      expect(db.storage.sqlite.query("SELECT count(*) AS n FROM messages WHERE images IS NOT NULL").get()).toEqual({ n: 0 });
     } finally {
       await served.stop();
       await engine.close();

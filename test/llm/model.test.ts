@@ -7,6 +7,7 @@ import { readGgufHeader } from "../../src/gguf/reader";
 import { memoryNeed, refuseUnlessFits } from "../../src/llm/memory-need";
 import { ModelRegistry, UnknownModel } from "../../src/llm/model";
 import { presetModel, tempDir } from "../support";
+import { visionPair } from "../support/vision";
 
 const open = (modelsDir: string, paths: string[] = [], aliases?: Record<string, string>) =>
   ModelRegistry.open({ paths, modelsDir, ...(aliases ? { aliases } : {}) });
@@ -119,6 +120,27 @@ describe("the model registry", () => {
     registry.rescan();
     expect(registry.unusable.find((file) => file.path === join(dir, "twin.gguf"))?.reason).toContain('"parley-bench-small" is already');
     await expect(open(dir)).rejects.toThrow('"parley-bench-small" is already');
+  });
+});
+
+describe("a vision model's projector", () => {
+  test("mmproj-<file> beside a model is its projector, else a one-model folder's one mmproj; named with +, a missing one refuses the start", async () => {
+    const { dir, model, projector } = await visionPair();
+    const beside = await open(dir);
+    expect(beside.resolve("parley-vision")).toMatchObject({ path: model, projector });
+    // The demo written beside it has none.
+    expect(beside.resolve("parley-demo").projector).toBeUndefined();
+
+    const folder = tempDir("vision-folder");
+    copyFileSync(model, join(folder, "model-q4.gguf"));
+    copyFileSync(projector, join(folder, "mmproj-model-f16.gguf"));
+    expect((await open(tempDir("elsewhere"), [join(folder, "model-q4.gguf")])).default).toMatchObject({ projector: join(folder, "mmproj-model-f16.gguf") });
+
+    const other = tempDir("vision-named");
+    copyFileSync(projector, join(other, "clip.gguf"));
+    const named = await open(tempDir("empty"), [`${model}+${join(other, "clip.gguf")}`]);
+    expect(named.default).toMatchObject({ path: model, projector: join(other, "clip.gguf") });
+    await expect(open(tempDir("empty"), [`${model}+${join(other, "missing.gguf")}`])).rejects.toThrow("missing.gguf");
   });
 });
 

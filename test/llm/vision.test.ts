@@ -6,6 +6,7 @@
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
+import { join } from "node:path";
 import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel, type Token } from "node-llama-cpp";
 import { integer } from "../../src/gguf/describe";
 import { VISION_MODEL_NAME } from "../../src/gguf/presets";
@@ -175,6 +176,25 @@ describe.skipIf(natives === undefined)("the engine with a projector", () => {
       field: { part: "image", index: 0 },
     });
   }, 60_000);
+
+  test("on the npm prebuilt the model loads without its projector, with a warning, and a picture is refused saying how to get the natives", async () => {
+    const { model, projector } = await pair();
+    const child = Bun.spawnSync(["bun", "test/llm/prebuilt-vision.ts", model, projector], {
+      cwd: join(import.meta.dir, "..", ".."),
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    expect(child.exitCode, child.stderr.toString()).toBe(0);
+    const seen = JSON.parse(child.stdout.toString().trim().split("\n").at(-1)!) as {
+      natives: string;
+      seesImages: boolean;
+      warnings: string[];
+      refusal?: { kind: string; field: unknown; message: string };
+    };
+    expect(seen).toMatchObject({ natives: "prebuilt", seesImages: false, refusal: { kind: "invalid_input", field: { part: "image", index: 0 } } });
+    expect(seen.refusal!.message).toContain("bun run natives");
+    expect(seen.warnings.join("\n")).toContain("is not loaded");
+  }, 120_000);
 
   test("a model without a projector refuses pictures, saying how to give it one", async () => {
     const blind = await testEngine({ preset: "demo", parallel: 1, contextSize: 512 });

@@ -47,6 +47,7 @@ function pageQuery(db: Db, shape: Shape) {
       finishReason: messages.finishReason,
       model: messages.model,
       conversationId: conversations.externalId,
+      images: messages.images,
     })
     .from(page)
     .innerJoin(messages, eq(messages.id, page.pageId))

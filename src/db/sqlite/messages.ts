@@ -47,6 +47,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
       userId: messages.userId,
       finishReason: messages.finishReason,
       model: messages.model,
+      images: messages.images,
       conversation: messages.conversationId,
     })
     .from(messages)
@@ -67,6 +68,7 @@ function pageQuery(db: Db, shape: Shape, values: Values) {
         finishReason: page.finishReason,
         model: page.model,
         conversationId: conversations.externalId,
+        images: page.images,
       })
       .from(page)
       .innerJoin(conversations, eq(conversations.id, page.conversation))
@@ -105,6 +107,7 @@ const toRecord = (values: unknown[]): MessageRecord => ({
   finishReason: values[6] as MessageRecord["finishReason"],
   model: values[7] as string | null,
   conversationId: values[8] as string,
+  images: values[9] === null ? null : JSON.parse(values[9] as string),
 });
 
 /** The listing, its statements prepared once per shape: eight page shapes, two totals. */

@@ -30,6 +30,8 @@ export const responseFields: FieldNames = (field) => {
   switch (field.part) {
     case "history":
       return field.item === undefined ? "input" : `input[${field.item}]${field.detail === "answers" ? ".call_id" : ""}`;
+    case "image":
+      return "input";
     case "format":
       return "text.format";
     case "tools":

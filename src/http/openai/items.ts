@@ -1,11 +1,13 @@
 /** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
 import { t } from "elysia";
-import type { ItemInput, ItemPageQuery, ItemReference } from "../../chat/items";
+import { type ItemInput, type ItemPageQuery, type ItemReference, storedImages } from "../../chat/items";
 import { InvalidInput } from "../../errors";
+import type { TurnImage } from "../../llm/engine";
+import { pictureFromUrl } from "../pictures";
 import { checkedArguments } from "./tools";
 
 export const ITEM_RULE =
-  'input must be a string or items: messages {role: user, system, developer or assistant, content: a string or [{type: "input_text" or "output_text", text}]}, function_call {call_id, name, arguments}, function_call_output {call_id, output}, reasoning {summary, content}';
+  'input must be a string or items: messages {role: user, system, developer or assistant, content: a string or [{type: "input_text" or "output_text", text}] (a user\'s also [{type: "input_image", image_url: a data URL, detail?}])}, function_call {call_id, name, arguments}, function_call_output {call_id, output}, reasoning {summary, content}';
 
 const seen = { id: t.Optional(t.String()), status: t.Optional(t.String()) };
 
@@ -15,7 +17,21 @@ export const ITEM = t.Union(
     t.Object({
       type: t.Optional(t.Literal("message")),
       role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer"), t.Literal("assistant")]),
-      content: t.Union([t.String(), t.Array(t.Object({ type: t.Union([t.Literal("input_text"), t.Literal("output_text")]), text: t.String() }))]),
+      content: t.Union([
+        t.String(),
+        t.Array(
+          t.Union([
+            t.Object({ type: t.Union([t.Literal("input_text"), t.Literal("output_text")]), text: t.String() }),
+            // `detail` changes nothing: the model sees a picture at its projector's one resolution.
+            t.Object({
+              type: t.Literal("input_image"),
+              image_url: t.Optional(t.Union([t.String(), t.Null()])),
+              file_id: t.Optional(t.Union([t.String(), t.Null()])),
+              detail: t.Optional(t.Union([t.Literal("auto"), t.Literal("low"), t.Literal("high")])),
+            }),
+          ]),
+        ),
+      ]),
       ...seen,
     }),
     t.Object({ type: t.Literal("function_call"), call_id: t.String({ minLength: 1 }), name: t.String(), arguments: t.String(), ...seen }),
@@ -59,11 +75,29 @@ function itemOf(entry: Item, at: string): ItemInput {
     case "reasoning":
       return { type: "thought", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
     default: {
-      const text = typeof entry.content === "string" ? entry.content : entry.content.map((part) => part.text).join("");
+      const { text, images } = contentOf(entry, at);
       if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
-      return { type: "message", ...id, role: entry.role, text };
+      return { type: "message", ...id, role: entry.role, text, ...storedImages(images) };
     }
   }
+}
+
+/** A message's text, its parts' in order, and a user's pictures where their parts stand in it. */
+function contentOf(entry: Extract<Item, { role: string }>, at: string): { text: string; images: TurnImage[] } {
+  if (typeof entry.content === "string") return { text: entry.content, images: [] };
+  let text = "";
+  const images: TurnImage[] = [];
+  for (const [i, part] of entry.content.entries()) {
+    if (part.type !== "input_image") {
+      text += part.text;
+      continue;
+    }
+    const where = `${at}.content[${i}]`;
+    if (entry.role !== "user") throw new InvalidInput(where, "only a user message may have a picture");
+    if (part.image_url == null) throw new InvalidInput(`${where}.file_id`, "Parley keeps no files: send the picture as image_url, a data URL");
+    images.push({ data: pictureFromUrl(`${where}.image_url`, part.image_url), at: text.length });
+  }
+  return { text, images };
 }
 
 // `include` among them: what it would add, Parley does not have.

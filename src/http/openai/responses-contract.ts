@@ -46,6 +46,10 @@ export const OutputItem = t.Union([ReasoningItem, MessageItem, FunctionCallItem]
 export type OutputItem = Static<typeof OutputItem>;
 
 const InputText = t.Object({ type: t.Literal("input_text"), text: t.String() }, closed);
+const InputImage = t.Object(
+  { type: t.Literal("input_image"), image_url: t.String({ description: "The picture as a data URL" }), file_id: t.Null(), detail: t.Literal("auto") },
+  closed,
+);
 
 /** An item a response was given, as `input_items` lists it; an assistant message is listed as output. */
 export const InputItem = t.Union([
@@ -55,7 +59,7 @@ export const InputItem = t.Union([
       id: t.String(),
       status: t.Literal("completed"),
       role: t.Union([t.Literal("user"), t.Literal("system"), t.Literal("developer")]),
-      content: t.Array(InputText),
+      content: t.Array(t.Union([InputText, InputImage]), { description: "The message's text, and a user's pictures where they stand in it" }),
     },
     closed,
   ),

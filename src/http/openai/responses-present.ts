@@ -8,9 +8,10 @@ import type { ItemPage } from "../../chat/items";
 import { replyItemId } from "../../chat/items";
 import type { ResponseResult, ResponseStart } from "../../chat/responses";
 import { responseStem } from "../../chat/responses";
-import type { ConversationItem, ResponseRecord, StoredConversation } from "../../db/types";
+import type { ConversationItem, ResponseRecord, StoredConversation, StoredImage } from "../../db/types";
 import type { ToolCall } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
+import { pictureUrl } from "../pictures";
 import { event } from "../sse";
 import type { Framing } from "../turn-driver";
 import type { ConversationObject, InputItem, InputItemList, OutputItem, ResponseObject } from "./responses-contract";
@@ -106,8 +107,23 @@ function outputItemJson(item: ConversationItem, status: ItemStatus): OutputItem 
 export function inputItemJson(item: ConversationItem): InputItem {
   if (item.type === "toolResult") return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
   if (item.type === "message" && item.role !== "assistant")
-    return { type: "message", id: item.id, status: "completed", role: item.role, content: [{ type: "input_text", text: item.text }] };
+    return { type: "message", id: item.id, status: "completed", role: item.role, content: inputContent(item) };
   return outputItemJson(item, "completed");
+}
+
+type InputContent = Extract<InputItem, { role: "user" | "system" | "developer" }>["content"][number];
+
+/** A message's text as one part, or cut where its pictures stand, each a part of its own. */
+function inputContent({ text, images = [] }: { text: string; images?: readonly StoredImage[] }): InputContent[] {
+  const parts: InputContent[] = [];
+  let from = 0;
+  for (const { at, base64 } of images) {
+    if (at > from) parts.push({ type: "input_text", text: text.slice(from, at) });
+    parts.push({ type: "input_image", image_url: pictureUrl(base64), file_id: null, detail: "auto" });
+    from = at;
+  }
+  if (from < text.length || parts.length === 0) parts.push({ type: "input_text", text: text.slice(from) });
+  return parts;
 }
 
 /** A conversation as the Conversations API shows it. */
