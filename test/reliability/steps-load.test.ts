@@ -2,7 +2,9 @@
  * A service raised to several sequences, under a chat service's mixed load: native streams of
  * random lengths arriving at random moments, a quarter of them cancelled, beside OpenAI- and
  * Anthropic-API clients resending growing histories (and structured, tool, Responses, Ollama,
- * retrieval and legacy-completions clients, the retrieval models loaded beside the chat model). Turns arrive while replies step natively, so the steps are
+ * retrieval and legacy-completions clients, the retrieval models loaded beside the chat model; with
+ * the compiled natives, picture clients of the vision preset too, whose pictures' chunks meet the
+ * native steps, their aborts and the cancels). Turns arrive while replies step natively, so the steps are
  * aborted at every moment of a batch (the pieces of a batch of non-consecutive sequence ids
  * included), and every request must still end cleanly with nothing logged at error level.
  * Runs on bench-small with the compiled natives where they are built (always under CI).
@@ -10,6 +12,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { allowSlowTests, type ChildServer, compiledNatives, presetModel, runChatMix, seedKeys, startServer, tempDir, withSeed } from "../support";
+import { visionPair } from "../support/vision";
 
 allowSlowTests();
 
@@ -33,12 +36,15 @@ describe("mixed load on several sequences", () => {
         const keys = await seedKeys(dbPath, 10);
         // The retrieval models beside bench-small, all three loaded at once.
         const models = [await presetModel("bench-small"), await presetModel("embed"), await presetModel("rerank")];
+        // Its projector beside it: only the compiled natives see pictures.
+        const vision = natives === undefined ? undefined : (await visionPair()).model;
+        if (vision) models.push(vision);
         server = await startServer({
           dbPath,
           adminKey: keys.admin,
           env: {
             PARLEY_MODEL: models.join(","),
-            PARLEY_MAX_LOADED_MODELS: "3",
+            PARLEY_MAX_LOADED_MODELS: String(models.length),
             PARLEY_PARALLEL: String(parallel),
             PARLEY_CONTEXT_SIZE: "1024",
             PARLEY_THREADS: "2",
@@ -60,6 +66,7 @@ describe("mixed load on several sequences", () => {
           ollamaClients: 2,
           retrievalClients: 1,
           completionClients: 1,
+          ...(vision ? { pictureClients: 3, pictureModel: "parley-vision" } : {}),
           durationMs: DURATION_MS,
           deadlineMs: 30_000,
           random,
@@ -86,6 +93,7 @@ describe("mixed load on several sequences", () => {
           "completions stream",
         ])
           expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
+        if (vision) for (const kind of ["pictures stream", "pictures cancelled"]) expect(result.ok[kind] ?? 0).toBeGreaterThan(0);
         expect((result.ok.structured ?? 0) + (result.ok["structured cut"] ?? 0)).toBeGreaterThan(0);
         expect(result.ok["tool call"] ?? 0).toBeGreaterThan(0);
         expect(Object.keys(result.ok).filter((kind) => kind.startsWith("responses")).length).toBeGreaterThan(2);

@@ -7,8 +7,9 @@
  * tool clients offer a tool whose call may be required, named or up to the model, Responses-API
  * clients chain kept responses, some generated in the background and resumed after leaving their
  * stream, some streams cancelled, Anthropic- and Ollama-API clients resend a growing history, some
- * streams cancelled, and retrieval and legacy-completions clients (retrieval-mix.ts) embed, rerank
- * and have prompts continued. Every request must end cleanly: 200 and a
+ * streams cancelled, retrieval and legacy-completions clients (retrieval-mix.ts) embed, rerank
+ * and have prompts continued, and picture clients send native turns to a model that sees pictures,
+ * about every other one with a picture, some streams cancelled. Every request must end cleanly: 200 and a
  * whole reply (`done`, `[DONE]` with no error chunk, or `message_stop` after blocks each started
  * and stopped), or a stream this client cancelled; a
  * structured reply or a call that ended by itself must be valid against its schema, and a call
@@ -17,6 +18,7 @@
 import Ajv2020 from "ajv/dist/2020";
 import { bearer, postChat } from "./http";
 import { drawTurn, type Ending, message } from "./mix-draws";
+import { png } from "./png";
 import { type Random, seededRandom } from "./random";
 import { retrievalTurn, textCompletionTurn } from "./retrieval-mix";
 import { sseEvents } from "./sse";
@@ -46,6 +48,9 @@ export interface ChatMixOptions {
   retrievalClients?: number;
   /** Legacy-completions clients (retrieval-mix.ts). */
   completionClients?: number;
+  /** Native-API clients of `pictureModel` (a model that sees pictures), every other message or so with a picture of random size and colours. */
+  pictureClients?: number;
+  pictureModel?: string;
   durationMs: number;
   /** A request not ended by then counts as hung. */
   deadlineMs: number;
@@ -93,29 +98,49 @@ const ajv = new Ajv2020({ strict: false });
 const validStructured = ajv.compile(STRUCTURED_SCHEMA);
 const validToolCall = ajv.compile(TOOL_PARAMETERS);
 
-async function nativeTurn(options: ChatMixOptions, random: Random, key: string, conversation: string, signal: AbortSignal): Promise<Ending> {
+/**
+ * A native turn, streamed; some cancelled. `kind` names its endings; `extra` adds to its request
+ * (a picture client's model and pictures).
+ */
+async function nativeTurn(
+  options: ChatMixOptions,
+  random: Random,
+  key: string,
+  conversation: string,
+  signal: AbortSignal,
+  kind = "native",
+  extra: Record<string, unknown> = {},
+): Promise<Ending> {
   const cancelAfter = random.next() < 0.25 ? random.int(1, 5) : undefined;
   const cancel = new AbortController();
-  const body = { message: message(random), conversation_id: conversation, stream: true, temperature: 0.8, max_tokens: random.int(4, 63) };
+  const body = { message: message(random), conversation_id: conversation, stream: true, temperature: 0.8, max_tokens: random.int(4, 63), ...extra };
   const response = await postChat(options.url, key, body, AbortSignal.any([signal, cancel.signal]));
-  if (response.status !== 200) return { failure: `native ${response.status}: ${(await response.text()).slice(0, 200)}` };
+  if (response.status !== 200) return { failure: `${kind} ${response.status}: ${(await response.text()).slice(0, 200)}` };
   let deltas = 0;
   let last = "";
   try {
     for await (const event of sseEvents(response)) {
       if (event.event === "comment") continue;
       last = event.event;
-      if (last === "error") return { failure: `native stream error: ${event.data.slice(0, 200)}` };
+      if (last === "error") return { failure: `${kind} stream error: ${event.data.slice(0, 200)}` };
       if (last === "delta" && ++deltas === cancelAfter) {
         cancel.abort();
-        return { ok: "native cancelled" };
+        return { ok: `${kind} cancelled` };
       }
     }
   } catch (error) {
-    if (cancel.signal.aborted) return { ok: "native cancelled" };
+    if (cancel.signal.aborted) return { ok: `${kind} cancelled` };
     throw error;
   }
-  return last === "done" ? { ok: "native stream" } : { failure: `native stream ended with ${last || "nothing"}` };
+  return last === "done" ? { ok: `${kind} stream` } : { failure: `${kind} stream ended with ${last || "nothing"}` };
+}
+
+/** A picture client's request: its model, and about every other message a picture of random size and colours. */
+function pictureFields(options: ChatMixOptions, random: Random): Record<string, unknown> {
+  if (random.next() < 0.5) return { model: options.pictureModel };
+  const [r, g, b] = [random.int(0, 255), random.int(0, 255), random.int(0, 255)];
+  const picture = png(random.int(8, 80), random.int(8, 80), (x, y) => [(r + x * 7) % 256, (g + y * 5) % 256, b]);
+  return { model: options.pictureModel, images: [Buffer.from(picture).toString("base64")] };
 }
 
 type OpenAiKind = "openai" | "logprobs" | "structured" | "tools";
@@ -512,6 +537,7 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
     ...Array<"ollama">(options.ollamaClients ?? 0).fill("ollama"),
     ...Array<"retrieval">(options.retrievalClients ?? 0).fill("retrieval"),
     ...Array<"completions">(options.completionClients ?? 0).fill("completions"),
+    ...Array<"pictures">(options.pictureClients ?? 0).fill("pictures"),
   ];
   await Promise.all(
     kinds.map(async (kind, client) => {
@@ -528,17 +554,19 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
           ending =
             kind === "native"
               ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
-              : kind === "responses"
-                ? await responsesTurn(options, random, key, chain, signal, turn)
-                : kind === "anthropic"
-                  ? await anthropicTurn(options, random, key, history, signal, turn)
-                  : kind === "ollama"
-                    ? await ollamaTurn(options, random, key, history, signal, turn)
-                    : kind === "retrieval"
-                      ? await retrievalTurn(options.url, random, key, signal, turn)
-                      : kind === "completions"
-                        ? await textCompletionTurn(options.url, random, key, signal, turn)
-                        : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
+              : kind === "pictures"
+                ? await nativeTurn(options, random, key, `pictures-${client}-${turn % 2}`, signal, "pictures", pictureFields(options, random))
+                : kind === "responses"
+                  ? await responsesTurn(options, random, key, chain, signal, turn)
+                  : kind === "anthropic"
+                    ? await anthropicTurn(options, random, key, history, signal, turn)
+                    : kind === "ollama"
+                      ? await ollamaTurn(options, random, key, history, signal, turn)
+                      : kind === "retrieval"
+                        ? await retrievalTurn(options.url, random, key, signal, turn)
+                        : kind === "completions"
+                          ? await textCompletionTurn(options.url, random, key, signal, turn)
+                          : await openaiTurn(options, random, key, kind === "openai" || kind === "logprobs" ? history : [], signal, kind, turn);
         } catch (error) {
           ending = { failure: `${kind} client: ${signal.aborted ? `hung past ${options.deadlineMs} ms` : `connection: ${String(error)}`}` };
         }
