@@ -14,7 +14,7 @@ import type {
 } from "../http/contract";
 import type { OpenAiModel, OpenAiModelList } from "../http/openai/contract";
 
-export type { Conversation, ConversationPage, Message, MessagePage, UsageReport };
+export type { Conversation, ConversationPage, Message, MessagePage, OpenAiModel, UsageReport };
 
 export interface ChatRequest {
   message: string;
@@ -23,6 +23,8 @@ export interface ChatRequest {
   max_tokens: number;
   /** Absent: the service's default model. */
   model?: string;
+  /** Pictures, each its file in base64, seen after the message (a model that sees pictures only). */
+  images?: string[];
 }
 
 /** What a stream delivers; its `error` event is thrown as an ApiError instead. */

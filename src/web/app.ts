@@ -1,4 +1,14 @@
-import { type Conversation, deleteConversation, listConversations, listMessages, listModels, type Message, readUsage, streamChat } from "./api";
+import {
+  type Conversation,
+  deleteConversation,
+  listConversations,
+  listMessages,
+  listModels,
+  type Message,
+  type OpenAiModel,
+  readUsage,
+  streamChat,
+} from "./api";
 import { byId, describeError, MessageView } from "./view";
 
 const PAGE_ROWS = 20;
@@ -28,6 +38,19 @@ const stopButton = byId<HTMLButtonElement>("stop");
 const quotaLine = byId<HTMLParagraphElement>("quota");
 const modelField = byId<HTMLLabelElement>("model-field");
 const modelSelect = byId<HTMLSelectElement>("model");
+const attachField = byId<HTMLDivElement>("attach-field");
+const pictureInput = byId<HTMLInputElement>("picture");
+const attachButton = byId<HTMLButtonElement>("attach");
+const attachedImage = byId<HTMLImageElement>("attached");
+const detachButton = byId<HTMLButtonElement>("detach");
+
+/** A picture's file, at most (the server's limit). */
+const MAX_PICTURE_BYTES = 20 * 2 ** 20;
+
+/** The service's models, the default first. */
+let models: OpenAiModel[] = [];
+/** The picture to send with the next message, as a data URL. */
+let attached: string | undefined;
 
 /** Ids already in the log: a page fetched after new turns were added overlaps the one before it. */
 let shown = new Set<number>();
@@ -97,8 +120,9 @@ async function reloadHistory(): Promise<void> {
 async function refreshModels(): Promise<void> {
   const key = keyInput.value.trim();
   try {
-    const models = key ? await listModels(key) : [];
+    const listed = key ? await listModels(key) : [];
     if (key !== keyInput.value.trim()) return;
+    models = listed;
     const chosen = modelSelect.value;
     modelSelect.replaceChildren(...models.map((model, i) => new Option(i === 0 ? `${model.id} (default)` : model.id, model.id)));
     if (models.some((model) => model.id === chosen)) modelSelect.value = chosen;
@@ -106,6 +130,41 @@ async function refreshModels(): Promise<void> {
   } catch {
     modelField.hidden = true;
   }
+  showAttach();
+}
+
+/** Pictures can be attached while the model that will answer sees them. */
+function showAttach(): void {
+  const answering = models.find((model) => model.id === modelSelect.value) ?? models[0];
+  attachField.hidden = answering?.vision !== true;
+  if (attachField.hidden) attach(undefined);
+}
+
+/** The picture to send with the next message, shown beside the composer; undefined removes it. */
+function attach(url: string | undefined): void {
+  attached = url;
+  attachedImage.hidden = detachButton.hidden = url === undefined;
+  if (url) attachedImage.src = url;
+  else attachedImage.removeAttribute("src");
+  pictureInput.value = "";
+}
+
+async function pickPicture(): Promise<void> {
+  const file = pictureInput.files?.[0];
+  if (!file) return;
+  if (file.size > MAX_PICTURE_BYTES) {
+    showError(`The picture is ${file.size.toLocaleString("en-US")} bytes; at most ${MAX_PICTURE_BYTES.toLocaleString("en-US")} can be sent.`);
+    attach(undefined);
+    return;
+  }
+  clearError();
+  const url = await new Promise<string>((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result as string);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+  attach(url);
 }
 
 /** "N tokens left today" when a token quota applies to the key's user; nothing otherwise. */
@@ -222,7 +281,10 @@ async function send(): Promise<void> {
   stopButton.disabled = false;
   messageInput.value = "";
 
+  const picture = attached;
   const question = new MessageView("user", text);
+  if (picture) question.pictures([picture]);
+  attach(undefined);
   const reply = new MessageView("assistant", "", follow);
   reply.element.setAttribute("aria-busy", "true");
   follow(() => log.append(question.element, reply.element));
@@ -235,6 +297,7 @@ async function send(): Promise<void> {
       temperature: temperature.valueAsNumber,
       max_tokens: maxTokens.valueAsNumber,
       ...(modelField.hidden || modelSelect.value === "" ? {} : { model: modelSelect.value }),
+      ...(picture ? { images: [picture.slice(picture.indexOf(",") + 1)] } : {}),
     };
     for await (const item of streamChat(key, request, controller.signal)) {
       if (item.event === "start") {
@@ -257,6 +320,7 @@ async function send(): Promise<void> {
         question.element.remove();
         reply.element.remove();
         messageInput.value = text;
+        if (picture) attach(picture);
       }
     }
   } finally {
@@ -303,6 +367,13 @@ function start(): void {
     composer.requestSubmit();
   });
   stopButton.addEventListener("click", () => inFlight?.abort());
+  modelSelect.addEventListener("change", showAttach);
+  attachButton.addEventListener("click", () => pictureInput.click());
+  pictureInput.addEventListener("change", () => void pickPicture().catch(showError));
+  detachButton.addEventListener("click", () => {
+    attach(undefined);
+    attachButton.focus();
+  });
 
   if (keyInput.value) loadForKey();
   else keyInput.focus();

@@ -44,6 +44,7 @@ export class MessageView {
 
   static of(message: Message): MessageView {
     const view = new MessageView(message.role, message.content);
+    if (message.images) view.pictures(message.images);
     if (message.reasoning !== undefined) view.think(message.reasoning);
     view.settle(message.id, message.finish_reason);
     return view;
@@ -58,6 +59,19 @@ export class MessageView {
     this.body.dataset.source = this.source;
     // Rendering the whole text per token would be quadratic in the reply's length.
     this.renderTimer ??= setTimeout(() => this.render(), RENDER_INTERVAL_MS);
+  }
+
+  /** Shows the message's pictures (data URLs) below its text. */
+  pictures(urls: readonly string[]): void {
+    const row = document.createElement("div");
+    row.className = "pictures";
+    for (const [i, url] of urls.entries()) {
+      const image = document.createElement("img");
+      image.src = url;
+      image.alt = `Attachment ${i + 1} of this message`;
+      row.append(image);
+    }
+    this.body.after(row);
   }
 
   /**

@@ -3,7 +3,8 @@ import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, presetModel, type Served, serveApp, serveModels, type TestDb, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, compiledNatives, presetModel, type Served, serveApp, serveModels, type TestDb, testDb, testEngine, until } from "../support";
+import { VISION_IMAGES, VISION_PROMPT, visionPair } from "../support/vision";
 
 allowSlowTests();
 
@@ -293,6 +294,43 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(await page.inputValue("#key")).toBe(alice.key);
     expect(await page.inputValue("#conversation")).toBe("reload-1");
     expect(page.url()).toBe(`${served.url}/`);
+  });
+
+  test("with a model that sees pictures, one is attached, sent with the message, stored and shown again after a reload; a model without offers none", async () => {
+    const plain = await open();
+    await signIn(plain, "no-pictures");
+    await until(async () => (await plain.locator("#model option").count()) === 1, "the models to be listed");
+    expect(await plain.locator("#attach-field").isHidden()).toBe(true);
+    await context?.close();
+    if ((await compiledNatives()) === undefined) return;
+
+    const { model, projector } = await visionPair();
+    const seeing = await testEngine({ modelPath: model, projectorPath: projector, parallel: 1, contextSize: 1024 });
+    const vision = serveApp({ storage: db.storage, engine: seeing });
+    try {
+      const page = await open({ server: vision });
+      await signIn(page, "pictures-1");
+      await page.locator("#attach-field").waitFor();
+      const picture = VISION_IMAGES.stripes!();
+      const url = `data:image/png;base64,${Buffer.from(picture).toString("base64")}`;
+      await page.setInputFiles("#picture", { name: "stripes.png", mimeType: "image/png", buffer: Buffer.from(picture) });
+      await until(async () => (await page.getAttribute("#attached", "src")) === url, "the attached picture to show");
+      await page.fill("#max-tokens", "4");
+      await send(page, VISION_PROMPT);
+      await page.locator("#log .assistant[data-id]").waitFor();
+      expect(await page.locator("#attached").isHidden()).toBe(true);
+      expect(await page.getAttribute("#log .user .pictures img", "src")).toBe(url);
+      const response = await fetch(`${vision.url}/api/v1.0/chat/messages?conversation_id=pictures-1&sort_by=id:asc`, { headers: bearer(alice.key) });
+      const [asked] = ((await response.json()) as { data: { images?: string[] }[] }).data;
+      expect(asked!.images).toEqual([url]);
+
+      await page.reload();
+      await page.locator("#log .assistant[data-id]").waitFor();
+      expect(await page.getAttribute("#log .user .pictures img", "src")).toBe(url);
+    } finally {
+      await vision.stop();
+      await seeing.close();
+    }
   });
 
   test('"Load older" pages back through 45 stored messages, oldest first', async () => {

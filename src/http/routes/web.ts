@@ -57,6 +57,8 @@ async function build(): Promise<{ html: string; csp: string }> {
     `script-src ${hashes.script.join(" ")}`,
     `style-src ${hashes.style.join(" ")}`,
     "connect-src 'self'",
+    // Pictures sent with messages, shown from their data URLs.
+    "img-src data:",
     "base-uri 'none'",
     "form-action 'none'",
     "frame-ancestors 'none'",
