@@ -48,6 +48,8 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B20, q8_0 decode, 4 streams", history: "-", perf: ["B20", "aggregate decode tok/s in q8_0, 4 streams"] },
   { label: "B21, embeddings inputs/s", history: "-", perf: ["B21", "embeddings inputs/s, 64 inputs of ~100 tokens a request"] },
   { label: "B22, rerank (llama-server's ms ÷ Parley's)", history: "-", perf: ["B22", "rerank ms, 16 documents a query (ratio: llama-server's ÷ Parley's)"] },
+  { label: "B23, TTFT with a new picture", history: "-", perf: ["B23", "TTFT ms, a chat completion with a new 256×256 picture"] },
+  { label: "B24, a picture's ms", history: "-", perf: ["B24", "a picture's ms: TTFT with it − without (decode, encode, evaluate)"] },
 ];
 
 interface Column {

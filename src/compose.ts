@@ -193,6 +193,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     metrics,
     limits: {
       bodyLimitBytes: config.bodyLimitBytes,
+      pictureBodyLimitBytes: config.pictureBodyLimitBytes,
       bodyTimeoutMs: config.bodyTimeoutS * 1000,
       heartbeatMs: config.heartbeatMs,
       rateLimitPerMinute: config.rateLimit,

@@ -62,6 +62,7 @@ export interface Config {
   gpuLayers?: number;
   queueMax: number;
   bodyLimitBytes: number;
+  pictureBodyLimitBytes: number;
   bodyTimeoutS: number;
   heartbeatMs: number;
   logLevel: LogLevel;
@@ -304,6 +305,14 @@ export const CONFIG_SPEC = {
     flag: "--body-limit",
     default: "65536",
     help: "Largest request body in bytes (413 above)",
+  },
+  pictureBodyLimitBytes: {
+    env: "PARLEY_PICTURE_BODY_LIMIT",
+    doc: "largest body in bytes, 1024 to 268435456, of a request that may carry pictures (the chat, Responses, Conversations, Messages and Ollama chat routes: pictures come in the JSON, in base64) (`413` above)",
+    shownDefault: "`33554432`",
+    flag: "--picture-body-limit",
+    default: "33554432",
+    help: "Largest body in bytes of a request that may carry pictures (413 above)",
   },
   bodyTimeoutS: {
     env: "PARLEY_BODY_TIMEOUT_S",
@@ -604,6 +613,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     gpuLayers,
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
+    pictureBodyLimitBytes: int("pictureBodyLimitBytes", 1024, 256 << 20),
     bodyTimeoutS: int("bodyTimeoutS", 1, 3_600),
     heartbeatMs: int("heartbeatMs", 100, 15_000),
     logLevel: oneOf("logLevel", LOG_LEVELS),

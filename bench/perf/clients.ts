@@ -85,18 +85,20 @@ export async function parleyTurn(
 }
 
 /** llama-server: OpenAI-style chat completion, streamed, with its prompt cache on. */
-export async function llamaServerTurn(
-  url: string,
-  messages: readonly Message[],
-  maxTokens: number,
-  onFirstToken?: OnFirstToken,
-  extra: ExtraFields = {},
-): Promise<TurnTiming> {
+export const llamaServerTurn = (url: string, messages: readonly Message[], maxTokens: number, onFirstToken?: OnFirstToken, extra: ExtraFields = {}) =>
+  completionTurn(url, {}, { messages, stream: true, temperature: 0, max_tokens: maxTokens, cache_prompt: true, ...extra }, onFirstToken);
+
+/** Parley's chat completions, streamed, as llama-server's are asked (Parley caches prompts without being asked). */
+export const parleyCompletionTurn = (url: string, messages: readonly unknown[], maxTokens: number) =>
+  completionTurn(url, { authorization: `Bearer ${ADMIN_KEY}` }, { messages, stream: true, temperature: 0, max_tokens: maxTokens });
+
+/** An OpenAI-style chat completion, streamed, timed. */
+async function completionTurn(url: string, headers: Record<string, string>, body: object, onFirstToken?: OnFirstToken): Promise<TurnTiming> {
   const started = performance.now();
   const response = await fetch(`${url}/v1/chat/completions`, {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ messages, stream: true, temperature: 0, max_tokens: maxTokens, cache_prompt: true, ...extra }),
+    headers: { "Content-Type": "application/json", ...headers },
+    body: JSON.stringify(body),
   });
   let firstAt = Number.NaN;
   let lastAt = Number.NaN;

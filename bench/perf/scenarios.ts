@@ -1,4 +1,4 @@
-/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12/B19 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12/B19 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts, B23/B24 in vision.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { median, medianSeries, sum } from "../../test/support/stats";
@@ -34,6 +34,7 @@ import { structuredOutput } from "./structured";
 import { modelSwitch } from "./switch";
 import { sharedSystemPrompt } from "./system-prompt";
 import { userMessage } from "./text";
+import { vision } from "./vision";
 
 /** A conversation of `ctx.turns` turns on llama-server: the client carries the history. */
 async function llamaConversation(url: string, ctx: Context, seed: number): Promise<TurnTiming[]> {
@@ -270,4 +271,5 @@ export const scenarios: Scenario[] = [
   speculation,
   kvType,
   retrieval,
+  vision,
 ];

@@ -2,6 +2,8 @@ import { InvalidJson, PayloadTooLarge, RequestTimeout, UnsupportedMediaType } fr
 
 export interface BodyLimits {
   bodyLimitBytes: number;
+  /** For a route whose requests may carry pictures, in base64. */
+  pictureBodyLimitBytes: number;
   /** How long the whole body may take to arrive. */
   bodyTimeoutMs: number;
 }
@@ -10,7 +12,7 @@ export interface BodyLimits {
  * Reads at most `bodyLimitBytes` within `bodyTimeoutMs`, so a huge, endless (chunked) or trickled
  * body is refused without being buffered and without holding a connection open for minutes.
  */
-async function readCapped(request: Request, { bodyLimitBytes: limit, bodyTimeoutMs }: BodyLimits): Promise<Uint8Array> {
+async function readCapped(request: Request, limit: number, bodyTimeoutMs: number): Promise<Uint8Array> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw new PayloadTooLarge(limit);
   if (!request.body) return new Uint8Array(0);
@@ -40,10 +42,11 @@ async function readCapped(request: Request, { bodyLimitBytes: limit, bodyTimeout
  * A route `parse` hook for JSON bodies: checks the media type, then the size, then the
  * encoding and syntax. Without it Elysia would parse `text/plain` too and report 422.
  * `anyMediaType`: the body is JSON whatever its declared type, as Ollama's server reads it (its
- * documentation's examples send curl's default, form-urlencoded).
+ * documentation's examples send curl's default, form-urlencoded). `pictures`: the route's requests
+ * may carry pictures, within `pictureBodyLimitBytes`.
  */
 export const jsonBody =
-  (limits: BodyLimits, { anyMediaType = false } = {}) =>
+  (limits: BodyLimits, { anyMediaType = false, pictures = false } = {}) =>
   async ({ request }: { request: Request }): Promise<unknown> => {
     const [mediaType = "", ...params] = (request.headers.get("content-type") ?? "").split(";").map((part) => part.trim().toLowerCase());
     const charset = params
@@ -53,7 +56,7 @@ export const jsonBody =
     if ((!anyMediaType && mediaType !== "application/json") || (charset !== undefined && charset !== "utf-8")) {
       throw new UnsupportedMediaType("the request body must be application/json (UTF-8)");
     }
-    const bytes = await readCapped(request, limits);
+    const bytes = await readCapped(request, pictures ? limits.pictureBodyLimitBytes : limits.bodyLimitBytes, limits.bodyTimeoutMs);
     try {
       return JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
     } catch {

@@ -313,8 +313,8 @@ export class Engine {
   }
 
   /** The request's pictures, held until its prompt is evaluated; a model that sees none refuses the first. */
-  private async holdImages({ history }: Pick<GenerateRequest, "history">): Promise<HeldImages> {
-    if (typeof this.vision !== "string") return await this.vision.hold(history);
+  private async holdImages({ history, cacheScope }: Pick<GenerateRequest, "history" | "cacheScope">): Promise<HeldImages> {
+    if (typeof this.vision !== "string") return await this.vision.hold(history, cacheScope);
     if (hasImages(history)) throw new InvalidInput({ part: "image", index: 0 }, this.vision);
     return withoutImages(history);
   }

@@ -6,28 +6,26 @@
  * each image chunk. A placeholder is no token of the vocabulary (it is negative) and names its
  * picture and chunk, so a prompt reuses a sequence's image cells exactly where it has the same
  * picture at the same place, as it reuses text; the scheduler evaluates a run of placeholders
- * through the projector (`PromptImage`).
+ * through the projector (an `ImagePiece`). A picture is laid out (decoded, resized, tokenized) once
+ * per user: its layout is kept, and the natives keep it prepared for its evaluation, under a key of
+ * that user's, so that another user's identical picture finds nothing sooner.
  */
 import { createHash, randomBytes } from "node:crypto";
 import type { LlamaContext, Token, Tokenizer } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
-import { type ImageChunk, imageLayout } from "../natives/vision";
+import { type ImageChunk, type ImagePiece, imageLayout } from "../natives/vision";
 import type { Turn } from "./types";
 
-/** A run of a prompt's placeholders the projector evaluates: chunk `chunk` of the picture `data`'s layout. */
-export interface PromptImage {
-  data: Uint8Array;
-  chunk: number;
-  positions: number;
-}
+/** Layouts kept beyond the requests holding them, the least recently used dropped first. */
+const LAYOUTS_KEPT = 256;
 
 /** A request's pictures, held while its prompt is tokenized and evaluated. */
 export interface HeldImages {
   /** The history with each picture's marker in its turn's text. */
   turns: Turn[];
   /** What each placeholder of the prompt stands for. */
-  images: ReadonlyMap<Token, PromptImage>;
+  images: ReadonlyMap<Token, ImagePiece>;
   /** A placeholder of each picture of the newest turn, with its place among the history's pictures: a prompt that lacks one has cut it off. */
   newest: readonly { placeholder: Token; index: number }[];
   release(): void;
@@ -42,7 +40,10 @@ export const withoutImages = (history: readonly Turn[]): HeldImages => ({ turns:
 export class PromptImages {
   private readonly marker: string;
   private readonly pattern: RegExp;
-  /** The layouts of the pictures that requests in flight hold, by SHA-256. */
+  /**
+   * Pictures' layouts by their key (the user's scope and the picture's SHA-256), least recently
+   * used first: those requests in flight hold, and the last few others.
+   */
   private readonly layouts = new Map<string, { chunks: readonly ImageChunk[]; holds: number }>();
 
   constructor(private readonly context: LlamaContext) {
@@ -55,16 +56,14 @@ export class PromptImages {
    * `InvalidInput` naming it), and the history with their markers. Release once the prompt is
    * evaluated.
    */
-  async hold(history: readonly Turn[]): Promise<HeldImages> {
+  async hold(history: readonly Turn[], scope: string): Promise<HeldImages> {
     if (!hasImages(history)) return withoutImages(history);
     const held: string[] = [];
     const release = () => {
-      for (const hash of held.splice(0)) {
-        const layout = this.layouts.get(hash)!;
-        if (--layout.holds === 0) this.layouts.delete(hash);
-      }
+      for (const key of held.splice(0)) this.layouts.get(key)!.holds--;
+      this.trim();
     };
-    const images = new Map<Token, PromptImage>();
+    const images = new Map<Token, ImagePiece>();
     const newest: { placeholder: Token; index: number }[] = [];
     let index = 0;
     try {
@@ -79,10 +78,11 @@ export class PromptImages {
         for (const { data, at } of turn.images) {
           if (at < from || at > turn.content.length) throw new Error("a turn's pictures stand in its text, in order");
           const hash = createHash("sha256").update(data).digest("hex");
-          const chunks = await this.layoutOf(hash, data, { part: "image", index });
-          held.push(hash);
+          const key = keyOf(scope, hash);
+          const chunks = await this.layoutOf(key, data, { part: "image", index });
+          held.push(key);
           for (const [chunk, piece] of chunks.entries()) {
-            if (piece.kind === "image") images.set(placeholder(hash, chunk), { data, chunk, positions: piece.positions });
+            if (piece.kind === "image") images.set(placeholder(hash, chunk), { image: data, key, chunk, positions: piece.positions });
           }
           if (item === history.length - 1)
             newest.push({
@@ -110,14 +110,14 @@ export class PromptImages {
    * `tokenizer`, with each marker in a text tokenized as its picture's layout, and the text after it
    * tokenized on its own, as mtmd tokenizes the texts between its markers.
    */
-  tokenizer(tokenizer: Tokenizer): Tokenizer {
+  tokenizer(tokenizer: Tokenizer, scope: string): Tokenizer {
     const tokenize = (text: string, specialTokens?: boolean | "builtin", options?: "trimLeadingSpace"): Token[] => {
       if (specialTokens === "builtin" || !text.includes(this.marker)) return tokenizer(text as never, specialTokens as never, options);
       const tokens: Token[] = [];
       let from = 0;
       for (const match of text.matchAll(this.pattern)) {
         if (match.index > from) append(tokens, tokenizer(text.slice(from, match.index), specialTokens === true, from === 0 ? options : undefined));
-        append(tokens, this.tokensOf(match[1]!));
+        append(tokens, this.tokensOf(scope, match[1]!));
         from = match.index + match[0].length;
       }
       if (from < text.length) append(tokens, tokenizer(text.slice(from), specialTokens === true, from === 0 ? options : undefined));
@@ -130,20 +130,32 @@ export class PromptImages {
     });
   }
 
-  private async layoutOf(hash: string, data: Uint8Array, field: { part: "image"; index: number }): Promise<readonly ImageChunk[]> {
-    const known = this.layouts.get(hash);
-    // Laid out again for each request, even where another holds it: a layout found at once would
-    // tell a user that another had just sent the same picture.
-    const chunks = await imageLayout(this.context, data).catch((error: unknown) => {
-      throw new InvalidInput(field, `picture ${field.index + 1} is none the model can see: ${error instanceof Error ? error.message : String(error)}`);
-    });
-    if (known) known.holds++;
-    else this.layouts.set(hash, { chunks, holds: 1 });
-    return chunks;
+  /** The picture's layout, held: found when its user laid it out lately, else asked of the natives. */
+  private async layoutOf(key: string, data: Uint8Array, field: { part: "image"; index: number }): Promise<readonly ImageChunk[]> {
+    let layout = this.layouts.get(key);
+    if (!layout) {
+      const chunks = await imageLayout(this.context, data, key).catch((error: unknown) => {
+        throw new InvalidInput(field, `picture ${field.index + 1} is none the model can see: ${error instanceof Error ? error.message : String(error)}`);
+      });
+      layout = this.layouts.get(key) ?? { chunks, holds: 0 };
+    }
+    layout.holds++;
+    // Most recently used last.
+    this.layouts.delete(key);
+    this.layouts.set(key, layout);
+    return layout.chunks;
   }
 
-  private tokensOf(hash: string): Token[] {
-    const layout = this.layouts.get(hash);
+  /** Drops the least recently used layouts no request holds, beyond the ones kept. */
+  private trim(): void {
+    for (const [key, layout] of this.layouts) {
+      if (this.layouts.size <= LAYOUTS_KEPT) return;
+      if (layout.holds === 0) this.layouts.delete(key);
+    }
+  }
+
+  private tokensOf(scope: string, hash: string): Token[] {
+    const layout = this.layouts.get(keyOf(scope, hash));
     if (!layout) throw new Error("a picture's marker outlived its hold");
     const tokens: Token[] = [];
     for (const [chunk, piece] of layout.chunks.entries()) {
@@ -153,6 +165,9 @@ export class PromptImages {
     return tokens;
   }
 }
+
+/** A picture's key: its user's scope and its SHA-256, so that no user finds another's picture laid out or prepared. */
+const keyOf = (scope: string, hash: string) => `${scope}:${hash}`;
 
 /** A negative id per picture (its SHA-256) and chunk: two pictures share one with a chance of one in 2^31. */
 function placeholder(hash: string, chunk: number): Token {

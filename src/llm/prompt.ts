@@ -83,7 +83,7 @@ export class PromptRenderer {
     images?: PromptImages,
   ) {
     const tokenizers = cachingTokenizers(model.tokenizer, CACHE_TOKENS);
-    this.tokenizers = images ? (scope) => images.tokenizer(tokenizers(scope)) : tokenizers;
+    this.tokenizers = images ? (scope) => images.tokenizer(tokenizers(scope), scope) : tokenizers;
     this.maxTokenBytes = longestTokenBytes(model);
     this.thoughts = chatWrapper.settings.segments?.thought !== undefined;
     this.controls = controlTokensPattern(model);

@@ -54,10 +54,9 @@ import {
   sequenceIdOf,
   type TokenLogprobs,
 } from "../natives/addon";
-import { evalImage } from "../natives/vision";
+import { evalImage, type ImagePiece } from "../natives/vision";
 import { DraftLength, draftLength } from "./draft-length";
 import type { DraftModel } from "./draft-model";
-import type { PromptImage } from "./images";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
 import { BudgetExceeded, type PromptEnds, replyRoom, type Sampling, type Speculate } from "./types";
@@ -99,7 +98,7 @@ export interface PromptPlan {
   /** Token positions [start, end) of turns the prompt dropped: their cells are removed and the rest shifted down first. */
   drop?: { start: number; end: number };
   /** What each image placeholder among `tokens` stands for (images.ts): the projector evaluates its run. */
-  images?: ReadonlyMap<Token, PromptImage>;
+  images?: ReadonlyMap<Token, ImagePiece>;
 }
 
 export type Prompter = (slot: Slot) => PromptPlan;
@@ -209,7 +208,7 @@ interface Job {
   /** What the next batch evaluates for it: the prompt's rest, or the reply's last token; then any tokens the reply forced. */
   pending: readonly Token[];
   /** What the image placeholders among `pending` stand for. */
-  images?: ReadonlyMap<Token, PromptImage>;
+  images?: ReadonlyMap<Token, ImagePiece>;
   maxTokens: number;
   sampler: Sampler;
   /** The step in which it last had a batch. */
@@ -538,7 +537,7 @@ export class Scheduler {
     try {
       if (!image || run.length !== image.positions || run.some((token) => token !== run[0]))
         throw new Error("an image placeholder stands for no image of the prompt");
-      await evalImage(job.slot.sequence, image.data, image.chunk, run[0]!, image.positions);
+      await evalImage(job.slot.sequence, image, run[0]!);
     } catch (error) {
       job.end(error);
       return;

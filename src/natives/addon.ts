@@ -45,8 +45,8 @@ interface AddonContext {
   /** Parley's (src/natives/vision.cpp): a projector for images in prompts, an image's chunks, and one evaluated into a sequence. */
   loadProjector?(path: string, threads: number): Promise<string>;
   unloadProjector?(): void;
-  imageLayout?(image: Uint8Array): Promise<Int32Array>;
-  evalImage?(sequenceId: number, position: number, image: Uint8Array, chunk: number, batch: number): Promise<number>;
+  imageLayout?(image: Uint8Array, key: string): Promise<Int32Array>;
+  evalImage?(sequenceId: number, position: number, image: Uint8Array, key: string, chunk: number, batch: number): Promise<number>;
   /** The addon's own: the pooled output of sequence 0 after a decode. */
   getEmbedding(inputTokensLength: number, maxVectorSize?: number): Float64Array;
 }
@@ -327,15 +327,21 @@ export async function decodeBatch(context: LlamaContext, entries: readonly Batch
  * begun it throws, and the turns end.
  */
 export async function locked<T>(context: LlamaContext, use: (ctx: AddonContext) => Promise<T> | T): Promise<T> {
+  return await withLock([context, "context"], () => undisposed(context, use));
+}
+
+/**
+ * `use` with the context kept from disposal, without its lock: for native work that touches no
+ * sequence and no decode (laying a picture out), which then goes on beside the batches.
+ */
+export async function undisposed<T>(context: LlamaContext, use: (ctx: AddonContext) => Promise<T> | T): Promise<T> {
   const { _ctx: ctx, _backendContextDisposeGuard: disposeGuard } = internals<ContextInternals>(context);
-  return await withLock([context, "context"], async () => {
-    const disposal = disposeGuard.createPreventDisposalHandle();
-    try {
-      return await use(ctx);
-    } finally {
-      disposal.dispose();
-    }
-  });
+  const disposal = disposeGuard.createPreventDisposalHandle();
+  try {
+    return await use(ctx);
+  } finally {
+    disposal.dispose();
+  }
 }
 
 /**

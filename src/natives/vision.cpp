@@ -5,21 +5,24 @@
 //   context holds one projector at most: a load replaces the one before. The marker is drawn at
 //   random, as llama-server's is: text a user typed cannot stand for an image.
 // - unloadProjector(): frees it. The context's disposal does not: its owner unloads it first.
-// - imageLayout(image: Uint8Array): how an image stands in a prompt: the marker tokenized with it
-//   alone, as an Int32Array: per chunk, its kind (0 text, 1 image), its token count and its
-//   position count, then a text chunk's tokens (the text some projectors put around an image).
-//   mtmd tokenizes each text between markers on its own, so a prompt's chunks are its texts'
-//   tokens with these in place of each marker: the caller tokenizes the text itself.
-// - evalImage(sequenceId, position, image: Uint8Array, chunk, batch): encodes that image chunk of
-//   the layout and evaluates its embeddings into the sequence from `position`, `batch` at most a
-//   decode, no logits kept (a prompt ends with text); resolves to the positions it took. On a
-//   failure the sequence is emptied from `position` on, so it holds what it held before the call.
+// - imageLayout(image: Uint8Array, key: string): how an image stands in a prompt: the marker
+//   tokenized with it alone, as an Int32Array: per chunk, its kind (0 text, 1 image), its token
+//   count and its position count, then a text chunk's tokens (the text some projectors put around
+//   an image). mtmd tokenizes each text between markers on its own, so a prompt's chunks are its
+//   texts' tokens with these in place of each marker: the caller tokenizes the text itself. The
+//   image so prepared (decoded, resized) is kept under `key`, among the last few, for evalImage.
+// - evalImage(sequenceId, position, image: Uint8Array, key: string, chunk, batch): encodes that
+//   image chunk of the layout (the image as prepared under `key`, or prepared again) and evaluates
+//   its embeddings into the sequence from `position`, `batch` at most a decode, no logits kept (a
+//   prompt ends with text); resolves to the positions it took. On a failure the sequence is
+//   emptied from `position` on, so it holds what it held before the call.
 // Images are decoded from their bytes (stb_image: PNG, JPEG, BMP, GIF's first frame).
 // The caller holds the context's lock while a load or an evaluation runs. Both run on a pool
 // thread: the decodes go to the decode thread through the llama_decode wrap, the image encodes
 // run where the call runs.
 #include <cstdint>
 #include <cstring>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -35,28 +38,49 @@
 
 namespace {
 
+struct ChunksFree {
+    void operator()(mtmd_input_chunks * chunks) const { mtmd_input_chunks_free(chunks); }
+};
+
+// Images a projector prepared (decoded, resized, tokenized) most recently, at most this many: an
+// evaluation finds its image as the layout asked just before it left it.
+constexpr size_t PREPARED_IMAGES = 8;
+
+// A context's projector, and the images it prepared, newest first, by the caller's key.
+struct Projector {
+    mtmd_context * ctx;
+    std::mutex mutex;
+    std::list<std::pair<std::string, std::shared_ptr<mtmd_input_chunks>>> prepared;
+
+    explicit Projector(mtmd_context * ctx) : ctx(ctx) {}
+    ~Projector() {
+        prepared.clear();
+        mtmd_free(ctx);
+    }
+};
+
 std::mutex projectorsMutex;
 // Each context's projector.
-std::unordered_map<const AddonContext *, mtmd_context *> projectors;
+std::unordered_map<const AddonContext *, std::shared_ptr<Projector>> projectors;
 
-mtmd_context * projectorOf(const AddonContext * context) {
+std::shared_ptr<Projector> projectorOf(const AddonContext * context) {
     std::lock_guard<std::mutex> lock(projectorsMutex);
     const auto found = projectors.find(context);
     return found == projectors.end() ? nullptr : found->second;
 }
 
-void replaceProjector(const AddonContext * context, mtmd_context * projector) {
-    mtmd_context * before = nullptr;
+void replaceProjector(const AddonContext * context, std::shared_ptr<Projector> projector) {
+    // Freed here, outside the lock, unless a call in flight still holds it.
+    std::shared_ptr<Projector> before;
     {
         std::lock_guard<std::mutex> lock(projectorsMutex);
         const auto found = projectors.find(context);
         if (found != projectors.end()) {
-            before = found->second;
+            before = std::move(found->second);
             projectors.erase(found);
         }
-        if (projector != nullptr) projectors[context] = projector;
+        if (projector != nullptr) projectors[context] = std::move(projector);
     }
-    if (before != nullptr) mtmd_free(before);
 }
 
 class LoadWorker : public ContextWorker {
@@ -81,13 +105,11 @@ class LoadWorker : public ContextWorker {
         params.n_threads = threads;
         params.print_timings = false;
         params.warmup = false;
-        mtmd_context * projector = mtmd_init_from_file(path.c_str(), context->model->model, params);
-        if (projector == nullptr) throw std::runtime_error("the projector " + path + " could not be loaded for this model");
-        if (!mtmd_support_vision(projector)) {
-            mtmd_free(projector);
-            throw std::runtime_error("the projector " + path + " takes no images");
-        }
-        replaceProjector(context, projector);
+        mtmd_context * loaded = mtmd_init_from_file(path.c_str(), context->model->model, params);
+        if (loaded == nullptr) throw std::runtime_error("the projector " + path + " could not be loaded for this model");
+        auto projector = std::make_shared<Projector>(loaded);
+        if (!mtmd_support_vision(loaded)) throw std::runtime_error("the projector " + path + " takes no images");
+        replaceProjector(context, std::move(projector));
     }
 
     void OnOK() override { deferred.Resolve(Napi::String::New(Env(), marker)); }
@@ -100,9 +122,6 @@ class LoadWorker : public ContextWorker {
 
 struct BitmapFree {
     void operator()(mtmd_bitmap * bitmap) const { mtmd_bitmap_free(bitmap); }
-};
-struct ChunksFree {
-    void operator()(mtmd_input_chunks * chunks) const { mtmd_input_chunks_free(chunks); }
 };
 
 // One image alone: the marker tokenized with it, the text the projector puts around it included
@@ -122,20 +141,38 @@ std::unique_ptr<mtmd_input_chunks, ChunksFree> imageChunks(mtmd_context * projec
     return chunks;
 }
 
-mtmd_context * projectorFor(const AddonContext * context) {
-    mtmd_context * projector = projectorOf(context);
+std::shared_ptr<Projector> projectorFor(const AddonContext * context) {
+    auto projector = projectorOf(context);
     if (projector == nullptr) throw std::runtime_error("the context has no projector loaded");
     return projector;
 }
 
+// The image prepared under `key`, or prepared now and kept under it.
+std::shared_ptr<mtmd_input_chunks> prepared(Projector & projector, const std::string & key, const std::vector<unsigned char> & image) {
+    {
+        std::lock_guard<std::mutex> lock(projector.mutex);
+        for (auto it = projector.prepared.begin(); it != projector.prepared.end(); ++it) {
+            if (it->first != key) continue;
+            projector.prepared.splice(projector.prepared.begin(), projector.prepared, it);
+            return it->second;
+        }
+    }
+    std::shared_ptr<mtmd_input_chunks> chunks(imageChunks(projector.ctx, image).release(), ChunksFree());
+    std::lock_guard<std::mutex> lock(projector.mutex);
+    projector.prepared.emplace_front(key, chunks);
+    if (projector.prepared.size() > PREPARED_IMAGES) projector.prepared.pop_back();
+    return chunks;
+}
+
 class LayoutWorker : public ContextWorker {
   public:
-    LayoutWorker(Napi::Env env, AddonContext * context, std::vector<unsigned char> image)
-        : ContextWorker(env, "ParleyImageLayout", context), image(std::move(image)) {}
+    LayoutWorker(Napi::Env env, AddonContext * context, std::vector<unsigned char> image, std::string key)
+        : ContextWorker(env, "ParleyImageLayout", context), image(std::move(image)), key(std::move(key)) {}
 
   protected:
     void work() override {
-        const auto chunks = imageChunks(projectorFor(context), image);
+        const auto projector = projectorFor(context);
+        const auto chunks = prepared(*projector, key, image);
         for (size_t i = 0; i < mtmd_input_chunks_size(chunks.get()); i++) {
             const mtmd_input_chunk * chunk = mtmd_input_chunks_get(chunks.get(), i);
             const bool isText = mtmd_input_chunk_get_type(chunk) == MTMD_INPUT_CHUNK_TYPE_TEXT;
@@ -158,27 +195,28 @@ class LayoutWorker : public ContextWorker {
 
   private:
     std::vector<unsigned char> image;
+    std::string key;
     std::vector<int32_t> layout;
 };
 
 class EvalWorker : public ContextWorker {
   public:
-    EvalWorker(Napi::Env env, AddonContext * context, llama_seq_id sequence, llama_pos position, std::vector<unsigned char> image, uint32_t chunk,
-               int32_t batch)
-        : ContextWorker(env, "ParleyImageEval", context), sequence(sequence), position(position), image(std::move(image)), chunk(chunk),
-          batch(batch) {}
+    EvalWorker(Napi::Env env, AddonContext * context, llama_seq_id sequence, llama_pos position, std::vector<unsigned char> image, std::string key,
+               uint32_t chunk, int32_t batch)
+        : ContextWorker(env, "ParleyImageEval", context), sequence(sequence), position(position), image(std::move(image)), key(std::move(key)),
+          chunk(chunk), batch(batch) {}
 
   protected:
     void work() override {
-        mtmd_context * projector = projectorFor(context);
-        const auto chunks = imageChunks(projector, image);
+        const auto projector = projectorFor(context);
+        const auto chunks = prepared(*projector, key, image);
         if (chunk >= mtmd_input_chunks_size(chunks.get()) ||
             mtmd_input_chunk_get_type(mtmd_input_chunks_get(chunks.get(), chunk)) != MTMD_INPUT_CHUNK_TYPE_IMAGE) {
             throw std::runtime_error("the image has no image chunk " + std::to_string(chunk));
         }
         llama_pos end = position;
         const int32_t evaluated =
-            mtmd_helper_eval_chunk_single(projector, context->ctx, mtmd_input_chunks_get(chunks.get(), chunk), position, sequence, batch, false, &end);
+            mtmd_helper_eval_chunk_single(projector->ctx, context->ctx, mtmd_input_chunks_get(chunks.get(), chunk), position, sequence, batch, false, &end);
         if (evaluated != 0) {
             llama_memory_seq_rm(llama_get_memory(context->ctx), sequence, position, -1);
             throw std::runtime_error("the image could not be evaluated (" + std::to_string(evaluated) + ")");
@@ -192,6 +230,7 @@ class EvalWorker : public ContextWorker {
     llama_seq_id sequence;
     llama_pos position;
     std::vector<unsigned char> image;
+    std::string key;
     uint32_t chunk;
     int32_t batch;
     llama_pos positions = 0;
@@ -227,8 +266,8 @@ napi_value layout(napi_env env, const Napi::CallbackInfo & info) {
     AddonContext * context = liveContextOf(env, info, "imageLayout");
     if (context == nullptr) return nullptr;
     std::vector<unsigned char> image;
-    if (info.Length() < 1 || !bytesOf(info[0], image)) return fail(Napi::TypeError::New(env, "imageLayout(image: Uint8Array)"));
-    auto * worker = new LayoutWorker(env, context, std::move(image));
+    if (info.Length() < 2 || !bytesOf(info[0], image) || !info[1].IsString()) return fail(Napi::TypeError::New(env, "imageLayout(image: Uint8Array, key: string)"));
+    auto * worker = new LayoutWorker(env, context, std::move(image), info[1].As<Napi::String>().Utf8Value());
     worker->Queue();
     return worker->promise();
 }
@@ -241,15 +280,15 @@ napi_value eval(napi_env env, const Napi::CallbackInfo & info) {
     int64_t chunk = 0;
     int64_t batch = 0;
     std::vector<unsigned char> image;
-    if (info.Length() < 5 || !integerOf(info[0], 0, static_cast<int64_t>(llama_n_seq_max(context->ctx)) - 1, sequence) ||
-        !integerOf(info[1], 0, static_cast<int64_t>(llama_n_ctx(context->ctx)) - 1, position) || !bytesOf(info[2], image) ||
-        !integerOf(info[3], 0, 1 << 20, chunk) || !integerOf(info[4], 1, static_cast<int64_t>(llama_n_batch(context->ctx)), batch)) {
+    if (info.Length() < 6 || !integerOf(info[0], 0, static_cast<int64_t>(llama_n_seq_max(context->ctx)) - 1, sequence) ||
+        !integerOf(info[1], 0, static_cast<int64_t>(llama_n_ctx(context->ctx)) - 1, position) || !bytesOf(info[2], image) || !info[3].IsString() ||
+        !integerOf(info[4], 0, 1 << 20, chunk) || !integerOf(info[5], 1, static_cast<int64_t>(llama_n_batch(context->ctx)), batch)) {
         return fail(Napi::TypeError::New(env,
-                                         "evalImage(sequenceId: a sequence of the context, position: a position in it, image: Uint8Array, chunk: a "
-                                         "whole number, batch: a whole number from 1 to the context's batch)"));
+                                         "evalImage(sequenceId: a sequence of the context, position: a position in it, image: Uint8Array, key: "
+                                         "string, chunk: a whole number, batch: a whole number from 1 to the context's batch)"));
     }
     auto * worker = new EvalWorker(env, context, static_cast<llama_seq_id>(sequence), static_cast<llama_pos>(position), std::move(image),
-                                   static_cast<uint32_t>(chunk), static_cast<int32_t>(batch));
+                                   info[3].As<Napi::String>().Utf8Value(), static_cast<uint32_t>(chunk), static_cast<int32_t>(batch));
     worker->Queue();
     return worker->promise();
 }

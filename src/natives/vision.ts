@@ -5,7 +5,7 @@
  * of it.
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
-import { internals, locked, type SequenceInternals } from "./addon";
+import { internals, locked, type SequenceInternals, undisposed } from "./addon";
 
 /** A piece of how an image stands in a prompt: text tokens the projector puts around it, or image embeddings over their positions. */
 export type ImageChunk = { kind: "text"; tokens: Token[] } | { kind: "image"; tokens: number; positions: number };
@@ -33,12 +33,14 @@ export async function unloadProjector(context: LlamaContext): Promise<void> {
 /**
  * How the image (its file's bytes) stands in a prompt, as llama.cpp's mtmd tokenizes a marker with
  * it: a prompt's tokens are its texts' tokens, each tokenized on its own, with these in place of
- * each image. Rejects what cannot be decoded as a picture.
+ * each image. Rejects what cannot be decoded as a picture. The natives keep the image as they
+ * prepared it (decoded, resized) under `key`, among the last few, for `evalImage` with that key.
  */
-export async function imageLayout(context: LlamaContext, image: Uint8Array): Promise<ImageChunk[]> {
-  const layout = await locked(context, async (ctx) => {
+export async function imageLayout(context: LlamaContext, image: Uint8Array, key: string): Promise<ImageChunk[]> {
+  // Beside the batches, as llama-server lays a picture out beside its decode loop: it touches no sequence.
+  const layout = await undisposed(context, async (ctx) => {
     if (!ctx.imageLayout) throw noVision();
-    return await ctx.imageLayout(image);
+    return await ctx.imageLayout(image, key);
   });
   const chunks: ImageChunk[] = [];
   for (let at = 0; at < layout.length; ) {
@@ -50,17 +52,25 @@ export async function imageLayout(context: LlamaContext, image: Uint8Array): Pro
   return chunks;
 }
 
+/** A chunk of a picture's layout to evaluate: the picture, the key it was laid out under, which chunk, and its positions. */
+export interface ImagePiece {
+  image: Uint8Array;
+  key: string;
+  chunk: number;
+  positions: number;
+}
+
 /**
- * Evaluates chunk `chunk` of the image's layout (an image chunk of `positions` positions) after
- * what the sequence holds, recorded as `placeholder` at each of its positions: no token's id, so a
- * prompt reuses these cells only where it has that very placeholder there.
+ * Evaluates the piece (an image chunk of the picture's layout) after what the sequence holds,
+ * recorded as `placeholder` at each of its positions: no token's id, so a prompt reuses these
+ * cells only where it has that very placeholder there.
  */
-export async function evalImage(sequence: LlamaContextSequence, image: Uint8Array, chunk: number, placeholder: Token, positions: number): Promise<void> {
+export async function evalImage(sequence: LlamaContextSequence, { image, key, chunk, positions }: ImagePiece, placeholder: Token): Promise<void> {
   const { context } = sequence;
   await locked(context, async (ctx) => {
     if (!ctx.evalImage) throw noVision();
     const seq = internals<SequenceInternals>(sequence);
-    const taken = await ctx.evalImage(seq._sequenceId, seq._nextTokenIndex, image, chunk, context.batchSize);
+    const taken = await ctx.evalImage(seq._sequenceId, seq._nextTokenIndex, image, key, chunk, context.batchSize);
     if (taken !== positions) {
       ctx.removeTokenCellsFromSequence(seq._sequenceId, seq._nextTokenIndex, -1);
       throw new Error(`the image took ${taken} positions where its layout has ${positions}`);

@@ -248,7 +248,7 @@ describe("keys and refusals", () => {
   });
 
   test("a body over the limit is request_too_large (413)", async () => {
-    const small = serveApp({ storage: db.storage, engine, limits: { bodyLimitBytes: 1024 } });
+    const small = serveApp({ storage: db.storage, engine, limits: { bodyLimitBytes: 1024, pictureBodyLimitBytes: 1024 } });
     try {
       const refusal = await rejection(
         clientFor(small).messages.create({ model: "any", max_tokens: 2, messages: [{ role: "user", content: "x".repeat(4096) }] }),

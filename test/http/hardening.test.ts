@@ -22,7 +22,7 @@ let served: Served;
 
 beforeAll(async () => {
   engine = await testEngine({ contextSize: 2048 });
-  served = serveApp({ storage: db.storage, engine, logLines, limits: { bodyLimitBytes: 4 << 20 } });
+  served = serveApp({ storage: db.storage, engine, logLines, limits: { bodyLimitBytes: 4 << 20, pictureBodyLimitBytes: 4 << 20 } });
 });
 afterAll(async () => {
   await served.stop();

@@ -12,7 +12,7 @@ const bob = await db.keys.create("bob", "user");
 const admin = await db.keys.create("ops", "admin");
 
 describe("body size", () => {
-  const server = serveApp({ storage: db.storage, limits: { bodyLimitBytes: 4096 } });
+  const server = serveApp({ storage: db.storage, limits: { bodyLimitBytes: 4096, pictureBodyLimitBytes: 4096 } });
   afterAll(() => server.stop());
 
   test("an endless body is refused with 413 after reading little more than the limit", async () => {
@@ -33,6 +33,26 @@ describe("body size", () => {
     expect(((await response.json()) as { error: { code: string } }).error.code).toBe("payload_too_large");
     // What the client had produced when the answer came: far below the 50 MB it would send.
     expect(pulled).toBeLessThan(5_000_000);
+  });
+});
+
+describe("body size on routes that may carry pictures", () => {
+  const server = serveApp({ storage: db.storage, limits: { bodyLimitBytes: 4096, pictureBodyLimitBytes: 16_384 } });
+  afterAll(() => server.stop());
+
+  test("a chat route reads a body up to the picture limit; a route that takes no pictures stays within the body limit", async () => {
+    const post = (path: string, bytes: number) =>
+      fetch(`${server.url}${path}`, {
+        method: "POST",
+        headers: { ...bearer(alice.key), "content-type": "application/json" },
+        body: JSON.stringify({ padding: "x".repeat(bytes) }),
+      });
+    // Read, then refused for what it says (no model here), not for its size.
+    for (const path of ["/api/v1.0/chat", "/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat"]) {
+      expect({ path, status: (await post(path, 8192)).status }).not.toEqual({ path, status: 413 });
+      expect({ path, status: (await post(path, 20_000)).status }).toEqual({ path, status: 413 });
+    }
+    expect((await post("/v1/embeddings", 8192)).status).toBe(413);
   });
 });
 

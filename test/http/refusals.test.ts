@@ -20,7 +20,7 @@ let limited: Served;
 beforeAll(async () => {
   // bench-small never ends a reply by itself: a stream held open stays open.
   engine = await testEngine({ preset: "bench-small", parallel: 2, contextSize: 512 });
-  served = serveApp({ storage: db.storage, engine, limits: { maxStreamsPerKey: 1, bodyLimitBytes: 4096 } });
+  served = serveApp({ storage: db.storage, engine, limits: { maxStreamsPerKey: 1, bodyLimitBytes: 4096, pictureBodyLimitBytes: 4096 } });
   limited = serveApp({ storage: db.storage, engine, limits: { rateLimitPerMinute: 1 } });
 });
 afterAll(async () => {

@@ -87,15 +87,16 @@ const PATCHES = (PROJECTOR.imageSize / PROJECTOR.patchSize) ** 2;
 
 describe.skipIf(natives === undefined)("images through the compiled natives (llama.cpp's mtmd)", () => {
   test(
-    "a picture stands in a prompt as its patches; it evaluates at the sequence's next positions, recorded as its placeholder",
+    "a picture stands in a prompt as its patches; prepared by its layout, it evaluates at the sequence's next positions, recorded as its placeholder",
     () =>
       withVisionContext(async ({ model, sequence, context }) => {
-        for (const image of Object.values(VISION_IMAGES))
-          expect(await imageLayout(context, image())).toEqual([{ kind: "image", tokens: PATCHES, positions: PATCHES }]);
+        for (const [name, image] of Object.entries(VISION_IMAGES))
+          expect(await imageLayout(context, image(), name)).toEqual([{ kind: "image", tokens: PATCHES, positions: PATCHES }]);
         await sequence.evaluateWithoutGeneratingNewTokens(model.tokenize("<|im_start|>user\n", true));
         const before = sequence.nextTokenIndex;
         const placeholder = -7 as Token;
-        await evalImage(sequence, VISION_IMAGES.white!(), 0, placeholder, PATCHES);
+        // Prepared by its layout under this key: what the natives evaluate, whatever bytes come with it.
+        await evalImage(sequence, { image: new Uint8Array(0), key: "white", chunk: 0, positions: PATCHES }, placeholder);
         expect(sequence.nextTokenIndex).toBe(before + PATCHES);
         expect(sequence.contextTokens.slice(before)).toEqual(new Array<Token>(PATCHES).fill(placeholder));
         // Text goes on after it as after any token.
@@ -109,10 +110,13 @@ describe.skipIf(natives === undefined)("images through the compiled natives (lla
     "what is no picture, or no image chunk of one, is refused and leaves the sequence as it was",
     () =>
       withVisionContext(async ({ sequence, context }) => {
-        await expect(imageLayout(context, new TextEncoder().encode("not a picture"))).rejects.toThrow("the image could not be decoded");
-        await expect(evalImage(sequence, new TextEncoder().encode("not a picture"), 0, -1 as Token, PATCHES)).rejects.toThrow("could not be decoded");
-        await expect(evalImage(sequence, VISION_IMAGES.white!(), 1, -1 as Token, PATCHES)).rejects.toThrow("no image chunk 1");
-        await expect(evalImage(sequence, VISION_IMAGES.white!(), 0, -1 as Token, PATCHES + 1)).rejects.toThrow(`took ${PATCHES} positions`);
+        const notPicture = new TextEncoder().encode("not a picture");
+        await expect(imageLayout(context, notPicture, "a")).rejects.toThrow("the image could not be decoded");
+        // Under a key nothing was prepared by, the bytes are decoded.
+        await expect(evalImage(sequence, { image: notPicture, key: "b", chunk: 0, positions: PATCHES }, -1 as Token)).rejects.toThrow("could not be decoded");
+        const white = { image: VISION_IMAGES.white!(), key: "c", chunk: 0, positions: PATCHES };
+        await expect(evalImage(sequence, { ...white, chunk: 1 }, -1 as Token)).rejects.toThrow("no image chunk 1");
+        await expect(evalImage(sequence, { ...white, positions: PATCHES + 1 }, -1 as Token)).rejects.toThrow(`took ${PATCHES} positions`);
         expect(sequence.nextTokenIndex).toBe(0);
         expect(sequence.contextTokens).toEqual([]);
       }),

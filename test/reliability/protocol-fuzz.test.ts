@@ -58,7 +58,7 @@ beforeAll(async () => {
     keepAliveMs: -1,
     contextSize: 512,
     logLines,
-    limits: { bodyLimitBytes: 1 << 20 },
+    limits: { bodyLimitBytes: 1 << 20, pictureBodyLimitBytes: 1 << 20 },
   });
   served = service.served;
   const post = async (path: string, body: object) => {

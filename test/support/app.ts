@@ -61,6 +61,7 @@ export interface ServeOptions {
 
 export const DEFAULT_LIMITS: HttpLimits = {
   bodyLimitBytes: 65_536,
+  pictureBodyLimitBytes: 65_536,
   bodyTimeoutMs: 10_000,
   heartbeatMs: 10_000,
   rateLimitPerMinute: 0,

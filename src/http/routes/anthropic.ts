@@ -186,7 +186,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       {
         auth: "key",
         body: MessagesRequest,
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         detail: {
           summary: "Anthropic-compatible Messages: the reply as a message (JSON, or Anthropic's named events with stream: true)",
           tags: TAGS,
@@ -210,7 +210,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       {
         auth: "key",
         body: CountTokensRequest,
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         detail: {
           summary: "Anthropic-compatible: the prompt's tokens with the model's chat template, without generating",
           tags: TAGS,

@@ -104,7 +104,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
       {
         auth: "key",
         body: chatRequest,
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         detail: {
           summary: "Send a message; get the reply (JSON, or Server-Sent Events with stream: true)",
           responses: {

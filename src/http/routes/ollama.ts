@@ -162,6 +162,7 @@ const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const
 
 export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalService }) => {
   const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
+  const ollamaTurnBody = jsonBody(deps.body, { anyMediaType: true, pictures: true });
   /** A generating route's reply: one object with `stream: false`, else one JSON object a line. */
   async function* answer(
     route: OllamaRoute,
@@ -200,7 +201,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
       {
         auth: "key",
         body: OllamaChatRequest,
-        parse: ollamaBody,
+        parse: ollamaTurnBody,
         detail: {
           summary: "Ollama-compatible chat: the reply as one JSON object a line, or one object with stream: false",
           tags: TAGS,
@@ -223,7 +224,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
       {
         auth: "key",
         body: OllamaGenerateRequest,
-        parse: ollamaBody,
+        parse: ollamaTurnBody,
         detail: {
           summary: "Ollama-compatible generate: one prompt through the model's chat template, streamed as for /api/chat",
           tags: TAGS,

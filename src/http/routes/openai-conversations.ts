@@ -49,7 +49,7 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
         conversationJson(await deps.conversationItems.create(principal.userId, itemsOf(body?.items ?? [], "items"), body?.metadata ?? {})),
       {
         auth: "key",
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         body: t.Optional(
           t.Union([
             t.Null(),
@@ -134,7 +134,7 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
         auth: "key",
         params: conversationId,
         query: t.Object({}, { additionalProperties: false, error: QUERY_RULE }),
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         body: t.Object({ items: ITEMS }, UNKNOWN_FIELD),
         detail: {
           summary: "Add items at the end of a conversation (after its running turn)",

@@ -201,7 +201,7 @@ export const openAiRoutes = (deps: CompletionRouteDeps) =>
       {
         auth: "key",
         body: completionRequest,
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         detail: {
           summary: "OpenAI-compatible chat completion (stateless; JSON, or Server-Sent Events with stream: true)",
           tags: ["OpenAI-compatible"],

@@ -182,7 +182,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
       {
         auth: "key",
         body: responseRequest,
-        parse: jsonBody(deps.body),
+        parse: jsonBody(deps.body, { pictures: true }),
         detail: {
           summary: "OpenAI-compatible Responses, kept unless store is false (JSON, or OpenAI's typed events with stream: true)",
           tags: TAGS,
