@@ -1,7 +1,7 @@
 /**
  * `bun run bench perf [--quick] [--preset bench-small|bench-1b] [--type f16|q8_0|q4_0] [--runs N]
  * [--threads N] [--only B1,B2,...] [--streams 1,8,32] [--chart docs/perf.svg] [--llama-server PATH]
- * [--llama-flag FLAG ...] [--binary dist/parley] [--parley-env NAME=VALUE ...]`: B1-B22, Parley
+ * [--llama-flag FLAG ...] [--binary dist/parley] [--parley-env NAME=VALUE ...]`: B1-B24, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
