@@ -194,6 +194,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     limits: {
       bodyLimitBytes: config.bodyLimitBytes,
       pictureBodyLimitBytes: config.pictureBodyLimitBytes,
+      pictureHosts: config.pictureHosts,
       bodyTimeoutMs: config.bodyTimeoutS * 1000,
       heartbeatMs: config.heartbeatMs,
       rateLimitPerMinute: config.rateLimit,

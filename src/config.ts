@@ -63,6 +63,7 @@ export interface Config {
   queueMax: number;
   bodyLimitBytes: number;
   pictureBodyLimitBytes: number;
+  pictureHosts: string[];
   bodyTimeoutS: number;
   heartbeatMs: number;
   logLevel: LogLevel;
@@ -314,6 +315,14 @@ export const CONFIG_SPEC = {
     default: "33554432",
     help: "Largest body in bytes of a request that may carry pictures (413 above)",
   },
+  pictureHosts: {
+    env: "PARLEY_PICTURE_HOSTS",
+    doc: "host names, comma-separated, whose `http(s)` picture URLs a request may give: fetched (no redirect, 10 s, the picture's limits); empty: a remote picture URL is `400` (the service fetches nothing)",
+    shownDefault: "empty",
+    flag: "--picture-hosts",
+    default: "",
+    help: "Hosts whose http(s) picture URLs are fetched, comma-separated (default none)",
+  },
   bodyTimeoutS: {
     env: "PARLEY_BODY_TIMEOUT_S",
     doc: "seconds a request body may take to arrive (`408` and the connection closed after)",
@@ -544,6 +553,13 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
       .value.split(",")
       .map((item) => item.trim())
       .filter(Boolean);
+  const hosts = (key: keyof Config): string[] => {
+    const { name } = raw(key);
+    const given = list(key).map((host) => host.toLowerCase());
+    const bad = given.find((host) => !/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$|^\[[0-9a-f:]+\]$/.test(host));
+    if (bad !== undefined) throw new ConfigError(`${name} must list host names like images.example.com, comma-separated (got "${bad}")`);
+    return given;
+  };
   const origins = (key: keyof Config): string[] => {
     const { name } = raw(key);
     const given = list(key);
@@ -614,6 +630,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     queueMax: int("queueMax", 0, 100_000),
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
     pictureBodyLimitBytes: int("pictureBodyLimitBytes", 1024, 256 << 20),
+    pictureHosts: hosts("pictureHosts"),
     bodyTimeoutS: int("bodyTimeoutS", 1, 3_600),
     heartbeatMs: int("heartbeatMs", 100, 15_000),
     logLevel: oneOf("logLevel", LOG_LEVELS),

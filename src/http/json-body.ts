@@ -4,6 +4,8 @@ export interface BodyLimits {
   bodyLimitBytes: number;
   /** For a route whose requests may carry pictures, in base64. */
   pictureBodyLimitBytes: number;
+  /** Hosts whose picture URLs a request may give, fetched (PARLEY_PICTURE_HOSTS). */
+  pictureHosts: readonly string[];
   /** How long the whole body may take to arrive. */
   bodyTimeoutMs: number;
 }

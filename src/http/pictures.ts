@@ -1,11 +1,11 @@
 /**
  * Pictures as clients send them, to their bytes: a data URL (OpenAI's `image_url` and
  * `input_image`) or base64 (Anthropic's base64 source, Ollama's `images`, the native API's).
- * A remote URL is refused: the service is offline, and fetching one would let a client make the
- * server reach other hosts. The bytes must be a picture within its limits (chat/pictures.ts);
+ * A remote URL is refused unless the operator listed its host: the service is offline, and
+ * fetching one would let a client make the server reach other hosts. The bytes must be a picture within its limits (chat/pictures.ts);
  * whether the model can see it is the engine's to say.
  */
-import { mediaTypeOf, pictureProblem } from "../chat/pictures";
+import { mediaTypeOf, PICTURE_LIMITS, pictureProblem } from "../chat/pictures";
 import { InvalidInput } from "../errors";
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -21,19 +21,46 @@ export function pictureFromBase64(field: string, base64: string): Uint8Array {
   return data;
 }
 
-/** The bytes of a picture sent as a URL: a base64 data URL only. */
-export function pictureFromUrl(field: string, url: string): Uint8Array {
+/** How long a listed host has to send a picture. */
+const FETCH_TIMEOUT_MS = 10_000;
+
+/**
+ * The bytes of a picture sent as a URL: a base64 data URL, or an `http(s)` URL of a host the
+ * operator listed (`hosts`, PARLEY_PICTURE_HOSTS), fetched without following a redirect (which
+ * could lead to a host not listed), within `FETCH_TIMEOUT_MS` and the picture's size limit.
+ */
+export async function pictureFromUrl(field: string, url: string, hosts: readonly string[]): Promise<Uint8Array> {
   if (/^https?:/i.test(url)) {
-    throw new InvalidInput(
-      field,
-      "a picture at a remote URL is not fetched (the service is offline, and fetching would let a client make it reach other hosts): send it as a data URL, data:image/png;base64,…",
-    );
+    const remote = URL.parse(url);
+    if (!remote || !hosts.includes(remote.hostname.toLowerCase())) {
+      throw new InvalidInput(
+        field,
+        "a picture at a remote URL is fetched only from hosts the operator lists (PARLEY_PICTURE_HOSTS): send it as a data URL, data:image/png;base64,…",
+      );
+    }
+    return await fetchPicture(field, remote);
   }
   const match = DATA_URL.exec(url);
   if (!match) throw new InvalidInput(field, "must be a picture as a base64 data URL: data:image/png;base64,…");
   const type = match[1]!.toLowerCase();
   if (type !== "" && !type.startsWith("image/")) throw new InvalidInput(field, `is ${type}, not a picture (image/*)`);
   return pictureFromBase64(field, match[3]!);
+}
+
+async function fetchPicture(field: string, url: URL): Promise<Uint8Array> {
+  let response: Response;
+  try {
+    response = await fetch(url, { redirect: "error", signal: AbortSignal.timeout(FETCH_TIMEOUT_MS) });
+  } catch (error) {
+    throw new InvalidInput(field, `could not be fetched: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (!response.ok) throw new InvalidInput(field, `could not be fetched: ${url.host} answered ${response.status}`);
+  const declared = Number(response.headers.get("content-length") ?? 0);
+  if (declared > PICTURE_LIMITS.bytes) throw new InvalidInput(field, `is ${declared} bytes, more than the ${PICTURE_LIMITS.bytes} a picture may have`);
+  const data = new Uint8Array(await response.arrayBuffer());
+  const problem = pictureProblem(data);
+  if (problem) throw new InvalidInput(field, problem);
+  return data;
 }
 
 /** A stored picture (its file in base64) as a data URL, its media type read from its bytes. */

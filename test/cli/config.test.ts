@@ -132,3 +132,13 @@ describe("PARLEY_GPU", () => {
     );
   });
 });
+
+describe("pictures", () => {
+  test("hosts whose picture URLs are fetched: none by default, a list of host names, lower-cased; a URL instead stops start-up", () => {
+    expect(loadConfig({}).pictureHosts).toEqual([]);
+    expect(loadConfig({ PARLEY_PICTURE_HOSTS: "Images.Example.com, 10.0.0.7" }).pictureHosts).toEqual(["images.example.com", "10.0.0.7"]);
+    expect(() => loadConfig({ PARLEY_PICTURE_HOSTS: "https://images.example.com" })).toThrow(/^PARLEY_PICTURE_HOSTS must list host names/);
+    expect(loadConfig({}).pictureBodyLimitBytes).toBe(32 << 20);
+    expect(() => loadConfig({ PARLEY_PICTURE_BODY_LIMIT: "10" })).toThrow(/^PARLEY_PICTURE_BODY_LIMIT must be an integer from 1024/);
+  });
+});

@@ -15,6 +15,23 @@ const natives = await compiledNatives();
 const { model, projector } = await visionPair();
 const base64 = (name: string) => Buffer.from(VISION_IMAGES[name]!()).toString("base64");
 
+/** A greedy chat completion asking about the picture at `url`, after the question's text, as the fixture asked llama-server. */
+const askAbout = (client: OpenAI, url: string) =>
+  client.chat.completions.create({
+    model: "any",
+    temperature: 0,
+    max_tokens: VISION_REPLY_TOKENS,
+    messages: [
+      {
+        role: "user",
+        content: [
+          { type: "text", text: VISION_PROMPT },
+          { type: "image_url", image_url: { url } },
+        ],
+      },
+    ],
+  });
+
 describe.skipIf(natives === undefined)("pictures on every protocol", () => {
   const served = servedEngine("vision", { modelPath: model, projectorPath: projector, parallel: 2, contextSize: 1024 });
   const openai = () => new OpenAI({ apiKey: served.key, baseURL: `${served.served.url}/v1`, maxRetries: 0 });
@@ -24,20 +41,7 @@ describe.skipIf(natives === undefined)("pictures on every protocol", () => {
     const [listed] = (await client.models.list()).data as unknown as { vision: boolean }[];
     expect(listed!.vision).toBe(true);
     for (const name of Object.keys(VISION_IMAGES)) {
-      const completion = await client.chat.completions.create({
-        model: "any",
-        temperature: 0,
-        max_tokens: VISION_REPLY_TOKENS,
-        messages: [
-          {
-            role: "user",
-            content: [
-              { type: "text", text: VISION_PROMPT },
-              { type: "image_url", image_url: { url: `data:image/png;base64,${base64(name)}` } },
-            ],
-          },
-        ],
-      });
+      const completion = await askAbout(client, `data:image/png;base64,${base64(name)}`);
       expect({ name, content: completion.choices[0]!.message.content }).toEqual({ name, content: fixture.replies[name]!.content });
     }
   });
@@ -118,13 +122,43 @@ describe.skipIf(natives === undefined)("pictures on every protocol", () => {
     expect(await rejection(client.conversations.items.list(conversation.id))).toBeInstanceOf(OpenAI.NotFoundError);
   });
 
+  test("a picture at a URL of a host the operator lists is fetched; a host not listed, or a redirect, is refused", async () => {
+    const pictures = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: (request) =>
+        new URL(request.url).pathname === "/white.png"
+          ? new Response(VISION_IMAGES.white!(), { headers: { "content-type": "image/png" } })
+          : Response.redirect("http://127.0.0.1:9/elsewhere.png", 302),
+    });
+    const db = testDb("vision-hosts");
+    const { key } = await db.keys.create("carol", "user");
+    const listing = serveApp({ storage: db.storage, engine: served.engine, limits: { pictureHosts: ["127.0.0.1"] } });
+    try {
+      const client = new OpenAI({ apiKey: key, baseURL: `${listing.url}/v1`, maxRetries: 0 });
+      const ask = (url: string) => askAbout(client, url);
+      const fetched = await ask(`http://127.0.0.1:${pictures.port}/white.png`);
+      expect(fetched.choices[0]!.message.content).toBe(fixture.replies.white!.content);
+      const unlisted = await rejection(ask(`http://localhost:${pictures.port}/white.png`));
+      expect(unlisted).toMatchObject({ status: 400, param: "messages[0].content[1].image_url.url" });
+      expect((unlisted as Error).message).toContain("PARLEY_PICTURE_HOSTS");
+      const redirected = await rejection(ask(`http://127.0.0.1:${pictures.port}/moved.png`));
+      expect(redirected).toMatchObject({ status: 400, param: "messages[0].content[1].image_url.url" });
+      expect((redirected as Error).message).toContain("could not be fetched");
+    } finally {
+      await listing.stop();
+      await pictures.stop(true);
+      await db.storage.close();
+    }
+  });
+
   test("OpenAI chat completions: a remote URL, what is no picture, and a picture outside a user message are 400 naming the part", async () => {
     const client = openai();
     const ask = (content: OpenAI.ChatCompletionContentPart[], role: "user" | "system" = "user") =>
       client.chat.completions.create({ model: "any", max_tokens: 2, messages: [{ role, content } as OpenAI.ChatCompletionMessageParam] });
     const remote = await rejection(ask([{ type: "image_url", image_url: { url: "https://example.com/cat.png" } }]));
     expect(remote).toMatchObject({ status: 400, param: "messages[0].content[0].image_url.url" });
-    expect((remote as Error).message).toContain("not fetched");
+    expect((remote as Error).message).toContain("PARLEY_PICTURE_HOSTS");
     const noPicture = await rejection(
       ask([{ type: "image_url", image_url: { url: `data:image/png;base64,${Buffer.from("no picture").toString("base64")}` } }]),
     );

@@ -62,6 +62,7 @@ export interface ServeOptions {
 export const DEFAULT_LIMITS: HttpLimits = {
   bodyLimitBytes: 65_536,
   pictureBodyLimitBytes: 65_536,
+  pictureHosts: [],
   bodyTimeoutMs: 10_000,
   heartbeatMs: 10_000,
   rateLimitPerMinute: 0,

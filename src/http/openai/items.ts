@@ -53,19 +53,30 @@ export const RESPONSE_ITEM = t.Union([...ITEM.anyOf, t.Object({ type: t.Literal(
   error: `${ITEM_RULE}, or item_reference {id} of an item of a kept response`,
 });
 
-/** The request's items as the chat layer keeps them; text checked, a call's arguments a JSON object. */
-export function itemsOf(input: string | readonly Item[], field = "input"): ItemInput[] {
+/**
+ * The request's items as the chat layer keeps them; text checked, a call's arguments a JSON
+ * object, a picture's URL fetched where its host is one of `hosts`.
+ */
+export async function itemsOf(input: string | readonly Item[], hosts: readonly string[], field = "input"): Promise<ItemInput[]> {
   if (typeof input === "string") return [{ type: "message", role: "user", text: input }];
-  return input.map((entry, i) => itemOf(entry, `${field}[${i}]`));
+  const items: ItemInput[] = [];
+  for (const [i, entry] of input.entries()) items.push(await itemOf(entry, `${field}[${i}]`, hosts));
+  return items;
 }
 
 /** A Responses request's input: items, and references to kept ones, which the chat layer resolves in place. */
-export function responseItemsOf(input: string | readonly (typeof RESPONSE_ITEM.static)[]): (ItemInput | ItemReference)[] {
-  if (typeof input === "string") return itemsOf(input);
-  return input.map((entry, i) => (entry.type === "item_reference" ? { type: "reference", id: entry.id } : itemOf(entry, `input[${i}]`)));
+export async function responseItemsOf(
+  input: string | readonly (typeof RESPONSE_ITEM.static)[],
+  hosts: readonly string[],
+): Promise<(ItemInput | ItemReference)[]> {
+  if (typeof input === "string") return await itemsOf(input, hosts);
+  const items: (ItemInput | ItemReference)[] = [];
+  for (const [i, entry] of input.entries())
+    items.push(entry.type === "item_reference" ? { type: "reference", id: entry.id } : await itemOf(entry, `input[${i}]`, hosts));
+  return items;
 }
 
-function itemOf(entry: Item, at: string): ItemInput {
+async function itemOf(entry: Item, at: string, hosts: readonly string[]): Promise<ItemInput> {
   const id = entry.id === undefined ? {} : { id: entry.id };
   switch (entry.type) {
     case "function_call":
@@ -75,7 +86,7 @@ function itemOf(entry: Item, at: string): ItemInput {
     case "reasoning":
       return { type: "thought", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
     default: {
-      const { text, images } = contentOf(entry, at);
+      const { text, images } = await contentOf(entry, at, hosts);
       if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
       return { type: "message", ...id, role: entry.role, text, ...storedImages(images) };
     }
@@ -83,7 +94,7 @@ function itemOf(entry: Item, at: string): ItemInput {
 }
 
 /** A message's text, its parts' in order, and a user's pictures where their parts stand in it. */
-function contentOf(entry: Extract<Item, { role: string }>, at: string): { text: string; images: TurnImage[] } {
+async function contentOf(entry: Extract<Item, { role: string }>, at: string, hosts: readonly string[]): Promise<{ text: string; images: TurnImage[] }> {
   if (typeof entry.content === "string") return { text: entry.content, images: [] };
   let text = "";
   const images: TurnImage[] = [];
@@ -95,7 +106,7 @@ function contentOf(entry: Extract<Item, { role: string }>, at: string): { text: 
     const where = `${at}.content[${i}]`;
     if (entry.role !== "user") throw new InvalidInput(where, "only a user message may have a picture");
     if (part.image_url == null) throw new InvalidInput(`${where}.file_id`, "Parley keeps no files: send the picture as image_url, a data URL");
-    images.push({ data: pictureFromUrl(`${where}.image_url`, part.image_url), at: text.length });
+    images.push({ data: await pictureFromUrl(`${where}.image_url`, part.image_url, hosts), at: text.length });
   }
   return { text, images };
 }

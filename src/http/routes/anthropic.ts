@@ -5,6 +5,7 @@
  * Anthropic's shape (errors.ts). Every field is honoured or refused.
  */
 import { Elysia } from "elysia";
+import { append } from "../../append";
 import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
 import type { Turn, TurnImage } from "../../llm/engine";
@@ -33,7 +34,7 @@ const textOf = (content: string | TextBlocks) => (typeof content === "string" ? 
  * user's `tool_result` blocks are each a tool's turn (answering a call an earlier assistant turn
  * made; an error's text marked so), then its text, if any, is a user turn.
  */
-function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>): Turn[] {
+async function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>, hosts: readonly string[]): Promise<Turn[]> {
   if (typeof content === "string") return [{ role, content }];
   const blocksOf = <T extends Block["type"]>(type: T) => content.filter((block): block is Extract<Block, { type: T }> => block.type === type);
   const redacted = content.findIndex((block) => block.type === "redacted_thinking");
@@ -46,7 +47,7 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
   const images: TurnImage[] = [];
   for (const [j, block] of content.entries()) {
     if (block.type === "text") text += block.text;
-    else if (block.type === "image") images.push({ data: pictureOf(block.source, `${at}.content[${j}].source`), at: text.length });
+    else if (block.type === "image") images.push({ data: await pictureOf(block.source, `${at}.content[${j}].source`, hosts), at: text.length });
   }
   if (role === "assistant") {
     const image = content.findIndex((block) => block.type === "image");
@@ -77,12 +78,12 @@ function messageTurns({ role, content }: Message, at: string, calls: Map<string,
 }
 
 /** A picture block's bytes: base64 only. */
-function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: string): Uint8Array {
+async function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: string, hosts: readonly string[]): Promise<Uint8Array> {
   switch (source.type) {
     case "base64":
       return pictureFromBase64(`${at}.data`, source.data);
     case "url":
-      return pictureFromUrl(`${at}.url`, source.url);
+      return await pictureFromUrl(`${at}.url`, source.url, hosts);
     case "file":
       throw new InvalidInput(`${at}.file_id`, "Parley keeps no files: send the picture as base64");
   }
@@ -93,7 +94,7 @@ function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: stri
  * Unicode. A final assistant message would be a prefill, whose reply continues it: Parley's
  * prompts always open a new reply, so it is refused rather than answered as a new turn.
  */
-function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] {
+async function turnsOf(request: Pick<MessagesRequest, "system" | "messages">, hosts: readonly string[]): Promise<Turn[]> {
   const last = request.messages.length - 1;
   if (request.messages[last]!.role === "assistant") {
     throw new InvalidInput(
@@ -102,10 +103,8 @@ function turnsOf(request: Pick<MessagesRequest, "system" | "messages">): Turn[] 
     );
   }
   const calls = new Map<string, string>();
-  const turns: Turn[] = [
-    ...(request.system != null ? [{ role: "system" as const, content: textOf(request.system) }] : []),
-    ...request.messages.flatMap((message, i) => messageTurns(message, `messages[${i}]`, calls)),
-  ];
+  const turns: Turn[] = request.system != null ? [{ role: "system" as const, content: textOf(request.system) }] : [];
+  for (const [i, message] of request.messages.entries()) append(turns, await messageTurns(message, `messages[${i}]`, calls, hosts));
   // A lone surrogate is no text the model can be given (the other APIs refuse it the same way).
   if (!turns.every((turn) => turn.content.isWellFormed() && (turn.reasoning ?? "").isWellFormed())) {
     throw new InvalidInput("messages", "messages, their thinking and system must be valid Unicode text (one has a lone surrogate)");
@@ -146,12 +145,16 @@ function thinkingOf({ thinking, max_tokens }: Pick<MessagesRequest, "thinking" |
   return { tokens: thinking.budget_tokens, shown };
 }
 
-function completionInput(body: MessagesRequest, thoughtTokens: number | undefined): Omit<CompletionInput, "signal" | "userId"> {
+async function completionInput(
+  body: MessagesRequest,
+  thoughtTokens: number | undefined,
+  hosts: readonly string[],
+): Promise<Omit<CompletionInput, "signal" | "userId">> {
   const stop = body.stop_sequences ?? undefined;
   if (stop && !stop.every((text) => text.isWellFormed())) throw new InvalidInput("stop_sequences", "stop_sequences must be valid Unicode text");
   const tools = toolsOf(body);
   return {
-    messages: turnsOf(body),
+    messages: await turnsOf(body, hosts),
     model: body.model,
     sampling: {
       // Anthropic's default.
@@ -173,7 +176,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       "/v1/messages",
       async function* ({ body, principal, request, server, set }) {
         const thinking = thinkingOf(body);
-        const input = completionInput(body, thinking.tokens);
+        const input = await completionInput(body, thinking.tokens, deps.body.pictureHosts);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const id = newMessageId();
         const exchange = { request, set, server, keyId: principal.keyId };
@@ -201,7 +204,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
         const count = await deps.completions.countTokens({
           userId: principal.userId,
           model: body.model,
-          messages: turnsOf(body),
+          messages: await turnsOf(body, deps.body.pictureHosts),
           signal: request.signal,
           ...(tools ? { tools } : {}),
         });

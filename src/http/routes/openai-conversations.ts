@@ -46,7 +46,9 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
     .post(
       "/v1/conversations",
       async ({ body, principal }) =>
-        conversationJson(await deps.conversationItems.create(principal.userId, itemsOf(body?.items ?? [], "items"), body?.metadata ?? {})),
+        conversationJson(
+          await deps.conversationItems.create(principal.userId, await itemsOf(body?.items ?? [], deps.body.pictureHosts, "items"), body?.metadata ?? {}),
+        ),
       {
         auth: "key",
         parse: jsonBody(deps.body, { pictures: true }),
@@ -127,7 +129,8 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
     .post(
       "/v1/conversations/:id/items",
       async ({ body, params, principal, request }) => {
-        const added = await unlessLeft(deps.conversationItems.add(principal.userId, params.id, itemsOf(body.items, "items"), request.signal));
+        const items = await itemsOf(body.items, deps.body.pictureHosts, "items");
+        const added = await unlessLeft(deps.conversationItems.add(principal.userId, params.id, items, request.signal));
         return added && inputItemList({ items: added, hasMore: false });
       },
       {

@@ -110,49 +110,63 @@ type Message = CompletionRequest["messages"][number];
  * The history as turns. OpenAI's `developer` role is its newer name for `system`; an assistant's
  * refusal is what it said; a tool's result must answer a call an earlier assistant message made.
  */
-function toTurns(messages: readonly Message[]): Turn[] {
+async function toTurns(messages: readonly Message[], hosts: readonly string[]): Promise<Turn[]> {
   const calls = new Map<string, string>();
-  return messages.map(({ role, content, reasoning_content, tool_calls, tool_call_id }, i) => {
-    const at = `messages[${i}]`;
-    if (role !== "assistant" && Array.isArray(content) && content.some((part) => part.type === "refusal")) {
-      throw new InvalidInput(at, "only an assistant message may have a refusal part");
-    }
-    if (role !== "assistant" && tool_calls != null) throw new InvalidInput(`${at}.tool_calls`, "only an assistant message may call tools");
-    if (role !== "tool" && tool_call_id != null) throw new InvalidInput(`${at}.tool_call_id`, "only a tool message answers a call");
-    if (role !== "assistant" && content === undefined) throw new InvalidInput(`${at}.content`, MESSAGE_RULE);
-    const { text, images } = contentOf(content ?? [], at, role === "user");
-    if (role === "tool") {
-      const name = calls.get(tool_call_id ?? "");
-      if (name === undefined)
-        throw new InvalidInput(
-          `${at}.tool_call_id`,
-          `a tool message must answer a call of an earlier assistant message (${JSON.stringify(tool_call_id ?? null)} answers none)`,
-        );
-      return { role, content: text, toolCallId: tool_call_id!, name };
-    }
-    if (role !== "assistant") return { role: role === "developer" ? "system" : role, content: text, ...(images.length > 0 ? { images } : {}) };
-    const toolCalls = callsOf(tool_calls ?? [], at);
-    for (const call of toolCalls) calls.set(call.id, call.name);
-    return { role, content: text, ...(reasoning_content ? { reasoning: reasoning_content } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) };
-  });
+  const turns: Turn[] = [];
+  for (const [i, message] of messages.entries()) turns.push(await toTurn(message, `messages[${i}]`, calls, hosts));
+  return turns;
+}
+
+/** One message as a turn; a tool's message answers one of `calls`, an assistant's adds its own. */
+async function toTurn(
+  { role, content, reasoning_content, tool_calls, tool_call_id }: Message,
+  at: string,
+  calls: Map<string, string>,
+  hosts: readonly string[],
+): Promise<Turn> {
+  if (role !== "assistant" && Array.isArray(content) && content.some((part) => part.type === "refusal")) {
+    throw new InvalidInput(at, "only an assistant message may have a refusal part");
+  }
+  if (role !== "assistant" && tool_calls != null) throw new InvalidInput(`${at}.tool_calls`, "only an assistant message may call tools");
+  if (role !== "tool" && tool_call_id != null) throw new InvalidInput(`${at}.tool_call_id`, "only a tool message answers a call");
+  if (role !== "assistant" && content === undefined) throw new InvalidInput(`${at}.content`, MESSAGE_RULE);
+  const { text, images } = await contentOf(content ?? [], at, role === "user", hosts);
+  if (role === "tool") {
+    const name = calls.get(tool_call_id ?? "");
+    if (name === undefined)
+      throw new InvalidInput(
+        `${at}.tool_call_id`,
+        `a tool message must answer a call of an earlier assistant message (${JSON.stringify(tool_call_id ?? null)} answers none)`,
+      );
+    return { role, content: text, toolCallId: tool_call_id!, name };
+  }
+  if (role !== "assistant") return { role: role === "developer" ? "system" : role, content: text, ...(images.length > 0 ? { images } : {}) };
+  const toolCalls = callsOf(tool_calls ?? [], at);
+  for (const call of toolCalls) calls.set(call.id, call.name);
+  return { role, content: text, ...(reasoning_content ? { reasoning: reasoning_content } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) };
 }
 
 /** A message's text, its parts' texts in order, and a user's pictures where their parts stand in it. */
-function contentOf(content: NonNullable<Message["content"]>, at: string, user: boolean): { text: string; images: TurnImage[] } {
+async function contentOf(
+  content: NonNullable<Message["content"]>,
+  at: string,
+  user: boolean,
+  hosts: readonly string[],
+): Promise<{ text: string; images: TurnImage[] }> {
   if (typeof content === "string") return { text: content, images: [] };
   let text = "";
   const images: TurnImage[] = [];
   for (const [i, part] of content.entries()) {
     if (part.type === "image_url") {
       if (!user) throw new InvalidInput(`${at}.content[${i}]`, "only a user message may have a picture");
-      images.push({ data: pictureFromUrl(`${at}.content[${i}].image_url.url`, part.image_url.url), at: text.length });
+      images.push({ data: await pictureFromUrl(`${at}.content[${i}].image_url.url`, part.image_url.url, hosts), at: text.length });
     } else text += part.type === "text" ? part.text : part.refusal;
   }
   return { text, images };
 }
 
-function completionInput(body: CompletionRequest): Omit<CompletionInput, "signal" | "userId"> {
-  const messages = toTurns(body.messages);
+async function completionInput(body: CompletionRequest, hosts: readonly string[]): Promise<Omit<CompletionInput, "signal" | "userId">> {
+  const messages = await toTurns(body.messages, hosts);
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
   // A lone surrogate is no text the model can be given (the native API refuses it the same way).
   if (![...messages.flatMap((turn) => [turn.content, turn.reasoning ?? ""]), ...(stop ?? [])].every((text) => text.isWellFormed())) {
@@ -188,7 +202,7 @@ export const openAiRoutes = (deps: CompletionRouteDeps) =>
     .post(
       "/v1/chat/completions",
       async function* ({ body, principal, request, server, set }) {
-        const input = completionInput(body);
+        const input = await completionInput(body, deps.body.pictureHosts);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const identity = newCompletion();
         if (body.stream !== true) {

@@ -103,7 +103,7 @@ function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): Reply
   return format.type === "json_object" ? { type: "json_object" } : { type: "json_schema", schema: format.schema, strict: format.strict === true };
 }
 
-function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "userId"> {
+async function responseInput(body: ResponseRequest, hosts: readonly string[]): Promise<Omit<ResponseInput, "signal" | "userId">> {
   const tools = toolRequestOf({
     // OpenAI's Responses hold a function strictly unless it says otherwise.
     functions: (body.tools ?? []).map((tool) => ({ ...tool, strict: tool.strict !== false })),
@@ -130,7 +130,7 @@ function responseInput(body: ResponseRequest): Omit<ResponseInput, "signal" | "u
   return {
     ...(body.model != null ? { model: body.model } : {}),
     ...(body.instructions ? { instructions: body.instructions } : {}),
-    input: responseItemsOf(body.input),
+    input: await responseItemsOf(body.input, hosts),
     ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
     ...(conversation !== undefined ? { conversation } : {}),
     store,
@@ -163,7 +163,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
     .post(
       "/v1/responses",
       async function* ({ body, principal, request, server, set }) {
-        const input = responseInput(body);
+        const input = await responseInput(body, deps.body.pictureHosts);
         const turn = (hooks: RequestHooks) => deps.responses.respond({ ...input, userId: principal.userId, ...hooks });
         const exchange = { request, set, server, keyId: principal.keyId };
         if (input.background) {
