@@ -19,7 +19,7 @@ allowSlowTests();
 const natives = await compiledNatives();
 console.log(`steps-load: ${natives === undefined ? "npm prebuilt natives (no native steps)" : `compiled natives ${natives}`}`);
 
-const DURATION_MS = 20_000;
+const DURATION_MS = 25_000;
 
 let server: ChildServer | undefined;
 afterEach(async () => {
@@ -66,7 +66,7 @@ describe("mixed load on several sequences", () => {
           ollamaClients: 2,
           retrievalClients: 1,
           completionClients: 1,
-          ...(vision ? { pictureClients: 3, pictureModel: "parley-vision" } : {}),
+          ...(vision ? { pictureClients: 2, pictureModel: "parley-vision" } : {}),
           durationMs: DURATION_MS,
           deadlineMs: 30_000,
           random,
