@@ -60,7 +60,14 @@ export const vision: Scenario = {
             {
               name: "llamaServer",
               start: () =>
-                startLlamaServer({ binary: ctx.llamaServer!, model, threads: ctx.threads, parallel: 1, contextSize: 1024, flags: ["--mmproj", projector] }),
+                startLlamaServer({
+                  binary: ctx.llamaServer!,
+                  model,
+                  threads: ctx.threads,
+                  parallel: 1,
+                  contextSize: 1024,
+                  flags: ["--mmproj", projector, ...(ctx.llamaFlags ?? [])],
+                }),
             },
           ]
         : []),
