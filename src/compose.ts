@@ -2,6 +2,7 @@
  * The service composed from its parts, as `parley serve` runs it. Knows the parts' order and
  * lifetimes; the command around it knows signals, exit codes and the log.
  */
+import { statSync } from "node:fs";
 import { join } from "node:path";
 import { CompletionService } from "./chat/completions";
 import { ConversationItemService } from "./chat/conversation-item-service";
@@ -20,7 +21,7 @@ import { BackgroundResponses } from "./http/background-responses";
 import { Embedder } from "./llm/embedder";
 import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
-import { type GpuLayers, refuseUnlessFits } from "./llm/memory-need";
+import { type GpuLayers, refuseUnlessFits, withProjector } from "./llm/memory-need";
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
 import { StateMemory } from "./llm/state-memory";
 import type { Logger } from "./log";
@@ -113,8 +114,10 @@ export async function startService(config: Config, log: Logger, announce: Announ
     keepAliveMs: config.keepAliveS < 0 ? -1 : config.keepAliveS * 1000,
     queueMax: config.queueMax,
     load: (entry): Promise<ServedEngine> => {
+      // A projector gone since the scan is the engine's to refuse, naming it.
+      const loaded = entry.projector ? withProjector(entry.description, statSync(entry.projector, { throwIfNoEntry: false })?.size ?? 0) : entry.description;
       const fits = (gpuLayers: GpuLayers) =>
-        refuseUnlessFits(entry.description, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType, gpuLayers);
+        refuseUnlessFits(loaded, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType, gpuLayers);
       if (entry.description.purpose === "chat")
         return Engine.load({ ...engineOptions(entry.path), ...(entry.projector ? { projectorPath: entry.projector } : {}), fits });
       const { modelPath, contextSize, parallel, threads, gpu, gpuLayers, flashAttention, kvType, onWarning } = engineOptions(entry.path);

@@ -35,6 +35,13 @@ export function memoryNeed(model: ModelDescription, contextSize: number, sequenc
   return weights + kvBytes * onCpu(gpuLayers / layers) + COMPUTE_MARGIN_BYTES;
 }
 
+/**
+ * The model as its load takes memory with its projector (a vision model's mmproj file) beside it:
+ * llama.cpp's mtmd loads the projector's weights where the model's layers go, so they count as
+ * the model's.
+ */
+export const withProjector = (model: ModelDescription, projectorBytes: number): ModelDescription => ({ ...model, sizeBytes: model.sizeBytes + projectorBytes });
+
 const mib = (bytes: number) => Math.ceil(bytes / 2 ** 20);
 
 /** Refuses (`Overloaded`, with the figures) a load of `model` that `available` bytes of RAM cannot hold. */

@@ -4,7 +4,7 @@ import { basename, join } from "node:path";
 import { DEMO_FINGERPRINT_KEY, demoFingerprint } from "../../src/gguf/demo";
 import { describeGguf, integer } from "../../src/gguf/describe";
 import { readGgufHeader } from "../../src/gguf/reader";
-import { memoryNeed, refuseUnlessFits } from "../../src/llm/memory-need";
+import { memoryNeed, refuseUnlessFits, withProjector } from "../../src/llm/memory-need";
 import { ModelRegistry, UnknownModel } from "../../src/llm/model";
 import { presetModel, tempDir } from "../support";
 import { visionPair } from "../support/vision";
@@ -172,6 +172,13 @@ describe("a model's memory need", () => {
     expect(memoryNeed(bench, 1024, 4, "f16", "all")).toBe(margin);
     expect(() => refuseUnlessFits(bench, 1024, 1, "f16", "all", margin)).not.toThrow();
     expect(() => refuseUnlessFits(bench, 1024, 1, "f16", layers / 2, margin)).toThrow(/needs about \d+ MiB of RAM \(its weights and KV cache not on the GPU\)/);
+  });
+
+  test("a vision model's projector counts as its weights: in RAM on the CPU, none of it with every layer on a GPU", async () => {
+    const bench = describeGguf(await presetModel("bench-small"));
+    const projector = 300 * 2 ** 20;
+    expect(memoryNeed(withProjector(bench, projector), 1024, 1) - memoryNeed(bench, 1024, 1)).toBe(projector);
+    expect(memoryNeed(withProjector(bench, projector), 1024, 1, "f16", "all")).toBe(memoryNeed(bench, 1024, 1, "f16", "all"));
   });
 
   test("a quantized KV cache counts ggml's blocks: 34 bytes for 32 values in q8_0, 18 in q4_0", async () => {
