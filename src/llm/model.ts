@@ -185,6 +185,13 @@ export class ModelRegistry {
     });
     const entries: ModelEntry[] = [];
     const broken: UnusableModel[] = [];
+    // Each directory read once a scan, however many models it holds.
+    const listings = new Map<string, string[]>();
+    const ggufsIn = (dir: string) => {
+      let names = listings.get(dir);
+      if (!names) listings.set(dir, (names = ggufFiles(dir)));
+      return names;
+    };
     for (const path of paths) {
       const described = this.describe(path);
       if ("reason" in described) {
@@ -202,7 +209,7 @@ export class ModelRegistry {
         broken.push({ path, reason });
         continue;
       }
-      const projector = description.purpose === "chat" ? (pairs.find(({ model }) => model === path)?.projector ?? projectorBeside(path)) : undefined;
+      const projector = description.purpose === "chat" ? (pairs.find(({ model }) => model === path)?.projector ?? projectorBeside(path, ggufsIn)) : undefined;
       entries.push({ id: description.name, path, description, created, ...(projector ? { projector } : {}) });
     }
     // A file gone (or renamed) must not keep its header in memory for the life of the process.
@@ -282,19 +289,24 @@ function namedPair(named: string): { model: string; projector?: string } {
 /**
  * The projector that goes with a model file: `mmproj-<its file name>` beside it; else the one
  * `mmproj-*.gguf` of a directory holding one model (a folder per model, as downloads come).
+ * `ggufsIn` lists a directory's `.gguf` files, projectors too.
  */
-function projectorBeside(path: string): string | undefined {
+function projectorBeside(path: string, ggufsIn: (dir: string) => string[]): string | undefined {
   const dir = dirname(path);
-  const own = join(dir, `mmproj-${basename(path)}`);
-  if (isFile(own)) return own;
-  let names: string[];
-  try {
-    names = readdirSync(dir).filter((name) => !name.startsWith(".") && name.toLowerCase().endsWith(".gguf"));
-  } catch {
-    return undefined;
-  }
+  const names = ggufsIn(dir);
+  const own = `mmproj-${basename(path)}`;
+  if (names.includes(own)) return join(dir, own);
   const projectors = names.filter((name) => name.toLowerCase().startsWith("mmproj-"));
   return projectors.length === 1 && names.length === 2 ? join(dir, projectors[0]!) : undefined;
+}
+
+/** A directory's visible `.gguf` files, projectors included; none when it cannot be read. */
+function ggufFiles(dir: string): string[] {
+  try {
+    return readdirSync(dir).filter((name) => !name.startsWith(".") && name.toLowerCase().endsWith(".gguf"));
+  } catch {
+    return [];
+  }
 }
 
 /** The directory's models, the demo among them. */
