@@ -11,14 +11,15 @@ export interface BodyLimits {
 }
 
 /**
- * Reads at most `bodyLimitBytes` within `bodyTimeoutMs`, so a huge, endless (chunked) or trickled
- * body is refused without being buffered and without holding a connection open for minutes.
+ * Reads at most `limit` bytes within `bodyTimeoutMs` (`PayloadTooLarge`, `RequestTimeout`), so a
+ * huge, endless (chunked) or trickled body is refused without being buffered and without holding a
+ * connection open for minutes: a request's, or a response's.
  */
-async function readCapped(request: Request, limit: number, bodyTimeoutMs: number): Promise<Uint8Array> {
-  const declared = request.headers.get("content-length");
+export async function readCapped(message: Request | Response, limit: number, bodyTimeoutMs: number): Promise<Uint8Array> {
+  const declared = message.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw new PayloadTooLarge(limit);
-  if (!request.body) return new Uint8Array(0);
-  const reader = request.body.getReader();
+  if (!message.body) return new Uint8Array(0);
+  const reader = message.body.getReader();
   let timer: Timer | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new RequestTimeout(bodyTimeoutMs / 1000)), bodyTimeoutMs);

@@ -6,7 +6,9 @@
  * whether the model can see it is the engine's to say.
  */
 import { mediaTypeOf, PICTURE_LIMITS, pictureProblem } from "../chat/pictures";
-import { InvalidInput } from "../errors";
+import { InvalidInput, PayloadTooLarge } from "../errors";
+import type { TurnImage } from "../llm/engine";
+import { readCapped } from "./json-body";
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const DATA_URL = /^data:([^,;]*)((?:;[^,;]*)*?);base64,(.*)$/s;
@@ -20,6 +22,13 @@ export function pictureFromBase64(field: string, base64: string): Uint8Array {
   if (problem) throw new InvalidInput(field, problem);
   return data;
 }
+
+/**
+ * Pictures sent as base64 beside a message's text (the native API's, Ollama's), seen after it, as a
+ * client shows a question with its pictures; `field` names the array.
+ */
+export const picturesAfter = (text: string, images: readonly string[] | undefined, field: string): { images?: TurnImage[] } =>
+  images?.length ? { images: images.map((image, i) => ({ data: pictureFromBase64(`${field}[${i}]`, image), at: text.length })) } : {};
 
 /** How long a listed host has to send a picture. */
 const FETCH_TIMEOUT_MS = 10_000;
@@ -48,16 +57,16 @@ export async function pictureFromUrl(field: string, url: string, hosts: readonly
 }
 
 async function fetchPicture(field: string, url: URL): Promise<Uint8Array> {
-  let response: Response;
+  let data: Uint8Array;
   try {
-    response = await fetch(url, { redirect: "error", signal: AbortSignal.timeout(FETCH_TIMEOUT_MS) });
+    const response = await fetch(url, { redirect: "error", signal: AbortSignal.timeout(FETCH_TIMEOUT_MS) });
+    if (!response.ok) throw new Error(`${url.host} answered ${response.status}`);
+    // Read as a request body is: a picture over its limit is cut off, not buffered whole.
+    data = await readCapped(response, PICTURE_LIMITS.bytes, FETCH_TIMEOUT_MS);
   } catch (error) {
+    if (error instanceof PayloadTooLarge) throw new InvalidInput(field, `is more than the ${PICTURE_LIMITS.bytes} bytes a picture may have`);
     throw new InvalidInput(field, `could not be fetched: ${error instanceof Error ? error.message : String(error)}`);
   }
-  if (!response.ok) throw new InvalidInput(field, `could not be fetched: ${url.host} answered ${response.status}`);
-  const declared = Number(response.headers.get("content-length") ?? 0);
-  if (declared > PICTURE_LIMITS.bytes) throw new InvalidInput(field, `is ${declared} bytes, more than the ${PICTURE_LIMITS.bytes} a picture may have`);
-  const data = new Uint8Array(await response.arrayBuffer());
   const problem = pictureProblem(data);
   if (problem) throw new InvalidInput(field, problem);
   return data;

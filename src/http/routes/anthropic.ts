@@ -77,7 +77,7 @@ async function messageTurns({ role, content }: Message, at: string, calls: Map<s
   return text !== "" || images.length > 0 || results.length === 0 ? [...results, { role, content: text, ...(images.length > 0 ? { images } : {}) }] : results;
 }
 
-/** A picture block's bytes: base64 only. */
+/** A picture block's bytes: its base64, or its URL's (a listed host's); never a file's. */
 async function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: string, hosts: readonly string[]): Promise<Uint8Array> {
   switch (source.type) {
     case "base64":

@@ -11,7 +11,7 @@ import type { CompletionInput } from "../../chat/completions";
 import type { RetrievalService } from "../../chat/retrieval";
 import type { Principal } from "../../db/types";
 import { Forbidden, InvalidInput, ModelNotFound } from "../../errors";
-import type { ReplyFormat, ToolCall, Turn, TurnImage } from "../../llm/engine";
+import type { ReplyFormat, ToolCall, Turn } from "../../llm/engine";
 import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
@@ -29,7 +29,7 @@ import {
 import { ollamaFields } from "../ollama/fields";
 import { embedJson, loadedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
-import { pictureFromBase64 } from "../pictures";
+import { picturesAfter } from "../pictures";
 import { samplingFieldsOf } from "../sampling-fields";
 import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } from "../turn-driver";
 
@@ -60,7 +60,7 @@ function turnsOf(messages: readonly Message[]): Turn[] {
     }
     if (message.tool_calls && message.role !== "assistant") throw new InvalidInput({ part: "history", item: i }, "tool_calls belong to an assistant message");
     if (message.role !== "assistant")
-      return { role: message.role, content: message.content, ...picturesOf(message.images, message.content, `messages[${i}].images`) };
+      return { role: message.role, content: message.content, ...picturesAfter(message.content, message.images, `messages[${i}].images`) };
     pending = (message.tool_calls ?? []).map((call, j) => ({
       id: `call_${i}_${j}`,
       name: call.function.name,
@@ -74,10 +74,6 @@ function turnsOf(messages: readonly Message[]): Turn[] {
     };
   });
 }
-
-/** A message's pictures, after its text. */
-const picturesOf = (images: readonly string[] | undefined, text: string, at: string): { images?: TurnImage[] } =>
-  images?.length ? { images: images.map((image, j) => ({ data: pictureFromBase64(`${at}[${j}]`, image), at: text.length })) } : {};
 
 /** `format`: `"json"` is any JSON object; a schema is held as far as the grammar can (its other keywords advisory, as OpenAI's non-strict). */
 const formatOf = (format: TurnRequest["format"]): ReplyFormat | undefined =>
@@ -216,7 +212,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
         const messages: Turn[] = [
           ...(body.system ? [{ role: "system" as const, content: body.system }] : []),
-          { role: "user", content: body.prompt, ...picturesOf(body.images, body.prompt, "images") },
+          { role: "user", content: body.prompt, ...picturesAfter(body.prompt, body.images, "images") },
         ];
         if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
         return yield* answer("generate", turnInput(body, messages, undefined), body, { principal, request, server, set });
