@@ -1,9 +1,11 @@
 /**
  * The engine of a retrieval model: one whose output is its input pooled, into a vector (an
  * embedding model) or into relevance scores (a reranker), as its file declares. One context, with
- * `parallel` sequences, which one loop owns: inputs from every request wait in one queue, and each
- * decode takes as many of them as fit its batch, one sequence each (llama-server batches its
- * slots' inputs so too). It knows nothing of HTTP, storage or users.
+ * `parallel` sequences, which one loop owns: inputs wait in a queue per scope, and each decode
+ * takes as many of them as fit its batch, one sequence each (llama-server batches its slots'
+ * inputs so too), from the scopes in turn, so that a request with few inputs is not served after
+ * every input of a larger one. It knows nothing of HTTP or storage; a scope is an opaque key (the
+ * caller's user).
  */
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import { append } from "../append";
@@ -20,7 +22,7 @@ export interface EmbedderOptions extends LoadOptions {
   contextSize?: number;
   /** Inputs decoded together. Default 2. */
   parallel?: number;
-  /** Inputs that may wait for a decode; more are refused (`Overloaded`). Default 4096. */
+  /** Inputs that may wait for a decode, of every scope; more are refused (`Overloaded`). Default 4096. */
   queueMax?: number;
   flashAttention?: FlashAttentionMode;
   kvType?: KvType;
@@ -35,6 +37,13 @@ interface Job {
   reject(error: unknown): void;
 }
 
+export interface PoolOptions {
+  /** Whose inputs these are: scopes are served in turn. Default "". */
+  scope?: string;
+  /** Takes the inputs still waiting off the queue. */
+  signal?: AbortSignal;
+}
+
 export class Embedder {
   readonly loadedAt = Math.floor(Date.now() / 1000);
   readonly modelName: string;
@@ -44,7 +53,9 @@ export class Embedder {
   private readonly rankingTemplate: string | undefined;
   /** llama.cpp's `add_sep`: the file's, else on for BERT's WordPiece tokenizer. */
   private readonly addsSeparator: boolean;
-  private queue: Job[] = [];
+  /** The inputs waiting, each scope's in order, the scopes in the order their turns come. */
+  private waiting = new Map<string, Job[]>();
+  private waitingCount = 0;
   private running: Promise<void> | undefined;
   private closed = false;
 
@@ -123,12 +134,22 @@ export class Embedder {
   /**
    * A query and a document as llama-server renders them for ranking: into the model's ranking
    * prompt (`tokenizer.chat_template.rerank`, `{query}` and `{document}` replaced) tokenized whole,
-   * else the query and the document between the special tokens the model adds.
+   * else the query and the document between the special tokens the model adds. The placeholders
+   * are looked for in the template only, in one pass: llama-server replaces `{document}` after
+   * `{query}`, so a query holding `{document}` has the document written into it once per
+   * occurrence, which makes a small request a huge prompt. Texts without a placeholder's text
+   * render as there.
    */
   rankingTokens(query: string, document: string): Token[] {
     const { model } = this.loaded;
     const template = this.rankingTemplate;
-    if (template !== undefined) return model.tokenize(template.replaceAll("{query}", query).replaceAll("{document}", document), true);
+    if (template !== undefined) {
+      // A function's result is inserted as it is: a replacement string would expand `$&` and its kin.
+      return model.tokenize(
+        template.replace(/\{query\}|\{document\}/g, (placeholder) => (placeholder === "{query}" ? query : document)),
+        true,
+      );
+    }
     const { bos, eos, sep, shouldPrependBosToken, shouldAppendEosToken } = model.tokens;
     const end = eos ?? sep;
     const ends = shouldAppendEosToken && end !== null ? [end] : [];
@@ -137,37 +158,47 @@ export class Embedder {
   }
 
   /** Each input's embedding, normalized to length 1 (llama-server's default) unless `normalize` is false. */
-  async embed(inputs: readonly (readonly Token[])[], signal?: AbortSignal, normalize = true): Promise<Float32Array[]> {
-    const pooled = await this.pool(inputs, signal);
-    return normalize ? pooled.map(normalized) : pooled;
+  async embed(inputs: readonly (readonly Token[])[], options: PoolOptions & { normalize?: boolean } = {}): Promise<Float32Array[]> {
+    const pooled = await this.pool(inputs, options);
+    return options.normalize === false ? pooled : pooled.map(normalized);
   }
 
   /** Each input's relevance score: the first of its pooled outputs, as llama-server reports it. */
-  async rank(inputs: readonly (readonly Token[])[], signal?: AbortSignal): Promise<number[]> {
-    return (await this.pool(inputs, signal)).map((scores) => scores[0]!);
+  async rank(inputs: readonly (readonly Token[])[], options: PoolOptions = {}): Promise<number[]> {
+    return (await this.pool(inputs, options)).map((scores) => scores[0]!);
   }
 
   /** Refuses what waits; a decode in flight ends first (the context's disposal waits for it). */
   async close(): Promise<void> {
     this.closed = true;
-    for (const job of this.queue.splice(0)) job.reject(new Overloaded("the model is being unloaded", 2_000));
+    const waiting = [...this.waiting.values()].flat();
+    this.waiting.clear();
+    this.waitingCount = 0;
+    for (const job of waiting) job.reject(new Overloaded("the model is being unloaded", 2_000));
     await this.running;
     await this.loaded.llama.dispose();
   }
 
-  /** The inputs' pooled outputs, in order; the signal takes those still waiting off the queue. */
-  private pool(inputs: readonly (readonly Token[])[], signal?: AbortSignal): Promise<Float32Array[]> {
+  /** The inputs' pooled outputs, in order, queued behind the scope's earlier ones; the signal takes those still waiting off the queue. */
+  private pool(inputs: readonly (readonly Token[])[], { scope = "", signal }: PoolOptions): Promise<Float32Array[]> {
     if (this.closed) return Promise.reject(new Overloaded("the model is being unloaded", 2_000));
     if (signal?.aborted) return Promise.reject(abortError(signal));
     // Nothing to queue: a loop started on an empty queue would end before it is recorded as running.
     if (inputs.length === 0) return Promise.resolve([]);
-    if (this.queue.length + inputs.length > this.queueMax) return Promise.reject(new Overloaded("too many inputs are waiting for the model", 1_000));
+    if (this.waitingCount + inputs.length > this.queueMax) return Promise.reject(new Overloaded("too many inputs are waiting for the model", 1_000));
     const jobs: Job[] = [];
     const results = Promise.all(inputs.map((tokens) => new Promise<Float32Array>((resolve, reject) => jobs.push({ tokens, resolve, reject }))));
-    append(this.queue, jobs);
+    const queue = this.waiting.get(scope);
+    if (queue) append(queue, jobs);
+    else this.waiting.set(scope, jobs.slice());
+    this.waitingCount += jobs.length;
     const aborted = () => {
-      const waiting = new Set(jobs);
-      this.queue = this.queue.filter((job) => !waiting.has(job));
+      const mine = new Set(jobs);
+      const scoped = this.waiting.get(scope) ?? [];
+      const others = scoped.filter((job) => !mine.has(job));
+      this.waitingCount -= scoped.length - others.length;
+      if (others.length > 0) this.waiting.set(scope, others);
+      else this.waiting.delete(scope);
       for (const job of jobs) job.reject(abortError(signal!));
     };
     signal?.addEventListener("abort", aborted, { once: true });
@@ -175,10 +206,10 @@ export class Embedder {
     return results.finally(() => signal?.removeEventListener("abort", aborted));
   }
 
-  /** The loop: decodes the queue's inputs, as many a batch as fit it, until none waits. */
+  /** The loop: decodes the waiting inputs, as many a batch as fit it, until none waits. */
   private async drain(): Promise<void> {
     try {
-      while (this.queue.length > 0) {
+      while (this.waitingCount > 0) {
         const batch = this.nextBatch();
         try {
           const pooled = await decodePooled(
@@ -195,17 +226,25 @@ export class Embedder {
     }
   }
 
-  /** The queue's first inputs, as many as there are sequences and the batch's tokens allow (at least one). */
+  /**
+   * The next inputs, one from each scope in turn (a scope served goes to the back of the turns),
+   * as many as there are sequences and the batch's tokens allow (at least one).
+   */
   private nextBatch(): Job[] {
     const limit = this.together ? this.context.totalSequences : 1;
+    const batch: Job[] = [];
     let tokens = 0;
-    let count = 0;
-    for (const job of this.queue) {
-      if (count === limit || (count > 0 && tokens + job.tokens.length > this.contextSize)) break;
+    for (const [scope, queue] of this.waiting) {
+      const job = queue[0]!;
+      if (batch.length === limit || (batch.length > 0 && tokens + job.tokens.length > this.contextSize)) break;
+      queue.shift();
+      this.waiting.delete(scope);
+      if (queue.length > 0) this.waiting.set(scope, queue);
+      batch.push(job);
       tokens += job.tokens.length;
-      count++;
     }
-    return this.queue.splice(0, count);
+    this.waitingCount -= batch.length;
+    return batch;
   }
 }
 

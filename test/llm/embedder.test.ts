@@ -1,8 +1,9 @@
 /**
  * The retrieval engine: inputs decoded together each get their own vector, as alone; a request
- * that leaves takes its waiting inputs off the queue while the others are served; and on the npm
- * prebuilt (one input a decode, special tokens added in JavaScript) the vectors and scores are
- * still llama-server's for the same files.
+ * that leaves takes its waiting inputs off the queue while the others are served; scopes are
+ * served in turn; a ranking's query and document are written into the ranking prompt as they are;
+ * and on the npm prebuilt (one input a decode, special tokens added in JavaScript) the vectors and
+ * scores are still llama-server's for the same files.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
@@ -32,13 +33,35 @@ describe("the retrieval engine", () => {
     const many = Array.from({ length: 48 }, (_, i) => embedder.embeddingTokens(`input number ${i} about the sea`));
     const first = embedder.embed(many);
     const leaving = new AbortController();
-    const left = embedder.embed(many, leaving.signal);
+    const left = embedder.embed(many, { signal: leaving.signal });
     leaving.abort();
     const after = embedder.embed([embedder.embeddingTokens("after")]);
     expect(((await rejection(left)) as Error).name).toBe("AbortError");
     expect(await first).toHaveLength(48);
     expect(await after).toHaveLength(1);
   });
+
+  test("scopes are served in turn: one input queued after another scope's many is done before them", async () => {
+    const many = Array.from({ length: 48 }, (_, i) => embedder.embeddingTokens(`input number ${i} about the sea`));
+    const finished: string[] = [];
+    const big = embedder.embed(many, { scope: "a" }).then(() => finished.push("a"));
+    const small = embedder.embed([embedder.embeddingTokens("a short one")], { scope: "b" }).then(() => finished.push("b"));
+    await Promise.all([big, small]);
+    expect(finished).toEqual(["b", "a"]);
+  });
+});
+
+test("a ranking's query and document are written into the ranking prompt as they are: placeholders' texts and $ patterns in them stay text", async () => {
+  const ranker = await Embedder.load({ modelPath: await presetModel("rerank"), threads: 1, parallel: 1, contextSize: 1024 });
+  try {
+    const document = Array.from({ length: 40 }, (_, i) => `sentence ${i} of a document`).join(". ");
+    const plain = ranker.rankingTokens("{documenX} $X $X", document).length;
+    // Expanded, the document would be written into the query twice more, each over 200 tokens.
+    expect(Math.abs(ranker.rankingTokens("{document} $' $&", document).length - plain)).toBeLessThanOrEqual(4);
+    expect(Math.abs(ranker.rankingTokens("{documenX} $X $X", `{query} ${document}`).length - plain)).toBeLessThanOrEqual(4);
+  } finally {
+    await ranker.close();
+  }
 });
 
 test("on the npm prebuilt, one input a decode, the vectors and scores are llama-server's", async () => {
