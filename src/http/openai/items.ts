@@ -3,7 +3,7 @@ import { t } from "elysia";
 import { type ItemInput, type ItemPageQuery, type ItemReference, storedImages } from "../../chat/items";
 import { InvalidInput } from "../../errors";
 import type { TurnImage } from "../../llm/engine";
-import { pictureFromUrl } from "../pictures";
+import type { RequestPictures } from "../pictures";
 import { checkedArguments } from "./tools";
 
 export const ITEM_RULE =
@@ -55,28 +55,28 @@ export const RESPONSE_ITEM = t.Union([...ITEM.anyOf, t.Object({ type: t.Literal(
 
 /**
  * The request's items as the chat layer keeps them; text checked, a call's arguments a JSON
- * object, a picture's URL fetched where its host is one of `hosts`.
+ * object, its pictures read by the request's `pictures`.
  */
-export async function itemsOf(input: string | readonly Item[], hosts: readonly string[], field = "input"): Promise<ItemInput[]> {
+export async function itemsOf(input: string | readonly Item[], pictures: RequestPictures, field = "input"): Promise<ItemInput[]> {
   if (typeof input === "string") return [{ type: "message", role: "user", text: input }];
   const items: ItemInput[] = [];
-  for (const [i, entry] of input.entries()) items.push(await itemOf(entry, `${field}[${i}]`, hosts));
+  for (const [i, entry] of input.entries()) items.push(await itemOf(entry, `${field}[${i}]`, pictures));
   return items;
 }
 
 /** A Responses request's input: items, and references to kept ones, which the chat layer resolves in place. */
 export async function responseItemsOf(
   input: string | readonly (typeof RESPONSE_ITEM.static)[],
-  hosts: readonly string[],
+  pictures: RequestPictures,
 ): Promise<(ItemInput | ItemReference)[]> {
-  if (typeof input === "string") return await itemsOf(input, hosts);
+  if (typeof input === "string") return await itemsOf(input, pictures);
   const items: (ItemInput | ItemReference)[] = [];
   for (const [i, entry] of input.entries())
-    items.push(entry.type === "item_reference" ? { type: "reference", id: entry.id } : await itemOf(entry, `input[${i}]`, hosts));
+    items.push(entry.type === "item_reference" ? { type: "reference", id: entry.id } : await itemOf(entry, `input[${i}]`, pictures));
   return items;
 }
 
-async function itemOf(entry: Item, at: string, hosts: readonly string[]): Promise<ItemInput> {
+async function itemOf(entry: Item, at: string, pictures: RequestPictures): Promise<ItemInput> {
   const id = entry.id === undefined ? {} : { id: entry.id };
   switch (entry.type) {
     case "function_call":
@@ -86,7 +86,7 @@ async function itemOf(entry: Item, at: string, hosts: readonly string[]): Promis
     case "reasoning":
       return { type: "thought", ...id, text: (entry.content ?? []).map((part) => part.text).join("") };
     default: {
-      const { text, images } = await contentOf(entry, at, hosts);
+      const { text, images } = await contentOf(entry, at, pictures);
       if (!text.isWellFormed()) throw new InvalidInput(at, "input must be valid Unicode text (one has a lone surrogate)");
       return { type: "message", ...id, role: entry.role, text, ...storedImages(images) };
     }
@@ -94,7 +94,7 @@ async function itemOf(entry: Item, at: string, hosts: readonly string[]): Promis
 }
 
 /** A message's text, its parts' in order, and a user's pictures where their parts stand in it. */
-async function contentOf(entry: Extract<Item, { role: string }>, at: string, hosts: readonly string[]): Promise<{ text: string; images: TurnImage[] }> {
+async function contentOf(entry: Extract<Item, { role: string }>, at: string, pictures: RequestPictures): Promise<{ text: string; images: TurnImage[] }> {
   if (typeof entry.content === "string") return { text: entry.content, images: [] };
   let text = "";
   const images: TurnImage[] = [];
@@ -106,7 +106,7 @@ async function contentOf(entry: Extract<Item, { role: string }>, at: string, hos
     const where = `${at}.content[${i}]`;
     if (entry.role !== "user") throw new InvalidInput(where, "only a user message may have a picture");
     if (part.image_url == null) throw new InvalidInput(`${where}.file_id`, "Parley keeps no files: send the picture as image_url, a data URL");
-    images.push({ data: await pictureFromUrl(`${where}.image_url`, part.image_url, hosts), at: text.length });
+    images.push({ data: await pictures.fromUrl(`${where}.image_url`, part.image_url), at: text.length });
   }
   return { text, images };
 }

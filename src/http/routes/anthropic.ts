@@ -17,7 +17,7 @@ import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
 import { anthropicErrorResponses, jsonResponse, TURN_REFUSALS } from "../openapi";
-import { pictureFromBase64, pictureFromUrl } from "../pictures";
+import { RequestPictures } from "../pictures";
 import { samplingFieldsOf } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
@@ -34,7 +34,7 @@ const textOf = (content: string | TextBlocks) => (typeof content === "string" ? 
  * user's `tool_result` blocks are each a tool's turn (answering a call an earlier assistant turn
  * made; an error's text marked so), then its text, if any, is a user turn.
  */
-async function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>, hosts: readonly string[]): Promise<Turn[]> {
+async function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>, pictures: RequestPictures): Promise<Turn[]> {
   if (typeof content === "string") return [{ role, content }];
   const blocksOf = <T extends Block["type"]>(type: T) => content.filter((block): block is Extract<Block, { type: T }> => block.type === type);
   const redacted = content.findIndex((block) => block.type === "redacted_thinking");
@@ -47,7 +47,7 @@ async function messageTurns({ role, content }: Message, at: string, calls: Map<s
   const images: TurnImage[] = [];
   for (const [j, block] of content.entries()) {
     if (block.type === "text") text += block.text;
-    else if (block.type === "image") images.push({ data: await pictureOf(block.source, `${at}.content[${j}].source`, hosts), at: text.length });
+    else if (block.type === "image") images.push({ data: await pictureOf(block.source, `${at}.content[${j}].source`, pictures), at: text.length });
   }
   if (role === "assistant") {
     const image = content.findIndex((block) => block.type === "image");
@@ -78,12 +78,12 @@ async function messageTurns({ role, content }: Message, at: string, calls: Map<s
 }
 
 /** A picture block's bytes: its base64, or its URL's (a listed host's); never a file's. */
-async function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: string, hosts: readonly string[]): Promise<Uint8Array> {
+async function pictureOf(source: Extract<Block, { type: "image" }>["source"], at: string, pictures: RequestPictures): Promise<Uint8Array> {
   switch (source.type) {
     case "base64":
-      return pictureFromBase64(`${at}.data`, source.data);
+      return pictures.fromBase64(`${at}.data`, source.data);
     case "url":
-      return await pictureFromUrl(`${at}.url`, source.url, hosts);
+      return await pictures.fromUrl(`${at}.url`, source.url);
     case "file":
       throw new InvalidInput(`${at}.file_id`, "Parley keeps no files: send the picture as base64");
   }
@@ -94,7 +94,7 @@ async function pictureOf(source: Extract<Block, { type: "image" }>["source"], at
  * Unicode. A final assistant message would be a prefill, whose reply continues it: Parley's
  * prompts always open a new reply, so it is refused rather than answered as a new turn.
  */
-async function turnsOf(request: Pick<MessagesRequest, "system" | "messages">, hosts: readonly string[]): Promise<Turn[]> {
+async function turnsOf(request: Pick<MessagesRequest, "system" | "messages">, pictures: RequestPictures): Promise<Turn[]> {
   const last = request.messages.length - 1;
   if (request.messages[last]!.role === "assistant") {
     throw new InvalidInput(
@@ -104,7 +104,7 @@ async function turnsOf(request: Pick<MessagesRequest, "system" | "messages">, ho
   }
   const calls = new Map<string, string>();
   const turns: Turn[] = request.system != null ? [{ role: "system" as const, content: textOf(request.system) }] : [];
-  for (const [i, message] of request.messages.entries()) append(turns, await messageTurns(message, `messages[${i}]`, calls, hosts));
+  for (const [i, message] of request.messages.entries()) append(turns, await messageTurns(message, `messages[${i}]`, calls, pictures));
   // A lone surrogate is no text the model can be given (the other APIs refuse it the same way).
   if (!turns.every((turn) => turn.content.isWellFormed() && (turn.reasoning ?? "").isWellFormed())) {
     throw new InvalidInput("messages", "messages, their thinking and system must be valid Unicode text (one has a lone surrogate)");
@@ -148,13 +148,13 @@ function thinkingOf({ thinking, max_tokens }: Pick<MessagesRequest, "thinking" |
 async function completionInput(
   body: MessagesRequest,
   thoughtTokens: number | undefined,
-  hosts: readonly string[],
+  pictures: RequestPictures,
 ): Promise<Omit<CompletionInput, "signal" | "userId">> {
   const stop = body.stop_sequences ?? undefined;
   if (stop && !stop.every((text) => text.isWellFormed())) throw new InvalidInput("stop_sequences", "stop_sequences must be valid Unicode text");
   const tools = toolsOf(body);
   return {
-    messages: await turnsOf(body, hosts),
+    messages: await turnsOf(body, pictures),
     model: body.model,
     sampling: {
       // Anthropic's default.
@@ -176,7 +176,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       "/v1/messages",
       async function* ({ body, principal, request, server, set }) {
         const thinking = thinkingOf(body);
-        const input = await completionInput(body, thinking.tokens, deps.body.pictureHosts);
+        const input = await completionInput(body, thinking.tokens, new RequestPictures(deps.body.pictureHosts));
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const id = newMessageId();
         const exchange = { request, set, server, keyId: principal.keyId };
@@ -204,7 +204,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
         const count = await deps.completions.countTokens({
           userId: principal.userId,
           model: body.model,
-          messages: await turnsOf(body, deps.body.pictureHosts),
+          messages: await turnsOf(body, new RequestPictures(deps.body.pictureHosts)),
           signal: request.signal,
           ...(tools ? { tools } : {}),
         });

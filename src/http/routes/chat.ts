@@ -7,7 +7,7 @@ import { errorBody } from "../errors";
 import { namingFields } from "../field-names";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { chatReplyResponse, errorResponses } from "../openapi";
-import { picturesAfter } from "../pictures";
+import { RequestPictures } from "../pictures";
 import { nativeFields, resultJson, startJson } from "../present";
 import { contextOf } from "../request-context";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
@@ -85,7 +85,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
             userId: principal.userId,
             conversationId: body.conversation_id,
             message: body.message,
-            ...picturesAfter(body.message, body.images, "images"),
+            ...new RequestPictures().after(body.message, body.images, "images"),
             sampling: { temperature: body.temperature ?? 0.7, seed: body.seed, ...samplingFieldsOf(body) },
             maxTokens: body.max_tokens ?? 512,
             format: formatOf(body.response_format),

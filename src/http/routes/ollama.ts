@@ -29,7 +29,7 @@ import {
 import { ollamaFields } from "../ollama/fields";
 import { embedJson, loadedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
-import { picturesAfter } from "../pictures";
+import { RequestPictures } from "../pictures";
 import { samplingFieldsOf } from "../sampling-fields";
 import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } from "../turn-driver";
 
@@ -47,6 +47,7 @@ const DEFAULT_TEMPERATURE = 0.8;
  */
 function turnsOf(messages: readonly Message[]): Turn[] {
   let pending: ToolCall[] = [];
+  const pictures = new RequestPictures();
   return messages.map((message, i): Turn => {
     if (message.images?.length && message.role !== "user") throw new InvalidInput(`messages[${i}].images`, "only a user message may have pictures");
     if (!message.content.isWellFormed() || !(message.thinking ?? "").isWellFormed())
@@ -60,7 +61,7 @@ function turnsOf(messages: readonly Message[]): Turn[] {
     }
     if (message.tool_calls && message.role !== "assistant") throw new InvalidInput({ part: "history", item: i }, "tool_calls belong to an assistant message");
     if (message.role !== "assistant")
-      return { role: message.role, content: message.content, ...picturesAfter(message.content, message.images, `messages[${i}].images`) };
+      return { role: message.role, content: message.content, ...pictures.after(message.content, message.images, `messages[${i}].images`) };
     pending = (message.tool_calls ?? []).map((call, j) => ({
       id: `call_${i}_${j}`,
       name: call.function.name,
@@ -212,7 +213,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
         const messages: Turn[] = [
           ...(body.system ? [{ role: "system" as const, content: body.system }] : []),
-          { role: "user", content: body.prompt, ...picturesAfter(body.prompt, body.images, "images") },
+          { role: "user", content: body.prompt, ...new RequestPictures().after(body.prompt, body.images, "images") },
         ];
         if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
         return yield* answer("generate", turnInput(body, messages, undefined), body, { principal, request, server, set });

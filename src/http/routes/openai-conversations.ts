@@ -13,6 +13,7 @@ import { responseFields } from "../openai/fields";
 import { ITEM, ITEM_PAGE_QUERY, itemPageOf, itemsOf, QUERY_RULE } from "../openai/items";
 import { conversationJson, inputItemJson, inputItemList } from "../openai/responses-present";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
+import { RequestPictures } from "../pictures";
 import { optional, UNKNOWN_FIELD } from "../sampling-fields";
 
 export interface OpenAiConversationRouteDeps {
@@ -47,7 +48,11 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
       "/v1/conversations",
       async ({ body, principal }) =>
         conversationJson(
-          await deps.conversationItems.create(principal.userId, await itemsOf(body?.items ?? [], deps.body.pictureHosts, "items"), body?.metadata ?? {}),
+          await deps.conversationItems.create(
+            principal.userId,
+            await itemsOf(body?.items ?? [], new RequestPictures(deps.body.pictureHosts), "items"),
+            body?.metadata ?? {},
+          ),
         ),
       {
         auth: "key",
@@ -129,7 +134,7 @@ export const openAiConversationRoutes = (deps: OpenAiConversationRouteDeps) =>
     .post(
       "/v1/conversations/:id/items",
       async ({ body, params, principal, request }) => {
-        const items = await itemsOf(body.items, deps.body.pictureHosts, "items");
+        const items = await itemsOf(body.items, new RequestPictures(deps.body.pictureHosts), "items");
         const added = await unlessLeft(deps.conversationItems.add(principal.userId, params.id, items, request.signal));
         return added && inputItemList({ items: added, hasMore: false });
       },

@@ -16,7 +16,7 @@ import { chatCompletionFields } from "../openai/fields";
 import { completionFraming, completionJson, newCompletion } from "../openai/present";
 import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../openai/tools";
 import { chatCompletionResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
-import { pictureFromUrl } from "../pictures";
+import { RequestPictures } from "../pictures";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
 import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
@@ -110,10 +110,10 @@ type Message = CompletionRequest["messages"][number];
  * The history as turns. OpenAI's `developer` role is its newer name for `system`; an assistant's
  * refusal is what it said; a tool's result must answer a call an earlier assistant message made.
  */
-async function toTurns(messages: readonly Message[], hosts: readonly string[]): Promise<Turn[]> {
+async function toTurns(messages: readonly Message[], pictures: RequestPictures): Promise<Turn[]> {
   const calls = new Map<string, string>();
   const turns: Turn[] = [];
-  for (const [i, message] of messages.entries()) turns.push(await toTurn(message, `messages[${i}]`, calls, hosts));
+  for (const [i, message] of messages.entries()) turns.push(await toTurn(message, `messages[${i}]`, calls, pictures));
   return turns;
 }
 
@@ -122,7 +122,7 @@ async function toTurn(
   { role, content, reasoning_content, tool_calls, tool_call_id }: Message,
   at: string,
   calls: Map<string, string>,
-  hosts: readonly string[],
+  pictures: RequestPictures,
 ): Promise<Turn> {
   if (role !== "assistant" && Array.isArray(content) && content.some((part) => part.type === "refusal")) {
     throw new InvalidInput(at, "only an assistant message may have a refusal part");
@@ -130,7 +130,7 @@ async function toTurn(
   if (role !== "assistant" && tool_calls != null) throw new InvalidInput(`${at}.tool_calls`, "only an assistant message may call tools");
   if (role !== "tool" && tool_call_id != null) throw new InvalidInput(`${at}.tool_call_id`, "only a tool message answers a call");
   if (role !== "assistant" && content === undefined) throw new InvalidInput(`${at}.content`, MESSAGE_RULE);
-  const { text, images } = await contentOf(content ?? [], at, role === "user", hosts);
+  const { text, images } = await contentOf(content ?? [], at, role === "user", pictures);
   if (role === "tool") {
     const name = calls.get(tool_call_id ?? "");
     if (name === undefined)
@@ -151,7 +151,7 @@ async function contentOf(
   content: NonNullable<Message["content"]>,
   at: string,
   user: boolean,
-  hosts: readonly string[],
+  pictures: RequestPictures,
 ): Promise<{ text: string; images: TurnImage[] }> {
   if (typeof content === "string") return { text: content, images: [] };
   let text = "";
@@ -159,14 +159,14 @@ async function contentOf(
   for (const [i, part] of content.entries()) {
     if (part.type === "image_url") {
       if (!user) throw new InvalidInput(`${at}.content[${i}]`, "only a user message may have a picture");
-      images.push({ data: await pictureFromUrl(`${at}.content[${i}].image_url.url`, part.image_url.url, hosts), at: text.length });
+      images.push({ data: await pictures.fromUrl(`${at}.content[${i}].image_url.url`, part.image_url.url), at: text.length });
     } else text += part.type === "text" ? part.text : part.refusal;
   }
   return { text, images };
 }
 
-async function completionInput(body: CompletionRequest, hosts: readonly string[]): Promise<Omit<CompletionInput, "signal" | "userId">> {
-  const messages = await toTurns(body.messages, hosts);
+async function completionInput(body: CompletionRequest, pictures: RequestPictures): Promise<Omit<CompletionInput, "signal" | "userId">> {
+  const messages = await toTurns(body.messages, pictures);
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
   // A lone surrogate is no text the model can be given (the native API refuses it the same way).
   if (![...messages.flatMap((turn) => [turn.content, turn.reasoning ?? ""]), ...(stop ?? [])].every((text) => text.isWellFormed())) {
@@ -202,7 +202,7 @@ export const openAiRoutes = (deps: CompletionRouteDeps) =>
     .post(
       "/v1/chat/completions",
       async function* ({ body, principal, request, server, set }) {
-        const input = await completionInput(body, deps.body.pictureHosts);
+        const input = await completionInput(body, new RequestPictures(deps.body.pictureHosts));
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const identity = newCompletion();
         if (body.stream !== true) {

@@ -17,6 +17,7 @@ import { responseFields } from "../openai/fields";
 import { ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, QUERY_RULE, RESPONSE_ITEM, responseItemsOf } from "../openai/items";
 import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
+import { RequestPictures } from "../pictures";
 import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 
@@ -103,7 +104,7 @@ function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): Reply
   return format.type === "json_object" ? { type: "json_object" } : { type: "json_schema", schema: format.schema, strict: format.strict === true };
 }
 
-async function responseInput(body: ResponseRequest, hosts: readonly string[]): Promise<Omit<ResponseInput, "signal" | "userId">> {
+async function responseInput(body: ResponseRequest, pictures: RequestPictures): Promise<Omit<ResponseInput, "signal" | "userId">> {
   const tools = toolRequestOf({
     // OpenAI's Responses hold a function strictly unless it says otherwise.
     functions: (body.tools ?? []).map((tool) => ({ ...tool, strict: tool.strict !== false })),
@@ -130,7 +131,7 @@ async function responseInput(body: ResponseRequest, hosts: readonly string[]): P
   return {
     ...(body.model != null ? { model: body.model } : {}),
     ...(body.instructions ? { instructions: body.instructions } : {}),
-    input: await responseItemsOf(body.input, hosts),
+    input: await responseItemsOf(body.input, pictures),
     ...(body.previous_response_id ? { previousResponseId: body.previous_response_id } : {}),
     ...(conversation !== undefined ? { conversation } : {}),
     store,
@@ -163,7 +164,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
     .post(
       "/v1/responses",
       async function* ({ body, principal, request, server, set }) {
-        const input = await responseInput(body, deps.body.pictureHosts);
+        const input = await responseInput(body, new RequestPictures(deps.body.pictureHosts));
         const turn = (hooks: RequestHooks) => deps.responses.respond({ ...input, userId: principal.userId, ...hooks });
         const exchange = { request, set, server, keyId: principal.keyId };
         if (input.background) {
