@@ -301,7 +301,7 @@ export const CONFIG_SPEC = {
   },
   bodyLimitBytes: {
     env: "PARLEY_BODY_LIMIT",
-    doc: "largest request body in bytes, 1024 to 67108864 (`413` above)",
+    doc: "largest request body in bytes, 1024 to 67108864 (`413` above); on the routes that may carry pictures, the most text beside them (every string, number and field name but the pictures')",
     shownDefault: "`65536`",
     flag: "--body-limit",
     default: "65536",
@@ -309,7 +309,7 @@ export const CONFIG_SPEC = {
   },
   pictureBodyLimitBytes: {
     env: "PARLEY_PICTURE_BODY_LIMIT",
-    doc: "largest body in bytes, 1024 to 268435456, of a request that may carry pictures (the chat, Responses, Conversations, Messages and Ollama chat routes: pictures come in the JSON, in base64) (`413` above)",
+    doc: "largest body in bytes, 1024 to 268435456, of a request that may carry pictures (the chat, Responses, Conversations, Messages and Ollama chat routes: pictures come in the JSON, in base64) (`413` above); the text beside them stays within `PARLEY_BODY_LIMIT`",
     shownDefault: "`33554432`",
     flag: "--picture-body-limit",
     default: "33554432",

@@ -79,8 +79,11 @@ export class MethodNotAllowed extends ParleyError {
 export class PayloadTooLarge extends ParleyError {
   readonly kind = "payload_too_large";
 
-  constructor(readonly limitBytes: number) {
-    super(`the request body must be at most ${limitBytes} bytes`);
+  constructor(
+    readonly limitBytes: number,
+    message = `the request body must be at most ${limitBytes} bytes`,
+  ) {
+    super(message);
   }
 }
 

@@ -103,6 +103,7 @@ export class CompletionService {
       const { engine } = running;
       const maxTokens = input.maxTokens ?? engine.contextSize;
       const cacheScope = String(input.userId);
+      const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       await engine.check({
         ...input.sampling,
         format: input.format,
@@ -111,8 +112,8 @@ export class CompletionService {
         thoughtTokens: input.thoughtTokens,
         maxTokens,
         cacheScope,
+        images: history.flatMap((turn) => turn.images ?? []),
       });
-      const history = typeof input.messages === "function" ? await input.messages(engine.historyChars) : input.messages;
       const request = {
         ...(input.conversationKey !== undefined ? { conversationKey: input.conversationKey, startsConversation: input.startsConversation === true } : {}),
         cacheScope,

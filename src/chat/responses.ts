@@ -214,6 +214,7 @@ export class ResponseService {
       tools: turn.tools,
       ...(turn.signal ? { signal: turn.signal } : {}),
       ...(turn.onQuota ? { onQuota: turn.onQuota } : {}),
+      ...(turn.onPicturesLeftOut ? { onPicturesLeftOut: turn.onPicturesLeftOut } : {}),
       ...(turn.model !== undefined ? { model: turn.model } : {}),
     });
     try {

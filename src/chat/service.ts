@@ -4,7 +4,7 @@ import { isAbort, NotFound } from "../errors";
 import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn, TurnImage } from "../llm/engine";
 import { itemRows, rowItems } from "./conversation-items";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
-import { historyOf, newStem, replyItems, storedImages } from "./items";
+import { historyOf, newStem, replyItems, storedImages, turnImages } from "./items";
 import { KeyedLock } from "./keyed-lock";
 import {
   NO_REPLY,
@@ -113,6 +113,33 @@ interface HeldConversation {
 /** The operator's turns before every conversation's history: its system prompt, if any. */
 export const preambleOf = (systemPrompt: string | undefined): Turn[] => (systemPrompt ? [{ role: "system", content: systemPrompt }] : []);
 
+/**
+ * Stored items with the pictures the model cannot be shown left out (a model that sees none, or a
+ * picture its projector cannot decode): a turn's own pictures are checked before it is stored,
+ * but a conversation may hold pictures from another model or from its items' API, and one such
+ * picture must not make every later turn of it unanswerable. Each left out is counted to `onLeftOut`.
+ */
+async function seenPictures(
+  items: ConversationItem[],
+  engine: RunningTurn["engine"],
+  scope: string,
+  onLeftOut: ((count: number) => void) | undefined,
+): Promise<ConversationItem[]> {
+  const pictures = items.flatMap((item) => (item.type === "message" ? (turnImages(item.images).images ?? []) : []));
+  if (pictures.length === 0) return items;
+  const seen = await engine.seeable(pictures, scope);
+  const leftOut = seen.filter((shown) => !shown).length;
+  if (leftOut === 0) return items;
+  onLeftOut?.(leftOut);
+  let next = 0;
+  return items.map((item) => {
+    if (item.type !== "message" || !item.images?.length) return item;
+    const { images, ...rest } = item;
+    const shown = images.filter(() => seen[next++]);
+    return shown.length > 0 ? { ...rest, images: shown } : rest;
+  });
+}
+
 /** Turns of one conversation, and its deletion, take this lock in arrival order. */
 const lockKey = (userId: number, conversationId: string) => `${userId}\u0000${conversationId}`;
 
@@ -219,20 +246,18 @@ export class ChatService {
   /** What the engine is asked for the turn: the conversation's newest stored turns, then the input. */
   private async request(input: ConversationTurnInput, engine: RunningTurn["engine"], conversation: FoundConversation | undefined) {
     const rows = conversation ? await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }) : [];
+    const earlier = await seenPictures(
+      rows.flatMap((row) => rowItems({ itemId: "", ...row })),
+      engine,
+      String(input.userId),
+      input.onPicturesLeftOut,
+    );
     const instructions: Turn[] = input.instructions ? [{ role: "system", content: input.instructions }] : [];
     return {
       conversationKey: conversation ? String(conversation.id) : undefined,
       cacheScope: String(input.userId),
       publicTurns: this.preamble.length,
-      history: [
-        ...this.preamble,
-        ...instructions,
-        ...historyOf(
-          undefined,
-          rows.flatMap((row) => rowItems({ itemId: "", ...row })),
-          input.input,
-        ),
-      ],
+      history: [...this.preamble, ...instructions, ...historyOf(undefined, earlier, input.input)],
       ...input.sampling,
       maxTokens: input.maxTokens ?? engine.contextSize,
       format: input.format,
@@ -259,6 +284,7 @@ export class ChatService {
       format: input.format,
       ...(input.signal ? { signal: input.signal } : {}),
       ...(input.onQuota ? { onQuota: input.onQuota } : {}),
+      ...(input.onPicturesLeftOut ? { onPicturesLeftOut: input.onPicturesLeftOut } : {}),
       ...(input.model !== undefined ? { model: input.model } : {}),
     });
     for (;;) {
@@ -313,6 +339,7 @@ export class ChatService {
       tools: input.tools,
       maxTokens: input.maxTokens ?? engine.contextSize,
       cacheScope: String(input.userId),
+      images: input.input.flatMap((item) => (item.type === "message" ? (turnImages(item.images).images ?? []) : [])),
     });
     let release: () => void;
     try {

@@ -164,6 +164,8 @@ export interface TurnHooks {
   keepAliveMs?: number;
   /** The user's budget, where a quota applies: once the turn holds its share, and after it settles. */
   onQuota?: (state: QuotaState) => void;
+  /** Pictures of the stored history that the model could not be shown, left out of the prompt. */
+  onPicturesLeftOut?: (count: number) => void;
 }
 
 /** What a reply is asked for, before the turn gives it its signal and budget. */

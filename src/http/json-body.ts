@@ -1,4 +1,5 @@
 import { InvalidJson, PayloadTooLarge, RequestTimeout, UnsupportedMediaType } from "../errors";
+import { checkTextBesidePictures } from "./picture-text";
 
 export interface BodyLimits {
   bodyLimitBytes: number;
@@ -46,7 +47,7 @@ export async function readCapped(message: Request | Response, limit: number, bod
  * encoding and syntax. Without it Elysia would parse `text/plain` too and report 422.
  * `anyMediaType`: the body is JSON whatever its declared type, as Ollama's server reads it (its
  * documentation's examples send curl's default, form-urlencoded). `pictures`: the route's requests
- * may carry pictures, within `pictureBodyLimitBytes`.
+ * may carry pictures, within `pictureBodyLimitBytes`, and text beside them within `bodyLimitBytes`.
  */
 export const jsonBody =
   (limits: BodyLimits, { anyMediaType = false, pictures = false } = {}) =>
@@ -60,9 +61,12 @@ export const jsonBody =
       throw new UnsupportedMediaType("the request body must be application/json (UTF-8)");
     }
     const bytes = await readCapped(request, pictures ? limits.pictureBodyLimitBytes : limits.bodyLimitBytes, limits.bodyTimeoutMs);
+    let body: unknown;
     try {
-      return JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+      body = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
     } catch {
       throw new InvalidJson();
     }
+    if (pictures) checkTextBesidePictures(body, bytes.length, limits.bodyLimitBytes);
+    return body;
   };

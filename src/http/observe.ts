@@ -77,6 +77,7 @@ export function observe(log: Logger, metrics: Metrics, routes: RouteTable) {
             user_id: context.principal?.userId,
             conversation_id: context.conversationId,
             tokens: context.tokens,
+            pictures_left_out: context.picturesLeftOut,
             error_code: context.refusal?.code,
             param: context.refusal?.param,
           },

@@ -22,6 +22,8 @@ export interface RequestContext {
   tokens?: number;
   /** The conversation a chat request is a turn of, for its log line. */
   conversationId?: string;
+  /** Pictures of a conversation's stored history that its model could not be shown, left out of the prompt. */
+  picturesLeftOut?: number;
   /** A generating request of a user under a token quota: how it ended, for the metrics. */
   quota?: "served" | "quota_exceeded";
   /** How the route's protocol spells the fields a refusal names (field-names.ts). */

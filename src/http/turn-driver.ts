@@ -23,7 +23,7 @@ type ReplyEvent = TurnEvent;
 export type TurnEvents<Start, Result> = AsyncGenerator<Start | ReplyEvent, Result | undefined, void>;
 
 /** What a turn's request gives it: `signal` aborts when the client goes away; `onQuota` shows the user's budget. */
-export type RequestHooks = Required<Pick<TurnHooks, "signal" | "onQuota">>;
+export type RequestHooks = Required<Pick<TurnHooks, "signal" | "onQuota" | "onPicturesLeftOut">>;
 
 /** Starts the turn with its request's hooks. */
 export type StartTurn<Start, Result> = (hooks: RequestHooks) => TurnEvents<Start, Result>;
@@ -68,6 +68,10 @@ export const hooksOf = ({ request, set }: PlainExchange, signal = request.signal
   onQuota: (state) => {
     contextOf(request).quota = "served";
     Object.assign(set.headers, tokenQuotaHeaders(state));
+  },
+  onPicturesLeftOut: (count) => {
+    contextOf(request).picturesLeftOut = count;
+    set.headers["x-parley-pictures-left-out"] = String(count);
   },
 });
 

@@ -52,6 +52,7 @@ import {
   type ToolFunction,
   type ToolRequest,
   type Turn,
+  type TurnImage,
 } from "./types";
 
 export type * from "./types";
@@ -320,13 +321,38 @@ export class Engine {
   }
 
   /**
+   * Whether the model can be shown each picture: laid out now (decoded by the projector), so the
+   * prompt that follows finds them laid out. A model that sees none can be shown none.
+   */
+  async seeable(images: readonly TurnImage[], cacheScope: string): Promise<boolean[]> {
+    const vision = this.vision;
+    if (typeof vision === "string") return images.map(() => false);
+    const seen: boolean[] = [];
+    for (const { data } of images) {
+      try {
+        (await vision.hold([{ role: "user", content: "", images: [{ data, at: 0 }] }], cacheScope)).release();
+        seen.push(true);
+      } catch (error) {
+        if (!(error instanceof InvalidInput)) throw error;
+        seen.push(false);
+      }
+    }
+    return seen;
+  }
+
+  /**
    * Refuses what a request asks that the model cannot give, before any reply starts:
    * `InvalidInput` naming the log-probabilities (natives without them), a token bias (a token the
    * model does not have), the reply format or a tool's parameters (a schema keyword the grammar
    * cannot enforce), the tool choice (a function not offered), a thought's budget (no thoughts),
-   * the tools (more prompt tokens than the context leaves).
+   * the tools (more prompt tokens than the context leaves), a picture the request sends (`images`:
+   * a model that sees none, or one its projector cannot decode; laid out now for the prompt).
    */
-  async check(request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "cacheScope">): Promise<void> {
+  async check(
+    request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "cacheScope"> & {
+      images?: readonly TurnImage[];
+    },
+  ): Promise<void> {
     // None (0) is what a model without thoughts gives anyway.
     if (request.thoughtTokens !== undefined && request.thoughtTokens > 0 && !this.thoughts) {
       throw new InvalidInput(
@@ -341,6 +367,13 @@ export class Engine {
     if (outside !== undefined)
       throw new InvalidInput({ part: "tokenBias" }, `token ${outside} is not one of the model's: its token ids go from 0 to ${this.vocabularySize - 1}`);
     await this.grammars.check(request);
+    if (request.images?.length)
+      (
+        await this.holdImages({
+          history: [{ role: "user", content: "", images: request.images.map(({ data }) => ({ data, at: 0 })) }],
+          cacheScope: request.cacheScope,
+        })
+      ).release();
     // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything
     // starts. Beside an empty question: some templates (Llama 3's) put the tools in the first one.
     if (request.tools)

@@ -366,13 +366,26 @@ async function tokenize(text: LlamaText, tokenizer: Tokenizer): Promise<Token[]>
  * `turns` without the older ones a prompt cannot reach (`maxChars`, see `historyChars`), counted
  * back from the newest; leading system turns stay, as fitting keeps them. Answers alone are
  * counted: a thought, where the template keeps it, only adds to a turn, so this reaches far enough.
+ * A turn longer than that alone keeps only its last `maxChars` characters: more than the prompt
+ * can hold (fitting drops it whole, or keeps the end of the newest), and tokenizing the rest would
+ * be work without end on the event loop for a text of any size.
  */
 function withinReach(turns: readonly Turn[], maxChars: number): readonly Turn[] {
   const pinned = leadingSystemCount(turns);
   let start = turns.length;
   let chars = 0;
   while (start > pinned && chars < maxChars) chars += turns[--start]!.content.length;
-  return start === pinned ? turns : [...turns.slice(0, pinned), ...turns.slice(start)];
+  const reached = start === pinned ? turns : [...turns.slice(0, pinned), ...turns.slice(start)];
+  return reached.some((turn) => turn.content.length > maxChars)
+    ? reached.map((turn) => (turn.content.length > maxChars ? { ...turn, content: lastChars(turn.content, maxChars) } : turn))
+    : reached;
+}
+
+/** The last `count` UTF-16 units of `text`, one fewer where the cut would split a surrogate pair. */
+function lastChars(text: string, count: number): string {
+  const from = text.length - count;
+  const code = text.charCodeAt(from);
+  return text.slice(code >= 0xdc00 && code <= 0xdfff ? from + 1 : from);
 }
 
 /** The texts of the model's control tokens, as one pattern, longest first; undefined if it has none. */

@@ -7,7 +7,9 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
-import { generated, presetModel, tempDir, testEngine } from "../support";
+import { allowSlowTests, generated, presetModel, tempDir, testEngine } from "../support";
+
+allowSlowTests();
 
 const SYSTEM = "Answer in one short line.";
 const TURNS = 14;
