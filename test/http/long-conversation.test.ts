@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
 import { allowSlowTests, postChat, type Random, type Served, serveApp, testDb, testEngine, withSeed } from "../support";
+import { watchLoop } from "../support/event-loop";
 
 allowSlowTests();
 
@@ -29,40 +30,13 @@ const STORED_EXCHANGES = 60;
 
 const cjk = (random: Random, length: number) => String.fromCharCode(...Array.from({ length }, () => random.int(0x4e00, 0x9fff)));
 
-/**
- * The event loop's worst lateness while `work` runs, from a 10 ms timer, and the slowest `/healthz`
- * of a concurrent client asking on every tick it is not already waiting for an answer.
- */
-async function watchLoop<T>(work: () => Promise<T>): Promise<{ value: T; worstDelayMs: number; worstHealthMs: number }> {
-  let worstDelayMs = 0;
-  let worstHealthMs = 0;
-  let asking: Promise<void> | undefined;
-  let last = performance.now();
-  const probe = setInterval(() => {
-    const now = performance.now();
-    worstDelayMs = Math.max(worstDelayMs, now - last - 10);
-    last = now;
-    asking ??= fetch(`${server.url}/healthz`).then((response) => {
-      expect(response.status).toBe(200);
-      worstHealthMs = Math.max(worstHealthMs, performance.now() - now);
-      asking = undefined;
-    });
-  }, 10);
-  try {
-    return { value: await work(), worstDelayMs, worstHealthMs };
-  } finally {
-    clearInterval(probe);
-    await asking;
-  }
-}
-
 async function turn(random: Random): Promise<{ ms: number; worstDelayMs: number; worstHealthMs: number }> {
   const started = performance.now();
   const {
     value: ms,
     worstDelayMs,
     worstHealthMs,
-  } = await watchLoop(async () => {
+  } = await watchLoop(server.url, async () => {
     const response = await postChat(server.url, key, { conversation_id: "long", message: cjk(random, TURN_CHARS), max_tokens: 8, temperature: 0 });
     expect(response.status).toBe(200);
     const body = (await response.json()) as { usage: { prompt_tokens: number } };
