@@ -1,5 +1,6 @@
-import { InvalidJson, PayloadTooLarge, RequestTimeout, UnsupportedMediaType } from "../errors";
+import { InvalidInput, InvalidJson, PayloadTooLarge, RequestTimeout, UnsupportedMediaType } from "../errors";
 import { checkTextBesidePictures } from "./picture-text";
+import { UNKNOWN_FIELD_RULE } from "./sampling-fields";
 
 export interface BodyLimits {
   bodyLimitBytes: number;
@@ -42,6 +43,32 @@ export async function readCapped(message: Request | Response, limit: number, bod
   return Buffer.concat(chunks);
 }
 
+/** A key spelled `__proto__` in the body's text, literally or with an escape for one of its characters. */
+const MAY_HOLD_PROTO = /__proto__|\\u00[5-7]/i;
+
+/**
+ * Where the body has a key named `__proto__`, as a field's path (`messages[0].__proto__`).
+ * JSON.parse makes it an own property, but a copy by assignment (TypeBox's `Value.Clone`, which
+ * Elysia's validation may run) makes it the copy's prototype, whose keys then read as fields.
+ */
+function protoKeyPath(body: unknown): string | undefined {
+  const pending: [value: unknown, path: string][] = [[body, ""]];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [value, path] = next;
+    if (typeof value !== "object" || value === null) continue;
+    if (Array.isArray(value)) {
+      for (const [index, item] of value.entries()) pending.push([item, `${path}[${index}]`]);
+      continue;
+    }
+    for (const [key, item] of Object.entries(value)) {
+      const at = path === "" ? key : `${path}.${key}`;
+      if (key === "__proto__") return at;
+      pending.push([item, at]);
+    }
+  }
+  return undefined;
+}
+
 /**
  * A route `parse` hook for JSON bodies: checks the media type, then the size, then the
  * encoding and syntax. Without it Elysia would parse `text/plain` too and report 422.
@@ -61,12 +88,16 @@ export const jsonBody =
       throw new UnsupportedMediaType("the request body must be application/json (UTF-8)");
     }
     const bytes = await readCapped(request, pictures ? limits.pictureBodyLimitBytes : limits.bodyLimitBytes, limits.bodyTimeoutMs);
+    let text: string;
     let body: unknown;
     try {
-      body = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+      text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+      body = JSON.parse(text);
     } catch {
       throw new InvalidJson();
     }
+    const proto = MAY_HOLD_PROTO.test(text) ? protoKeyPath(body) : undefined;
+    if (proto !== undefined) throw new InvalidInput(proto, UNKNOWN_FIELD_RULE);
     if (pictures) checkTextBesidePictures(body, bytes.length, limits.bodyLimitBytes);
     return body;
   };

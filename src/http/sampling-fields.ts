@@ -2,6 +2,7 @@
  * The sampling fields both APIs take beside their own temperature and seed (OpenAI's, and
  * llama-server's `top_k`, `min_p`, `repeat_penalty`), each honoured: see `samplingOf`.
  */
+import { type IntegerOptions, Type } from "@sinclair/typebox";
 import { type TSchema, t } from "elysia";
 import { InvalidInput } from "../errors";
 import type { SamplingRequest } from "../llm/engine";
@@ -15,14 +16,20 @@ export const optional = <T extends TSchema>(schema: T, error: string) => t.Optio
  */
 export const unsupported = (error: string) => optional(t.Never(), error);
 
+/**
+ * A JSON integer, and only that, for a request body: Elysia's `t.Integer` also takes a string of
+ * digits (it is made for query strings, which keep it), and a body's JSON types are strict.
+ */
+export const integer = (options?: IntegerOptions) => Type.Integer(options);
+
+export const UNKNOWN_FIELD_RULE = "unknown field (param names it): Parley refuses a field it does not know rather than ignore it";
+
 /** An object's options refusing a field it does not define: it may be another server's choice that the reply would not honour. */
-export const UNKNOWN_FIELD = {
-  additionalProperties: t.Never({ error: "unknown field (param names it): Parley refuses a field it does not know rather than ignore it" }),
-};
+export const UNKNOWN_FIELD = { additionalProperties: t.Never({ error: UNKNOWN_FIELD_RULE }) };
 
 export const SAMPLING_FIELDS = {
   top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
-  top_k: optional(t.Integer({ minimum: 0 }), "top_k must be a non-negative integer (0: every token)"),
+  top_k: optional(integer({ minimum: 0 }), "top_k must be a non-negative integer (0: every token)"),
   min_p: optional(t.Number({ minimum: 0, maximum: 1 }), "min_p must be a number from 0 to 1"),
   presence_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "presence_penalty must be a number from -2 to 2"),
   frequency_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "frequency_penalty must be a number from -2 to 2"),

@@ -131,6 +131,18 @@ describe("embeddings", () => {
     expect((await ollama.embed({ model: EMBED, input: ["after"] })).embeddings).toHaveLength(1);
   });
 
+  test('as on Ollama\'s server, an empty input ("" or []) only loads the model; an empty text among others is refused naming it', async () => {
+    const loaded = async () => (await ollama.ps()).models.map((model) => model.name);
+    expect(await ollama.embed({ model: EMBED, input: "", keep_alive: 0 })).toMatchObject({ model: EMBED, embeddings: [] });
+    await until(async () => !(await loaded()).includes(EMBED), "the embedding model to be unloaded");
+    expect((await ollama.embed({ model: EMBED, input: "" })).embeddings).toEqual([]);
+    expect(await loaded()).toContain(EMBED);
+    expect((await ollama.embeddings({ model: EMBED, prompt: "" })).embedding).toEqual([]);
+    const refused = await refusal("/api/embed", { model: EMBED, input: ["a", ""] });
+    expect(refused).toMatchObject({ status: 400 });
+    expect(refused.message).toStartWith("input[1]: ");
+  });
+
   test("Ollama's keep_alive: 0 unloads the model once idle, as Ollama's does; the next request loads it again; a bad duration is refused", async () => {
     const loaded = async () => (await ollama.ps()).models.map((model) => model.name);
     await ollama.embed({ model: EMBED, input: "load it" });

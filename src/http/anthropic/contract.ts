@@ -3,7 +3,7 @@
  * message, events and errors it answers with.
  */
 import { type Static, t } from "elysia";
-import { optional, SAMPLING_FIELDS, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, SAMPLING_FIELDS, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 
 const closed = { additionalProperties: false } as const;
 
@@ -116,7 +116,7 @@ const ThinkingDisplay = optional(t.Union([t.Literal("summarized"), t.Literal("om
 
 const ThinkingParam = t.Union(
   [
-    t.Object({ type: t.Literal("enabled"), budget_tokens: t.Integer({ minimum: 1 }), display: ThinkingDisplay }),
+    t.Object({ type: t.Literal("enabled"), budget_tokens: integer({ minimum: 1 }), display: ThinkingDisplay }),
     t.Object({ type: t.Literal("adaptive"), display: ThinkingDisplay }),
     t.Object({ type: t.Literal("disabled") }),
   ],
@@ -126,7 +126,7 @@ const ThinkingParam = t.Union(
 export const MessagesRequest = t.Object(
   {
     model: t.String({ error: "model is required: a model's id (GET /v1/models lists them), or any name when Parley serves one model" }),
-    max_tokens: t.Integer({ minimum: 1, error: "max_tokens is required: a positive integer" }),
+    max_tokens: integer({ minimum: 1, error: "max_tokens is required: a positive integer" }),
     messages: t.Array(MessageParam, { minItems: 1, error: "messages must be a non-empty array of {role, content}" }),
     system: optional(t.Union([t.String(), t.Array(TextBlockParam)]), "system must be a string or text blocks"),
     stop_sequences: optional(t.Array(t.String({ minLength: 1 })), "stop_sequences must be an array of non-empty strings"),
@@ -166,10 +166,10 @@ const NONE = t.Null();
 
 export const MessageUsage = t.Object(
   {
-    input_tokens: t.Integer({ description: "Prompt tokens evaluated now (not read from the cache)" }),
-    output_tokens: t.Integer(),
-    cache_read_input_tokens: t.Integer({ description: "Prompt tokens reused from the KV cache" }),
-    cache_creation_input_tokens: t.Integer({ description: "Always 0: Parley's cache needs no writes asked for" }),
+    input_tokens: integer({ description: "Prompt tokens evaluated now (not read from the cache)" }),
+    output_tokens: integer(),
+    cache_read_input_tokens: integer({ description: "Prompt tokens reused from the KV cache" }),
+    cache_creation_input_tokens: integer({ description: "Always 0: Parley's cache needs no writes asked for" }),
     cache_creation: NONE,
     inference_geo: NONE,
     output_tokens_details: NONE,
@@ -235,7 +235,7 @@ export const AnthropicErrorBody = t.Object(
 );
 export type AnthropicErrorBody = Static<typeof AnthropicErrorBody>;
 
-export const TokenCount = t.Object({ input_tokens: t.Integer() }, closed);
+export const TokenCount = t.Object({ input_tokens: integer() }, closed);
 
 /** A model as Anthropic's Models API lists it. */
 export const AnthropicModel = t.Object(

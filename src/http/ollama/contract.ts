@@ -3,18 +3,18 @@
  * what Parley honours, and each option it cannot honour refused by name rather than ignored.
  */
 import { t } from "elysia";
-import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 
 /** The model options that change a reply and that Parley honours; any other is refused by name. */
 export const OllamaOptions = t.Object(
   {
     temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "options.temperature must be a number from 0 to 2"),
     top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "options.top_p must be a number above 0, at most 1"),
-    top_k: optional(t.Integer({ minimum: 0 }), "options.top_k must be a non-negative integer (0: every token)"),
+    top_k: optional(integer({ minimum: 0 }), "options.top_k must be a non-negative integer (0: every token)"),
     min_p: optional(t.Number({ minimum: 0, maximum: 1 }), "options.min_p must be a number from 0 to 1"),
-    seed: optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1 }), "options.seed must be an integer from 0 to 4294967295"),
+    seed: optional(integer({ minimum: 0, maximum: 2 ** 32 - 1 }), "options.seed must be an integer from 0 to 4294967295"),
     stop: optional(t.Array(t.String({ minLength: 1 }), { maxItems: 16 }), "options.stop must be at most 16 non-empty strings"),
-    num_predict: optional(t.Integer({ minimum: -2 }), "options.num_predict must be an integer (-1: as long as the context allows)"),
+    num_predict: optional(integer({ minimum: -2 }), "options.num_predict must be an integer (-1: as long as the context allows)"),
     repeat_penalty: optional(t.Number({ exclusiveMinimum: 0, maximum: 10 }), "options.repeat_penalty must be a number above 0, at most 10 (1: none)"),
     presence_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "options.presence_penalty must be a number from -2 to 2"),
     frequency_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "options.frequency_penalty must be a number from -2 to 2"),
@@ -124,7 +124,7 @@ export const OllamaEmbedRequest = t.Object(
     model: MODEL,
     input: t.Union([t.String(), t.Array(t.String(), { maxItems: 2048 })], { error: "input must be a string or an array of up to 2048 strings" }),
     truncate: optional(t.Boolean(), "truncate must be true (the default: an input past the context is cut to it) or false"),
-    dimensions: optional(t.Integer({ minimum: 1 }), "dimensions must be a positive integer"),
+    dimensions: optional(integer({ minimum: 1 }), "dimensions must be a positive integer"),
     // A sampling option changes no vector; the rest are refused as for a reply.
     options: t.Optional(OllamaOptions),
     keep_alive: KEEP_ALIVE,
@@ -143,9 +143,9 @@ export type OllamaEmbeddingsRequest = typeof OllamaEmbeddingsRequest.static;
 export const OllamaEmbedResponse = t.Object({
   model: t.String(),
   embeddings: t.Array(t.Array(t.Number())),
-  total_duration: t.Integer({ minimum: 0 }),
-  load_duration: t.Integer({ minimum: 0 }),
-  prompt_eval_count: t.Integer({ minimum: 0 }),
+  total_duration: integer({ minimum: 0 }),
+  load_duration: integer({ minimum: 0 }),
+  prompt_eval_count: integer({ minimum: 0 }),
 });
 export type OllamaEmbedResponse = typeof OllamaEmbedResponse.static;
 
@@ -157,12 +157,12 @@ const REPLY_FIELDS = {
   created_at: t.String({ format: "date-time" }),
   done: t.Boolean(),
   done_reason: t.Optional(t.Union([t.Literal("stop"), t.Literal("length"), t.Literal("load"), t.Literal("unload")])),
-  total_duration: t.Optional(t.Integer({ minimum: 0 })),
-  load_duration: t.Optional(t.Integer({ minimum: 0 })),
-  prompt_eval_count: t.Optional(t.Integer({ minimum: 0 })),
-  prompt_eval_duration: t.Optional(t.Integer({ minimum: 0 })),
-  eval_count: t.Optional(t.Integer({ minimum: 0 })),
-  eval_duration: t.Optional(t.Integer({ minimum: 0 })),
+  total_duration: t.Optional(integer({ minimum: 0 })),
+  load_duration: t.Optional(integer({ minimum: 0 })),
+  prompt_eval_count: t.Optional(integer({ minimum: 0 })),
+  prompt_eval_duration: t.Optional(integer({ minimum: 0 })),
+  eval_count: t.Optional(integer({ minimum: 0 })),
+  eval_duration: t.Optional(integer({ minimum: 0 })),
 };
 
 /** `/api/chat`'s reply, or one line of its stream. */
@@ -194,11 +194,11 @@ export const OllamaModel = t.Object({
   name: t.String(),
   model: t.String(),
   modified_at: t.String({ format: "date-time" }),
-  size: t.Integer({ minimum: 0 }),
+  size: integer({ minimum: 0 }),
   digest: t.String(),
   details: OllamaModelDetails,
   expires_at: t.Optional(t.String({ format: "date-time" })),
-  size_vram: t.Optional(t.Integer({ minimum: 0 })),
+  size_vram: t.Optional(integer({ minimum: 0 })),
 });
 export type OllamaModel = typeof OllamaModel.static;
 

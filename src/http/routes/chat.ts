@@ -11,7 +11,7 @@ import { RequestPictures } from "../pictures";
 import { nativeFields, resultJson, startJson } from "../present";
 import { contextOf } from "../request-context";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
-import { SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
+import { integer, SAMPLING_FIELDS, samplingFieldsOf } from "../sampling-fields";
 import { event } from "../sse";
 import type { Framing, RequestHooks, TurnDriver } from "../turn-driver";
 
@@ -26,8 +26,8 @@ const chatRequest = t.Object({
   conversation_id: t.String({ pattern: CONVERSATION_ID.source, error: CONVERSATION_ID_RULE }),
   stream: t.Optional(t.Boolean({ error: "stream must be true or false" })),
   temperature: t.Optional(t.Number({ minimum: 0, maximum: 1, error: "temperature must be a number from 0 to 1" })),
-  max_tokens: t.Optional(t.Integer({ minimum: 1, maximum: 4096, error: "max_tokens must be an integer from 1 to 4096" })),
-  seed: t.Optional(t.Integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
+  max_tokens: t.Optional(integer({ minimum: 1, maximum: 4096, error: "max_tokens must be an integer from 1 to 4096" })),
+  seed: t.Optional(integer({ minimum: 0, maximum: 2 ** 32 - 1, error: "seed must be an integer from 0 to 4294967295" })),
   model: t.Optional(t.String({ minLength: 1, maxLength: 256, error: "model must be a model's id (GET /v1/models lists them)" })),
   response_format: t.Optional(t.Union([RESPONSE_FORMAT, t.Null()], { error: RESPONSE_FORMAT_RULE })),
   images: t.Optional(t.Array(t.String(), { maxItems: MAX_IMAGES, error: IMAGES_RULE })),

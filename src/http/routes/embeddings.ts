@@ -12,7 +12,7 @@ import { type BodyLimits, jsonBody } from "../json-body";
 import { embeddingFields } from "../openai/fields";
 import { embeddingListJson } from "../openai/present";
 import { jsonResponse, openAiErrorResponses, RETRIEVAL_REFUSALS } from "../openapi";
-import { optional, UNKNOWN_FIELD } from "../sampling-fields";
+import { integer, optional, UNKNOWN_FIELD } from "../sampling-fields";
 import { hooksOf } from "../turn-driver";
 
 export interface RetrievalRouteDeps {
@@ -23,7 +23,7 @@ export interface RetrievalRouteDeps {
 /** As OpenAI's: at most 2048 inputs a request. */
 const MAX_INPUTS = 2048;
 const INPUT_RULE = `input must be a non-empty string, an array of up to ${MAX_INPUTS} of them, an array of token ids, or an array of up to ${MAX_INPUTS} such arrays`;
-const tokenIds = t.Array(t.Integer({ minimum: 0 }), { minItems: 1 });
+const tokenIds = t.Array(integer({ minimum: 0 }), { minItems: 1 });
 
 const embeddingRequest = t.Object(
   {
@@ -40,7 +40,7 @@ const embeddingRequest = t.Object(
     ),
     model: optional(t.String(), "model must be a string"),
     encoding_format: optional(t.Union([t.Literal("float"), t.Literal("base64")]), "encoding_format must be float or base64"),
-    dimensions: optional(t.Integer({ minimum: 1 }), "dimensions must be a positive integer"),
+    dimensions: optional(integer({ minimum: 1 }), "dimensions must be a positive integer"),
     // Changes nothing in the vectors: OpenAI's end-user identifier.
     user: optional(t.String(), "user must be a string"),
   },

@@ -108,7 +108,7 @@ const keepAlive = (value: string | number | undefined) => {
 
 /** The request's options, none of them one Parley cannot honour. */
 function checkedOptions(options: OllamaOptions = {}): OllamaOptions {
-  const unknown = Object.keys(options).find((name) => !(name in OllamaOptions.properties) && !RESOURCE_OPTIONS.has(name));
+  const unknown = Object.keys(options).find((name) => !Object.hasOwn(OllamaOptions.properties, name) && !RESOURCE_OPTIONS.has(name));
   if (unknown !== undefined) throw new InvalidInput(`options.${unknown}`, `Parley cannot honour this option: ${OPTION_RULE}`);
   return options;
 }
@@ -276,7 +276,10 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
       "/api/embed",
       async ({ body, principal, request, set }) => {
         checkedOptions(body.options);
-        const inputs = typeof body.input === "string" ? [body.input] : body.input;
+        // As Ollama's server: an empty string is no input, and no input only loads the model.
+        const inputs = body.input === "" ? [] : typeof body.input === "string" ? [body.input] : body.input;
+        const empty = inputs.indexOf("");
+        if (empty >= 0) throw new InvalidInput(`input[${empty}]`, "must not be empty: an empty text has no vector");
         const bad = inputs.findIndex((input) => !input.isWellFormed());
         if (bad >= 0)
           throw new InvalidInput(typeof body.input === "string" ? "input" : `input[${bad}]`, "must be valid Unicode text (it has a lone surrogate)");
@@ -311,13 +314,14 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         const result = await deps.retrieval.embed({
           userId: principal.userId,
           model: body.model,
-          inputs: [body.prompt],
+          // No prompt only loads the model, as on Ollama's server.
+          inputs: body.prompt === "" ? [] : [body.prompt],
           truncate: true,
           normalize: false,
           ...keepAlive(body.keep_alive),
           ...hooksOf({ request, set }),
         });
-        return result && { embedding: Array.from(result.vectors[0]!) };
+        return result && { embedding: Array.from(result.vectors[0] ?? []) };
       },
       {
         auth: "key",

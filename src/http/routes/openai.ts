@@ -18,7 +18,7 @@ import { callsOf, chatTools, MESSAGE_TOOL_CALLS, TOOL_CHOICE, TOOLS } from "../o
 import { chatCompletionResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
 import { RequestPictures } from "../pictures";
 import { formatOf, RESPONSE_FORMAT, RESPONSE_FORMAT_RULE } from "../response-format";
-import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
 const MESSAGE_RULE =
@@ -59,9 +59,9 @@ const completionRequest = t.Object(
     model: optional(t.String(), "model must be a string"),
     temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
     ...SAMPLING_FIELDS,
-    max_tokens: optional(t.Integer({ minimum: 1 }), "max_tokens must be a positive integer"),
-    max_completion_tokens: optional(t.Integer({ minimum: 1 }), "max_completion_tokens must be a positive integer"),
-    seed: optional(t.Integer(), "seed must be an integer"),
+    max_tokens: optional(integer({ minimum: 1 }), "max_tokens must be a positive integer"),
+    max_completion_tokens: optional(integer({ minimum: 1 }), "max_completion_tokens must be a positive integer"),
+    seed: optional(integer(), "seed must be an integer"),
     stop: optional(
       t.Union([t.String({ minLength: 1 }), t.Array(t.String({ minLength: 1 }), { maxItems: 4 })]),
       "stop must be a non-empty string or an array of up to 4",
@@ -92,7 +92,7 @@ const completionRequest = t.Object(
     function_call: optional(t.Literal("none"), "function_call is OpenAI's former tool_choice: send tool_choice instead"),
     response_format: optional(RESPONSE_FORMAT, RESPONSE_FORMAT_RULE),
     logprobs: optional(t.Boolean(), "logprobs must be true or false"),
-    top_logprobs: optional(t.Integer({ minimum: 0, maximum: 20 }), "top_logprobs must be an integer from 0 to 20"),
+    top_logprobs: optional(integer({ minimum: 0, maximum: 20 }), "top_logprobs must be an integer from 0 to 20"),
     audio: unsupported("audio is not supported: Parley answers with text only"),
     reasoning_effort: unsupported("reasoning_effort is not supported: the model's chat template decides how it reasons"),
     verbosity: unsupported("verbosity is not supported"),

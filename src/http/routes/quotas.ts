@@ -6,11 +6,12 @@ import { requireKey } from "../auth";
 import type { QuotaEntryJson, QuotaList } from "../contract";
 import { type BodyLimits, jsonBody } from "../json-body";
 import { errorResponses, jsonResponse } from "../openapi";
+import { integer } from "../sampling-fields";
 
 const SUBJECT_RULE = "the path names a user id (an integer) or default";
 
 const quotaRequest = t.Object({
-  tokens: t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, error: "tokens must be an integer from 0" }),
+  tokens: integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER, error: "tokens must be an integer from 0" }),
   period: t.Union(
     QUOTA_PERIODS.map((period) => t.Literal(period)),
     { error: "period must be day or month" },

@@ -18,7 +18,7 @@ import { ITEM_PAGE_QUERY, ITEM_RULE, itemPageOf, QUERY_RULE, RESPONSE_ITEM, resp
 import { inputItemList, type ResponseEcho, responseObject, responsesFraming } from "../openai/responses-present";
 import { jsonResponse, openAiErrorResponses } from "../openapi";
 import { RequestPictures } from "../pictures";
-import { optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 
 const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
@@ -32,7 +32,7 @@ const responseRequest = t.Object(
     stream: optional(t.Boolean(), "stream must be true or false"),
     temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
     top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "top_p must be a number above 0, at most 1"),
-    max_output_tokens: optional(t.Integer({ minimum: 1 }), "max_output_tokens must be a positive integer"),
+    max_output_tokens: optional(integer({ minimum: 1 }), "max_output_tokens must be a positive integer"),
     tools: optional(
       t.Array(
         t.Object(

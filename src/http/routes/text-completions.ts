@@ -13,7 +13,7 @@ import { jsonBody } from "../json-body";
 import { textCompletionFields } from "../openai/fields";
 import { newCompletion, textCompletionFraming, textCompletionJson } from "../openai/present";
 import { openAiErrorResponses, TURN_REFUSALS, textCompletionResponse } from "../openapi";
-import { optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
 /** OpenAI's default for this API: a legacy completion is 16 tokens unless asked for more. */
@@ -25,17 +25,17 @@ const textCompletionRequest = t.Object(
   {
     prompt: t.Union([t.String({ minLength: 1 }), t.Array(t.String({ minLength: 1 }), { minItems: 1, maxItems: 1 })], { error: PROMPT_RULE }),
     model: optional(t.String(), "model must be a string"),
-    max_tokens: optional(t.Integer({ minimum: 1 }), "max_tokens must be a positive integer"),
+    max_tokens: optional(integer({ minimum: 1 }), "max_tokens must be a positive integer"),
     temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "temperature must be a number from 0 to 2"),
     ...SAMPLING_FIELDS,
-    seed: optional(t.Integer(), "seed must be an integer"),
+    seed: optional(integer(), "seed must be an integer"),
     stop: optional(
       t.Union([t.String({ minLength: 1 }), t.Array(t.String({ minLength: 1 }), { maxItems: 4 })]),
       "stop must be a non-empty string or an array of up to 4",
     ),
     stream: optional(t.Boolean(), "stream must be true or false"),
     stream_options: optional(t.Object({ include_usage: optional(t.Boolean(), "include_usage must be true or false") }), "stream_options must be an object"),
-    logprobs: optional(t.Integer({ minimum: 0, maximum: 5 }), "logprobs must be an integer from 0 to 5: the most likely tokens given beside each"),
+    logprobs: optional(integer({ minimum: 0, maximum: 5 }), "logprobs must be an integer from 0 to 5: the most likely tokens given beside each"),
     echo: optional(t.Boolean(), "echo must be true or false"),
     n: optional(t.Literal(1), "n must be 1: Parley completes one choice a request"),
     best_of: optional(t.Literal(1), "best_of must be 1: Parley generates no choices to pick from"),
