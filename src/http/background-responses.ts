@@ -3,9 +3,10 @@
  * their stream's events kept as they are framed (in memory here, in storage for every node), so
  * a client may leave and come back: `events` replays them from any point and follows the rest.
  */
+import { append } from "../append";
 import type { ResponseResult, ResponseStart } from "../chat/responses";
 import type { ResponseStore } from "../db/storage";
-import { ABANDONED, type ResponseEvent, type ResponseRecord } from "../db/types";
+import { ABANDONED, type ConversationItem, type ResponseEvent, type ResponseRecord } from "../db/types";
 import type { Logger } from "../log";
 import { toDomainError } from "./errors";
 import { spelled } from "./field-names";
@@ -50,6 +51,37 @@ class Running {
   changed(): Promise<void> {
     return this.wake.promise;
   }
+}
+
+/** What an event of the stream says of the output item it is about (OpenAI's shapes: responses-present.ts). */
+interface ItemEvent {
+  item?: { type: string; id: string; call_id?: string; name?: string; arguments?: string };
+  item_id?: string;
+  delta?: string;
+}
+
+function itemOf({ type, id, call_id = "", name = "" }: NonNullable<ItemEvent["item"]>): ConversationItem {
+  if (type === "function_call") return { type: "toolCall", id, callId: call_id, name, arguments: "" };
+  return type === "reasoning" ? { type: "thought", id, text: "" } : { type: "message", id, role: "assistant", text: "" };
+}
+
+/** The output a response's kept events stream, in order: its thought and text so far, and each call whose arguments closed. */
+function outputOf(events: readonly ResponseEvent[]): ConversationItem[] {
+  const items = new Map<string, ConversationItem>();
+  const closedCalls = new Set<string>();
+  for (const { type, text } of events) {
+    const { item, item_id = "", delta = "" } = JSON.parse(/^data: (.*)$/m.exec(text)?.[1] ?? "{}") as ItemEvent;
+    const open = items.get(item_id);
+    if (type === "response.output_item.added" && item) items.set(item.id, itemOf(item));
+    else if ((type === "response.output_text.delta" || type === "response.reasoning_text.delta") && (open?.type === "message" || open?.type === "thought"))
+      open.text += delta;
+    else if (type === "response.output_item.done" && item?.type === "function_call") {
+      const call = items.get(item.id);
+      if (call?.type === "toolCall") call.arguments = item.arguments ?? "";
+      closedCalls.add(item.id);
+    }
+  }
+  return [...items.values()].filter((item) => item.type !== "toolCall" || closedCalls.has(item.id));
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -173,12 +205,25 @@ export class BackgroundResponses {
       if (record.status !== "queued" && record.status !== "in_progress") {
         endedAt ??= performance.now();
         if (record.error === ABANDONED || performance.now() - endedAt > LAST_EVENTS_MS) {
-          yield endingEvent(record, next);
+          yield endingEvent(await this.asStands(record), next);
           return;
         }
       }
       await sleep(this.options.pollMs);
     }
+  }
+
+  /**
+   * The response as it stands. One whose server died while generating it was kept with no output
+   * (its end was never written), but with its stream's events so far: its output is what they
+   * streamed, so reading it and replaying its stream tell the same.
+   */
+  async asStands(record: ResponseRecord): Promise<ResponseRecord> {
+    if (!record.background || record.error !== ABANDONED || record.output.length > 0) return record;
+    const events: ResponseEvent[] = [];
+    for (let batch = await this.store.events(record.id, -1, 256); batch.length > 0; batch = await this.store.events(record.id, batch.at(-1)!.seq, 256))
+      append(events, batch);
+    return { ...record, output: outputOf(events) };
   }
 
   /** Resolves once every background response has ended and its events are kept. */

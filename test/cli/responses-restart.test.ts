@@ -2,7 +2,8 @@
  * Kept responses across a restart of `parley serve` on the same database: a chain continued after
  * SIGTERM and start gives the reply it gives without the restart, and a streamed response cut by
  * the shutdown is kept as it was streamed (`incomplete`), a background one too with its whole
- * stream; one whose server was killed is `failed`. PARLEY_RESPONSES_TTL_DAYS expires old ones.
+ * stream; one whose server was killed is `failed`, a background one showing the text its stream
+ * kept, as its replay does. PARLEY_RESPONSES_TTL_DAYS expires old ones.
  */
 import { Database } from "bun:sqlite";
 import { afterAll, describe, expect, test } from "bun:test";
@@ -83,7 +84,13 @@ describe("kept responses across a restart", () => {
     expect(backgroundKept.status).toBe("incomplete");
     expect(replayed.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta] : [])).join("")).toBe(backgroundKept.output_text);
 
-    // Killed while it generates: nothing will end it, so the next start marks it failed.
+    // Killed while they generate: nothing will end them, so the next start marks them failed. A
+    // background one first, once some of its text is kept.
+    const orphan = await after.client.responses.create({ model: "any", temperature: 0, max_output_tokens: 400, input: "Go on", background: true });
+    const events = new Database(dbPath, { readonly: true });
+    const keptDelta = events.query("SELECT 1 FROM response_events WHERE response_id = ? AND type = 'response.output_text.delta' LIMIT 1");
+    await until(() => keptDelta.get(orphan.id) !== null, "a delta of the background response kept", 20_000);
+    events.close();
     const running = after.client.responses.stream({ model: "any", temperature: 0, max_output_tokens: 400, input: "Go on" });
     let killedId = "";
     // Killed from within the stream: leaving it first would be a disconnect, which ends the response.
@@ -98,6 +105,17 @@ describe("kept responses across a restart", () => {
     const again = await serve(dbPath);
     const killed = await again.client.responses.retrieve(killedId);
     expect(killed).toMatchObject({ status: "failed", error: { code: "server_error" } });
+    // The background one reads as its stream replays: the text kept so far, failed.
+    const orphaned = await again.client.responses.retrieve(orphan.id);
+    expect(orphaned).toMatchObject({ status: "failed", error: { code: "server_error" } });
+    const orphanEvents: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of await again.client.responses.retrieve(orphan.id, { stream: true })) orphanEvents.push(event);
+    const ending = orphanEvents.at(-1)!;
+    if (ending.type !== "response.failed") throw new Error(`the replay ended with ${ending.type}`);
+    const replayedText = orphanEvents.flatMap((event) => (event.type === "response.output_text.delta" ? [event.delta] : [])).join("");
+    expect(replayedText).not.toBe("");
+    expect(orphaned.output_text).toBe(replayedText);
+    expect(ending.response.output).toEqual(orphaned.output);
     expect(await again.server.stop()).toBe(0);
 
     // PARLEY_RESPONSES_TTL_DAYS: a response created two days ago is gone at the next start, the rest stay, and /metrics counts them.

@@ -216,7 +216,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
         const record = await deps.responses.get(principal.userId, params.id);
         if (query.stream !== "true") {
           if (query.starting_after !== undefined) throw new InvalidInput("starting_after", "starting_after needs stream=true");
-          return responseObject(record);
+          return responseObject(await deps.background.asStands(record));
         }
         if (!record.background)
           throw new InvalidInput("stream", "only a background response's stream is kept: this response was not made with background: true");
@@ -252,7 +252,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
         const record = await deps.responses.get(principal.userId, params.id);
         if (!record.background) throw new InvalidInput("id", "only a background response can be cancelled");
         const ended = await deps.background.cancel(principal.userId, record.id, CANCEL_WAIT_MS);
-        return responseObject(ended ?? record);
+        return responseObject(await deps.background.asStands(ended ?? record));
       },
       {
         auth: "key",
