@@ -45,9 +45,10 @@ describe("body size on routes that may carry pictures", () => {
       fetch(`${server.url}${path}`, {
         method: "POST",
         headers: { ...bearer(alice.key), "content-type": "application/json" },
-        body: JSON.stringify({ padding: "x".repeat(bytes) }),
+        body: JSON.stringify({ images: ["A".repeat(bytes)] }),
       });
-    // Read, then refused for what it says (no model here), not for its size.
+    // Read, then refused for what it says (no model here), not for its size: a picture's bytes
+    // (test/http/text-beside-pictures.test.ts holds text to the body limit).
     for (const path of ["/api/v1.0/chat", "/v1/chat/completions", "/v1/messages", "/v1/responses", "/api/chat"]) {
       expect({ path, status: (await post(path, 8192)).status }).not.toEqual({ path, status: 413 });
       expect({ path, status: (await post(path, 20_000)).status }).toEqual({ path, status: 413 });
