@@ -469,7 +469,7 @@ export const CONFIG_SPEC = {
   },
   speculate: {
     env: "PARLEY_SPECULATE",
-    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without (`docs/performance.md`). `auto` drafts where it pays (the draft length weighs how often the replies' guesses have been right against what verifying them costs in a batch that size); `lookup` drafts at least a token in every step with a guess; `draft` drafts at least a token a step from `PARLEY_DRAFT_MODEL` (which `auto` uses too when set); `off` never drafts",
+    doc: "speculative decoding: a reply's steps also verify tokens guessed from its own sequence (where its last tokens occurred before in its prompt or reply, what followed them), so a reply that quotes its context (code being edited, a document, its own repeats) takes several tokens a step; the reply is the one it would be without, except where its two most likely next tokens are tied within llama.cpp's rounding (under 0.001 apart in log-probability), which a batch of several tokens may order the other way (`docs/performance.md`). `auto` drafts where it pays (the draft length weighs how often the replies' guesses have been right against what verifying them costs in a batch that size); `lookup` drafts at least a token in every step with a guess; `draft` drafts at least a token a step from `PARLEY_DRAFT_MODEL` (which `auto` uses too when set); `off` never drafts",
     shownDefault: "`auto`",
     flag: "--speculate",
     default: "auto",

@@ -1,16 +1,21 @@
 /**
  * Speculative decoding (PARLEY_SPECULATE): replies' steps verify tokens guessed from their own
- * sequence, and the sampler keeps only the guesses it samples itself, so a reply is the one it is
- * without drafts. The generated bigram models' greedy replies run into cycles their drafts guess,
- * and their logits are far enough apart that llama.cpp's one-token and several-token kernels agree
- * on every choice: there, the replies must match token for token. Skipped without compiled
- * natives, as test/llm/decode-steps.test.ts.
+ * sequence, and the sampler keeps only the guesses it samples itself, so each token is the
+ * sampler's draw from the logits after the reply so far, as without drafts. Those logits come from
+ * a batch of several tokens, and llama.cpp's kernels for one token and for several round
+ * differently: where a greedy reply's two most likely tokens are tied within that rounding, a
+ * reply with drafts may take the other one. The generated bigram models' logits are far enough
+ * apart that the kernels agree on every choice: there, the replies must match token for token.
+ * The F16 vision model's random weights give near-tied logits: there, a reply must match, or first
+ * differ by taking the second most likely token where it trails the first by less than EPSILON,
+ * which a wrong acceptance (a guess kept that the sampler did not draw) would not. Skipped without
+ * compiled natives, as test/llm/decode-steps.test.ts.
  */
 import { describe, expect, test } from "bun:test";
 import { getLlama, type Token } from "node-llama-cpp";
 import { FAMILY_PRESETS } from "../../src/gguf/families";
 import type { ModelPreset } from "../../src/gguf/presets";
-import type { Engine, GenerateRequest } from "../../src/llm/engine";
+import type { Engine, GenerateRequest, GenerateResult } from "../../src/llm/engine";
 import type { Speculate } from "../../src/llm/types";
 import { allowSlowTests, compiledNatives, generated, presetModel, testEngine } from "../support";
 
@@ -41,27 +46,65 @@ const ask = (content: string, ends: readonly number[], temperature: number, seed
 });
 
 /**
- * Each request's reply text and tokens, asked together on an engine of `preset` that speculates as
- * `speculate` (from `draftModel`'s guesses, where given), and its drafts' counts.
+ * Each request's reply (and its text and tokens), asked together (else one after another) on an
+ * engine of `preset` that speculates as `speculate` (from `draftModel`'s guesses, where given),
+ * and its drafts' counts.
  */
-async function replies(preset: ModelPreset, speculate: Speculate, requests: readonly GenerateRequest[], draftModel?: ModelPreset) {
+async function replies(
+  preset: ModelPreset,
+  speculate: Speculate,
+  requests: readonly GenerateRequest[],
+  { draftModel, together = true }: { draftModel?: ModelPreset; together?: boolean } = {},
+) {
   const drafts = { drafted: 0, accepted: 0 };
   const engine: Engine = await testEngine({
     preset,
     speculate,
     ...(draftModel ? { draftModelPath: await presetModel(draftModel) } : {}),
-    parallel: requests.length,
+    parallel: together ? requests.length : 1,
     onDrafts: (drafted, accepted) => {
       drafts.drafted += drafted;
       drafts.accepted += accepted;
     },
   });
   try {
-    const results = await Promise.all(requests.map((request) => generated(engine, request)));
-    return { texts: results.map(({ text, completionTokens }) => ({ text, completionTokens })), drafts };
+    const results: GenerateResult[] = [];
+    if (together) results.push(...(await Promise.all(requests.map((request) => generated(engine, request)))));
+    else for (const request of requests) results.push(await generated(engine, request));
+    return { results, texts: results.map(({ text, completionTokens }) => ({ text, completionTokens })), drafts };
   } finally {
     await engine.close();
   }
+}
+
+/**
+ * How far apart in log-probability a greedy reply's two best tokens may be where a reply with
+ * drafts takes the second: twice the largest gap that a verification batch's rounding can flip on
+ * the vision model, a tenth of the median gap between its two best tokens (docs/performance.md).
+ */
+const EPSILON = 1e-3;
+
+/**
+ * Where `text` first departs from the greedy `reference` (asked with its top 2 log-probabilities),
+ * or undefined where it does not: the reference's token there, whether `text` goes on with the
+ * second most likely token instead, and how far apart the two are.
+ */
+function departure(reference: GenerateResult, text: string) {
+  if (text === reference.text) return undefined;
+  const entries = reference.logprobs!;
+  const bytes = new TextEncoder().encode(text);
+  const startsAt = (at: number, spelled: readonly number[]) => spelled.every((byte, i) => bytes[at + i] === byte);
+  let at = 0;
+  let index = 0;
+  while (index < entries.length && startsAt(at, entries[index]!.bytes)) at += entries[index++]!.bytes.length;
+  const entry = entries[index]!;
+  const [first, second] = entry.top;
+  return {
+    index,
+    greedy: entry.token === first!.token && entry.logprob === first!.logprob,
+    tookSecond: startsAt(at, second!.bytes),
+    gap: first!.logprob - second!.logprob,
+  };
 }
 
 describe.skipIf(natives === undefined)("speculative decoding (compiled natives)", () => {
@@ -79,6 +122,42 @@ describe.skipIf(natives === undefined)("speculative decoding (compiled natives)"
       }
     }, 60_000);
   }
+
+  test("vision (F16, near-tied logits): a greedy reply with drafts is the one without, or first departs where its two best tokens are within EPSILON", async () => {
+    const ends = await endTokens("vision");
+    const questions = ["what is the weather like", "how do I bake bread", "describe a forest at night", QUESTIONS[0]!];
+    const requests = questions.map((question) => ({ ...ask(question, ends, 0), maxTokens: 200 }));
+    const reference = (
+      await replies(
+        "vision",
+        "off",
+        requests.map((request) => ({ ...request, logprobs: 2 })),
+        { together: false },
+      )
+    ).results;
+    for (const result of reference) expect(result.logprobs!.flatMap((entry) => entry.bytes)).toEqual([...new TextEncoder().encode(result.text)]);
+    // Replies asking for log-probabilities are not stepped natively: they are the replies without drafts all the same.
+    expect((await replies("vision", "off", requests, { together: false })).texts.map(({ text }) => text)).toEqual(reference.map(({ text }) => text));
+    for (const [speculate, together] of [
+      ["lookup", false],
+      ["auto", false],
+      ["lookup", true],
+    ] as const) {
+      const on = await replies("vision", speculate, requests, { together });
+      expect(on.drafts.accepted).toBeGreaterThan(0);
+      on.results.forEach((result, i) => {
+        const departed = departure(reference[i]!, result.text);
+        if (departed === undefined) return;
+        const seen = { speculate, together, question: questions[i], ...departed, nearTied: departed.gap < EPSILON };
+        expect(seen).toEqual({ ...seen, greedy: true, tookSecond: true, nearTied: true });
+      });
+    }
+    // A reply that departs for a reason, as one with a wrong guess kept would: a sampled one is told apart.
+    const sampled = (await replies("vision", "off", [ask(questions[0]!, ends, 1, 31)])).results[0]!;
+    const departed = departure(reference[0]!, sampled.text);
+    expect(departed).toBeDefined();
+    expect(departed!.tookSecond && departed!.gap < EPSILON).toBe(false);
+  }, 60_000);
 
   test("a reply held to a JSON schema drafts too: its grammar takes only the tokens the sampler keeps, and the reply is the one without drafts", async () => {
     const ends = await endTokens("demo");
@@ -122,7 +201,7 @@ describe.skipIf(natives === undefined)("a draft model's guesses (PARLEY_DRAFT_MO
     const ends = await endTokens("demo");
     for (const requests of [[ask(QUESTIONS[0]!, ends, 0)], QUESTIONS.map((question) => ask(question, ends, 0)), [ask(QUESTIONS[1]!, ends, 1, 21)]]) {
       const off = await replies("demo", "off", requests);
-      const drafted = await replies("demo", "draft", requests, "demo");
+      const drafted = await replies("demo", "draft", requests, { draftModel: "demo" });
       expect(drafted.drafts.accepted).toBeGreaterThan(drafted.drafts.drafted / 2);
       expect(drafted.texts).toEqual(off.texts);
     }
@@ -132,7 +211,7 @@ describe.skipIf(natives === undefined)("a draft model's guesses (PARLEY_DRAFT_MO
     // bench-draft for bench-small: random weights of one vocabulary, which agree on nothing.
     const ends = await endTokens("bench-small");
     const request = { ...ask(QUESTIONS[0]!, ends, 0), maxTokens: 256 };
-    const { drafts, texts } = await replies("bench-small", "auto", [request], "bench-draft");
+    const { drafts, texts } = await replies("bench-small", "auto", [request], { draftModel: "bench-draft" });
     expect(texts[0]!.completionTokens).toBe(256);
     // A probe every 16 native calls of 4 steps: about 4 of 256 tokens; not a guess in every step.
     expect(drafts.drafted).toBeGreaterThan(0);
