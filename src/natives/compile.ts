@@ -11,7 +11,8 @@
  */
 import { createWriteStream, existsSync, readFileSync } from "node:fs";
 import { cp, mkdir, readdir, rename, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { removeOtherRecipes, withBuildLock } from "./build-lock";
 import { parseStep, progressLine } from "./build-progress";
 import {
   CMAKE_OPTIONS,
@@ -46,25 +47,43 @@ export interface CompileOptions {
   cudaArchitectures?: string;
 }
 
-/** The cached build for the current recipe, compiled first if missing (or if `force`). */
-export async function ensureCompiledNatives({ force = false, cudaArchitectures }: CompileOptions = {}): Promise<CompiledNatives> {
+/** The tools compiling the natives runs: node-llama-cpp's build runs cmake-js through npm, and its CMakeLists runs node. */
+const BUILD_TOOLS = ["cmake", "c++", "gcc", "nm", "node", "npm"];
+
+/** What this machine lacks to compile the natives, in one line naming what to install; undefined when it can. */
+export function missingBuildTools(): string | undefined {
+  if (process.platform !== "linux" || process.arch !== "x64")
+    return `the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`;
+  const missing = BUILD_TOOLS.filter((tool) => Bun.which(tool) === null);
+  if (missing.length === 0) return undefined;
+  return `compiling the natives needs ${missing.join(", ")} on the PATH (Debian: apt-get install cmake build-essential nodejs npm)`;
+}
+
+/**
+ * The cached build for the current recipe, compiled first if missing (or if `force`), holding the
+ * cache's build lock: a second build waits for the first and then uses what it built. Every call
+ * removes the other recipes' builds of this node-llama-cpp version.
+ */
+export async function ensureCompiledNatives(options: CompileOptions = {}): Promise<CompiledNatives> {
   checkNodeLlamaCppVersion(nodeLlamaCppVersion(), "compiling the natives");
   const binsDir = compiledNativesDir(nodeLlamaCppVersion());
+  return await withBuildLock(
+    dirname(binsDir),
+    async () => {
+      const built = await compileUnlessCached(binsDir, options);
+      for (const name of removeOtherRecipes(binsDir, nodeLlamaCppVersion())) console.log(`natives: removed another recipe's build, ${name}`);
+      return built;
+    },
+    (holder) => console.log(`natives: another build (pid ${holder}) holds ${join(dirname(binsDir), "build.lock")}: waiting for it`),
+  );
+}
+
+async function compileUnlessCached(binsDir: string, { force = false, cudaArchitectures }: CompileOptions): Promise<CompiledNatives> {
   const cuda = cudaArchitectures === undefined ? undefined : cudaBuild(cudaArchitectures);
   const target = join(binsDir, cuda ? CUDA_FOLDER : PLATFORM_FOLDER);
   if (!force && existsSync(join(target, "llama-addon.node")) && sameCudaRecipe(target, cuda?.recipe)) return { binsDir };
-  if (process.platform !== "linux" || process.arch !== "x64") {
-    throw new Error(`the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`);
-  }
-  // node-llama-cpp's build runs cmake-js through npm, and its CMakeLists runs node.
-  for (const tool of ["cmake", "c++", "gcc", "nm", "node", "npm"]) {
-    if (Bun.which(tool) === null) {
-      throw new Error(
-        `compiling the natives needs ${tool} on the PATH (Debian: apt-get install cmake build-essential nodejs npm); ` +
-          "`bun run build --prebuilt-natives` embeds the slower npm prebuilt instead",
-      );
-    }
-  }
+  const lacking = missingBuildTools();
+  if (lacking !== undefined) throw new Error(`${lacking}; \`bun run build --prebuilt-natives\` embeds the slower npm prebuilt instead`);
 
   const started = performance.now();
   await ensureLlamaSource();
