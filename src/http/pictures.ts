@@ -97,7 +97,7 @@ async function fetchPicture(field: string, url: URL): Promise<Uint8Array> {
   } catch (error) {
     if (error instanceof PayloadTooLarge) throw new InvalidInput(field, `is more than the ${PICTURE_LIMITS.bytes} bytes a picture may have`);
   }
-  if (data === undefined) throw new InvalidInput(field, `could not be fetched from ${url.host}`);
+  if (data === undefined) throw new InvalidInput(field, `could not be fetched from ${url.hostname}`);
   return data;
 }
 

@@ -4,8 +4,10 @@
  * tokenizer then puts in each marker's place the picture's layout as llama.cpp's mtmd tokenizes it
  * (natives/vision.ts): the projector's text around it, and one placeholder token per position of
  * each image chunk. A placeholder is no token of the vocabulary (it is negative) and names its
- * picture and chunk, so a prompt reuses a sequence's image cells exactly where it has the same
- * picture at the same place, as it reuses text; the scheduler evaluates a run of placeholders
+ * picture, its chunk, and which showing of the picture in its turn it is (so that a turn showing one
+ * picture twice has each showing's tokens, and a prompt that cut one off lacks them), so a prompt
+ * reuses a sequence's image cells exactly where it has the same picture at the same place, as it
+ * reuses text; the scheduler evaluates a run of placeholders
  * through the projector (an `ImagePiece`). A picture is laid out (decoded, resized, tokenized) once
  * per user: its layout is kept, and the natives keep it prepared for its evaluation, under a key of
  * that user's, so that another user's identical picture finds nothing sooner.
@@ -26,7 +28,7 @@ export interface HeldImages {
   turns: Turn[];
   /** What each placeholder of the prompt stands for. */
   images: ReadonlyMap<Token, ImagePiece>;
-  /** A placeholder of each picture of the newest turn, with its place among the history's pictures: a prompt that lacks one has cut it off. */
+  /** A placeholder of each picture of the newest turn (each showing of one picture its own), with its place among the history's pictures: a prompt that lacks one has cut it off. */
   newest: readonly { placeholder: Token; index: number }[];
   release(): void;
 }
@@ -48,7 +50,7 @@ export class PromptImages {
 
   constructor(private readonly context: LlamaContext) {
     this.marker = `<__parley_image_${randomBytes(8).toString("hex")}_`;
-    this.pattern = new RegExp(`${this.marker}([0-9a-f]{64})__>`, "g");
+    this.pattern = new RegExp(`${this.marker}([0-9a-f]{64})_(\\d+)__>`, "g");
   }
 
   /**
@@ -75,24 +77,28 @@ export class PromptImages {
         }
         let content = "";
         let from = 0;
+        const showings = new Map<string, number>();
         for (const { data, at } of turn.images) {
           if (at < from || at > turn.content.length) throw new Error("a turn's pictures stand in its text, in order");
           const hash = createHash("sha256").update(data).digest("hex");
           const key = keyOf(scope, hash);
           const chunks = await this.layoutOf(key, data, { part: "image", index });
           held.push(key);
+          const showing = showings.get(hash) ?? 0;
+          showings.set(hash, showing + 1);
           for (const [chunk, piece] of chunks.entries()) {
-            if (piece.kind === "image") images.set(placeholder(hash, chunk), { image: data, key, chunk, positions: piece.positions });
+            if (piece.kind === "image") images.set(placeholder(hash, chunk, showing), { image: data, key, chunk, positions: piece.positions });
           }
           if (item === history.length - 1)
             newest.push({
               placeholder: placeholder(
                 hash,
                 chunks.findIndex(({ kind }) => kind === "image"),
+                showing,
               ),
               index,
             });
-          content += `${turn.content.slice(from, at)}${this.marker}${hash}__>`;
+          content += `${turn.content.slice(from, at)}${this.marker}${hash}_${showing}__>`;
           from = at;
           index++;
         }
@@ -117,7 +123,7 @@ export class PromptImages {
       let from = 0;
       for (const match of text.matchAll(this.pattern)) {
         if (match.index > from) append(tokens, tokenizer(text.slice(from, match.index), specialTokens === true, from === 0 ? options : undefined));
-        append(tokens, this.tokensOf(scope, match[1]!));
+        append(tokens, this.tokensOf(scope, match[1]!, Number(match[2])));
         from = match.index + match[0].length;
       }
       if (from < text.length) append(tokens, tokenizer(text.slice(from), specialTokens === true, from === 0 ? options : undefined));
@@ -154,13 +160,13 @@ export class PromptImages {
     }
   }
 
-  private tokensOf(scope: string, hash: string): Token[] {
+  private tokensOf(scope: string, hash: string, showing: number): Token[] {
     const layout = this.layouts.get(keyOf(scope, hash));
     if (!layout) throw new Error("a picture's marker outlived its hold");
     const tokens: Token[] = [];
     for (const [chunk, piece] of layout.chunks.entries()) {
       if (piece.kind === "text") append(tokens, piece.tokens);
-      else append(tokens, new Array<Token>(piece.positions).fill(placeholder(hash, chunk)));
+      else append(tokens, new Array<Token>(piece.positions).fill(placeholder(hash, chunk, showing)));
     }
     return tokens;
   }
@@ -169,7 +175,13 @@ export class PromptImages {
 /** A picture's key: its user's scope and its SHA-256, so that no user finds another's picture laid out or prepared. */
 const keyOf = (scope: string, hash: string) => `${scope}:${hash}`;
 
-/** A negative id per picture (its SHA-256) and chunk: two pictures share one with a chance of one in 2^31. */
-function placeholder(hash: string, chunk: number): Token {
-  return -(1 + ((Number.parseInt(hash.slice(0, 8), 16) + chunk) % 0x7fffffff)) as Token;
+/** Chunks a layout has at most, below any showing's: mtmd lays a picture out in a few. */
+const CHUNKS_APART = 0x10000;
+
+/**
+ * A negative id per picture (its SHA-256), chunk and showing in its turn: two pictures share one
+ * with a chance of one in 2^31.
+ */
+function placeholder(hash: string, chunk: number, showing: number): Token {
+  return -(1 + ((Number.parseInt(hash.slice(0, 8), 16) + showing * CHUNKS_APART + chunk) % 0x7fffffff)) as Token;
 }
