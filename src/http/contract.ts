@@ -69,7 +69,13 @@ export const Message = t.Object(
     user_id: t.Integer(),
     finish_reason: t.Optional(oneOf(FINISH_REASONS, { description: "Assistant messages only" })),
     model: t.Optional(t.String({ description: "Assistant messages only: the model that wrote the reply" })),
-    images: t.Optional(t.Array(t.String(), { description: "User messages with pictures only: each as a data URL, seen after content" })),
+    image_count: t.Optional(t.Integer({ minimum: 1, description: "User messages with pictures only: how many it has" })),
+    images: t.Optional(
+      t.Array(t.String(), {
+        description:
+          "The listing's user messages with pictures only (a chat reply's user_message has image_count alone): each as a data URL, seen after content",
+      }),
+    ),
   },
   closed,
 );

@@ -6,8 +6,17 @@ import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, Mes
 import type { FieldNames } from "./field-names";
 import { pictureUrl } from "./pictures";
 
-/** A stored message; `finish_reason` belongs to replies only, `reasoning` to a reasoning model's. */
+/** A stored message as the listing shows it: with its pictures, each a data URL. */
 export function messageJson(message: MessageRecord): Message {
+  return { ...echoJson(message), ...(message.images ? { images: message.images.map(({ base64 }) => pictureUrl(base64)) } : {}) };
+}
+
+/**
+ * A stored message as a chat reply shows it: its pictures counted, not sent back, since the client
+ * has just sent them (the listing has them). `finish_reason` belongs to replies only, `reasoning` to
+ * a reasoning model's.
+ */
+function echoJson(message: MessageRecord): Message {
   return {
     id: message.id,
     role: message.role,
@@ -18,7 +27,7 @@ export function messageJson(message: MessageRecord): Message {
     user_id: message.userId,
     ...(message.role === "assistant" && message.finishReason !== null ? { finish_reason: message.finishReason } : {}),
     ...(message.role === "assistant" && message.model !== null ? { model: message.model } : {}),
-    ...(message.images ? { images: message.images.map(({ base64 }) => pictureUrl(base64)) } : {}),
+    ...(message.images ? { image_count: message.images.length } : {}),
   };
 }
 
@@ -54,15 +63,15 @@ export function conversationPageJson(rows: readonly ConversationSummary[], page:
 export const startJson = (start: TurnStart): ChatStart => ({
   conversation_id: start.conversationId,
   new_conversation: start.newConversation,
-  user_message: messageJson(start.userMessage),
+  user_message: echoJson(start.userMessage),
   model: start.model,
 });
 
 export const resultJson = (result: TurnResult): ChatReply => ({
   conversation_id: result.conversationId,
   new_conversation: result.newConversation,
-  message: messageJson(result.message),
-  user_message: messageJson(result.userMessage),
+  message: echoJson(result.message),
+  user_message: echoJson(result.userMessage),
   usage: {
     prompt_tokens: result.usage.promptTokens,
     completion_tokens: result.usage.completionTokens,

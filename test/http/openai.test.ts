@@ -50,9 +50,9 @@ describe("models", () => {
   test("models.list() names the loaded model; retrieve finds it, and only it", async () => {
     const models = [];
     for await (const model of client.models.list()) models.push(model);
-    // `loaded` and `vision` are Parley's own fields, beside OpenAI's.
+    // `loaded`, `vision` and `purpose` are Parley's own fields, beside OpenAI's.
     expect(models as unknown[]).toEqual([
-      { id: engine.modelName, object: "model", created: expect.any(Number), owned_by: "parley", loaded: true, vision: false },
+      { id: engine.modelName, object: "model", created: expect.any(Number), owned_by: "parley", loaded: true, vision: false, purpose: "chat" },
     ]);
     expect((await client.models.retrieve(engine.modelName)).id).toBe(engine.modelName);
     expect(await rejection(client.models.retrieve("gpt-4o"))).toBeInstanceOf(OpenAI.NotFoundError);

@@ -212,6 +212,17 @@ test("answers and refusals match the served OpenAPI document", async () => {
   expect(await check("/api/embed", { model: EMBED, input: "x", options: { num_ctx: 8 } })).toBe(400);
 });
 
+test("GET /v1/models says what each model answers, as documented", async () => {
+  const response = await fetch(`${service.served.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+  const body = (await response.json()) as { data: { id: string; purpose: string }[] };
+  (await servedDocument(service.served.url)).expectDocumented("/v1/models", "get", response.status, body);
+  expect(body.data.map(({ id, purpose }) => [id, purpose])).toEqual([
+    ["parley-demo", "chat"],
+    [EMBED, "embedding"],
+    [RERANK, "ranking"],
+  ]);
+});
+
 describe("reranking", () => {
   test("scores and orders the documents as llama-server does on the same file, at /v1/rerank and /rerank", async () => {
     for (const path of ["/v1/rerank", "/rerank"]) {

@@ -7,7 +7,7 @@ import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { Ollama } from "ollama";
 import OpenAI from "openai";
-import { bearer, compiledNatives, postChat, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
+import { bearer, compiledNatives, postChat, readSse, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
 import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture, visionPair } from "../support/vision";
 
 const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
@@ -171,11 +171,12 @@ describe.skipIf(natives === undefined)("pictures on every protocol", () => {
 /** The native reply's JSON, as far as these tests read it. */
 interface NativeReply {
   message: { content: string };
+  user_message: { image_count?: number; images?: string[] };
   usage: { prompt_tokens: number; cached_tokens: number };
 }
 
 describe.skipIf(natives === undefined)("the native API keeps a conversation's pictures", () => {
-  test("a message with a picture gets llama-server's reply; after a restart the next turn still sees it, as a client sending it all again does; listed to its user alone, deleted with its conversation", async () => {
+  test("a message with a picture gets llama-server's reply; after a restart the next turn still sees it, as a client sending it all again does; listed to its user alone, deleted with its conversation; a reply counts its pictures, never echoes them", async () => {
     const db = testDb("vision-native");
     const { key } = await db.keys.create("alice", "user");
     const { key: bob } = await db.keys.create("bob", "user");
@@ -190,6 +191,8 @@ describe.skipIf(natives === undefined)("the native API keeps a conversation's pi
     try {
       const first = await ask(served.url, { conversation_id: "v1", message: VISION_PROMPT, images: [base64("gradient")] });
       expect(first.message.content).toBe(fixture.replies.gradient!.content);
+      // The reply counts the picture the client just sent rather than sending it back (a stream's start and done too, below).
+      expect([first.user_message.image_count, first.user_message.images]).toEqual([1, undefined]);
       // Listed with its picture, to its user alone.
       const listed = async (apiKey: string) =>
         ((await (await fetch(`${served.url}/api/v1.0/chat/messages`, { headers: bearer(apiKey) })).json()) as { data: { images?: string[] }[] }).data;
@@ -219,6 +222,19 @@ describe.skipIf(natives === undefined)("the native API keeps a conversation's pi
       const deleted = await fetch(`${served.url}/api/v1.0/chat/conversations/v1`, { method: "DELETE", headers: bearer(key) });
       expect(deleted.status).toBe(204);
       expect(db.storage.sqlite.query("SELECT count(*) AS n FROM messages WHERE images IS NOT NULL").get()).toEqual({ n: 0 });
+      const streamed = await postChat(served.url, key, {
+        conversation_id: "v2",
+        message: VISION_PROMPT,
+        images: [base64("white")],
+        max_tokens: 1,
+        stream: true,
+      });
+      const echoes: NativeReply["user_message"][] = [];
+      for await (const { event, data } of readSse(streamed)) if (event === "start" || event === "done") echoes.push((data as NativeReply).user_message);
+      expect(echoes.map((echo) => [echo.image_count, echo.images])).toEqual([
+        [1, undefined],
+        [1, undefined],
+      ]);
     } finally {
       await served.stop();
       await engine.close();

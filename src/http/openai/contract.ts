@@ -148,6 +148,9 @@ export const ChatCompletionChunk = t.Object(
 );
 export type ChatCompletionChunk = Static<typeof ChatCompletionChunk>;
 
+/** What a listed model answers; the engine's own word for it is ModelPurpose (src/gguf/describe.ts). */
+const MODEL_PURPOSES = ["chat", "embedding", "ranking"] as const;
+
 export const OpenAiModel = t.Object(
   {
     id: t.String(),
@@ -156,6 +159,10 @@ export const OpenAiModel = t.Object(
     owned_by: t.Literal("parley"),
     loaded: t.Boolean({ description: "Parley's own: whether the model is in memory now (else the next request for it loads it)" }),
     vision: t.Boolean({ description: "Parley's own: whether the model sees pictures in messages (it has a projector)" }),
+    purpose: t.Union(
+      MODEL_PURPOSES.map((purpose) => t.Literal(purpose)),
+      { description: "Parley's own: what the model answers: chat (replies), embedding (/v1/embeddings) or ranking (/v1/rerank)" },
+    ),
   },
   closed,
 );

@@ -218,6 +218,8 @@ export const modelJson = (model: ModelInfo): OpenAiModel => ({
   owned_by: "parley",
   loaded: model.loaded,
   vision: model.vision,
+  // An engine given whole (not read from a file) is a chat model.
+  purpose: model.file?.purpose ?? "chat",
 });
 
 /** The vectors as OpenAI's embeddings API gives them: numbers, or base64 of their little-endian float32 bytes. */
