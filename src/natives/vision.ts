@@ -70,7 +70,9 @@ export async function evalImage(sequence: LlamaContextSequence, { image, key, ch
   await locked(context, async (ctx) => {
     if (!ctx.evalImage) throw noVision();
     const seq = internals<SequenceInternals>(sequence);
-    const taken = await ctx.evalImage(seq._sequenceId, seq._nextTokenIndex, image, key, chunk, context.batchSize);
+    // llama.cpp holds a causal context's batch to its size: a small context's batch is smaller than asked for.
+    const batch = Math.min(context.batchSize, context.contextSize);
+    const taken = await ctx.evalImage(seq._sequenceId, seq._nextTokenIndex, image, key, chunk, batch);
     if (taken !== positions) {
       ctx.removeTokenCellsFromSequence(seq._sequenceId, seq._nextTokenIndex, -1);
       throw new Error(`the image took ${taken} positions where its layout has ${positions}`);

@@ -164,6 +164,17 @@ describe.skipIf(natives === undefined)("the engine with a projector", () => {
     expect(other.text).toBe(first.text);
   }, 60_000);
 
+  test("one sequence of a context smaller than the batch asked for sees a picture too (its batch is the context's)", async () => {
+    const { model, projector } = await pair();
+    const small = await testEngine({ modelPath: model, projectorPath: projector, parallel: 1, contextSize: 512 });
+    try {
+      const result = await generated(small, { cacheScope: "u1", history: [askAbout(VISION_IMAGES.white!())], temperature: 0, maxTokens: VISION_REPLY_TOKENS });
+      expect(result.text).toBe(fixture.replies.white!.content);
+    } finally {
+      await small.close();
+    }
+  }, 60_000);
+
   test("what is no picture, and a picture that cannot fit the context, are refused naming the picture", async () => {
     const vision = await engine;
     const notPicture: Turn = { role: "user", content: "look", images: [{ data: new TextEncoder().encode("no"), at: 4 }] };
