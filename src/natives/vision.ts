@@ -6,6 +6,7 @@
  */
 import type { LlamaContext, LlamaContextSequence, Token } from "node-llama-cpp";
 import { internals, locked, type SequenceInternals, undisposed } from "./addon";
+import { inflatesWithinRows } from "./png-inflate";
 
 /** A piece of how an image stands in a prompt: text tokens the projector puts around it, or image embeddings over their positions. */
 export type ImageChunk = { kind: "text"; tokens: Token[] } | { kind: "image"; tokens: number; positions: number };
@@ -37,6 +38,7 @@ export async function unloadProjector(context: LlamaContext): Promise<void> {
  * prepared it (decoded, resized) under `key`, among the last few, for `evalImage` with that key.
  */
 export async function imageLayout(context: LlamaContext, image: Uint8Array, key: string): Promise<ImageChunk[]> {
+  if (!(await inflatesWithinRows(image))) throw new Error("its image data inflates to more than its header's rows take");
   // Beside the batches, as llama-server lays a picture out beside its decode loop: it touches no sequence.
   const layout = await undisposed(context, async (ctx) => {
     if (!ctx.imageLayout) throw noVision();

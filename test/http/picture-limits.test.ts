@@ -5,7 +5,7 @@
  * preset.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { deflateRawSync } from "node:zlib";
+import { deflateRawSync, deflateSync } from "node:zlib";
 import { PICTURE_LIMITS } from "../../src/chat/pictures";
 import type { Engine } from "../../src/llm/engine";
 import { bearer, compiledNatives, type Served, serveApp, testDb, testEngine } from "../support";
@@ -104,6 +104,12 @@ describe.skipIf(natives === undefined)("pictures within their limits", () => {
     refused(await native([jpeg([{ width: 64, height: 48 }]).subarray(0, 30)]), "images[0]", "JPEG cut short", 422);
     const offScreen = gif({ width: 16, height: 16 }, [{ left: 8, top: 0, width: 16, height: 16 }]);
     refused(await native([offScreen]), "images[0]", "lies outside its 16×16 screen", 422);
+  });
+
+  test("a 1×1 PNG whose image data inflates to 64 MiB is refused before the decoder inflates it", async () => {
+    const inflating = pngOf([pngChunk("IHDR", ihdr(1, 1)), pngChunk("IDAT", deflateSync(new Uint8Array(64 << 20))), pngChunk("IEND", new Uint8Array())]);
+    refused(await native([inflating]), "images", "inflates to more than its header's rows take", 422);
+    refused(await openAi([dataUrl(inflating)]), "messages", "inflates to more than its header's rows take");
   });
 
   test(`a request holds at most ${PICTURE_LIMITS.perRequest} pictures, on any protocol, counted across its messages`, async () => {
