@@ -6,6 +6,7 @@ import { itemRows, rowItems } from "./conversation-items";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import { historyOf, newStem, replyItems, storedImages, turnImages } from "./items";
 import { KeyedLock } from "./keyed-lock";
+import { PICTURE_LIMITS } from "./pictures";
 import {
   NO_REPLY,
   type RunningTurn,
@@ -117,7 +118,9 @@ export const preambleOf = (systemPrompt: string | undefined): Turn[] => (systemP
  * Stored items with the pictures the model cannot be shown left out (a model that sees none, or a
  * picture its projector cannot decode): a turn's own pictures are checked before it is stored,
  * but a conversation may hold pictures from another model or from its items' API, and one such
- * picture must not make every later turn of it unanswerable. Each left out is counted to `onLeftOut`.
+ * picture must not make every later turn of it unanswerable. Of the rest, as many as a request may
+ * send are shown, the newest: laying out (decoding) every picture a long conversation holds would
+ * be work no request's limits bound. Each left out is counted to `onLeftOut`.
  */
 async function seenPictures(
   items: ConversationItem[],
@@ -127,7 +130,8 @@ async function seenPictures(
 ): Promise<ConversationItem[]> {
   const pictures = items.flatMap((item) => (item.type === "message" ? (turnImages(item.images).images ?? []) : []));
   if (pictures.length === 0) return items;
-  const seen = await engine.seeable(pictures, scope);
+  const older = Math.max(0, pictures.length - PICTURE_LIMITS.perRequest);
+  const seen = [...pictures.slice(0, older).map(() => false), ...(await engine.seeable(pictures.slice(older), scope))];
   const leftOut = seen.filter((shown) => !shown).length;
   if (leftOut === 0) return items;
   onLeftOut?.(leftOut);

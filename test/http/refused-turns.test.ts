@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { itemRows } from "../../src/chat/conversation-items";
+import { PICTURE_LIMITS } from "../../src/chat/pictures";
 import type { Engine } from "../../src/llm/engine";
 import { bearer, compiledNatives, postChat, rejection, type Served, serveApp, testDb, testEngine } from "../support";
 import { png } from "../support/png";
@@ -46,12 +47,12 @@ const conversations = async (url: string) =>
   ((await (await fetch(`${url}/api/v1.0/chat/conversations`, { headers: bearer(alice.key) })).json()) as { data: { id: string }[] }).data.map(({ id }) => id);
 const storedMessages = () => (db.storage.sqlite.query("SELECT count(*) AS n FROM messages").get() as { n: number }).n;
 
-/** A conversation stored with a user message holding `base64` as its picture, as a release before this one could leave it. */
-async function storedWithPicture(conversationId: string, base64: string): Promise<void> {
+/** A conversation stored with a user message holding `base64` as its pictures, as a release before this one could leave it. */
+async function storedWithPicture(conversationId: string, ...base64: string[]): Promise<void> {
   const conversation = await db.storage.conversations.findOrCreate(alice.userId, conversationId);
   await db.storage.conversations.addMessages(
     conversation,
-    itemRows([{ type: "message", id: `msg_${conversationId}`, role: "user", text: "look", images: [{ at: 4, base64 }] }]),
+    itemRows([{ type: "message", id: `msg_${conversationId}`, role: "user", text: "look", images: base64.map((picture) => ({ at: 4, base64: picture })) }]),
   );
 }
 
@@ -142,6 +143,13 @@ describe.skipIf(natives === undefined)("a picture its projector cannot decode", 
     }
     expect(storedMessages()).toBe(before);
     expect(await conversations(vision.url)).not.toContain("garbled");
+  });
+
+  test(`of a conversation's stored pictures, the newest ${PICTURE_LIMITS.perRequest} are shown, the older left out and counted`, async () => {
+    await storedWithPicture("many-kept", ...Array.from({ length: PICTURE_LIMITS.perRequest + 2 }, () => picture));
+    const next = await postChat(vision.url, alice.key, { conversation_id: "many-kept", message: "and?", max_tokens: 4 });
+    expect(next.status).toBe(200);
+    expect(next.headers.get("x-parley-pictures-left-out")).toBe("2");
   });
 
   test("stored in a conversation, it is left out and the conversation goes on, its good pictures still seen", async () => {
