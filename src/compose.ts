@@ -53,7 +53,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   // The models are checked first: a start refused for them must not have created (and shown) the
   // first admin key already. Reading their headers turns a wrong, truncated or corrupt file into
   // one clear line before anything listens, instead of a native loader error later.
-  const registry = await openRegistry(config);
+  const registry = await openRegistry(config, announce);
   const model = registry.default;
   if (model.description.purpose !== "chat") {
     throw new Refusal(
@@ -119,10 +119,11 @@ export async function startService(config: Config, log: Logger, announce: Announ
       const fits = (gpuLayers: GpuLayers) =>
         refuseUnlessFits(loaded, contextSizeFor(config.contextSize, entry.description.contextLength), config.parallel, config.kvType, gpuLayers);
       if (entry.description.purpose === "chat")
-        return Engine.load({ ...engineOptions(entry.path), ...(entry.projector ? { projectorPath: entry.projector } : {}), fits });
+        return Engine.load({ ...engineOptions(entry.path), modelName: entry.id, ...(entry.projector ? { projectorPath: entry.projector } : {}), fits });
       const { modelPath, contextSize, parallel, threads, gpu, gpuLayers, flashAttention, kvType, onWarning } = engineOptions(entry.path);
       return Embedder.load({
         modelPath,
+        modelName: entry.id,
         contextSize,
         parallel,
         threads,
@@ -243,9 +244,9 @@ export async function startService(config: Config, log: Logger, announce: Announ
   return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
 }
 
-async function openRegistry(config: Config): Promise<ModelRegistry> {
+async function openRegistry(config: Config, announce: Announce): Promise<ModelRegistry> {
   try {
-    return await ModelRegistry.open({ paths: config.modelPaths, modelsDir: config.modelsDir, aliases: config.modelAliases });
+    return await ModelRegistry.open({ paths: config.modelPaths, modelsDir: config.modelsDir, aliases: config.modelAliases, announce });
   } catch (error) {
     if (error instanceof ModelNotFoundError) throw new Refusal(error.message, 2);
     if (error instanceof UnservableModelError) throw new Refusal(error.message);

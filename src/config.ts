@@ -91,6 +91,8 @@ export interface Config {
   promptEnds: PromptEnds;
   speculate: Speculate;
   draftModel: string | undefined;
+  /** From a checkout without Parley's compiled natives: `auto` builds them behind the server, `off` never; anything else is the command that builds them. */
+  buildNatives: string;
 }
 
 /**
@@ -213,7 +215,7 @@ export const CONFIG_SPEC = {
   },
   modelPaths: {
     env: "PARLEY_MODEL",
-    doc: "GGUF model files, comma-separated, served besides the models directory's; the first is the default model. Unset: the directory's first `.gguf` is the default, else the demo model",
+    doc: "GGUF model files, comma-separated, served besides the models directory's; the first is the default model. Unset: the directory's first model Parley did not generate is the default, else the demo model (`docs/models.md`, Model ids and the default model)",
     shownDefault: "—",
     flag: "--model",
     default: "",
@@ -491,6 +493,14 @@ export const CONFIG_SPEC = {
     default: "separate",
     help: "A reasoning model's thought (<think>…</think>): separate (returned, streamed and stored apart from the answer), hide (discarded: neither returned nor stored), or inline (left in the answer as generated)",
   },
+  buildNatives: {
+    env: "PARLEY_BUILD_NATIVES",
+    doc: "from a checkout whose compiled natives are not built (`bun run natives`; the executable always carries its own): `auto` serves at once on node-llama-cpp's npm prebuilt (no pictures, log-probabilities, speculation or KV memory tier), builds Parley's natives in the background at idle priority (`nice 19`; progress in the log and on `/healthz`), then restarts the server onto them at a moment no reply runs (`docs/operations.md`, Natives); `off` serves on the prebuilt until `bun run natives` is run; any other value is the shell command that builds them instead of `bun run natives`. Where the machine cannot compile (no cmake or C++ compiler) one line says what to install",
+    shownDefault: "`auto`",
+    flag: "--build-natives",
+    default: "auto",
+    help: "From a checkout without compiled natives: auto (build them in the background and restart onto them; the default), off, or the command that builds them",
+  },
 } satisfies Record<keyof Config, Spec>;
 
 /** Flags that stand alone; every other `--flag` takes a value. */
@@ -652,6 +662,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     promptEnds: oneOf("promptEnds", PROMPT_ENDS_MODES),
     speculate,
     draftModel: draftModel === "" ? undefined : draftModel,
+    buildNatives: raw("buildNatives").value,
   };
 }
 

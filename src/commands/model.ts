@@ -1,11 +1,11 @@
 import { existsSync } from "node:fs";
 import { basename, dirname, join, sep } from "node:path";
 import { CONFIG_SPEC, type Config } from "../config";
-import { describeGguf, InvalidModelError, type ModelDescription } from "../gguf/describe";
+import { describeGguf, InvalidModelError, type ModelDescription, type ModelPurpose, type ProjectorDescription, projectorOf } from "../gguf/describe";
 import { DEMO_MODEL_NAME, MODEL_PRESETS, type ModelPreset, PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../gguf/presets";
 import type { GgufValue } from "../gguf/values";
 import { projectorFileName } from "../gguf/vision";
-import { ggufNames } from "../llm/model";
+import { describeModel, ggufNames, unclaimedId } from "../llm/model";
 import { formatBytes, formatCount } from "./units";
 
 interface Subcommand {
@@ -89,7 +89,8 @@ anything while serving; on an offline machine, copy the .gguf file into the mode
   vision        bench-draft's shape as parley-vision, and beside it its projector
                 (mmproj-<file>.gguf: a LLaVA-style CLIP projector of random weights, 32×32
                 images in 16 tokens) that llama.cpp's mtmd loads (llama-server --mmproj).
-                Parley itself does not take images yet. f16 only.`,
+                Parley serves the pair: parley-vision takes pictures (with Parley's compiled
+                natives). f16 only.`,
     positionals: 0,
     flags: ["--preset", "--type", "--out"],
     run: (config, _args, flags) => demo(config, flags),
@@ -167,30 +168,31 @@ function list(dir: string): number {
     console.log(`No GGUF files in ${dir}`);
     return 0;
   }
+  // Ids as the service gives them: the first file of an id keeps it, the next gets one of its own.
+  const owners = new Map<string, string>();
+  const clashes: string[] = [];
   const rows = names.map((file): string[] => {
+    let m: ModelDescription;
     try {
-      const m = describeGguf(join(dir, file));
-      const template = m.metadata["tokenizer.chat_template"] === undefined ? "no" : "yes";
-      return [
-        file,
-        m.name,
-        m.architecture ?? "?",
-        formatCount(m.parameters),
-        formatBytes(m.sizeBytes),
-        String(m.contextLength ?? "?"),
-        m.quantization,
-        template,
-      ];
+      m = describeModel(join(dir, file));
     } catch (err) {
       if (!(err instanceof InvalidModelError)) throw err;
       return [file, `unusable: ${err.reason}`];
     }
+    const owner = owners.get(m.name);
+    const id = owner === undefined ? m.name : unclaimedId(file, owners);
+    if (owner !== undefined)
+      clashes.push(`${file} is served as "${id}": its model id "${m.name}" is ${owner}'s (rename one: general.name, else the file name)`);
+    owners.set(id, file);
+    const template = m.metadata["tokenizer.chat_template"] === undefined ? "no" : "yes";
+    return [file, id, m.architecture ?? "?", formatCount(m.parameters), formatBytes(m.sizeBytes), String(m.contextLength ?? "?"), m.quantization, template];
   });
   const header = ["FILE", "ID", "ARCH", "PARAMS", "SIZE", "CONTEXT", "QUANT", "TEMPLATE"];
   // An unusable file's reason starts in the ID column and does not widen it.
   const widths = header.map((h, i) => rows.reduce((widest, r) => Math.max(widest, r.length === header.length || i === 0 ? r[i]!.length : 0), h.length));
   for (const row of [header, ...rows]) console.log(row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join("  "));
   console.log(`\n${dir}: ${names.length} file(s)`);
+  for (const clash of clashes) console.log(`warning: ${clash}`);
   return 0;
 }
 
@@ -210,38 +212,94 @@ async function info(path: string): Promise<number> {
     console.error(err.message);
     return 1;
   }
+  const projector = projectorOf(m);
+  const lines = [...common(m), ...(projector ? projectorFacts(m, projector) : modelFacts(m)), ...trailer(m)];
+  for (const [key, value] of lines) if (value !== undefined) console.log(`${key.padEnd(17)}${value}`);
+  if (projector || m.purpose !== "chat") return 0;
+  let format: string;
+  try {
+    // Imported here: node-llama-cpp takes a few hundred ms to load, and only this line needs it.
+    const { chatFormatOf } = await import("../llm/chat-wrapper");
+    format = await chatFormatOf(m.path);
+  } catch (err) {
+    console.error(`${m.path}: llama.cpp cannot read its vocabulary, so it cannot be served: ${firstLine(err)}`);
+    return 1;
+  }
+  console.log(`${"chat format".padEnd(17)}${format}`);
+  return 0;
+}
+
+type Fact = [string, string | undefined];
+
+const KINDS: Record<ModelPurpose, string> = {
+  chat: "chat model",
+  embedding: "embedding model: turns text into a vector (POST /v1/embeddings); it has no chat format",
+  ranking: "reranking model: scores documents against a query (POST /v1/rerank); it has no chat format",
+};
+
+function common(m: ModelDescription): Fact[] {
+  return [
+    ["file", m.path],
+    ["name", m.name],
+    ["architecture", m.architecture ?? "unknown"],
+  ];
+}
+
+function sizes(m: ModelDescription): Fact[] {
+  return [
+    ["parameters", `${formatCount(m.parameters)} (${m.parameters})`],
+    ["quantization", m.quantization],
+    ["size", `${formatBytes(m.sizeBytes)} (${m.sizeBytes} bytes)`],
+  ];
+}
+
+function trailer(m: ModelDescription): Fact[] {
+  const meta = (key: string) => scalar(m.metadata[key]);
+  const splitCount = meta("split.count");
+  return [
+    ["license", meta("general.license")],
+    ["split", splitCount === undefined ? undefined : `part ${Number(meta("split.no") ?? 0) + 1} of ${splitCount}`],
+    ["tensors", String(m.tensors)],
+    ["gguf version", String(m.ggufVersion)],
+  ];
+}
+
+function modelFacts(m: ModelDescription): Fact[] {
   const meta = (key: string): GgufValue | undefined => m.metadata[key];
   const arch = (key: string) => scalar(meta(`${m.architecture}.${key}`));
   const tokens = meta("tokenizer.ggml.tokens");
   const template = meta("tokenizer.chat_template");
-  const splitCount = scalar(meta("split.count"));
-  const lines: [string, string | undefined][] = [
-    ["file", m.path],
-    ["name", m.name],
-    ["architecture", m.architecture ?? "unknown"],
-    ["parameters", `${formatCount(m.parameters)} (${m.parameters})`],
-    ["quantization", m.quantization],
-    ["size", `${formatBytes(m.sizeBytes)} (${m.sizeBytes} bytes)`],
+  const noTemplate = m.purpose === "chat" ? "none (a prompt format is guessed from the name and architecture)" : "none";
+  return [
+    ["kind", KINDS[m.purpose]],
+    ...sizes(m),
     ["context length", m.contextLength === undefined ? "unknown" : String(m.contextLength)],
     ["layers", arch("block_count")],
     ["embedding length", arch("embedding_length")],
     ["attention heads", arch("attention.head_count")],
     ["vocabulary", tokens?.type === "array" ? `${tokens.items.length} tokens (${scalar(meta("tokenizer.ggml.model")) ?? "unknown"} tokenizer)` : undefined],
-    [
-      "chat template",
-      template?.type === "string" ? `yes (${template.value.length} characters)` : "none (a prompt format is guessed from the name and architecture)",
-    ],
-    ["license", scalar(meta("general.license"))],
-    ["split", splitCount === undefined ? undefined : `part ${Number(scalar(meta("split.no")) ?? 0) + 1} of ${splitCount}`],
-    ["tensors", String(m.tensors)],
-    ["gguf version", String(m.ggufVersion)],
+    ["chat template", template?.type === "string" ? `yes (${template.value.length} characters)` : noTemplate],
   ];
-  for (const [key, value] of lines) if (value !== undefined) console.log(`${key.padEnd(17)}${value}`);
-  // Imported here: node-llama-cpp takes a few hundred ms to load, and only this line needs it.
-  const { chatFormatOf } = await import("../llm/chat-wrapper");
-  console.log(`${"chat format".padEnd(17)}${await chatFormatOf(m.path)}`);
-  return 0;
 }
+
+function projectorFacts(m: ModelDescription, p: ProjectorDescription): Fact[] {
+  const known = (n: number | undefined) => (n === undefined ? "?" : String(n));
+  const vision = p.vision;
+  return [
+    ["kind", "projector (mmproj): turns pictures into a model's input; served beside its model, never on its own"],
+    ["projector type", p.type],
+    [
+      "image size",
+      vision ? `${known(vision.imageSize)}×${known(vision.imageSize)} pixels in ${known(vision.patchSize)}×${known(vision.patchSize)} patches` : undefined,
+    ],
+    ["vision encoder", vision ? `${known(vision.blocks)} blocks of width ${known(vision.width)}` : undefined],
+    ["audio encoder", p.audio ? "yes" : undefined],
+    ["output width", p.outputWidth === undefined ? undefined : `${p.outputWidth} (its model's embedding length)`],
+    ...sizes(m),
+  ];
+}
+
+const firstLine = (error: unknown) => String((error as Error)?.message ?? error).split("\n")[0];
 
 function scalar(value: GgufValue | undefined): string | undefined {
   return value === undefined || value.type === "array" ? undefined : String(value.value);

@@ -94,6 +94,46 @@ export function describeGguf(path: string): ModelDescription {
   };
 }
 
+/** A projector's architecture (llama.cpp's mtmd loads it beside its model, never as a model of its own). */
+export const PROJECTOR_ARCHITECTURE = "clip";
+
+/** What a projector's header says: how it sees, and the width of what it hands its model. */
+export interface ProjectorDescription {
+  /** `clip.projector_type`, e.g. mlp (LLaVA), gemma3, qwen2.5vl_merger. */
+  readonly type: string;
+  readonly vision?: { imageSize: number | undefined; patchSize: number | undefined; blocks: number | undefined; width: number | undefined };
+  readonly audio: boolean;
+  /** `clip.vision.projection_dim`: its model's embedding length. */
+  readonly outputWidth: number | undefined;
+}
+
+/** The projector a file is (architecture `clip`), else undefined. */
+export function projectorOf({ architecture, metadata }: Pick<ModelDescription, "architecture" | "metadata">): ProjectorDescription | undefined {
+  if (architecture !== PROJECTOR_ARCHITECTURE) return undefined;
+  const clip = (key: string) => metadata[`clip.${key}`];
+  const flag = (key: string) => {
+    const value = clip(key);
+    return value?.type === "bool" && value.value;
+  };
+  // Without the flags (older LLaVA conversions) a projector has a vision encoder; without a type, llama.cpp reads it as mlp.
+  const vision = flag("has_vision_encoder") || !flag("has_audio_encoder");
+  return {
+    type: text(clip("projector_type")) ?? text(clip("vision.projector_type")) ?? text(clip("audio.projector_type")) ?? "mlp",
+    ...(vision
+      ? {
+          vision: {
+            imageSize: integer(clip("vision.image_size")),
+            patchSize: integer(clip("vision.patch_size")),
+            blocks: integer(clip("vision.block_count")),
+            width: integer(clip("vision.embedding_length")),
+          },
+        }
+      : {}),
+    audio: flag("has_audio_encoder"),
+    outputWidth: integer(clip("vision.projection_dim")) ?? integer(clip("audio.projection_dim")),
+  };
+}
+
 /** Turns the reader's error into a reason; a length past the end may be either damage or a cut. */
 function headerProblem(err: unknown): string {
   const detail = (err instanceof Error ? err.message : String(err)).split("\n")[0]!;

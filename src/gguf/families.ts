@@ -17,6 +17,7 @@ import phi3Template from "./templates/phi-3.5-mini-instruct.jinja" with { type: 
 import qwen2Template from "./templates/qwen2.5-instruct.jinja" with { type: "text" };
 import qwen3Template from "./templates/qwen3.jinja" with { type: "text" };
 import { type SpecialRoles, type TokenizerSpec, tokenizerMetadata } from "./tokenizer";
+import { gguf } from "./values";
 import { buildVocab, type SpecialToken, TOKEN_TYPE, tokenId } from "./vocab";
 import type { GgufFile } from "./writer";
 
@@ -188,10 +189,14 @@ function familyCorpus(family: Family) {
 
 export const familyModelName = (preset: FamilyPreset) => `parley-${preset}`;
 
+/** Marks a family model as Parley's own, not the operator's real model of that family. */
+export const FAMILY_KEY = "parley.family";
+
 export function familyGguf(preset: FamilyPreset): GgufFile {
   const family = FAMILIES[preset];
   const { spec, bigrams } = familyCorpus(family);
-  return bigramGguf(familyModelName(preset), bigrams, tokenizerMetadata(spec), family.architecture);
+  const file = bigramGguf(familyModelName(preset), bigrams, tokenizerMetadata(spec), family.architecture);
+  return { ...file, metadata: { ...file.metadata, [FAMILY_KEY]: gguf.string(preset) } };
 }
 
 /** The token texts of the reply greedy decoding produces (no repeat penalty), from the bigram table. */

@@ -3,11 +3,12 @@
 import { randomUUID } from "node:crypto";
 import { mkdir, rename, rm } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { BENCH_1B_HPARAMS, BENCH_DRAFT_HPARAMS, BENCH_FILE_TYPES, type BenchFileType, benchGguf } from "./bench";
+import { BENCH_1B_HPARAMS, BENCH_DRAFT_HPARAMS, BENCH_FILE_TYPES, BENCH_HPARAMS, BENCH_MODEL_NAME, type BenchFileType, benchGguf } from "./bench";
 import { demoGguf } from "./demo";
 import { FAMILY_PRESETS, type FamilyPreset, familyGguf } from "./families";
 import type { FileType } from "./file-type";
 import { RETRIEVAL_PRESETS, type RetrievalPreset, retrievalGguf } from "./retrieval";
+import type { GgufValue } from "./values";
 import { projectorFileName, projectorGguf } from "./vision";
 import { type GgufFile, writeGguf } from "./writer";
 
@@ -53,10 +54,23 @@ export function presetFileType(preset: ModelPreset, name?: string): FileType | u
   return name === undefined ? types[0] : types.find((t) => t === name.toUpperCase());
 }
 
-/** `<stem>.gguf` in the preset's default type, else `<stem>-Q4_0.gguf`, as llama.cpp names files. */
-export function presetFileName(stem: string, preset: ModelPreset, fileType: FileType): string {
-  return `${stem}${fileType === PRESET_FILE_TYPES[preset][0] ? "" : `-${fileType}`}.gguf`;
+/**
+ * `<stem>` in the preset's default type, else `<stem>-Q4_0`, as llama.cpp names files: a preset's
+ * file name without `.gguf`, and its model's name (`general.name`, the id it is served by), so
+ * that the types of one preset side by side are models of their own.
+ */
+function typedName(stem: string, preset: ModelPreset, fileType: FileType): string {
+  return `${stem}${fileType === PRESET_FILE_TYPES[preset][0] ? "" : `-${fileType}`}`;
 }
+
+export const presetFileName = (stem: string, preset: ModelPreset, fileType: FileType): string => `${typedName(stem, preset, fileType)}.gguf`;
+
+/**
+ * Whether Parley generated the model: each preset carries keys of its own under `parley.` (the
+ * demo's fingerprint, `parley.random_weights`, `parley.family`). Such a model is served by its id,
+ * but never becomes the default on its own: it is no operator's real model.
+ */
+export const isGenerated = (metadata: Readonly<Record<string, GgufValue>>): boolean => Object.keys(metadata).some((key) => key.startsWith("parley."));
 
 function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
   if (!PRESET_FILE_TYPES[preset].includes(fileType)) throw new Error(`the ${preset} model is not written as ${fileType}`);
@@ -65,11 +79,11 @@ function presetGguf(preset: ModelPreset, fileType: FileType): GgufFile {
     case "demo":
       return demoGguf();
     case "bench-small":
-      return benchGguf(fileType as BenchFileType);
+      return benchGguf(fileType as BenchFileType, { name: typedName(BENCH_MODEL_NAME, preset, fileType), hparams: BENCH_HPARAMS });
     case "bench-draft":
       return benchGguf("F16", { name: "parley-bench-draft", hparams: BENCH_DRAFT_HPARAMS });
     case "bench-1b":
-      return benchGguf(fileType as BenchFileType, { name: "parley-bench-1b", hparams: BENCH_1B_HPARAMS });
+      return benchGguf(fileType as BenchFileType, { name: typedName("parley-bench-1b", preset, fileType), hparams: BENCH_1B_HPARAMS });
     case "vision":
       return benchGguf("F16", { name: VISION_MODEL_NAME, hparams: BENCH_DRAFT_HPARAMS });
     case "embed":

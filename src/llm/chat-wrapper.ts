@@ -6,7 +6,16 @@
  */
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { type ChatHistoryItem, type ChatWrapper, chatWrappers, getLlama, JinjaTemplateChatWrapper, type LlamaModel, resolveChatWrapper } from "node-llama-cpp";
+import {
+  type ChatHistoryItem,
+  type ChatWrapper,
+  chatWrappers,
+  getLlama,
+  JinjaTemplateChatWrapper,
+  LlamaLogLevel,
+  type LlamaModel,
+  resolveChatWrapper,
+} from "node-llama-cpp";
 
 type WrapperType = keyof typeof chatWrappers;
 
@@ -101,11 +110,19 @@ export function resolveModelChatWrapper(model: LlamaModel, cacheDir?: string): C
   return detected;
 }
 
-/** The chat format Parley resolves for the model file at `modelPath` (its vocabulary alone is loaded). */
+/**
+ * The chat format Parley resolves for the model file at `modelPath` (its vocabulary alone is
+ * loaded). llama.cpp's log is kept back: a file it cannot read throws its reason, in one line.
+ */
 export async function chatFormatOf(modelPath: string): Promise<string> {
-  const llama = await getLlama({ gpu: false, build: "never" });
+  const errors: string[] = [];
+  const logger = (level: LlamaLogLevel, message: string) => void (level === LlamaLogLevel.error && errors.push(message.trim()));
+  const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, logger });
   try {
-    const model = await llama.loadModel({ modelPath, vocabOnly: true });
+    const model = await llama.loadModel({ modelPath, vocabOnly: true }).catch((error: unknown) => {
+      const reason = errors.map((line) => /error loading model: (.*)/.exec(line)?.[1]).find((line) => line !== undefined);
+      throw new Error(reason ?? errors[0] ?? String((error as Error)?.message ?? error));
+    });
     try {
       const wrapper = detect(model);
       return wrapper instanceof JinjaTemplateChatWrapper

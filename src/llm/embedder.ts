@@ -13,7 +13,7 @@ import { Overloaded } from "../errors";
 import { POOLING } from "../gguf/describe";
 import { createPoolingContext, decodePooled, inputTokens, poolsSequences } from "../natives/addon";
 import { contextSizeFor } from "./engine";
-import { type DeviceUse, deviceUse, type LoadedLlama, type LoadOptions, loadLlamaModel, overloadedOnGpu } from "./llama-load";
+import { type DeviceUse, deviceUse, type LoadedLlama, type LoadOptions, loadLlamaModel, modelNameOf, overloadedOnGpu } from "./llama-load";
 import { abortError } from "./pool";
 import { type FlashAttentionMode, type KvType, kvCacheTypes } from "./types";
 
@@ -46,7 +46,6 @@ export interface PoolOptions {
 
 export class Embedder {
   readonly loadedAt = Math.floor(Date.now() / 1000);
-  readonly modelName: string;
   /** Token ids go from 0 to one below this. */
   readonly vocabularySize: number;
   /** The model's ranking prompt (`tokenizer.chat_template.rerank`), if it has one. */
@@ -61,6 +60,7 @@ export class Embedder {
 
   private constructor(
     private readonly loaded: LoadedLlama,
+    readonly modelName: string,
     readonly device: DeviceUse,
     private readonly context: LlamaContext,
     readonly purpose: "embedding" | "ranking",
@@ -68,8 +68,7 @@ export class Embedder {
     private readonly together: boolean,
     private readonly queueMax: number,
   ) {
-    const { general, tokenizer } = loaded.model.fileInfo.metadata;
-    this.modelName = typeof general?.name === "string" && general.name.trim() !== "" ? general.name : "model";
+    const { tokenizer } = loaded.model.fileInfo.metadata;
     this.vocabularySize = tokenizer.ggml.tokens.length;
     const template = (tokenizer as Record<string, unknown>)["chat_template.rerank"];
     this.rankingTemplate = typeof template === "string" ? template : undefined;
@@ -96,6 +95,7 @@ export class Embedder {
       const lastToken = pooling === POOLING.last || (pooling === POOLING.rank && LAST_TOKEN_RANKERS.has(architecture));
       return new Embedder(
         loaded,
+        modelNameOf(options, model),
         await deviceUse(llama, model),
         context,
         pooling === POOLING.rank ? "ranking" : "embedding",

@@ -20,7 +20,7 @@ import { type Decoded, decode, type StopReason } from "./decode";
 import { DraftModel } from "./draft-model";
 import { type HeldImages, hasImages, PromptImages, withoutImages } from "./images";
 import { KvStore, stateSizeBound } from "./kv-store";
-import { type DeviceUse, deviceUse, type LoadOptions, loadLlamaModel, overloadedOnGpu } from "./llama-load";
+import { type DeviceUse, deviceUse, type LoadOptions, loadLlamaModel, modelNameOf, overloadedOnGpu } from "./llama-load";
 import { type Lease, type PoolStats, SequencePool } from "./pool";
 import { type FittedPrompt, PromptRenderer, sharedPrefix, windowOpener } from "./prompt";
 import { ReplyGrammars } from "./reply-grammar";
@@ -203,7 +203,6 @@ export class Engine {
       const vision = await visionOf(options, context, threads, warn);
       const reasoning = options.reasoning ?? "separate";
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
-      const name = model.fileInfo.metadata.general?.name;
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       const sequences = Array.from({ length: parallel }, () => context.getSequence());
       const drafter = await loadDrafter(options, llama, model, { contextSize: context.contextSize, sequences: parallel, threads }, warn);
@@ -224,7 +223,7 @@ export class Engine {
         new PromptRenderer(model, chatWrapper, TemplateChat.of(model), typeof vision === "string" ? undefined : vision),
         chatStops(model, chatWrapper),
         markers && { markers, close: thoughtCloseOf(model, chatWrapper), hidden: reasoning === "hide" },
-        typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""),
+        modelNameOf(options, model),
         natives,
         await deviceUse(llama, model),
         options.contextOverflow ?? "shift",

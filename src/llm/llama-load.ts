@@ -3,6 +3,7 @@
  * compiled ones when present), the device (the CPU, or a GPU when asked for and usable), the model's
  * weights, and the threads its decodes get.
  */
+import { basename } from "node:path";
 import { getLlama, getModuleVersion, InsufficientMemoryError, type Llama, type LlamaModel } from "node-llama-cpp";
 import { Overloaded } from "../errors";
 import { missingCudaLibraries } from "../natives/cuda-runtime";
@@ -13,6 +14,8 @@ import type { GpuBackend } from "./types";
 
 export interface LoadOptions {
   modelPath: string;
+  /** The id requests name the model by (the registry's); default its `general.name`, else its file name. */
+  modelName?: string;
   /** CPU threads. Default: 1 for tiny models, else llama.cpp's count of math cores (see `defaultThreads`). */
   threads?: number;
   /** Default false: CPU only. Where the GPU is not usable, `onWarning` hears why and the CPU serves. */
@@ -27,6 +30,12 @@ export interface LoadOptions {
    * cannot hold beside what goes to the GPU (`memory-need.ts`).
    */
   fits?: (gpuLayers: GpuLayers) => void;
+}
+
+/** The name replies give the model: `modelName`, else the file's `general.name`, else its file name without `.gguf`. */
+export function modelNameOf({ modelName, modelPath }: LoadOptions, model: LlamaModel): string {
+  const name = model.fileInfo.metadata.general?.name;
+  return modelName ?? (typeof name === "string" && name.trim() !== "" ? name : basename(modelPath).replace(/\.gguf$/i, ""));
 }
 
 export interface LoadedLlama {

@@ -64,18 +64,19 @@ describe("the single executable", () => {
       expect(created.code, created.stderr).toBe(0);
       const key = created.stdout.trim().split("\n").at(-1)!;
 
-      // No PARLEY_MODEL: the operator's way, the first .gguf in ./models.
+      // No PARLEY_MODEL: served from ./models by its id (a generated model is never the default: the demo is).
       const server = await startServer({ installed });
+      const model = `parley-${preset}`;
       try {
-        const plain = await postChat(server.url, key, { message: "Hello there!", conversation_id: "c", temperature: 0 });
+        const plain = await postChat(server.url, key, { message: "Hello there!", conversation_id: "c", temperature: 0, model });
         expect(plain.status).toBe(200);
         const reply = (await plain.json()) as ChatReply;
-        expect(reply.model).toBe(`parley-${preset}`);
+        expect(reply.model).toBe(model);
         expect(reply.message).toMatchObject({ finish_reason: "stop", content: expect.stringMatching(/^[A-Z][\w', :!?.]*[.!?]$/) });
         if (thinks) expect(reply.message.reasoning).toMatch(/^[A-Z][\w', :;!?.]*[.!?]$/);
         else expect(reply.message).not.toHaveProperty("reasoning");
 
-        const streamed = await postChat(server.url, key, { message: "Hello there!", conversation_id: "d", temperature: 0, stream: true });
+        const streamed = await postChat(server.url, key, { message: "Hello there!", conversation_id: "d", temperature: 0, stream: true, model });
         const events: SseEvent[] = [];
         for await (const event of readSse(streamed)) if (event.event !== "comment") events.push(event);
         const text = (name: string) =>

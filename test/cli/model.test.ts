@@ -182,6 +182,66 @@ describe("parley model list / info", () => {
     expectOneLineFailure(missing, /absent\.gguf: no such file/);
   });
 
+  test("info describes a projector as a projector, from its header alone", async () => {
+    const visionDir = join(dir, "vision");
+    expect((await parley("demo", "--preset", "vision", "--models-dir", visionDir)).code).toBe(0);
+    const run = await parley("info", join(visionDir, "mmproj-parley-vision.gguf"));
+    expect([run.code, run.stderr]).toEqual([0, ""]);
+    expect(run.stdout).toMatch(/^architecture +clip$/m);
+    expect(run.stdout).toMatch(/^kind +projector \(mmproj\)/m);
+    expect(run.stdout).toMatch(/^projector type +mlp$/m);
+    expect(run.stdout).toMatch(/^image size +32×32 pixels in 8×8 patches$/m);
+    expect(run.stdout).toMatch(/^output width +256 /m);
+    expect(run.stdout).not.toMatch(/^(chat template|chat format|context length)/m);
+  });
+
+  test("info says an embedding or reranking model is one, with no chat format", async () => {
+    const retrievalDir = join(dir, "retrieval");
+    for (const preset of ["embed", "rerank"] as const) await writePresetModel(preset, join(retrievalDir, `${preset}.gguf`));
+    const [embed, rerank] = await Promise.all([parley("info", join(retrievalDir, "embed.gguf")), parley("info", join(retrievalDir, "rerank.gguf"))]);
+    for (const run of [embed, rerank]) {
+      expect([run.code, run.stderr]).toEqual([0, ""]);
+      expect(run.stdout).toMatch(/^chat template +none$/m);
+      expect(run.stdout).not.toContain("chat format ");
+      expect(run.stdout).not.toContain("equivalent to the template");
+    }
+    expect(embed.stdout).toMatch(/^kind +embedding model: .*it has no chat format$/m);
+    expect(rerank.stdout).toMatch(/^kind +reranking model: .*it has no chat format$/m);
+  });
+
+  test("info on a model llama.cpp cannot read exits 1 with one line naming the file and llama.cpp's reason", async () => {
+    const path = join(dir, "unknown-arch.gguf");
+    await writeGguf(path, {
+      metadata: { "general.architecture": gguf.string("nosuch") },
+      tensors: [{ name: "w.weight", type: "F32", shape: [32, 2], data: fromFloats(new Float32Array(64), "F32") }],
+    });
+    const run = await parley("info", path);
+    expectOneLineFailure(run, /unknown-arch\.gguf: llama\.cpp cannot read its vocabulary, so it cannot be served: unknown model architecture: 'nosuch'$/m);
+    expect(run.stdout).toMatch(/^architecture +nosuch$/m);
+  });
+
+  test("list gives each file the id the service gives it, and names both files of a shared id", async () => {
+    const listDir = join(dir, "ids");
+    for (const type of ["f16", "q4_0"]) expect((await parley("demo", "--preset", "bench-small", "--type", type, "--models-dir", listDir)).code).toBe(0);
+    writeFileSync(join(listDir, "b-copy.gguf"), readFileSync(join(listDir, "parley-bench-small.gguf")));
+    const run = await parley("list", "--models-dir", listDir);
+    expect(run.code).toBe(0);
+    const ids = run.stdout
+      .split("\n")
+      .slice(1)
+      .filter((line) => /^\S+\.gguf /.test(line))
+      .map((line) => line.split(/\s+/).slice(0, 2));
+    // In file name order: the copy comes first and keeps the id; the preset's own file name is that id too, so it gets a number.
+    expect(ids).toEqual([
+      ["b-copy.gguf", "parley-bench-small"],
+      ["parley-bench-small-Q4_0.gguf", "parley-bench-small-Q4_0"],
+      ["parley-bench-small.gguf", "parley-bench-small-2"],
+    ]);
+    expect(run.stdout).toContain(
+      'warning: parley-bench-small.gguf is served as "parley-bench-small-2": its model id "parley-bench-small" is b-copy.gguf\'s (rename one: general.name, else the file name)',
+    );
+  });
+
   test("usage errors exit 2; --help exits 0", async () => {
     const [noFile, badUri, foreignFlag, help] = await Promise.all([
       parley("info"),
@@ -196,6 +256,9 @@ describe("parley model list / info", () => {
     expect(help.code).toBe(0);
     expect(help.stdout).toContain("usage: parley model pull <url | hf-uri>");
     expect(help.stdout).toContain("needs a network");
+    const demoHelp = await parley("demo", "--help");
+    expect(demoHelp.stdout).toContain("parley-vision takes pictures");
+    expect(demoHelp.stdout).not.toContain("does not take images");
   });
 });
 
@@ -206,7 +269,7 @@ describe("parley model demo", () => {
     expect(written.code, written.stderr).toBe(0);
     const path = join(quantDir, "parley-bench-small-Q4_0.gguf");
     expect(written.stdout).toContain(`Wrote the bench-small model (Q4_0) to ${path}`);
-    expect(describeGguf(path).quantization).toBe("Q4_0");
+    expect(describeGguf(path)).toMatchObject({ quantization: "Q4_0", name: "parley-bench-small-Q4_0" });
 
     const [demoQuantized, unknownType] = await Promise.all([
       parley("demo", "--type", "q8_0", "--out", join(quantDir, "never.gguf")),

@@ -39,6 +39,8 @@ async function stop(server: ChildServer) {
 
 const chat = (server: ChildServer, body: Record<string, unknown>) => postChat(server.url, adminKey, body);
 
+const wroteDemo = (line: string) => line.includes("wrote the built-in demo model");
+
 let firstTurn = { prompt_tokens: 0, completion_tokens: 0 };
 
 describe("parley serve", () => {
@@ -46,6 +48,9 @@ describe("parley serve", () => {
     const server = await start();
     expect(existsSync(join(dir, "models", "parley-demo.gguf"))).toBe(true);
     expect(server.lines.some((line) => line.includes("demo model") && line.includes("PARLEY_MODEL"))).toBe(true);
+    expect(server.lines.filter(wroteDemo).map((line) => JSON.parse(line))).toMatchObject([
+      { level: "info", model_path: join(dir, "models", "parley-demo.gguf") },
+    ]);
     expect(server.lines.some((line) => line.includes("PARLEY_ADMIN_KEY"))).toBe(true);
     expect(server.lines.join("\n")).not.toContain(adminKey);
 
@@ -67,6 +72,8 @@ describe("parley serve", () => {
   test("a restart on the same data continues the conversation with its full history", async () => {
     const server = await start();
     expect(server.lines.some((line) => line.includes("First start"))).toBe(false);
+    // The demo written by the first start is reused, and not announced again.
+    expect(server.lines.filter(wroteDemo)).toEqual([]);
     const response = await chat(server, { message: "And now?", conversation_id: "kept", temperature: 0 });
     expect(response.status).toBe(200);
     const reply = (await response.json()) as { new_conversation: boolean; usage: { prompt_tokens: number } };
@@ -80,6 +87,26 @@ describe("parley serve", () => {
     const { data } = (await listed.json()) as { data: { role: string; content: string }[] };
     expect(data.map((message) => message.role)).toEqual(["user", "assistant", "user", "assistant"]);
     expect(data[0]!.content).toBe("Hello!");
+    await stop(server);
+  });
+});
+
+describe("parley serve with two files of one model id", () => {
+  test("starts: the named file keeps the id, the other is served by its file name, and the log names both", async () => {
+    const models = tempDir("same-id");
+    const named = await presetModel("demo");
+    const copy = join(models, "parley-demo-copy.gguf");
+    await Bun.write(copy, Bun.file(named));
+    const server = await startServer({ dbPath: join(models, "db", "parley.db"), adminKey, env: { PARLEY_MODEL: named, PARLEY_MODELS_DIR: models } });
+    started.push(server);
+    const warnings = server.lines.filter((line) => line.includes("two model files have the id"));
+    expect(warnings.map((line) => JSON.parse(line))).toMatchObject([{ level: "warn", model_path: copy, id: "parley-demo-copy", other_path: named }]);
+    const listed = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${adminKey}` } });
+    const { data } = (await listed.json()) as { data: { id: string }[] };
+    expect(data.map((model) => model.id)).toEqual(["parley-demo", "parley-demo-copy"]);
+    const reply = await chat(server, { message: "Hello!", conversation_id: "copy", model: "parley-demo-copy", temperature: 0 });
+    expect(reply.status).toBe(200);
+    expect(((await reply.json()) as { model: string }).model).toBe("parley-demo-copy");
     await stop(server);
   });
 });

@@ -153,12 +153,12 @@ describe("family presets", () => {
   // vocabularies, the corpus or a template shows here.
   const SHA256: Record<string, string> = {
     demo: "4a099862ab23f5f4ad63796d80c1e0402976c7637bd966c288431bca43fbed77",
-    llama3: "36626a4b088556dcc1ff8b748e11be1e5bd400c351124fdc34e1979a62c223f7",
-    qwen2: "228c5eb015bc7f8f61461dc2af35a633ad550ce00995268264bc18af27c1cc4c",
-    gemma: "024a14a77307e9cad92f972c89652ad765fb0dbdf292228a96f6c33bba576b8b",
-    mistral: "6d8c97c45d81e9414e6ca9776d111fe1d9ab414bd33e6e473d474bfe7c45c08f",
-    phi3: "bcf8849c1c6979661e9236a97b10fd817b63d67af7d44b617841cbed5ece87f6",
-    "qwen3-thinking": "54d8baad4a5e389c862fcece49b337e4039dbaa540ef8a954a9b91bba844798b",
+    llama3: "3354daf66fcfe56a9021ebdfd0b449c6b3ec5c5bf6b0433251de0e488be26704",
+    qwen2: "5bd14e3763152e875ce6caf3a7c399cabb6ae38db8144a9ab2950d37f7b60d96",
+    gemma: "27f88223c93f7f0b73a632731ba0037e0fbb21ab5b848418d8288782ed2c6479",
+    mistral: "32638559bea9118fda4524abcc0d342d9d4d8d3d04506d3b3ed63d64a9aeb7fe",
+    phi3: "350eec833875d3c83ecbd3292918f386582b7e78b5f7afd6100588679f79b0a6",
+    "qwen3-thinking": "194b7ea33c32953060c08312b9e43f28b58383f2eb2a71d019b2e43a4a0af338",
     embed: "efedcce601cdba0028b527d2c152cabd69b50172c14bdb3ea4c727a153c17701",
     rerank: "46f22afd62c321513cffcb2ebe87aab97e08819a0c8fc88d94410cd108d639e5",
   };
