@@ -18,6 +18,7 @@ import { describeLocation } from "./db/open";
 import type { KeyStore } from "./db/storage";
 import { createApp } from "./http/app";
 import { BackgroundResponses } from "./http/background-responses";
+import type { NativesBuild } from "./http/contract";
 import { Embedder } from "./llm/embedder";
 import { contextSizeFor, Engine } from "./llm/engine";
 import { LoadedModels } from "./llm/loaded-models";
@@ -26,6 +27,7 @@ import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/m
 import { StateMemory } from "./llm/state-memory";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
+import type { BuildReport } from "./natives/background-build";
 import { expireResponses } from "./retention";
 import { ensureDataDir, openConfiguredStorage, refuseBusy } from "./startup";
 
@@ -40,6 +42,14 @@ export interface Service extends AsyncDisposable {
   /** Settles only if the model fails to load: a loaded model serves until the process is told to stop. */
   loadFailed: Promise<unknown>;
   modelPath: string;
+  /** Whether a reply is running (a turn admitted and not ended). */
+  replying(): boolean;
+}
+
+/** What the service is told by what runs it. */
+export interface ServiceContext {
+  /** The background build of Parley's natives (src/supervisor.ts), while one was started. */
+  nativesBuild?: () => BuildReport | undefined;
 }
 
 /**
@@ -48,7 +58,7 @@ export interface Service extends AsyncDisposable {
  * returned handle, or a refusal part-way, closes it all in reverse order: stop accepting, let
  * running replies finish (then cancel them), let responses finish, stop the engine, close storage.
  */
-export async function startService(config: Config, log: Logger, announce: Announce): Promise<Service> {
+export async function startService(config: Config, log: Logger, announce: Announce, context: ServiceContext = {}): Promise<Service> {
   await using stack = new AsyncDisposableStack();
   // The models are checked first: a start refused for them must not have created (and shown) the
   // first admin key already. Reading their headers turns a wrong, truncated or corrupt file into
@@ -193,6 +203,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     responses: new ResponseService(completions, chat, storage.responses, runner.engines),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     isReady: () => ready,
+    ...(context.nativesBuild ? { nativesBuild: nativesBuildOf(context.nativesBuild) } : {}),
     log,
     metrics,
     limits: {
@@ -241,8 +252,21 @@ export async function startService(config: Config, log: Logger, announce: Announ
   );
 
   const owned = stack.move();
-  return { loadFailed, modelPath: model.path, [Symbol.asyncDispose]: () => owned.disposeAsync() };
+  return { loadFailed, modelPath: model.path, replying: () => runner.activeTurns > 0, [Symbol.asyncDispose]: () => owned.disposeAsync() };
 }
+
+/** The build's report in the health route's words. */
+const nativesBuildOf = (report: () => BuildReport | undefined) => (): NativesBuild | undefined => {
+  const build = report();
+  return (
+    build && {
+      state: build.state,
+      elapsed_s: build.elapsedS,
+      ...(build.step === undefined ? {} : { step: build.step }),
+      ...(build.reason === undefined ? {} : { reason: build.reason }),
+    }
+  );
+};
 
 async function openRegistry(config: Config, announce: Announce): Promise<ModelRegistry> {
   try {

@@ -11,6 +11,7 @@ import type { Logger } from "../log";
 import type { Metrics } from "../metrics";
 import { authGate } from "./auth";
 import type { BackgroundResponses } from "./background-responses";
+import type { NativesBuild } from "./contract";
 import { cors } from "./cors";
 import { errorHandler, JSON_CONTENT_TYPE } from "./errors";
 import type { BodyLimits } from "./json-body";
@@ -68,6 +69,8 @@ export interface AppDeps {
   node?: string;
   /** True once the database is open and the model loaded. */
   isReady: () => boolean;
+  /** The background build of Parley's natives, while one runs for this server. */
+  nativesBuild?: () => NativesBuild | undefined;
   log: Logger;
   metrics: Metrics;
   limits: HttpLimits;
@@ -105,7 +108,7 @@ export function createApp(deps: AppDeps) {
       // Elysia writes `application/json;charset=utf-8`; the contract spells it with a space.
       set.headers["content-type"] = JSON_CONTENT_TYPE;
     })
-    .use(healthRoutes({ isReady: deps.isReady, ping: () => deps.storage.ping() }))
+    .use(healthRoutes({ isReady: deps.isReady, ping: () => deps.storage.ping(), ...(deps.nativesBuild ? { nativesBuild: deps.nativesBuild } : {}) }))
     .use(metricsRoutes({ metrics, isPublic: limits.metricsPublic }))
     .use(docsRoutes())
     .use(webRoutes())

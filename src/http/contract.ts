@@ -206,7 +206,18 @@ export type QuotaEntryJson = Static<typeof QuotaEntryJson>;
 export const QuotaList = t.Object({ data: t.Array(QuotaEntryJson, { description: "The default first, then users' quotas by user id" }) }, closed);
 export type QuotaList = Static<typeof QuotaList>;
 
-export const Health = t.Object({ status: t.Literal("ok") }, closed);
+export const NativesBuild = t.Object(
+  {
+    state: t.Union([t.Literal("building"), t.Literal("built"), t.Literal("failed")]),
+    step: t.Optional(t.String({ description: "The build's last step, e.g. [120/264]" })),
+    elapsed_s: t.Integer(),
+    reason: t.Optional(t.String({ description: "Why it failed" })),
+  },
+  { ...closed, description: "Parley's compiled natives being built behind a server serving on the npm prebuilt meanwhile; it restarts onto them once built" },
+);
+export type NativesBuild = Static<typeof NativesBuild>;
+
+export const Health = t.Object({ status: t.Literal("ok"), natives_build: t.Optional(NativesBuild) }, closed);
 export type Health = Static<typeof Health>;
 
 export const Ready = t.Object({ status: t.Literal("ready") }, closed);

@@ -46,6 +46,11 @@ export async function localNativesDir(): Promise<string> {
   return compiledNativesDir(await getModuleVersion());
 }
 
+/** Whether the compiled natives for this recipe are built (`bun run natives`). */
+export async function compiledNativesBuilt(): Promise<boolean> {
+  return holds(await localNativesDir(), PLATFORM_FOLDER);
+}
+
 /**
  * Points node-llama-cpp at `binsDir` (default: the compiled build) when it holds a build for this
  * platform; returns the directory used, or undefined for the prebuilt. Call before `getLlama`.

@@ -66,7 +66,8 @@ async function command(options: ServerOptions): Promise<{ argv: string[]; cwd: s
   return {
     argv: ["bun", "src/cli.ts", "serve"],
     cwd: ROOT,
-    env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_THREADS: "1", PARLEY_MODELS_DIR: tempDir("no-models"), ...model },
+    // No background build of the natives where they are not compiled: tests serve on what there is.
+    env: { ...Bun.env, PARLEY_PORT: "0", PARLEY_THREADS: "1", PARLEY_MODELS_DIR: tempDir("no-models"), PARLEY_BUILD_NATIVES: "off", ...model },
   };
 }
 
