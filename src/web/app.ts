@@ -47,8 +47,10 @@ const detachButton = byId<HTMLButtonElement>("detach");
 /** A picture's file, at most (the server's limit). */
 const MAX_PICTURE_BYTES = 20 * 2 ** 20;
 
-/** The service's models, the default first. */
+/** The service's chat models, the default first. */
 let models: OpenAiModel[] = [];
+/** The model the open conversation's newest reply came from, once its history is read. */
+let conversationModel: string | undefined;
 /** The picture to send with the next message, as a data URL. */
 let attached: string | undefined;
 
@@ -96,6 +98,10 @@ async function loadPage(page: number): Promise<void> {
   const asked = epoch;
   const result = await listMessages(key, conversationInput.value, page, PAGE_ROWS);
   if (asked !== epoch) return;
+  if (page === 1) {
+    conversationModel = result.data.find((message) => message.model !== undefined)?.model;
+    followConversation();
+  }
   prepend(result.data);
   nextPage = page < result.pagination.total_pages ? page + 1 : undefined;
   loadOlderButton.hidden = nextPage === undefined;
@@ -107,6 +113,7 @@ async function reloadHistory(): Promise<void> {
   log.replaceChildren();
   shown = new Set();
   nextPage = undefined;
+  conversationModel = undefined;
   loadOlderButton.hidden = true;
   try {
     await loadPage(1);
@@ -116,13 +123,16 @@ async function reloadHistory(): Promise<void> {
   }
 }
 
-/** The picker, when the service has several models: the default first and chosen unless another was. */
+/**
+ * The picker, when the service has several chat models (embedding and ranking models cannot
+ * answer): the default first and chosen unless another was, or the open conversation's.
+ */
 async function refreshModels(): Promise<void> {
   const key = keyInput.value.trim();
   try {
     const listed = key ? await listModels(key) : [];
     if (key !== keyInput.value.trim()) return;
-    models = listed;
+    models = listed.filter((model) => model.purpose === "chat");
     const chosen = modelSelect.value;
     modelSelect.replaceChildren(...models.map((model, i) => new Option(i === 0 ? `${model.id} (default)` : model.id, model.id)));
     if (models.some((model) => model.id === chosen)) modelSelect.value = chosen;
@@ -130,6 +140,16 @@ async function refreshModels(): Promise<void> {
   } catch {
     modelField.hidden = true;
   }
+  followConversation();
+}
+
+/**
+ * A reopened conversation continues with the model its newest reply came from, while it is
+ * served: a question about a picture goes on to the model that saw it.
+ */
+function followConversation(): void {
+  const model = models.find((listed) => listed.id === conversationModel);
+  if (model) modelSelect.value = model.id;
   showAttach();
 }
 
@@ -311,18 +331,17 @@ async function send(): Promise<void> {
         shown.add(replyId);
       }
     }
+    if (replyId === undefined) throw new Error("The connection closed before the reply was complete.");
   } catch (error) {
     if (controller.signal.aborted) finish = "cancelled";
-    else {
-      showError(error);
+    else if (question.element.dataset.id === undefined) {
       // Refused before the message was stored: give the text back to edit and resend.
-      if (question.element.dataset.id === undefined) {
-        question.element.remove();
-        reply.element.remove();
-        messageInput.value = text;
-        if (picture) attach(picture);
-      }
-    }
+      showError(error);
+      question.element.remove();
+      reply.element.remove();
+      messageInput.value = text;
+      if (picture) attach(picture);
+    } else follow(() => reply.fail(describeError(error)));
   } finally {
     reply.settle(replyId, finish);
     inFlight = undefined;

@@ -92,6 +92,15 @@ export class MessageView {
     this.thought.append(text);
   }
 
+  /** Says, where the reply stands, why it failed: a reply is never left an empty bubble. */
+  fail(reason: string): void {
+    this.element.classList.add("failed");
+    const failure = document.createElement("p");
+    failure.className = "failure";
+    failure.textContent = reason;
+    this.element.append(failure);
+  }
+
   /** Marks the message as stored (`id`) and says why a reply ended, unless it ended by itself. */
   settle(id: number | undefined, finish?: string): void {
     this.render();

@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import type { OpenAiModel } from "../../src/http/openai/contract";
 import type { Engine } from "../../src/llm/engine";
 import { allowSlowTests, bearer, compiledNatives, presetModel, type Served, serveApp, serveModels, type TestDb, testDb, testEngine, until } from "../support";
 import { VISION_IMAGES, VISION_PROMPT, visionPair } from "../support/vision";
@@ -223,8 +224,9 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     await until(async () => await quota.isHidden(), "no budget shown for a user without a quota");
   });
 
-  test("with several models a picker lists them, the default first; the reply comes from the model picked", async () => {
-    const both = await serveModels({ storage: db.storage, paths: [await presetModel("bench-small"), await presetModel("demo")], max: 2, keepAliveMs: -1 });
+  test("with several models a picker lists the chat models, the default first; the reply comes from the model picked, which the conversation keeps when reopened", async () => {
+    const paths = [await presetModel("bench-small"), await presetModel("demo"), await presetModel("embed"), await presetModel("rerank")];
+    const both = await serveModels({ storage: db.storage, paths, max: 2, keepAliveMs: -1 });
     try {
       const page = await open({ server: both.served });
       await signIn(page, "picked-1");
@@ -236,6 +238,16 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
       await page.locator("#log .assistant[data-id]").waitFor();
       const [reply] = await stored("picked-1");
       expect(reply).toMatchObject({ role: "assistant", model: "parley-demo" });
+
+      // Reopened, after a reload or from the sidebar, it goes on with the model of its newest reply.
+      const picked = (why: string) => until(async () => (await page.inputValue("#model")) === "parley-demo", why);
+      await page.selectOption("#model", "parley-bench-small");
+      await page.reload();
+      await picked("the conversation's model to be picked after a reload");
+      await page.click("#new-conversation");
+      await page.selectOption("#model", "parley-bench-small");
+      await page.click('#conversation-list li[data-id="picked-1"] .open');
+      await picked("the conversation's model to be picked when it is opened again");
     } finally {
       await both.stop();
     }
@@ -246,6 +258,63 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     await signIn(page, "one-model");
     await until(async () => (await page.locator("#model option").count()) === 1, "the models to be listed");
     expect(await page.locator("#model-field").isHidden()).toBe(true);
+  });
+
+  test("a picture conversation reopens on the model that saw it, which offers Attach a picture; a model that cannot see offers none", async () => {
+    const listed = (id: string, vision: boolean, purpose: OpenAiModel["purpose"]): OpenAiModel => ({
+      id,
+      object: "model",
+      created: 0,
+      owned_by: "parley",
+      loaded: true,
+      vision,
+      purpose,
+    });
+    const conversation = await db.storage.conversations.findOrCreate(alice.userId, "seen-1");
+    const picture = Buffer.from(VISION_IMAGES.stripes!()).toString("base64");
+    await db.storage.conversations.addMessage(conversation, { role: "user", content: "What is this?", images: [{ at: 13, base64: picture }] });
+    await db.storage.conversations.addMessage(conversation, { role: "assistant", content: "Stripes.", finishReason: "stop", model: "seeing" });
+    const page = await open();
+    // A listing of what this test needs: a model that sees among others, whatever the natives here can do.
+    const data = [listed("plain", false, "chat"), listed("vectors", false, "embedding"), listed("seeing", true, "chat")];
+    await page.route("**/v1/models", (route) => route.fulfill({ json: { object: "list", data } }));
+    await signIn(page, "seen-1");
+    await until(async () => (await page.inputValue("#model")) === "seeing", "the conversation's model to be picked");
+    expect(await texts(page, "#model option")).toEqual(["plain (default)", "seeing"]);
+    await page.locator("#attach-field").waitFor();
+    expect(await page.getAttribute("#log .user .pictures img", "src")).toBe(`data:image/png;base64,${picture}`);
+    mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTIFACTS, "web-picture-conversation.png") });
+
+    await page.selectOption("#model", "plain");
+    expect(await page.locator("#attach-field").isHidden()).toBe(true);
+  });
+
+  test("a reply that fails once its message is stored says why in its place, never as an empty bubble", async () => {
+    const page = await open();
+    await signIn(page, "failing-1");
+    const question = {
+      id: 900_021,
+      role: "user",
+      content: "Fail me",
+      created_at: new Date().toISOString(),
+      conversation_id: "failing-1",
+      user_id: alice.userId,
+    };
+    const body = [
+      sse("start", { conversation_id: "failing-1", new_conversation: true, user_message: question, model: "test" }),
+      sse("error", { error: { code: "internal", message: "the engine fell over", request_id: "req-1" } }),
+    ].join("");
+    await page.route("**/api/v1.0/chat", (route) => route.fulfill({ status: 200, contentType: "text/event-stream", body }));
+    await send(page, "Fail me");
+    const reply = page.locator("#log .assistant.failed");
+    await reply.waitFor();
+    expect(await reply.locator(".failure").textContent()).toBe("the engine fell over (internal). Request id: req-1.");
+    expect(await reply.getAttribute("aria-busy")).toBeNull();
+    expect(await page.getAttribute("#log .user", "data-id")).toBe("900021");
+    expect(await page.locator("#error").isHidden()).toBe(true);
+    mkdirSync(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTIFACTS, "web-failed-reply.png") });
   });
 
   test("temperature and max tokens out of range cannot be sent", async () => {
@@ -642,7 +711,6 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const answer = message(900_002, "assistant", HOSTILE);
     // The server's stream, cut into small deltas that split the code block and the payloads.
     const deltas = HOSTILE.match(/[\s\S]{1,7}/g)!;
-    const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
     const body = [
       sse("start", { conversation_id: "markdown-stream", new_conversation: true, user_message: question, model: "test" }),
       ...deltas.map((content) => sse("delta", { content })),
@@ -695,7 +763,6 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     });
     const question = message(900_011, "user", "Again");
     const answer = message(900_012, "assistant", "Hello again!");
-    const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
     const body = [
       sse("start", { conversation_id: "thinking-1", new_conversation: false, user_message: question, model: "test" }),
       ...thought.match(/[\s\S]{1,5}/g)!.map((content) => sse("reasoning", { content })),
@@ -738,5 +805,8 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     for (const marker of ["<think>", "</think>", "<|im_end|>", "<|im_start|>"]) expect(shown).not.toContain(marker);
   });
 });
+
+/** One Server-Sent Event, as the server writes it. */
+const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => `message ${from + i}`);
