@@ -1,13 +1,13 @@
 /**
  * A full disk beside the database: closing still closes it, and `parley serve` still stops with 0.
- * Needs a small tmpfs, so root: skipped (with the reason printed) otherwise, except under CI=true,
- * where a root run that cannot mount fails.
+ * Needs a small tmpfs: mounting one changes the machine, so it runs only with PARLEY_SYSTEM_TESTS=1
+ * (system-tests.ts), as root.
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { closeSync, openSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { openSqliteStorage } from "../../src/db/sqlite/storage";
-import { allowSlowTests, postChat, startServer, tempDir } from "../support";
+import { allowSlowTests, postChat, startServer, systemTests, tempDir } from "../support";
 
 allowSlowTests();
 
@@ -16,27 +16,15 @@ afterAll(() => {
   for (const dir of mounted) Bun.spawnSync(["umount", "-l", dir]);
 });
 
-/** A fresh 4 MB tmpfs, or why there is none. */
-function smallDisk(): { dir: string } | { reason: string } {
-  if (process.getuid?.() !== 0) return { reason: "not root: cannot mount a small tmpfs" };
+const skipped = systemTests("the full-disk tests", () => (process.getuid?.() !== 0 ? "mounting a tmpfs needs root" : undefined));
+
+/** A fresh 4 MB tmpfs for one test. */
+function freshDisk(): string {
   const dir = tempDir("full-disk");
   const mount = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir], { stderr: "pipe" });
-  if (mount.exitCode !== 0) return { reason: `mount -t tmpfs failed: ${mount.stderr.toString().trim()}` };
+  if (mount.exitCode !== 0) throw new Error(`mount -t tmpfs failed: ${mount.stderr.toString().trim()}`);
   mounted.push(dir);
-  return { dir };
-}
-
-const probe = smallDisk();
-if ("reason" in probe) {
-  if (process.getuid?.() === 0 && Bun.env.CI === "true") throw new Error(`${probe.reason} (under CI=true a root run must mount it)`);
-  console.log(`full-disk tests skipped: ${probe.reason}`);
-}
-
-/** A fresh small disk for one test. */
-function freshDisk(): string {
-  const disk = smallDisk();
-  if ("reason" in disk) throw new Error(disk.reason);
-  return disk.dir;
+  return dir;
 }
 
 /** Writes a file in `dir` until the disk refuses another byte. */
@@ -52,7 +40,7 @@ function fill(dir: string): void {
   }
 }
 
-describe.skipIf("reason" in probe)("a full disk", () => {
+describe.skipIf(skipped !== undefined)("a full disk", () => {
   test("closing the storage closes the database although PRAGMA optimize fails with SQLITE_FULL", async () => {
     const dir = freshDisk();
     const storage = openSqliteStorage(join(dir, "parley.db"));

@@ -3,28 +3,24 @@ import { readdirSync, rmSync, statSync } from "node:fs";
 import { statfs } from "node:fs/promises";
 import { join } from "node:path";
 import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
-import { type ChildServer, presetModel, startServer, tempDir } from "../support";
+import { type ChildServer, presetModel, startServer, systemTests, tempDir } from "../support";
 
 /*
  * Saved KV states live next to the database. On a small filesystem they once grew until SQLite
  * could not write a message, and every chat answered 500, even after a restart. The cache is
  * optional: on a short disk it gives space back and stops saving, and a save the disk cannot
- * hold costs a warning, never a chat. Each test has its own small tmpfs.
+ * hold costs a warning, never a chat. Each test has its own small tmpfs: mounting one changes the
+ * machine, so these run only with PARLEY_SYSTEM_TESTS=1 (system-tests.ts), as root.
  */
 
 const mounts: string[] = [];
 
-/** A tmpfs of each size, or why they cannot be mounted here (a CI runner that is root must run these tests). */
-function mountSmallFilesystems(...sizes: number[]): string[] | string {
-  if (process.getuid?.() !== 0) return "needs root to mount a tmpfs";
+/** A tmpfs of each size, in temp directories. */
+function mountSmallFilesystems(...sizes: number[]): string[] {
   for (const bytes of sizes) {
     const dir = tempDir("kv-fs");
-    const mount = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", `size=${bytes}`, "tmpfs", dir]);
-    if (mount.exitCode !== 0) {
-      const reason = `mount failed: ${mount.stderr.toString().trim()}`;
-      if (Bun.env.CI === "true") throw new Error(reason);
-      return reason;
-    }
+    const mount = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", `size=${bytes}`, "tmpfs", dir], { stderr: "pipe" });
+    if (mount.exitCode !== 0) throw new Error(`mount -t tmpfs failed: ${mount.stderr.toString().trim()}`);
     mounts.push(dir);
   }
   return mounts;
@@ -32,10 +28,8 @@ function mountSmallFilesystems(...sizes: number[]): string[] | string {
 
 const TINY_FS = 3 * 2 ** 20;
 const SMALL_FS = 8 * 2 ** 20;
-const filesystems = mountSmallFilesystems(TINY_FS, SMALL_FS);
-const skipped = typeof filesystems === "string" ? filesystems : undefined;
-if (skipped) console.warn(`skipping the small-filesystem KV tests: ${skipped}`);
-const [tinyFs, smallFs] = typeof filesystems === "string" ? [] : filesystems;
+const skipped = systemTests("the small-filesystem KV tests", () => (process.getuid?.() !== 0 ? "mounting a tmpfs needs root" : undefined));
+const [tinyFs, smallFs] = skipped === undefined ? mountSmallFilesystems(TINY_FS, SMALL_FS) : [];
 
 let server: ChildServer | undefined;
 

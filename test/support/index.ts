@@ -21,6 +21,7 @@ export * from "./retrieval";
 export * from "./shell";
 export * from "./sse";
 export * from "./stats";
+export * from "./system-tests";
 export * from "./tools";
 export * from "./unit-file";
 export * from "./wait";
