@@ -28,6 +28,7 @@ import { StateMemory } from "./llm/state-memory";
 import type { Logger } from "./log";
 import { Metrics } from "./metrics";
 import type { BuildReport } from "./natives/background-build";
+import { compiledNativesBuilt, IN_EXECUTABLE } from "./natives/local";
 import { expireResponses } from "./retention";
 import { ensureDataDir, openConfiguredStorage, refuseBusy } from "./startup";
 
@@ -166,7 +167,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     onError: (entry, error) => log.warn({ model: entry.id, reason: String((error as Error)?.message ?? error) }, "a model could not be loaded or unloaded"),
   });
   stack.defer(() => memory.close());
-  const models = new ServedModels(registry, memory, () => ready, kvRoot);
+  const models = new ServedModels(registry, memory, () => ready, kvRoot, IN_EXECUTABLE || (await compiledNativesBuilt()));
   // A hold must outlast the longest reply the generation cap allows.
   const ledger = new TokenLedger(storage.usage, storage.quotas, Date.now, Math.max(HOLD_TTL_MS, config.generationTimeoutS * 1000 + 60_000));
   const runner = new TurnRunner(models, {

@@ -25,6 +25,8 @@ export class ServedModels implements EngineSource, RetrievalSource {
     private readonly ready: () => boolean,
     /** Where the models' KV states are saved, if anywhere. */
     private readonly kvRoot?: string,
+    /** Whether this process's natives take pictures: the npm prebuilt does not, whatever projector a model has. */
+    private readonly nativesSee = true,
   ) {}
 
   async hold(model: string | undefined, signal?: AbortSignal, keepAliveMs?: number): Promise<HeldEngine> {
@@ -84,7 +86,7 @@ export class ServedModels implements EngineSource, RetrievalSource {
         purpose: description.purpose,
         ...(template?.type === "string" ? { chatTemplate: template.value } : {}),
       };
-      return { id, created, loaded: this.memory.isLoaded(id), vision: projector !== undefined, file };
+      return { id, created, loaded: this.memory.isLoaded(id), vision: projector !== undefined && this.nativesSee, file };
     });
   }
 }

@@ -6,6 +6,9 @@ import { compiledNativesBuilt, IN_EXECUTABLE } from "../natives/local";
 import { onStopSignals } from "../stop-signals";
 import { type SupervisorLink, SWITCH_EXIT, supervise, supervisorLink } from "../supervisor";
 
+/** What the npm prebuilt cannot do, said wherever it serves. */
+const PREBUILT_LACKS = "which takes no pictures and gives no log-probabilities, speculation or KV memory tier, and is slower";
+
 /** How often a server asked to switch natives looks for a moment with no reply running. */
 const QUIET_POLL_MS = 100;
 
@@ -59,13 +62,10 @@ export async function serveCommand(config: Config): Promise<number> {
  * it serves on the prebuilt, one line saying what to install.
  */
 async function buildsNativesFirst(config: Config, log: Logger): Promise<boolean> {
-  if (IN_EXECUTABLE || config.buildNatives === "off" || (await compiledNativesBuilt())) return false;
-  const missing = config.buildNatives === "auto" ? missingBuildTools() : undefined;
+  if (IN_EXECUTABLE || (await compiledNativesBuilt())) return false;
+  const missing = config.buildNatives === "off" ? "PARLEY_BUILD_NATIVES is off" : config.buildNatives === "auto" ? missingBuildTools() : undefined;
   if (missing === undefined) return true;
-  log.warn(
-    { reason: missing },
-    "Parley's compiled natives are not built and cannot be here: serving on the npm prebuilt (no pictures, log-probabilities, speculation or KV memory tier); install what is missing and run `bun run natives`",
-  );
+  log.warn({ reason: missing }, `Parley's compiled natives are not built: serving on the npm prebuilt, ${PREBUILT_LACKS}; \`bun run natives\` builds them`);
   return false;
 }
 

@@ -205,7 +205,7 @@ export class Engine {
       const markers = reasoning === "inline" ? undefined : thoughtMarkersOf(chatWrapper);
       const kv = options.kvCache && options.kvCache.maxBytes > 0 ? await openKvStore(options.kvCache, modelPath, llama, model, context, warn) : undefined;
       const sequences = Array.from({ length: parallel }, () => context.getSequence());
-      const drafter = await loadDrafter(options, llama, model, { contextSize: context.contextSize, sequences: parallel, threads }, warn);
+      const drafter = await loadDrafter(options, natives, llama, model, { contextSize: context.contextSize, sequences: parallel, threads }, warn);
       const scheduler = new Scheduler(context, sequences, {
         promptChunk,
         kv,
@@ -711,12 +711,21 @@ function specialTokensOf(model: LlamaModel, texts: readonly string[]): ReadonlyM
  */
 async function loadDrafter(
   { draftModelPath, speculate = "auto" }: EngineOptions,
+  natives: string,
   llama: Llama,
   model: LlamaModel,
   shape: { contextSize: number; sequences: number; threads: number },
   warn: (message: string, error: unknown) => void,
 ): Promise<DraftModel | undefined> {
   if (draftModelPath === undefined || speculate === "off" || speculate === "lookup") return undefined;
+  // The prebuilt decodes one step a call: a draft model would load and never be asked.
+  if (natives === "prebuilt") {
+    warn(
+      `the draft model ${basename(draftModelPath)} is not loaded`,
+      new Error("speculation needs Parley's compiled natives (`bun run natives`), which this build runs without"),
+    );
+    return undefined;
+  }
   try {
     return await DraftModel.load(llama, draftModelPath, model, shape);
   } catch (error) {
