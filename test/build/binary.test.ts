@@ -94,6 +94,16 @@ describe("the single executable", () => {
     }, 60_000);
   }
 
+  test("model info describes the vision preset's projector from its header, no stack trace", () => {
+    const installed = install("projector");
+    const written = runCli(installed, "model", "demo", "--preset", "vision");
+    expect(written.code, written.stderr).toBe(0);
+    const info = runCli(installed, "model", "info", "mmproj-parley-vision.gguf");
+    expect([info.code, info.stderr]).toEqual([0, ""]);
+    expect(info.stdout).toMatch(/^kind +projector \(mmproj\)/m);
+    expect(info.stdout).toMatch(/^projector type +mlp$/m);
+  });
+
   test("with PARLEY_GPU=cuda and no CUDA natives it says why once and serves from the CPU; it takes a CUDA build placed beside its natives", async () => {
     const installed = install("gpu");
     const modelLoaded = (lines: string[]) => JSON.parse(lines.find((line) => line.includes('"msg":"model loaded"'))!) as Record<string, unknown>;
