@@ -99,7 +99,8 @@ const validStructured = ajv.compile(STRUCTURED_SCHEMA);
 const validToolCall = ajv.compile(TOOL_PARAMETERS);
 
 /**
- * A native turn, streamed; some cancelled. `kind` names its endings; `extra` adds to its request
+ * A native turn, streamed; some cancelled: a client's first left after its first piece, its second
+ * read whole, whatever the draws after them. `kind` names its endings; `extra` adds to its request
  * (a picture client's model and pictures).
  */
 async function nativeTurn(
@@ -108,10 +109,11 @@ async function nativeTurn(
   key: string,
   conversation: string,
   signal: AbortSignal,
+  turn: number,
   kind = "native",
   extra: Record<string, unknown> = {},
 ): Promise<Ending> {
-  const cancelAfter = random.next() < 0.25 ? random.int(1, 5) : undefined;
+  const cancelAfter = turn === 0 ? 1 : turn > 1 && random.next() < 0.25 ? random.int(1, 5) : undefined;
   const cancel = new AbortController();
   const body = { message: message(random), conversation_id: conversation, stream: true, temperature: 0.8, max_tokens: random.int(4, 63), ...extra };
   const response = await postChat(options.url, key, body, AbortSignal.any([signal, cancel.signal]));
@@ -243,7 +245,8 @@ async function openaiTurn(
   kind: OpenAiKind,
   turn: number,
 ): Promise<Ending> {
-  const stream = random.next() < 0.5;
+  // A client's first request a reply, its second a stream, whatever the draws after them.
+  const stream = turn < 2 ? turn === 1 : random.next() < 0.5;
   history.push({ role: "user", content: message(random) });
   const body = {
     model: "parley",
@@ -523,6 +526,13 @@ async function responsesTurn(
   return { ok: background ? (leaveAfter !== undefined ? "responses resumed" : "responses background") : "responses stream" };
 }
 
+/**
+ * The turns every client makes however short the run: each kind of client's first turns are one
+ * of each ending a test may require of it (a retrieval client's three kinds, a Responses client's
+ * reply, background stream and stream, a native client's cancelled and whole streams).
+ */
+const FIXED_TURNS = 3;
+
 export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult> {
   const result: ChatMixResult = { requests: 0, ok: {}, failures: [], cachedTokens: 0 };
   const endAt = Date.now() + options.durationMs;
@@ -545,7 +555,8 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
       const history: { role: string; content: string }[] = [];
       const chain: { previous?: string } = {};
       const random = seededRandom((options.random.seed + Math.imul(client + 1, 0x9e3779b9)) >>> 0);
-      for (let turn = 0; Date.now() < endAt; turn++) {
+      // Past the run's end a client still makes its first turns, each of a kind it must show.
+      for (let turn = 0; turn < FIXED_TURNS || Date.now() < endAt; turn++) {
         // The client's pause before its next request: arrivals at random moments.
         await Bun.sleep(random.int(0, 300));
         const signal = AbortSignal.timeout(options.deadlineMs);
@@ -553,9 +564,9 @@ export async function runChatMix(options: ChatMixOptions): Promise<ChatMixResult
         try {
           ending =
             kind === "native"
-              ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal)
+              ? await nativeTurn(options, random, key, `mix-${client}-${turn % 2}`, signal, turn)
               : kind === "pictures"
-                ? await nativeTurn(options, random, key, `pictures-${client}-${turn % 2}`, signal, "pictures", pictureFields(options, random))
+                ? await nativeTurn(options, random, key, `pictures-${client}-${turn % 2}`, signal, turn, "pictures", pictureFields(options, random))
                 : kind === "responses"
                   ? await responsesTurn(options, random, key, chain, signal, turn)
                   : kind === "anthropic"
