@@ -3,13 +3,18 @@
  * conversation the first example starts is the one a later one deletes). Only the variables the
  * document says to set are filled in: `PARLEY` with the server's URL, `KEY` with a user's key,
  * `ADMIN_KEY` with an admin's, `USER_ID` with that user's id. Each must succeed with a 2xx, so an
- * example that no longer works fails CI. The contents at the top must be the headings' own.
+ * example that no longer works fails CI. The pictures' examples ask the vision preset, which sees
+ * only on Parley's compiled natives: without them (never under CI, which compiles them) each must
+ * answer the documented refusal instead, naming `bun run natives`. The contents at the top must be
+ * the headings' own.
  */
 import { afterAll, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { VISION_MODEL_NAME } from "../../src/gguf/presets";
 import { API_DOC, withContents } from "../../tools/api-contents";
-import { allowSlowTests, type ChildServer, presetModel, shellCommands, startServer, tempDir } from "../support";
+import { allowSlowTests, type ChildServer, compiledNatives, presetModel, shellCommands, startServer, tempDir } from "../support";
+import { visionPair } from "../support/vision";
 
 allowSlowTests();
 
@@ -22,6 +27,10 @@ const examples = Array.from(doc.matchAll(/```sh\n([\s\S]*?)```/g), (match) => sh
   .flat()
   .filter((command) => !command.startsWith("export "));
 
+/** The examples that send a picture: one per protocol, each asking the vision preset. */
+const asksAboutPicture = (command: string) => new RegExp(`"model":\\s*"${VISION_MODEL_NAME}"`).test(command);
+const natives = await compiledNatives();
+
 let server: ChildServer | undefined;
 afterAll(() => server?.stop());
 
@@ -31,9 +40,12 @@ test("the table of contents is the headings' (bun run docs writes it)", () => {
 
 test("every shell example of docs/API.md answers 2xx as written", async () => {
   expect(examples.filter((command) => command.startsWith("curl ")).length).toBeGreaterThanOrEqual(10);
+  const pictureRoutes = examples.filter(asksAboutPicture).map((command) => /\$PARLEY(\S*?)"? /.exec(command)?.[1]);
+  expect(pictureRoutes).toEqual(["/api/v1.0/chat", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/chat"]);
   const dbPath = join(tempDir("api-examples"), "parley.db");
-  // The retrieval models beside the demo, for the embeddings and reranking examples.
-  const models = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank")];
+  // The retrieval models beside the demo, for the embeddings and reranking examples, and the vision
+  // preset (its projector beside it) for the pictures'.
+  const models = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank"), (await visionPair()).model];
   server = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_MODEL: models.join(",") } });
   const cli = (...args: string[]) =>
     Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
@@ -53,6 +65,11 @@ test("every shell example of docs/API.md answers 2xx as written", async () => {
     });
     const out = run.stdout.toString().trimEnd();
     expect(run.exitCode, `${command}\n${run.stderr}`).toBe(0);
+    if (natives === undefined && asksAboutPicture(command)) {
+      expect(out.split("\n").at(-1), `${command}\n${out.slice(0, 500)}`).toMatch(/^(400|422)$/);
+      expect(out).toContain("bun run natives");
+      continue;
+    }
     expect(out.split("\n").at(-1), `${command}\n${out.slice(0, 500)}`).toMatch(/^2\d\d$/);
     if (command.includes('"stream":true')) expect(out).toContain("event: done");
   }
