@@ -10,11 +10,15 @@
  * (`bun run bench fuzz` runs the long version). Conversations and kept responses carry over from
  * case to case, as a client's do: a counterexample that passes alone is replayed by its seed.
  */
-import { afterAll, beforeAll, describe, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { deflateRawSync, deflateSync } from "node:zlib";
 import fc from "fast-check";
+import { PICTURE_LIMITS } from "../../src/chat/pictures";
+import { VISION_MODEL_NAME } from "../../src/gguf/presets";
 import {
   allowSlowTests,
   bearer,
+  compiledNatives,
   isErrorLine,
   presetModel,
   type Served,
@@ -25,12 +29,20 @@ import {
   testSeed,
   until,
 } from "../support";
+import { gif, ihdr, jpeg, pngChunk, pngOf } from "../support/png";
+import { VISION_IMAGES, visionPair } from "../support/vision";
 
 allowSlowTests();
 
 /** Enough per route to meet the rarer failures, few enough for the file to take well under a minute on two cores. */
 const CASES = Number(Bun.env.PARLEY_FUZZ_CASES ?? 250);
 const DEADLINE_MS = 15_000;
+/** Picture cases decode, so they are fewer. */
+const PICTURE_CASES = Math.max(1, Math.round(CASES / 5));
+/** What this process's resident memory may grow by over all the cases: the bound docs/operations.md states. */
+const RSS_GROWTH_MB = 1_024;
+/** With the compiled natives, pictures go to the vision preset (its projector beside it); without, to the demo, which refuses them. */
+const natives = await compiledNatives();
 
 const db = testDb("protocol-fuzz");
 const alice = await db.keys.create("alice", "user");
@@ -44,17 +56,19 @@ const conversations = ["fz-a", "fz-b"];
 /** What was sent and answered, printed at the end: each route's statuses tell how much got past validation. */
 const statuses = new Map<string, Map<number, number>>();
 let requests = 0;
+let rssBefore = 0;
 
 beforeAll(async () => {
   // The demo answers turns; the retrieval models, embeddings and reranking.
   const paths = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank")];
+  if (natives !== undefined) paths.push((await visionPair()).model);
   // Clients' fixed model names reach the demo, as they would a service of it alone.
   const aliases = { demo: "parley-demo", "gpt-4o": "parley-demo", "claude-sonnet-4-5": "parley-demo" };
   service = await serveModels({
     storage: db.storage,
     paths,
     aliases,
-    max: 3,
+    max: paths.length,
     keepAliveMs: -1,
     contextSize: 512,
     logLines,
@@ -71,6 +85,7 @@ beforeAll(async () => {
   };
   conversations.push(await post("/v1/conversations", { items: [{ role: "user", content: "hi" }] }));
   keptResponses.push(await post("/v1/responses", { input: "hi", max_output_tokens: 2 }));
+  rssBefore = process.memoryUsage().rss;
 });
 afterAll(async () => {
   const byRoute = [...statuses].map(
@@ -80,7 +95,9 @@ afterAll(async () => {
         .map(([status, count]) => `${status}×${count}`)
         .join(" ")}`,
   );
-  console.log(`protocol fuzz: seed ${testSeed} (PARLEY_TEST_SEED replays it), ${CASES} cases per route, ${requests} requests\n${byRoute.join("\n")}`);
+  console.log(
+    `protocol fuzz: seed ${testSeed} (PARLEY_TEST_SEED replays it), ${CASES} cases per route (${PICTURE_CASES} with pictures), ${requests} requests\n${byRoute.join("\n")}`,
+  );
   await service.stop();
   await db.storage.close();
 });
@@ -653,6 +670,218 @@ const ollamaEmbedBody = fc.record({
 });
 const ollamaEmbeddingsBody = fc.record({ model: usually(fc.constantFrom("parley-embed", "parley")), prompt: usually(text), options: ollamaOptions });
 
+// ---- Ollama's turns ----------------------------------------------------------------------------
+
+/** Options Ollama's clients send that Parley does not honour, and names that are no option's but an object's. */
+const oddOption = fc.constantFrom("mirostat", "num_keep", "num_ctx", "typical_p", "constructor", "toString", "__proto__", "hasOwnProperty");
+const ollamaTurnOptions = fc
+  .tuple(
+    fc.record(
+      {
+        num_predict: usually(replyLength, fc.constantFrom(-2, -1, 0, 1.5, "2", null), 40),
+        temperature: field(fc.double({ min: 0, max: 2, noNaN: true })),
+        top_p: field(unit, 20),
+        top_k: field(fc.nat(50), 20),
+        seed: field(fc.nat(), 20),
+        stop: field(fc.array(text, { maxLength: 3 }), 20),
+        repeat_penalty: field(fc.double({ min: 0.5, max: 2, noNaN: true }), 15),
+        num_thread: field(fc.nat(8), 10),
+      },
+      { requiredKeys: ["num_predict"] },
+    ),
+    sometimes(fc.tuple(oddOption, garbage), 8) as fc.Arbitrary<[string, unknown] | undefined>,
+  )
+  // A computed key is an own key, `__proto__` too, so JSON carries it as a client's would.
+  .map(([options, odd]) => (odd ? { [odd[0]]: odd[1], ...options } : options));
+const ollamaCall = fc.record({
+  function: fc.record({ name: toolName, arguments: fc.dictionary(fc.string({ maxLength: 5 }), fc.jsonValue({ maxDepth: 1 }), { maxKeys: 2 }) }),
+});
+const ollamaTurn = fc.oneof(
+  {
+    weight: 5,
+    arbitrary: one(
+      fc.record({ role: fc.constantFrom("system", "user", "assistant"), content: text, thinking: sometimes(text, 10) }, { requiredKeys: ["role", "content"] }),
+    ),
+  },
+  {
+    weight: 2,
+    arbitrary: callsAndResults(ollamaCall, fc.array(text, { maxLength: 3 }), (calls, results) => [
+      { role: "assistant", content: "", tool_calls: calls },
+      ...results.map((content, i) => ({ role: "tool", content, tool_name: calls[i % calls.length]!.function.name })),
+    ]),
+  },
+);
+const oddOllamaMessage = fc.record(
+  { role: fc.constantFrom("function", "user", "developer"), content: garbage, images: garbage, tool_calls: garbage },
+  { requiredKeys: ["role"] },
+);
+/** What Ollama's turn routes share: the model, streaming (their default), a reply format, options, thinking, keep-alive. */
+const ollamaTurnFields = {
+  model: usually(modelName),
+  stream: field(fc.boolean(), 70),
+  format: field(fc.oneof(fc.constant("json"), rootSchema), 15),
+  options: usually(ollamaTurnOptions),
+  think: field(fc.boolean(), 10),
+  keep_alive: field(fc.constantFrom("5m", -1, "1h", "bad"), 10),
+};
+const ollamaChatBody = fc.record({
+  ...ollamaTurnFields,
+  messages: usually(history(ollamaTurn, oddOllamaMessage)),
+  tools: field(
+    toolList((spec) => ({ type: "function", function: { name: spec.name, description: spec.description, parameters: spec.schema } })),
+    20,
+  ),
+});
+const ollamaGenerateBody = fc.record({
+  ...ollamaTurnFields,
+  prompt: usually(text),
+  system: field(text, 20),
+  // Refused by name: Parley writes every prompt through the template and keeps no token context here.
+  raw: field(fc.boolean(), 4),
+  context: field(fc.array(fc.nat(100), { maxLength: 3 }), 4),
+});
+
+// ---- pictures: adversarial bytes in every field that carries one, counts around the cap ---------
+
+const VALID_PICTURES = Object.values(VISION_IMAGES).map((draw) => draw());
+/** A side as a header declares it: small, at the limits, or far past them. */
+const side = fc.oneof(fc.integer({ min: 1, max: 64 }), fc.constantFrom(0, 4096, 4097, 16_384, 65_535, 2 ** 31 - 1, 2 ** 32 - 1));
+const side16 = side.map((value) => Math.min(value, 65_535));
+const MAGIC = [
+  [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a],
+  [...new TextEncoder().encode("GIF89a")],
+  [0xff, 0xd8],
+  [0x42, 0x4d],
+  [...new TextEncoder().encode("RIFF\0\0\0\0WEBP")],
+];
+const pictureBytes: fc.Arbitrary<Uint8Array> = fc.oneof(
+  { weight: 8, arbitrary: fc.constantFrom(...VALID_PICTURES) },
+  // Cut short anywhere.
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom(...VALID_PICTURES), fc.nat()).map(([picture, at]) => picture.subarray(0, at % picture.length)) },
+  // Apple's CgBI chunk before the real IHDR, as the hostile run's bomb.
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(side, side)
+      .map(([width, height]) =>
+        pngOf([pngChunk("CgBI", ihdr(1, 1)), pngChunk("IHDR", ihdr(width, height, "grey")), pngChunk("IDAT", deflateRawSync(new Uint8Array(64)))]),
+      ),
+  },
+  // A declared size with far less data than it needs.
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(side, side)
+      .map(([width, height]) => pngOf([pngChunk("IHDR", ihdr(width, height, "grey")), pngChunk("IDAT", deflateSync(new Uint8Array(64)))])),
+  },
+  // Frames anywhere, within the screen or not, or none.
+  {
+    weight: 1,
+    arbitrary: fc
+      .tuple(side16, side16, fc.array(fc.record({ left: fc.nat(80), top: fc.nat(80), width: side16, height: side16 }), { maxLength: 3 }))
+      .map(([width, height, frames]) => gif({ width, height }, frames)),
+  },
+  // No start of frame, or frames of any size.
+  { weight: 1, arbitrary: fc.array(fc.record({ width: side16, height: side16 }), { maxLength: 2 }).map((frames) => jpeg(frames)) },
+  // A format's first bytes, then anything; or anything, nothing among it.
+  { weight: 1, arbitrary: fc.tuple(fc.constantFrom(...MAGIC), fc.uint8Array({ maxLength: 64 })).map(([magic, rest]) => Uint8Array.from([...magic, ...rest])) },
+  { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }) },
+);
+/** A picture in base64, now and then line-wrapped, now and then no base64 at all. */
+const base64Picture = usually(
+  fc.tuple(pictureBytes, fc.boolean()).map(([bytes, wrapped]) => {
+    const base64 = Buffer.from(bytes).toString("base64");
+    return wrapped ? (base64.match(/.{1,76}/g) ?? []).join("\n") : base64;
+  }),
+  fc.constantFrom("", " ", "!!!!", "abc", "====", "iVBORw0KGgo", "data:image/png;base64,iVBORw0KGgo=", "\u0000", "💥"),
+  8,
+);
+const MEDIA_TYPES = [
+  "image/png",
+  "image/jpeg",
+  "image/gif",
+  "",
+  "IMAGE/PNG",
+  "image/webp",
+  "text/plain",
+  "application/octet-stream",
+  "image/svg+xml",
+  "image/png;charset=utf-8",
+];
+/** A picture as a URL: a data URL of any media type, or no data URL, or a host the operator did not list. */
+const pictureUrl = usually(
+  fc.tuple(fc.constantFrom(...MEDIA_TYPES), base64Picture).map(([type, data]) => `data:${type};base64,${data}`),
+  fc.constantFrom(
+    "data:,",
+    "data:image/png,abc",
+    "data:image/png;base64",
+    "https://example.com/a.png",
+    "http://127.0.0.1:1/a.png",
+    "file:///etc/passwd",
+    "",
+    "ftp://x/y.png",
+  ),
+  8,
+);
+/** A request's pictures: mostly a few, one time in five around the most a request may have. */
+const pictures = <T>(picture: fc.Arbitrary<T>, cap: number = PICTURE_LIMITS.perRequest) =>
+  fc
+    .oneof({ weight: 4, arbitrary: fc.integer({ min: 0, max: 3 }) }, { weight: 1, arbitrary: fc.integer({ min: cap - 1, max: cap + 1 }) })
+    .chain((count) => fc.array(picture, { minLength: count, maxLength: count }));
+/** The model that sees pictures where there is one; now and then one that cannot. */
+const pictureModel = natives === undefined ? fc.constant("demo") : usually(fc.constant(VISION_MODEL_NAME), fc.constantFrom("demo", "parley-embed"), 5);
+
+const openAiPictureBody = fc.record({
+  model: pictureModel,
+  max_tokens: replyLength,
+  stream: field(fc.boolean(), 50),
+  messages: fc
+    .tuple(text, pictures(usually(fc.record({ url: pictureUrl, detail: sometimes(fc.constantFrom("low", "high", "auto", "x"), 20) }), garbage, 20)))
+    .map(([question, images]) => [
+      { role: "user", content: [{ type: "text", text: question }, ...images.map((image_url) => ({ type: "image_url", image_url }))] },
+    ]),
+});
+const responsesPictureBody = fc.record({
+  model: pictureModel,
+  max_output_tokens: replyLength,
+  store: fc.constant(false),
+  stream: field(fc.boolean(), 50),
+  input: fc
+    .tuple(text, pictures(pictureUrl))
+    .map(([question, urls]) => [
+      { role: "user", content: [{ type: "input_text", text: question }, ...urls.map((image_url) => ({ type: "input_image", image_url }))] },
+    ]),
+});
+const anthropicSource = fc.oneof(
+  { weight: 6, arbitrary: fc.record({ type: fc.constant("base64"), media_type: fc.constantFrom(...MEDIA_TYPES), data: base64Picture }) },
+  { weight: 1, arbitrary: fc.record({ type: fc.constant("url"), url: pictureUrl }) },
+  { weight: 1, arbitrary: garbage },
+);
+const anthropicPictureBody = fc.record({
+  model: pictureModel,
+  max_tokens: replyLength,
+  stream: field(fc.boolean(), 50),
+  messages: fc
+    .tuple(text, pictures(anthropicSource))
+    .map(([question, sources]) => [{ role: "user", content: [...sources.map((source) => ({ type: "image", source })), { type: "text", text: question }] }]),
+});
+const ollamaPictureTurn = { model: pictureModel, stream: field(fc.boolean(), 50), options: fc.record({ num_predict: replyLength }) };
+const ollamaChatPictureBody = fc.record({
+  ...ollamaPictureTurn,
+  messages: fc.tuple(text, pictures(base64Picture)).map(([content, images]) => [{ role: "user", content, images }]),
+});
+const ollamaGeneratePictureBody = fc.record({ ...ollamaPictureTurn, prompt: text, images: pictures(base64Picture) });
+/** The native API takes fewer pictures a message than the other protocols a request. */
+const NATIVE_IMAGES = 8;
+const nativePictureBody = fc.record({
+  conversation_id: conversationId,
+  model: pictureModel,
+  message: text,
+  images: pictures(base64Picture, NATIVE_IMAGES),
+  max_tokens: replyLength,
+  stream: field(fc.boolean(), 50),
+});
+
 /** The body's JSON, or now and then something that is not a request at all. */
 const RAW = [
   "",
@@ -694,6 +923,17 @@ const ROUTES: { path: string; body: fc.Arbitrary<string>; headers: fc.Arbitrary<
   { path: "/v1/rerank", body: wire(rerankBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/api/embed", body: wire(ollamaEmbedBody), headers: fc.constant(bearer(alice.key)) },
   { path: "/api/embeddings", body: wire(ollamaEmbeddingsBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/api/chat", body: wire(ollamaChatBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/api/generate", body: wire(ollamaGenerateBody), headers: fc.constant(bearer(alice.key)) },
+];
+/** Every route that carries pictures, given pictures of every kind: fewer cases, as each decodes its pictures. */
+const PICTURE_ROUTES: typeof ROUTES = [
+  { path: "/api/v1.0/chat", body: wire(nativePictureBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/v1/chat/completions", body: wire(openAiPictureBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/v1/responses", body: wire(responsesPictureBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/v1/messages", body: wire(anthropicPictureBody), headers: anthropicKey },
+  { path: "/api/chat", body: wire(ollamaChatPictureBody), headers: fc.constant(bearer(alice.key)) },
+  { path: "/api/generate", body: wire(ollamaGeneratePictureBody), headers: fc.constant(bearer(alice.key)) },
 ];
 
 // ---- one exchange -------------------------------------------------------------------------------
@@ -750,8 +990,11 @@ async function exchange(path: string, body: string, headers: Record<string, stri
       signal: AbortSignal.timeout(DEADLINE_MS),
     });
     status = response.status;
-    if (response.headers.get("content-type")?.startsWith("text/event-stream")) {
+    const type = response.headers.get("content-type") ?? "";
+    if (type.startsWith("text/event-stream")) {
       for await (const event of sseEvents(response)) if (event.event !== "comment" && event.data !== "[DONE]") payloads.push(parsed(event.data, problems));
+    } else if (type.startsWith("application/x-ndjson")) {
+      for (const line of (await response.text()).split("\n")) if (line !== "") payloads.push(parsed(line, problems));
     } else {
       payloads.push(parsed(await response.text(), problems));
     }
@@ -777,23 +1020,33 @@ async function exchange(path: string, body: string, headers: Record<string, stri
 }
 
 describe("random and adversarial bodies on every generating and retrieval route", () => {
-  for (const route of ROUTES) {
+  for (const [route, cases, label] of [
+    ...ROUTES.map((route) => [route, CASES, route.path] as const),
+    ...PICTURE_ROUTES.map((route) => [route, PICTURE_CASES, `${route.path} (pictures)`] as const),
+  ]) {
     test(
-      `POST ${route.path}: ${CASES} bodies, no 5xx, no internal error, nothing logged at error level`,
+      `POST ${label}: ${cases} bodies, no 5xx, no internal error, nothing logged at error level`,
       async () => {
         const counts = new Map<number, number>();
-        statuses.set(route.path, counts);
+        statuses.set(label, counts);
         await fc.assert(
           fc.asyncProperty(route.body, route.headers, async (body, headers) => {
             const { status, problems } = await exchange(route.path, body, headers);
             counts.set(status, (counts.get(status) ?? 0) + 1);
             if (problems.length > 0) throw new Error(`POST ${route.path} answered ${status}:\n${problems.join("\n")}`);
           }),
-          { numRuns: CASES, seed: testSeed },
+          { numRuns: cases, seed: testSeed },
         );
       },
       // Room for a long run's cases and for fast-check to shrink a failing one.
-      CASES * 1_000 + 120_000,
+      cases * 1_000 + 120_000,
     );
   }
+});
+
+test(`over every route's cases, this process's memory grows by less than ${RSS_GROWTH_MB} MB`, () => {
+  const grownMb = (process.memoryUsage().rss - rssBefore) / 2 ** 20;
+  console.log(`protocol fuzz: RSS ${Math.round(rssBefore / 2 ** 20)} MB before the cases, grown by ${Math.round(grownMb)} MB`);
+  expect(requests).toBeGreaterThan(0);
+  expect(grownMb).toBeLessThan(RSS_GROWTH_MB);
 });

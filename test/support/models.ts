@@ -50,7 +50,7 @@ export async function serveModels(
     queueMax: 8,
     load: (entry): Promise<ServedEngine> =>
       entry.description.purpose === "chat"
-        ? testEngine({ modelPath: entry.path, parallel: 2, contextSize })
+        ? testEngine({ modelPath: entry.path, parallel: 2, contextSize, ...(entry.projector ? { projectorPath: entry.projector } : {}) })
         : Embedder.load({ modelPath: entry.path, parallel: 4, contextSize, threads: 1 }),
     onLoaded: (entry) => {
       loads.push(entry.id);
