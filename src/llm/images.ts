@@ -112,6 +112,11 @@ export class PromptImages {
     }
   }
 
+  /** `text` without its pictures' markers. */
+  withoutMarkers(text: string): string {
+    return text.includes(this.marker) ? text.replace(this.pattern, "") : text;
+  }
+
   /**
    * `tokenizer`, with each marker in a text tokenized as its picture's layout, and the text after it
    * tokenized on its own, as mtmd tokenizes the texts between its markers.

@@ -80,7 +80,7 @@ export class PromptRenderer {
     /** Renders conversations with tools (the wrapper renders the others). */
     private readonly templateChat: TemplateChat,
     /** Where the model sees pictures: their markers tokenize as the pictures. */
-    images?: PromptImages,
+    private readonly images?: PromptImages,
   ) {
     const tokenizers = cachingTokenizers(model.tokenizer, CACHE_TOKENS);
     this.tokenizers = images ? (scope) => images.tokenizer(tokenizers(scope), scope) : tokenizers;
@@ -119,12 +119,15 @@ export class PromptRenderer {
     const reachable = withinReach(turns, this.historyChars(budget));
     const tokenizer = this.tokenizers(scope);
     const render = (kept: readonly Turn[]) => this.render(kept, tools, tokenizer);
-    const whole = await render(reachable);
-    if (whole.tokens.length <= budget) return whole;
-
     // Whatever comes last (a question, a tool's result, a client's own reply or system message) is
     // the newest turn: it is kept, cut if it must be; leading system turns stay while they fit.
     const newest = reachable.at(-1);
+    // One that alone outgrows the budget is cut without tokenizing it whole: a long text is the
+    // event loop's longest wait.
+    if (!newest || !this.outgrows(newest, budget)) {
+      const whole = await render(reachable);
+      if (whole.tokens.length <= budget) return whole;
+    }
     const cut = newest && (await this.windowOf(reachable, newest, budget, keep, render));
     if (cut) return cut;
     const empty = await render([{ role: "user", content: "" }]);
@@ -144,6 +147,13 @@ export class PromptRenderer {
   async raw(prompt: string, budget: number, scope: string): Promise<FittedPrompt> {
     const { bos, eos, shouldPrependBosToken, shouldAppendEosToken } = this.model.tokens;
     const [first, last] = [shouldPrependBosToken && bos !== null ? [bos] : [], shouldAppendEosToken && eos !== null ? [eos] : []];
+    // Known to outgrow the budget from its length alone: refused before a tokenizing that would hold the event loop.
+    if (this.outgrows({ role: "user", content: prompt }, budget)) {
+      throw new InvalidInput(
+        { part: "history" },
+        `has more than the ${budget} tokens the context leaves beside the reply's room (its ${Buffer.byteLength(prompt)} bytes make at least ${Math.floor(Buffer.byteLength(prompt) / this.maxTokenBytes)})`,
+      );
+    }
     const tokens = [...first, ...(await tokenizeRendered(prompt, this.controls, this.tokenizers(scope))), ...last];
     if (tokens.length === 0) throw new InvalidInput({ part: "history" }, "has no token: send some text");
     if (tokens.length > budget) {
@@ -194,8 +204,10 @@ export class PromptRenderer {
       }
       return best;
     };
-    const best = (keep < 1 ? await earliest(Math.floor(budget * keep)) : undefined) ?? (await earliest(budget));
-    if (best) return best;
+    if (!this.outgrows(newest, budget)) {
+      const best = (keep < 1 ? await earliest(Math.floor(budget * keep)) : undefined) ?? (await earliest(budget));
+      if (best) return best;
+    }
 
     // Even the newest turn alone is too long: cut its start, dropping the system prompt only if
     // the two cannot share the context at all.
@@ -214,8 +226,7 @@ export class PromptRenderer {
     const overhead = (await withText("")).tokens.length;
     if (overhead > budget) return undefined;
 
-    await nextMacrotask();
-    const textTokens = this.model.tokenize(turn.content, false);
+    const textTokens = await this.lastTokens(turn.content, budget - overhead);
     let keep = Math.min(textTokens.length, budget - overhead);
     while (keep > 0) {
       const candidate = await withText(stripPartialChar(this.model.detokenize(textTokens.slice(-keep), false)));
@@ -225,6 +236,30 @@ export class PromptRenderer {
       keep -= excess;
     }
     return withText("");
+  }
+
+  /**
+   * At least `count` tokens of the end of `text` (all of it, when it has fewer), tokenized from
+   * the shortest tail that has them rather than whole: the first token of a tail that starts
+   * inside the text may be a fragment of a longer one, and is left out.
+   */
+  private async lastTokens(text: string, count: number): Promise<Token[]> {
+    for (let chars = 2 * (count + 1); ; chars *= 2) {
+      await nextMacrotask();
+      if (chars >= text.length) return this.model.tokenize(text, false);
+      const tokens = this.model.tokenize(lastChars(text, chars), false);
+      if (tokens.length > count + 1) return tokens.slice(1);
+    }
+  }
+
+  /**
+   * Whether the turn's text alone makes more than `tokens` tokens, known without tokenizing it: a
+   * token spells at most `maxTokenBytes` bytes (a picture's marker aside, which stands for its
+   * layout's positions).
+   */
+  private outgrows(turn: Turn, tokens: number): boolean {
+    const text = this.images ? this.images.withoutMarkers(turn.content) : turn.content;
+    return Buffer.byteLength(text) > tokens * this.maxTokenBytes;
   }
 
   /**
