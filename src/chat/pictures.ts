@@ -92,7 +92,9 @@ function measure(data: Uint8Array): Size | string {
 const PNG_SIGNATURE = [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a];
 /** Bit depths each PNG colour type allows. */
 const PNG_DEPTHS: Readonly<Record<number, readonly number[]>> = { 0: [1, 2, 4, 8, 16], 2: [8, 16], 3: [1, 2, 4, 8], 4: [8, 16], 6: [8, 16] };
-const fourCC = (data: Uint8Array, at: number) => String.fromCharCode(...data.subarray(at, at + 4));
+const fourCC = (data: Uint8Array, at: number) => latin1(data, at, at + 4);
+/** Bytes as the characters of their values: a chunk's type, a file's signature. */
+const latin1 = (data: Uint8Array, from: number, to: number) => Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("latin1", from, to);
 
 /**
  * A PNG's size from its IHDR, which must be its first chunk: stb_image also takes Apple's CgBI
@@ -126,7 +128,7 @@ function pngSize(data: Uint8Array, view: DataView): Size | string {
  */
 function gifSize(data: Uint8Array, view: DataView): Size | string {
   const cut = "is a GIF cut short or malformed (its blocks do not run whole to its trailer)";
-  if (data.length < 13 || !["GIF87a", "GIF89a"].includes(String.fromCharCode(...data.subarray(0, 6)))) return cut;
+  if (data.length < 13 || !["GIF87a", "GIF89a"].includes(latin1(data, 0, 6))) return cut;
   const screen = { width: view.getUint16(6, true), height: view.getUint16(8, true) };
   const colourTable = (packed: number) => (packed & 0x80 ? 3 * 2 ** ((packed & 7) + 1) : 0);
   /** Where the sub-blocks starting at `at` end, past their empty one; undefined if they run past the file. */

@@ -439,23 +439,23 @@ describe("fuzzing", () => {
       if (outcome.status !== 200) continue;
       expect(counts().messages, label).toBe(before.messages + 2);
       const text = outcome.body as string;
-      // A streamed reply (the __proto__ body asks for one, see below) carries it in its start event.
+      // A streamed reply carries it in its start event.
       const json = text.startsWith("event:") ? /^event: start\ndata: (.*)$/m.exec(text)![1]! : text;
       const { user_message } = JSON.parse(json) as { user_message: { id: number; content: string } };
       const row = db.storage.sqlite.query("SELECT content FROM messages WHERE id = ?").get(user_message.id) as { content: string } | null;
       expect(row?.content, label).toBe(user_message.content);
       accepted.push(label);
     }
-    // Elysia treats the members of a `__proto__` member as the body's own (so the first
-    // __proto__ body above streams), but validates them like any other: nothing is smuggled past
-    // the schema, and no prototype changes (checked at the end).
+    // A copy by assignment (as validation may make) would turn a `__proto__` member into the
+    // body's prototype, its members read as the body's own: such a body is refused naming it, so
+    // nothing is smuggled past the schema, and no prototype changes (checked at the end).
     const smuggled = await attempt(`${server.url}/api/v1.0/chat`, {
       method: "POST",
       headers: headersFor({ header: `Bearer ${alice.key}`, valid: true }, [], "application/json"),
       body: '{"__proto__":{"max_tokens":99999},"message":"hi","conversation_id":"proto"}',
     });
     expect(smuggled.status).toBe(422);
-    expect((smuggled.body as { error: { param: string } }).error.param).toBe("max_tokens");
+    expect((smuggled.body as { error: { param: string } }).error.param).toBe("__proto__");
     // NUL bytes are text like any other: stored, not refused or dropped. A lone surrogate is not
     // text (UTF-8 storage would turn it into U+FFFD): refused.
     for (const body of ['{"message":"\\u0000"', '{"message":"hi\\u0000there"']) {
