@@ -1,6 +1,6 @@
 /**
  * `bun run bench load [--clients N] [--seconds S] [--queue-max N] [--rate-limit N]`: the heavy
- * variant of test/reliability/load.test.ts. `parley serve` (demo model, PARLEY_PARALLEL=2) as a
+ * variant of test/load/load.test.ts. `parley serve` (demo model, PARLEY_PARALLEL=2) as a
  * child process; N closed-loop clients (streamed chats, plain chats, listings) for S seconds.
  * Prints requests served, the status mix, p50/p99 latency, max RSS and RSS after the load, and
  * whether RSS came back to within 20 % of its pre-load value. Writes `.bench/load-<time>.json`.

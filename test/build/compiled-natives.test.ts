@@ -12,7 +12,9 @@ import { nativesRoot } from "../../src/natives/cache";
 import { CPU_VARIANTS_HOOK, compiledNativesDir, DECODE_THREAD_HOOK } from "../../src/natives/compiled";
 import { findCudaToolkit } from "../../src/natives/cuda-toolkit";
 import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
-import { tempDir } from "../support";
+import { allowSlowTests, tempDir } from "../support";
+
+allowSlowTests();
 
 describe("compiled natives", () => {
   test("are cached per node-llama-cpp version and recipe under XDG_CACHE_HOME, apart from the executable's unpacked copies", () => {

@@ -3,6 +3,9 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { CONFIG_SPEC } from "../../src/config";
 import { CONFIG_DOC, configurationDoc } from "../../tools/config-doc";
+import { allowSlowTests } from "../support";
+
+allowSlowTests();
 
 test("docs/configuration.md is what CONFIG_SPEC renders (`bun run docs` writes it)", () => {
   expect(readFileSync(CONFIG_DOC, "utf8")).toBe(configurationDoc());

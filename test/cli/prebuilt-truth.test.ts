@@ -30,8 +30,12 @@ test("on the prebuilt: no vision listed, a start line for each missing feature, 
   });
   const warnings = server.lines.filter((line) => line.includes('"level":"warn"')).join("\n");
   expect(warnings).toContain("Parley's compiled natives are not built: serving on the npm prebuilt");
-  expect(warnings).toMatch(/"reason":"speculation needs Parley's compiled natives \(`bun run natives`\)[^"]*","msg":"the draft model bench-draft[^"]*\.gguf is not loaded"/);
-  expect(warnings).toMatch(/"reason":"pictures need Parley's compiled natives[^"]*`bun run natives`[^"]*","msg":"the projector mmproj-[^"]*\.gguf is not loaded"/);
+  expect(warnings).toMatch(
+    /"reason":"speculation needs Parley's compiled natives \(`bun run natives`\)[^"]*","msg":"the draft model bench-draft[^"]*\.gguf is not loaded"/,
+  );
+  expect(warnings).toMatch(
+    /"reason":"pictures need Parley's compiled natives[^"]*`bun run natives`[^"]*","msg":"the projector mmproj-[^"]*\.gguf is not loaded"/,
+  );
   expect(warnings).toContain("keeping them in memory (PARLEY_KV_RAM_MB) needs Parley's compiled natives");
 
   const models = (await (await fetch(`${server.url}/v1/models`, { headers: bearer(adminKey) })).json()) as { data: { id: string; vision?: boolean }[] };

@@ -6,7 +6,7 @@
  * builds them first) into a temporary cache when the test says so.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { cpSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { compiledNativesDir, PLATFORM_FOLDER } from "../../src/natives/compiled";

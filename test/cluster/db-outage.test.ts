@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "
 import postgres from "postgres";
 import type { ChatReply } from "../../src/http/contract";
 import {
+  allowSlowTests,
   bearer,
   type ChildServer,
   freshPostgresDb,
@@ -21,6 +22,8 @@ import {
   tempDir,
   until,
 } from "../support";
+
+allowSlowTests();
 
 setDefaultTimeout(120_000);
 

@@ -14,7 +14,9 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, rmSync } 
 import { hostname } from "node:os";
 import { basename, join } from "node:path";
 import postgres from "postgres";
-import { postgresMissing, presetModel, startPostgres, systemTests, tempDir, until } from "../support";
+import { allowSlowTests, postgresMissing, presetModel, startPostgres, systemTests, tempDir, until } from "../support";
+
+allowSlowTests();
 
 setDefaultTimeout(180_000);
 

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import postgres from "postgres";
 import type { ChatReply, UsageReport } from "../../src/http/contract";
 import {
+  allowSlowTests,
   type Balancer,
   bearer,
   type ChildServer,
@@ -23,6 +24,8 @@ import {
   tempDir,
   until,
 } from "../support";
+
+allowSlowTests();
 
 setDefaultTimeout(120_000);
 

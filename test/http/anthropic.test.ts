@@ -10,7 +10,9 @@ import { ChatAnthropic } from "@langchain/anthropic";
 import type { AIMessageChunk } from "@langchain/core/messages";
 import OpenAI from "openai";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, rejection, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, rejection, type Served, serveApp, testDb, testEngine } from "../support";
+
+allowSlowTests();
 
 const GREEDY_REPLY = "I am happy to help you.";
 const db = testDb("anthropic");

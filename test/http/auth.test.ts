@@ -1,7 +1,9 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { Unauthorized } from "../../src/errors";
 import { authenticate } from "../../src/http/auth";
-import { median, serveApp, testDb } from "../support";
+import { allowSlowTests, median, serveApp, testDb } from "../support";
+
+allowSlowTests();
 
 const db = testDb("auth");
 const alice = await db.keys.create("alice", "user");

@@ -1,6 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../../src/config";
-import { bearer, serveApp, testDb } from "../support";
+import { allowSlowTests, bearer, serveApp, testDb } from "../support";
+
+allowSlowTests();
 
 const db = testDb("cors");
 const alice = await db.keys.create("alice", "user");

@@ -1,6 +1,8 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { toDomainError, wireError } from "../../src/http/errors";
-import { bearer, serveApp, testDb } from "../support";
+import { allowSlowTests, bearer, serveApp, testDb } from "../support";
+
+allowSlowTests();
 
 const db = testDb("errors");
 const { key } = await db.keys.create("alice", "user");

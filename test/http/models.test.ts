@@ -8,7 +8,9 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import type { ChatReply } from "../../src/http/contract";
-import { postChat, presetModel, readSse, rejection, type Served, type ServedModelsApp, serveModels, testDb, until } from "../support";
+import { allowSlowTests, postChat, presetModel, readSse, rejection, type Served, type ServedModelsApp, serveModels, testDb, until } from "../support";
+
+allowSlowTests();
 
 const DEMO = "parley-demo";
 const BENCH = "parley-bench-small";

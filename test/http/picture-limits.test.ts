@@ -8,9 +8,11 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { deflateRawSync, deflateSync } from "node:zlib";
 import { PICTURE_LIMITS } from "../../src/chat/pictures";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, compiledNatives, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, compiledNatives, type Served, serveApp, testDb, testEngine } from "../support";
 import { blackPng, gif, ihdr, jpeg, png, pngChunk, pngOf } from "../support/png";
 import { VISION_IMAGES, visionPair } from "../support/vision";
+
+allowSlowTests();
 
 const natives = await compiledNatives();
 const { model, projector } = await visionPair();

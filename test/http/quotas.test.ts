@@ -10,7 +10,9 @@ import OpenAI from "openai";
 import { TokenLedger, usageDay } from "../../src/chat/token-ledger";
 import type { ChatReply, QuotaEntryJson, QuotaList, UsageReport } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, readSse, rejection, type Served, serveApp, testDb, testEngine, until, withSeed } from "../support";
+import { allowSlowTests, bearer, postChat, readSse, rejection, type Served, serveApp, testDb, testEngine, until, withSeed } from "../support";
+
+allowSlowTests();
 
 const db = testDb("quotas-http");
 type User = { key: string; userId: number };

@@ -7,7 +7,9 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, testDb, testEngine, until } from "../support";
+import { allowSlowTests, bearer, type Served, serveApp, testDb, testEngine, until } from "../support";
+
+allowSlowTests();
 
 const db = testDb("refusals");
 const alice = await db.keys.create("alice", "user");

@@ -10,9 +10,11 @@ import OpenAI from "openai";
 import { itemRows } from "../../src/chat/conversation-items";
 import { PICTURE_LIMITS } from "../../src/chat/pictures";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, compiledNatives, postChat, rejection, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, compiledNatives, postChat, rejection, type Served, serveApp, testDb, testEngine } from "../support";
 import { png } from "../support/png";
 import { VISION_IMAGES, visionPair } from "../support/vision";
+
+allowSlowTests();
 
 const natives = await compiledNatives();
 const picture = Buffer.from(VISION_IMAGES.white!()).toString("base64");

@@ -9,6 +9,7 @@ import { Ollama } from "ollama";
 import OpenAI from "openai";
 import { TokenLedger } from "../../src/chat/token-ledger";
 import {
+  allowSlowTests,
   EMBED_INPUTS,
   fileSha256,
   presetModel,
@@ -22,6 +23,8 @@ import {
   testDb,
   until,
 } from "../support";
+
+allowSlowTests();
 
 const EMBED = "parley-embed";
 const RERANK = "parley-rerank";

@@ -7,7 +7,9 @@
  * body spelled right is answered.
  */
 import { expect, test } from "bun:test";
-import { servedEngine } from "../support";
+import { allowSlowTests, servedEngine } from "../support";
+
+allowSlowTests();
 
 const app = servedEngine("strict-fields");
 

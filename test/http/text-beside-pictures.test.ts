@@ -6,8 +6,10 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, type Served, serveApp, testDb, testEngine } from "../support";
 import { png } from "../support/png";
+
+allowSlowTests();
 
 const TEXT_LIMIT = 64 * 1024;
 const db = testDb("text-beside-pictures");

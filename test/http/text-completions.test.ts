@@ -6,7 +6,9 @@
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { rejection, servedDocument, servedEngine } from "../support";
+import { allowSlowTests, rejection, servedDocument, servedEngine } from "../support";
+
+allowSlowTests();
 
 const app = servedEngine("text-completions", { parallel: 2 });
 let alice: OpenAI;

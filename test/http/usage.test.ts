@@ -6,7 +6,9 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { ChatReply, UsageReport } from "../../src/http/contract";
 import type { Engine } from "../../src/llm/engine";
-import { bearer, postChat, readSse, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, postChat, readSse, type Served, serveApp, testDb, testEngine } from "../support";
+
+allowSlowTests();
 
 const db = testDb("usage-http");
 let alice: { key: string; userId: number };

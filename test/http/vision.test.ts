@@ -7,8 +7,10 @@ import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import { Ollama } from "ollama";
 import OpenAI from "openai";
-import { bearer, compiledNatives, postChat, readSse, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
+import { allowSlowTests, bearer, compiledNatives, postChat, readSse, rejection, serveApp, servedEngine, testDb, testEngine } from "../support";
 import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture, visionPair } from "../support/vision";
+
+allowSlowTests();
 
 const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
 const natives = await compiledNatives();

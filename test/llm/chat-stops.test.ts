@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ChatMLChatWrapper, GeneralChatWrapper, getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
 import { chatStops } from "../../src/llm/chat-stops";
-import { presetModel } from "../support";
+import { allowSlowTests, presetModel } from "../support";
+
+allowSlowTests();
 
 let llama: Llama;
 let model: LlamaModel;

@@ -3,7 +3,9 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
 import { resolveModelChatWrapper } from "../../src/llm/chat-wrapper";
-import { presetModel, tempDir } from "../support";
+import { allowSlowTests, presetModel, tempDir } from "../support";
+
+allowSlowTests();
 
 let llama: Llama;
 let model: LlamaModel;

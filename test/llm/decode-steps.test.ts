@@ -10,7 +10,9 @@ import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel
 import { Scheduler } from "../../src/llm/scheduler";
 import { samplingOf } from "../../src/llm/types";
 import { abortSteps, decodeBatch, decodeSteps, Sampler, type StepsEntry, sequenceIdOf } from "../../src/natives/addon";
-import { compiledNatives, endlessSampler, presetModel, runTurn, until, withSeed } from "../support";
+import { allowSlowTests, compiledNatives, endlessSampler, presetModel, runTurn, until, withSeed } from "../support";
+
+allowSlowTests();
 
 const natives = await compiledNatives();
 

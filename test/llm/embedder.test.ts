@@ -8,7 +8,9 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { Embedder } from "../../src/llm/embedder";
-import { EMBED_INPUTS, presetModel, RERANK_DOCUMENTS, readFixture, rejection } from "../support";
+import { allowSlowTests, EMBED_INPUTS, presetModel, RERANK_DOCUMENTS, readFixture, rejection } from "../support";
+
+allowSlowTests();
 
 const ROOT = join(import.meta.dir, "../..");
 const maxDifference = (a: ArrayLike<number>, b: ArrayLike<number>) => Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i]!)));

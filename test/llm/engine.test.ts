@@ -9,6 +9,9 @@ import { wireError } from "../../src/http/errors";
 import { bridge } from "../../src/llm/bridge";
 import { Engine, type GenerateRequest, type GenerateResult, type ReplyPiece, type Turn } from "../../src/llm/engine";
 import { SequencePool } from "../../src/llm/pool";
+import { allowSlowTests } from "../support";
+
+allowSlowTests();
 
 const dir = mkdtempSync(join(tmpdir(), "parley-engine-"));
 const modelPath = join(dir, "demo.gguf");

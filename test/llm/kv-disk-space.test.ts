@@ -3,7 +3,9 @@ import { readdirSync, rmSync, statSync } from "node:fs";
 import { statfs } from "node:fs/promises";
 import { join } from "node:path";
 import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
-import { type ChildServer, presetModel, startServer, systemTests, tempDir } from "../support";
+import { allowSlowTests, type ChildServer, presetModel, startServer, systemTests, tempDir } from "../support";
+
+allowSlowTests();
 
 /*
  * Saved KV states live next to the database. On a small filesystem they once grew until SQLite

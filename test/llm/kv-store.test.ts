@@ -9,7 +9,9 @@ import { Engine, type GenerateResult, type Turn } from "../../src/llm/engine";
 import { forgetSaved, KvStore, stateSizeBound } from "../../src/llm/kv-store";
 import { StateMemory } from "../../src/llm/state-memory";
 import { copyState, restoreState, stateFileParts } from "../../src/natives/addon";
-import { compiledNatives, generated, until } from "../support";
+import { allowSlowTests, compiledNatives, generated, until } from "../support";
+
+allowSlowTests();
 
 const natives = await compiledNatives();
 

@@ -7,7 +7,9 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Engine, type KvType, type Turn } from "../../src/llm/engine";
-import { generated, presetModel, tempDir, until } from "../support";
+import { allowSlowTests, generated, presetModel, tempDir, until } from "../support";
+
+allowSlowTests();
 
 const kvDir = tempDir("kv-type");
 const engines: Engine[] = [];

@@ -8,8 +8,10 @@ import { readGgufHeader } from "../../src/gguf/reader";
 import { type GgufFile, writeGguf } from "../../src/gguf/writer";
 import { memoryNeed, refuseUnlessFits, withProjector } from "../../src/llm/memory-need";
 import { ModelRegistry, type ModelSource, UnknownModel } from "../../src/llm/model";
-import { presetModel, tempDir } from "../support";
+import { allowSlowTests, presetModel, tempDir } from "../support";
 import { visionPair } from "../support/vision";
+
+allowSlowTests();
 
 const open = (modelsDir: string, paths: string[] = [], aliases?: Record<string, string>, announce?: ModelSource["announce"]) =>
   ModelRegistry.open({ paths, modelsDir, ...(aliases ? { aliases } : {}), ...(announce ? { announce } : {}) });

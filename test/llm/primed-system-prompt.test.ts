@@ -5,7 +5,9 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine, GenerateResult, Turn } from "../../src/llm/engine";
-import { generated, testEngine } from "../support";
+import { allowSlowTests, generated, testEngine } from "../support";
+
+allowSlowTests();
 
 const PRIMED = `You are the harbour's guide. ${"Speak of tides, boats, nets and the weather over the sea. ".repeat(12)}`;
 const OTHER = `Mountain guide here. ${"Speak of paths, rocks, snow and the weather over the hills. ".repeat(12)}`;

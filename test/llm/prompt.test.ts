@@ -5,7 +5,9 @@ import { PromptRenderer } from "../../src/llm/prompt";
 import { TemplateChat } from "../../src/llm/template-chat";
 import { cachingTokenizers } from "../../src/llm/token-cache";
 import type { Turn } from "../../src/llm/types";
-import { presetModel, type Random, rejection, withSeed } from "../support";
+import { allowSlowTests, presetModel, type Random, rejection, withSeed } from "../support";
+
+allowSlowTests();
 
 let llama: Llama;
 let model: LlamaModel;

@@ -4,7 +4,9 @@ import { getLlama, type LlamaContext, type LlamaContextSequence, type LlamaModel
 import { Scheduler, type Slot, SlotState } from "../../src/llm/scheduler";
 import { promptEndsFor, samplingOf } from "../../src/llm/types";
 import { checkInternals, sequenceIdOf } from "../../src/natives/addon";
-import { eventLoopTurns, presetModel, runTurn } from "../support";
+import { allowSlowTests, eventLoopTurns, presetModel, runTurn } from "../support";
+
+allowSlowTests();
 
 // The scheduler drives node-llama-cpp's addon below its public API (src/natives/addon.ts). These tests
 // watch the batches it hands the addon, and check that node-llama-cpp's sequences agree with what

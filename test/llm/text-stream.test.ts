@@ -3,7 +3,9 @@ import { getLlama, type Llama, type LlamaModel, type Token } from "node-llama-cp
 import { FAMILY_PRESETS } from "../../src/gguf/families";
 import type { ModelPreset } from "../../src/gguf/presets";
 import { TextStream } from "../../src/llm/text-stream";
-import { presetModel } from "../support";
+import { allowSlowTests, presetModel } from "../support";
+
+allowSlowTests();
 
 // Spaces, punctuation and characters of 2 to 4 bytes (split across byte tokens), long enough that
 // the kept context is cut back several times.

@@ -15,8 +15,10 @@ import { PROJECTOR, projectorFileName } from "../../src/gguf/vision";
 import { ggufNames } from "../../src/llm/model";
 import type { Turn } from "../../src/llm/types";
 import { evalImage, imageLayout, loadProjector, unloadProjector } from "../../src/natives/vision";
-import { compiledNatives, fileSha256, generated, testEngine } from "../support";
+import { allowSlowTests, compiledNatives, fileSha256, generated, testEngine } from "../support";
 import { VISION_FIXTURE_PATH, VISION_IMAGES, VISION_PROMPT, VISION_REPLY_TOKENS, type VisionFixture, visionPair } from "../support/vision";
+
+allowSlowTests();
 
 const fixture = (await Bun.file(VISION_FIXTURE_PATH).json()) as VisionFixture;
 const natives = await compiledNatives();
