@@ -10,6 +10,7 @@ import { mediaTypeOf, PICTURE_LIMITS, PictureBudget } from "../chat/pictures";
 import { InvalidInput, PayloadTooLarge } from "../errors";
 import type { TurnImage } from "../llm/engine";
 import { readCapped } from "./json-body";
+import { contextOf } from "./request-context";
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 const DATA_URL = /^data:([^,;]*)((?:;[^,;]*)*?);base64,(.*)$/s;
@@ -22,6 +23,8 @@ const DATA_URL = /^data:([^,;]*)((?:;[^,;]*)*?);base64,(.*)$/s;
  */
 export class RequestPictures {
   private readonly budget = new PictureBudget();
+  /** Each picture's field, in the order taken. */
+  private readonly fields: string[] = [];
 
   /** `hosts`: those whose picture URLs a request may give (PARLEY_PICTURE_HOSTS); none for a protocol that takes no URL. */
   constructor(private readonly hosts: readonly string[] = []) {}
@@ -75,7 +78,20 @@ export class RequestPictures {
   private taken(field: string, data: Uint8Array): Uint8Array {
     const problem = this.budget.take(data);
     if (problem) throw new InvalidInput(field, problem);
+    this.fields.push(field);
     return data;
+  }
+
+  /**
+   * The request's refusals name a picture the model refuses (the domain's `image` at its place
+   * among the history's pictures) by the field it came in: for a request that sends its whole
+   * history, whose pictures are the history's.
+   */
+  nameIn(request: Request): void {
+    const context = contextOf(request);
+    const { fields } = this;
+    const names = context.fields;
+    context.fields = (field) => (field.part === "image" ? fields[field.index] : undefined) ?? names?.(field);
   }
 }
 

@@ -84,6 +84,7 @@ describe("a picture to a model with no projector", () => {
       }),
     );
     expect(openai).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(openai).toMatchObject({ param: "messages[0].content[0].image_url.url" });
     const anthropic = await fetch(`${text.url}/v1/messages`, {
       method: "POST",
       headers: { ...bearer(alice.key), "content-type": "application/json" },
@@ -95,7 +96,9 @@ describe("a picture to a model with no projector", () => {
       }),
     });
     expect(anthropic.status).toBe(400);
-    expect(((await anthropic.json()) as { type: string }).type).toBe("error");
+    const refusal = (await anthropic.json()) as { type: string; error: { message: string } };
+    expect(refusal.type).toBe("error");
+    expect(refusal.error.message).toStartWith("messages[0].content[0].source");
   });
 
   test("Responses in a conversation refuse it and store no item; a conversation holding one answers with it left out", async () => {

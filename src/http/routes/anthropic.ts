@@ -176,7 +176,9 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       "/v1/messages",
       async function* ({ body, principal, request, server, set }) {
         const thinking = thinkingOf(body);
-        const input = await completionInput(body, thinking.tokens, new RequestPictures(deps.body.pictureHosts));
+        const pictures = new RequestPictures(deps.body.pictureHosts);
+        const input = await completionInput(body, thinking.tokens, pictures);
+        pictures.nameIn(request);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const id = newMessageId();
         const exchange = { request, set, server, keyId: principal.keyId };

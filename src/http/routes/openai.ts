@@ -202,7 +202,9 @@ export const openAiRoutes = (deps: CompletionRouteDeps) =>
     .post(
       "/v1/chat/completions",
       async function* ({ body, principal, request, server, set }) {
-        const input = await completionInput(body, new RequestPictures(deps.body.pictureHosts));
+        const pictures = new RequestPictures(deps.body.pictureHosts);
+        const input = await completionInput(body, pictures);
+        pictures.nameIn(request);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const identity = newCompletion();
         if (body.stream !== true) {
