@@ -495,7 +495,7 @@ export const CONFIG_SPEC = {
   },
   buildNatives: {
     env: "PARLEY_BUILD_NATIVES",
-    doc: "from a checkout whose compiled natives are not built (`bun run natives`; the executable always carries its own): `auto` serves at once on node-llama-cpp's npm prebuilt (no pictures, log-probabilities, speculation or KV memory tier), builds Parley's natives in the background at idle priority (`nice 19`; progress in the log and on `/healthz`), then restarts the server onto them at a moment no reply runs (`docs/operations.md`, Natives); `off` serves on the prebuilt until `bun run natives` is run; any other value is the shell command that builds them instead of `bun run natives`. Where the machine cannot compile (no cmake or C++ compiler) one line says what to install",
+    doc: "from a checkout whose compiled natives are not built (`bun run natives`; the executable always carries its own): `auto` serves at once on node-llama-cpp's npm prebuilt (no pictures, log-probabilities, speculation or KV memory tier), builds Parley's natives in the background at idle priority (`SCHED_IDLE` and `nice 19`, held while replies run; progress in the log and on `/healthz`), then restarts the server onto them at a moment no reply runs (`docs/operations.md`, Natives); `off` serves on the prebuilt until `bun run natives` is run; any other value is the shell command that builds them instead of `bun run natives`. Where the machine cannot compile (no cmake or C++ compiler) one line says what to install",
     shownDefault: "`auto`",
     flag: "--build-natives",
     default: "auto",

@@ -21,7 +21,7 @@ const SUPERVISED_ENV = "PARLEY_SUPERVISED";
 export const SWITCH_EXIT = 75;
 
 type ToChild = { natives: BuildReport } | { switchNow: true };
-type ToSupervisor = { hello: true } | { switching: true } | { listening: true };
+type ToSupervisor = { hello: true } | { switching: true } | { listening: true } | { replying: boolean };
 
 /** How far apart the build's steps are logged: the build has some 260. */
 const LOGGED_STEPS = 10;
@@ -61,7 +61,8 @@ export async function supervise(announce: Announce, command: string | undefined)
   /** Once restarted, the server runs on the compiled natives: it is never asked again. */
   let restarted = false;
   const onMessage = (message: ToSupervisor) => {
-    if ("hello" in message) {
+    if ("replying" in message) build.hold(message.replying);
+    else if ("hello" in message) {
       tell({ natives: build.report() });
       if (built && !restarted) tell({ switchNow: true });
     } else if ("switching" in message) switchingAt = performance.now();
@@ -99,6 +100,8 @@ export async function supervise(announce: Announce, command: string | undefined)
         serialization: "json",
       });
       const code = await child.exited;
+      // A child gone while replying leaves no one to let the build go on.
+      build.hold(false);
       if (code !== SWITCH_EXIT) return code;
       if (stopping) return 0;
       restarted = true;
@@ -118,6 +121,8 @@ export interface SupervisorLink {
   gone: Promise<void>;
   /** Tells the supervisor the server has begun to stop for the switch. */
   switching(): void;
+  /** Tells the supervisor whether replies run (the build is held meanwhile). */
+  replying(replying: boolean): void;
   listening(): void;
   close(): void;
 }
@@ -145,6 +150,7 @@ export function supervisorLink(): SupervisorLink | undefined {
     switchAsked,
     gone,
     switching: () => send({ switching: true }),
+    replying: (replying) => send({ replying }),
     listening: () => send({ listening: true }),
     close: () => {
       process.off("message", onMessage);

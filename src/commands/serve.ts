@@ -40,6 +40,7 @@ export async function serveCommand(config: Config): Promise<number> {
   });
   const service = await startService(config, log, announce, link && { nativesBuild: link.report });
   link?.listening();
+  const replying = link && holdBuildWhileReplying(link, service);
   const stop = await Promise.race<Stop>([
     signalled,
     service.loadFailed.then((error) => ({ error })),
@@ -49,6 +50,7 @@ export async function serveCommand(config: Config): Promise<number> {
   else if ("switch" in stop) announce("info", { grace_s: config.shutdownGraceS }, "restarting onto Parley's compiled natives");
   else announce("info", { signal: stop.signal, grace_s: config.shutdownGraceS }, "shutting down");
   if ("switch" in stop) link?.switching();
+  clearInterval(replying);
   await service[Symbol.asyncDispose]();
   announce("info", {}, "stopped");
   signals.close();
@@ -67,6 +69,15 @@ async function buildsNativesFirst(config: Config, log: Logger): Promise<boolean>
   if (missing === undefined) return true;
   log.warn({ reason: missing }, `Parley's compiled natives are not built: serving on the npm prebuilt, ${PREBUILT_LACKS}; \`bun run natives\` builds them`);
   return false;
+}
+
+/** Tells the supervisor when replies start and stop running, so that it holds the build meanwhile. */
+function holdBuildWhileReplying(link: SupervisorLink, service: Service): Timer {
+  let told = false;
+  return setInterval(() => {
+    const now = service.replying();
+    if (now !== told) link.replying((told = now));
+  }, QUIET_POLL_MS);
 }
 
 /** Once the supervisor asks, the first moment no reply runs, or the shutdown grace after the ask. */
