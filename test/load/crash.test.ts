@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { allowSlowTests, type ChildServer, postChat, readSse, startServer, tempDir, until, withSeed } from "../support";
 import { withDb } from "../reliability/support";
+import { allowSlowTests, type ChildServer, postChat, readSse, startServer, tempDir, until, withSeed } from "../support";
 
 allowSlowTests();
 
