@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { buildLockHolder, withBuildLock } from "../../src/natives/build-lock";
 import { compiledNativesDir, PLATFORM_FOLDER } from "../../src/natives/compiled";
 import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
-import { allowSlowTests, tempDir, until } from "../support";
+import { allowSlowTests, eachLine, tempDir, until } from "../support";
 
 allowSlowTests();
 
@@ -31,15 +31,7 @@ function fakeBuild(binsDir: string): void {
 function natives(xdg: string) {
   const lines: string[] = [];
   const child = Bun.spawn(["bun", "run", "tools/natives.ts"], { cwd: ROOT, env: { ...Bun.env, XDG_CACHE_HOME: xdg }, stdout: "pipe", stderr: "pipe" });
-  const read = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder();
-    let partial = "";
-    for await (const chunk of stream) {
-      const received = (partial + decoder.decode(chunk, { stream: true })).split("\n");
-      partial = received.pop()!;
-      lines.push(...received.filter(Boolean));
-    }
-  };
+  const read = (stream: ReadableStream<Uint8Array>) => eachLine(stream, (line) => lines.push(line));
   const done = Promise.all([read(child.stdout), read(child.stderr)]).then(() => child.exited);
   return { lines, done };
 }

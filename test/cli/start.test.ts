@@ -12,7 +12,7 @@ import type { Subprocess } from "bun";
 import { compiledNativesDir, PLATFORM_FOLDER } from "../../src/natives/compiled";
 import { NODE_LLAMA_CPP_VERSION } from "../../src/natives/version";
 import { BURST_MS } from "../../src/stop-signals";
-import { allowSlowTests, bearer, postChat, presetModel, readSse, tempDir, until } from "../support";
+import { allowSlowTests, bearer, eachLine, postChat, presetModel, readSse, tempDir, until } from "../support";
 
 allowSlowTests();
 
@@ -53,15 +53,7 @@ async function start(env: Record<string, string>) {
     detached: true,
   });
   running.push(child);
-  const collect = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder();
-    let partial = "";
-    for await (const chunk of stream) {
-      const received = (partial + decoder.decode(chunk, { stream: true })).split("\n");
-      partial = received.pop()!;
-      lines.push(...received.filter(Boolean));
-    }
-  };
+  const collect = (stream: ReadableStream<Uint8Array>) => eachLine(stream, (line) => lines.push(line));
   const collected = Promise.all([collect(child.stdout), collect(child.stderr)]);
   const url = `http://127.0.0.1:${port}`;
   const count = (msg: string) => lines.filter((line) => line.includes(`"msg":"${msg}"`)).length;

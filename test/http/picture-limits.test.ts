@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { deflateRawSync, deflateSync } from "node:zlib";
 import { PICTURE_LIMITS } from "../../src/chat/pictures";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, compiledNatives, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, compiledNatives, postJson, type Served, serveApp, testDb, testEngine } from "../support";
 import { blackPng, gif, ihdr, jpeg, png, pngChunk, pngOf } from "../support/png";
 import { VISION_IMAGES, visionPair } from "../support/vision";
 
@@ -43,15 +43,7 @@ describe.skipIf(natives === undefined)("pictures within their limits", () => {
     await engine.close();
     await db.storage.close();
   });
-  /** The status and body of a POST of `body` as JSON to `path`. */
-  const post = async (path: string, body: unknown) => {
-    const response = await fetch(`${served.url}${path}`, {
-      method: "POST",
-      headers: { ...bearer(key), "content-type": "application/json" },
-      body: JSON.stringify(body),
-    });
-    return { status: response.status, text: await response.text() };
-  };
+  const post = (path: string, body: unknown) => postJson(served.url, key, path, body);
   /** OpenAI chat: a question, then the pictures at these URLs, then `after`. */
   const openAi = (images: readonly string[], after = "") =>
     post("/v1/chat/completions", {

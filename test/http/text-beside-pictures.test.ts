@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { Engine } from "../../src/llm/engine";
-import { allowSlowTests, bearer, type Served, serveApp, testDb, testEngine } from "../support";
+import { allowSlowTests, postJson, type Served, serveApp, testDb, testEngine } from "../support";
 import { png } from "../support/png";
 
 allowSlowTests();
@@ -27,14 +27,7 @@ afterAll(async () => {
   await db.storage.close();
 });
 
-const post = async (path: string, body: unknown) => {
-  const response = await fetch(`${served.url}${path}`, {
-    method: "POST",
-    headers: { ...bearer(key), "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  return { status: response.status, text: await response.text() };
-};
+const post = (path: string, body: unknown) => postJson(served.url, key, path, body);
 
 /** A picture of about 1 MiB in base64: noise, so that deflate cannot shrink it. */
 const picture = Buffer.from(png(600, 600, (x, y) => [(x * 7919 + y * 104_729) % 251, (x * y) % 253, (x + y * 31) % 241])).toString("base64");

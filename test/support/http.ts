@@ -11,6 +11,27 @@ export const postChat = (url: string, key: string, body: Record<string, unknown>
     signal,
   });
 
+/** The status and body text of a POST of `body` as JSON to `url` + `path`, `key` as the bearer token. */
+export async function postJson(url: string, key: string, path: string, body: unknown): Promise<{ status: number; text: string }> {
+  const response = await fetch(`${url}${path}`, {
+    method: "POST",
+    headers: { ...bearer(key), "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, text: await response.text() };
+}
+
+/** Calls `each` with every line `stream` carries (the last one once it ends with a newline), as it arrives. */
+export async function eachLine(stream: ReadableStream<Uint8Array>, each: (line: string) => void): Promise<void> {
+  const decoder = new TextDecoder();
+  let partial = "";
+  for await (const chunk of stream) {
+    const received = (partial + decoder.decode(chunk, { stream: true })).split("\n");
+    partial = received.pop()!;
+    for (const line of received) if (line !== "") each(line);
+  }
+}
+
 export interface RawResponse {
   status: number;
   head: string;

@@ -8,6 +8,7 @@ import type { Subprocess } from "bun";
 import type { ModelPreset } from "../../src/gguf/presets";
 import type { Installed } from "./binary";
 import { presetModel, tempDir } from "./files";
+import { eachLine } from "./http";
 import { until } from "./wait";
 
 const ROOT = join(import.meta.dir, "../..");
@@ -90,25 +91,18 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
   const errorLines: string[] = [];
   let url: string | undefined;
   let listeningMs = Number.NaN;
-  const collect = async (stream: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder();
-    let partial = "";
-    for await (const chunk of stream) {
-      const received = (partial + decoder.decode(chunk, { stream: true })).split("\n");
-      partial = received.pop()!;
-      for (const line of received.filter(Boolean)) {
-        lines.push(line);
-        options.onLine?.(line);
-        if (/"level":"(error|fatal)"/.test(line)) errorLines.push(line);
-        if (url === undefined && /"msg":"listening"/.test(line)) {
-          url = (JSON.parse(line) as { url: string }).url;
-          listeningMs = performance.now() - started;
-        }
+  const collect = (stream: ReadableStream<Uint8Array>) =>
+    eachLine(stream, (line) => {
+      lines.push(line);
+      options.onLine?.(line);
+      if (/"level":"(error|fatal)"/.test(line)) errorLines.push(line);
+      if (url === undefined && /"msg":"listening"/.test(line)) {
+        url = (JSON.parse(line) as { url: string }).url;
+        listeningMs = performance.now() - started;
       }
       // One log line per request: keep only the recent ones, for failure messages.
       if (lines.length > 400) lines.splice(0, lines.length - 200);
-    }
-  };
+    });
   const collected = Promise.all([collect(child.stdout), collect(child.stderr)]);
 
   let readyMs: number | undefined;
