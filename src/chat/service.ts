@@ -114,6 +114,10 @@ interface HeldConversation {
 /** The operator's turns before every conversation's history: its system prompt, if any. */
 export const preambleOf = (systemPrompt: string | undefined): Turn[] => (systemPrompt ? [{ role: "system", content: systemPrompt }] : []);
 
+/** The items' pictures, in order, as turns hold them. */
+const picturesOf = (items: readonly ConversationItem[]): TurnImage[] =>
+  items.flatMap((item) => (item.type === "message" ? (turnImages(item.images).images ?? []) : []));
+
 /**
  * Stored items with the pictures the model cannot be shown left out (a model that sees none, or a
  * picture its projector cannot decode): a turn's own pictures are checked before it is stored,
@@ -128,7 +132,7 @@ async function seenPictures(
   scope: string,
   onLeftOut: ((count: number) => void) | undefined,
 ): Promise<ConversationItem[]> {
-  const pictures = items.flatMap((item) => (item.type === "message" ? (turnImages(item.images).images ?? []) : []));
+  const pictures = picturesOf(items);
   if (pictures.length === 0) return items;
   const older = Math.max(0, pictures.length - PICTURE_LIMITS.perRequest);
   const seen = [...pictures.slice(0, older).map(() => false), ...(await engine.seeable(pictures.slice(older), scope))];
@@ -343,7 +347,7 @@ export class ChatService {
       tools: input.tools,
       maxTokens: input.maxTokens ?? engine.contextSize,
       cacheScope: String(input.userId),
-      images: input.input.flatMap((item) => (item.type === "message" ? (turnImages(item.images).images ?? []) : [])),
+      images: picturesOf(input.input),
     });
     let release: () => void;
     try {

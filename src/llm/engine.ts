@@ -319,17 +319,21 @@ export class Engine {
     return withoutImages(history);
   }
 
+  /** Lays the pictures out (a model that sees none refuses the first), so that a prompt with them finds them laid out. */
+  private async layOut(images: readonly TurnImage[], cacheScope: string): Promise<void> {
+    (await this.holdImages({ history: [{ role: "user", content: "", images: images.map(({ data }) => ({ data, at: 0 })) }], cacheScope })).release();
+  }
+
   /**
    * Whether the model can be shown each picture: laid out now (decoded by the projector), so the
    * prompt that follows finds them laid out. A model that sees none can be shown none.
    */
   async seeable(images: readonly TurnImage[], cacheScope: string): Promise<boolean[]> {
-    const vision = this.vision;
-    if (typeof vision === "string") return images.map(() => false);
+    if (!this.seesImages) return images.map(() => false);
     const seen: boolean[] = [];
-    for (const { data } of images) {
+    for (const image of images) {
       try {
-        (await vision.hold([{ role: "user", content: "", images: [{ data, at: 0 }] }], cacheScope)).release();
+        await this.layOut([image], cacheScope);
         seen.push(true);
       } catch (error) {
         if (!(error instanceof InvalidInput)) throw error;
@@ -366,13 +370,7 @@ export class Engine {
     if (outside !== undefined)
       throw new InvalidInput({ part: "tokenBias" }, `token ${outside} is not one of the model's: its token ids go from 0 to ${this.vocabularySize - 1}`);
     await this.grammars.check(request);
-    if (request.images?.length)
-      (
-        await this.holdImages({
-          history: [{ role: "user", content: "", images: request.images.map(({ data }) => ({ data, at: 0 })) }],
-          cacheScope: request.cacheScope,
-        })
-      ).release();
+    if (request.images?.length) await this.layOut(request.images, request.cacheScope);
     // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything
     // starts. Beside an empty question: some templates (Llama 3's) put the tools in the first one.
     if (request.tools)
