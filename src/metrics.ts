@@ -89,6 +89,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly ignoredFields = new Counter({
+    name: "parley_ignored_fields_total",
+    help: "Request fields ignored as their protocol's own server ignores them (Ollama's), by protocol and field (a name outside the protocol's known ones as other)",
+    labelNames: ["protocol", "field"] as const,
+    registers: [this.registry],
+  });
+
   drafted(drafted: number, accepted: number): void {
     this.draftTokens.inc({ outcome: "accepted" }, accepted);
     this.draftTokens.inc({ outcome: "rejected" }, drafted - accepted);

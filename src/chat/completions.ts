@@ -23,6 +23,8 @@ export interface CompletionInput extends TurnHooks {
   logprobs?: number;
   /** Absent: as long as the context allows. */
   maxTokens?: number;
+  /** The request's own context, when smaller than the model's (`GenerateRequest.contextTokens`). */
+  contextTokens?: number;
   stop?: readonly string[];
   /** A reasoning model's thought at most this many tokens (`GenerateRequest.thoughtTokens`). */
   thoughtTokens?: number;
@@ -31,6 +33,8 @@ export interface CompletionInput extends TurnHooks {
 export interface CompletionStart {
   type: "start";
   model: string;
+  /** The context the prompt is fitted to: the request's own, at most the model's (told by stateless completions). */
+  contextTokens?: number;
 }
 
 export interface CompletionResult {
@@ -111,6 +115,7 @@ export class CompletionService {
         logprobs: input.logprobs,
         thoughtTokens: input.thoughtTokens,
         maxTokens,
+        contextTokens: input.contextTokens,
         cacheScope,
         images: history.flatMap((turn) => turn.images ?? []),
       });
@@ -124,11 +129,12 @@ export class CompletionService {
         tools: input.tools,
         logprobs: input.logprobs,
         maxTokens,
+        contextTokens: input.contextTokens,
         stop: input.stop,
         thoughtTokens: input.thoughtTokens,
       };
       await running.admit(request);
-      yield { type: "start", model: engine.modelName };
+      yield { type: "start", model: engine.modelName, contextTokens: Math.min(input.contextTokens ?? engine.contextSize, engine.contextSize) };
       const result = yield* running.reply(request);
       return result && completionOf(result, engine.modelName);
     } finally {

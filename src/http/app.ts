@@ -121,7 +121,7 @@ export function createApp(deps: AppDeps) {
     .use(textCompletionRoutes({ completions: deps.completions, turns, body: limits }))
     .use(modelRoutes({ models: () => deps.completions.models() }))
     .use(anthropicRoutes({ completions: deps.completions, turns, body: limits }))
-    .use(ollamaRoutes({ completions: deps.completions, retrieval: deps.retrieval, turns, body: limits }))
+    .use(ollamaRoutes({ completions: deps.completions, retrieval: deps.retrieval, turns, body: limits, log: deps.log, metrics }))
     .use(embeddingRoutes({ retrieval: deps.retrieval, body: limits }))
     .use(rerankRoutes({ retrieval: deps.retrieval, body: limits }))
     .use(responsesRoutes({ responses: deps.responses, background: deps.background, turns, body: limits }))

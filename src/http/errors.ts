@@ -242,10 +242,22 @@ export const anthropicErrorBody = (error: DomainError): AnthropicErrorBody => ({
   },
 });
 
-/** Ollama's error body: one message, which leads with the field at fault. */
+/**
+ * Ollama's error body: one message, which leads with the field at fault, once. A rule that
+ * already begins with its field (a schema's own text: "options.top_k must be…", "raw: …") is
+ * led by the field it names, the deeper one where it names one.
+ */
 export const ollamaErrorBody = (error: DomainError) => ({
-  error: "param" in error && error.param !== undefined ? `${error.param}: ${error.message}` : error.message,
+  error: "param" in error && error.param !== undefined ? ledByField(error.param, error.message) : error.message,
 });
+
+function ledByField(param: string, message: string): string {
+  if (!message.startsWith(param)) return `${param}: ${message}`;
+  const named = /^([^\s:]*)(?::\s*|\s+)/.exec(message.slice(param.length));
+  const deeper = named?.[1];
+  if (named === null || (deeper !== "" && !/^[.[]/.test(deeper!))) return `${param}: ${message}`;
+  return `${param}${deeper}: ${message.slice(param.length + named[0].length)}`;
+}
 
 /** Each dialect's error body; only the contract's carries the request id (the others have no field for it). */
 const ERROR_BODIES: Record<ErrorDialect, (error: DomainError, requestId: string) => object> = {

@@ -352,7 +352,7 @@ export class Engine {
    * a model that sees none, or one its projector cannot decode; laid out now for the prompt).
    */
   async check(
-    request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "cacheScope"> & {
+    request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "contextTokens" | "cacheScope"> & {
       images?: readonly TurnImage[];
     },
   ): Promise<void> {
@@ -373,8 +373,7 @@ export class Engine {
     if (request.images?.length) await this.layOut(request.images, request.cacheScope);
     // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything
     // starts. Beside an empty question: some templates (Llama 3's) put the tools in the first one.
-    if (request.tools)
-      await this.prompts.fit([{ role: "user", content: "" }], this.promptBudget(request.maxTokens), request.cacheScope, request.tools.functions);
+    if (request.tools) await this.prompts.fit([{ role: "user", content: "" }], this.promptBudget(request), request.cacheScope, request.tools.functions);
   }
 
   /** What splits the reply's calls from its text; a call streams while a grammar holds the reply (a forced call, or an armed lazy one). */
@@ -417,12 +416,14 @@ export class Engine {
    * it. A sequence holding the conversation past its context may evaluate another window (shifted,
    * or resumed with slack): a `budget` from this count is still enforced on the prompt evaluated.
    */
-  async measure(request: Pick<GenerateRequest, "history" | "raw" | "maxTokens" | "cacheScope" | "tools" | "conversationKey">): Promise<number> {
-    if (request.raw !== undefined) return (await this.prompts.raw(request.raw, this.promptBudget(request.maxTokens), request.cacheScope)).tokens.length;
+  async measure(
+    request: Pick<GenerateRequest, "history" | "raw" | "maxTokens" | "contextTokens" | "cacheScope" | "tools" | "conversationKey">,
+  ): Promise<number> {
+    if (request.raw !== undefined) return (await this.prompts.raw(request.raw, this.promptBudget(request), request.cacheScope)).tokens.length;
     const keep = request.conversationKey === undefined ? 1 : this.keep;
     const pictures = await this.holdImages(request);
     try {
-      const fitted = await this.prompts.fit(pictures.turns, this.promptBudget(request.maxTokens), request.cacheScope, request.tools?.functions ?? [], keep);
+      const fitted = await this.prompts.fit(pictures.turns, this.promptBudget(request), request.cacheScope, request.tools?.functions ?? [], keep);
       return seen(fitted, pictures).tokens.length;
     } finally {
       pictures.release();
@@ -439,7 +440,7 @@ export class Engine {
     if (this.disposed) throw new Error("Engine is disposed");
     const key = request.conversationKey;
     const scope = request.cacheScope;
-    const budget = this.promptBudget(request.maxTokens);
+    const budget = this.promptBudget(request);
     // A stateless prompt, or a new conversation's, is fitted before a sequence is chosen: its tokens choose it.
     const tools = request.tools?.functions ?? [];
     const byPrompt = key === undefined || request.startsConversation === true;
@@ -465,7 +466,7 @@ export class Engine {
       lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
       const slot = lease.item;
       const { release } = lease;
-      const sampling = await this.grammars.hold(request, this.callable(request, samplingOf(request)));
+      const sampling = await this.grammars.hold(request, this.callable(request, samplingOf(request, this.context.contextSize)));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
         fitted: statelessPrompt ?? seen(await this.prompts.fit(history, budget, scope, tools, this.keep), pictures),
@@ -665,12 +666,13 @@ export class Engine {
   }
 
   /**
-   * Prompt tokens allowed, leaving room for the reply. Reserving the whole `maxTokens` would
-   * discard history for replies that are usually short, so at most a quarter of the context is
-   * held back; a reply that outgrows the room left ends with finishReason "length".
+   * Prompt tokens allowed in the context (the request's own, where smaller), leaving room for the
+   * reply. Reserving the whole `maxTokens` would discard history for replies that are usually
+   * short, so at most a quarter of the context is held back; a reply that outgrows the room left
+   * ends with finishReason "length".
    */
-  private promptBudget(maxTokens: number): number {
-    const size = this.context.contextSize;
+  private promptBudget({ maxTokens, contextTokens }: Pick<GenerateRequest, "maxTokens" | "contextTokens">): number {
+    const size = Math.min(contextTokens ?? Number.POSITIVE_INFINITY, this.context.contextSize);
     // One more for the token that must stay free at the end of the context.
     return size - 1 - Math.max(1, Math.min(maxTokens, Math.floor(size / 4)));
   }

@@ -105,18 +105,21 @@ export type ReplyFormat = { type: "json_object" } | { type: "json_schema"; schem
 /** What a request may say of its sampling. */
 export type SamplingRequest = Pick<
   GenerateRequest,
-  "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "logitBias"
+  "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "penaltyWindow" | "logitBias"
 >;
 
-/** The request's sampling, the defaults filling in what it leaves out. */
-export function samplingOf(request: SamplingRequest): Sampling {
+/**
+ * The request's sampling, the defaults filling in what it leaves out. `contextSize` bounds the
+ * penalties' window: a reply has no more tokens than that, and the sampler keeps room for the window.
+ */
+export function samplingOf(request: SamplingRequest, contextSize = Number.POSITIVE_INFINITY): Sampling {
   const penalties: Penalties = {
     repeat: request.repeatPenalty ?? SAMPLING_DEFAULTS.repeatPenalty,
     presence: request.presencePenalty ?? SAMPLING_DEFAULTS.presencePenalty,
     frequency: request.frequencyPenalty ?? SAMPLING_DEFAULTS.frequencyPenalty,
-    window: SAMPLING_DEFAULTS.penaltyWindow,
+    window: Math.min(request.penaltyWindow ?? SAMPLING_DEFAULTS.penaltyWindow, contextSize),
   };
-  const neutral = penalties.repeat === 1 && penalties.presence === 0 && penalties.frequency === 0;
+  const neutral = (penalties.repeat === 1 && penalties.presence === 0 && penalties.frequency === 0) || penalties.window === 0;
   const bias = Object.entries(request.logitBias ?? {});
   return {
     temperature: request.temperature,
@@ -175,9 +178,17 @@ export interface GenerateRequest {
   repeatPenalty?: number;
   presencePenalty?: number;
   frequencyPenalty?: number;
+  /** The last this many reply tokens are what the penalties count (0: none); default `SAMPLING_DEFAULTS.penaltyWindow`, at most the context. */
+  penaltyWindow?: number;
   /** Token id → value added to its logit. A token the model does not have is `InvalidInput` (the token bias). */
   logitBias?: Readonly<Record<number, number>>;
   maxTokens: number;
+  /**
+   * The request's own context, when smaller than the model's: its prompt is fitted to this many
+   * tokens (less the reply's room) as it is to the whole context otherwise, the oldest turns left
+   * out first. Larger than the model's context, the model's applies.
+   */
+  contextTokens?: number;
   /**
    * Prompt and reply tokens together, at most: the reply ends (`length`) where they reach it, and a
    * prompt that leaves no reply token is refused (`BudgetExceeded`) before it is evaluated.

@@ -171,7 +171,7 @@ test("replies, stream lines, listings and errors match the served OpenAPI docume
   const get = async (path: string) => (await fetch(`${app.served.url}${path}`, { headers: { authorization: `Bearer ${app.key}` } })).json();
   for (const path of ["/api/tags", "/api/ps", "/api/version"]) expectDocumented(path, "get", 200, "application/json", await get(path));
   expectDocumented("/api/show", "post", 200, "application/json", await (await send("/api/show", { model: app.engine.modelName })).json());
-  const refused = await send("/api/chat", { ...chat, options: { num_ctx: 1 } });
+  const refused = await send("/api/chat", { ...chat, options: { num_ctx: "1" } });
   expect(refused.status).toBe(400);
   expectDocumented("/api/chat", "post", 400, "application/json", await refused.json());
 });
@@ -179,7 +179,12 @@ test("replies, stream lines, listings and errors match the served OpenAPI docume
 describe("refused in Ollama's shape", () => {
   test.each([
     ["no key", () => new Ollama({ host: app.served.url }).chat({ model: "any", messages: ask, stream: false }), 401, ""],
-    ["an option Parley cannot honour", () => client.chat({ model: "any", messages: ask, stream: false, options: { num_ctx: 8192 } }), 400, "options.num_ctx"],
+    [
+      "an option of the wrong type",
+      () => client.chat({ model: "any", messages: ask, stream: false, options: { num_ctx: "8192" as unknown as number } }),
+      400,
+      "options.num_ctx",
+    ],
     [
       "an image that is no picture",
       () => client.chat({ model: "any", messages: [{ role: "user", content: "What is this?", images: ["aGk="] }], stream: false }),

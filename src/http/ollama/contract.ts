@@ -1,13 +1,25 @@
 /**
  * Ollama's API as its clients send it (the `ollama` package's types, docs/api.md of ollama/ollama):
- * what Parley honours, and each option it cannot honour refused by name rather than ignored.
+ * what Parley honours, and what Ollama's own server would ignore, ignored as it does and said
+ * (`ollama/ignored.ts`). A known field of the wrong type is refused by its name, as Ollama does.
  */
-import { t } from "elysia";
+import { type TSchema, t } from "elysia";
 import { integer, optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 
-/** The model options that change a reply and that Parley honours; any other is refused by name. */
+/** What Ollama's server takes beside the fields it knows: anything, ignored (said by `ollama/ignored.ts`). */
+const LENIENT = { additionalProperties: t.Unknown() };
+
+/** An option Parley accepts for its type and ignores: Ollama's server would reject another type. */
+const ignored = <T extends TSchema>(schema: T, rule: string) => optional(schema, rule);
+
+/**
+ * The model options Ollama knows (api/types.go's `Options` and `Runner`, past and present): those
+ * that change a reply and Parley honours, then those it accepts and ignores (the rest of Ollama's
+ * samplers, and the ones that only place a model in memory, which are the operator's).
+ */
 export const OllamaOptions = t.Object(
   {
+    num_ctx: optional(integer({ minimum: 1 }), "options.num_ctx must be a positive integer (the request's context, at most the served one)"),
     temperature: optional(t.Number({ minimum: 0, maximum: 2 }), "options.temperature must be a number from 0 to 2"),
     top_p: optional(t.Number({ exclusiveMinimum: 0, maximum: 1 }), "options.top_p must be a number above 0, at most 1"),
     top_k: optional(integer({ minimum: 0 }), "options.top_k must be a non-negative integer (0: every token)"),
@@ -16,33 +28,47 @@ export const OllamaOptions = t.Object(
     stop: optional(t.Array(t.String({ minLength: 1 }), { maxItems: 16 }), "options.stop must be at most 16 non-empty strings"),
     num_predict: optional(integer({ minimum: -2 }), "options.num_predict must be an integer (-1: as long as the context allows)"),
     repeat_penalty: optional(t.Number({ exclusiveMinimum: 0, maximum: 10 }), "options.repeat_penalty must be a number above 0, at most 10 (1: none)"),
+    repeat_last_n: optional(integer({ minimum: -1 }), "options.repeat_last_n must be an integer (0: no penalties, -1: the whole reply)"),
     presence_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "options.presence_penalty must be a number from -2 to 2"),
     frequency_penalty: optional(t.Number({ minimum: -2, maximum: 2 }), "options.frequency_penalty must be a number from -2 to 2"),
+    num_keep: ignored(t.Number(), "options.num_keep must be a number"),
+    typical_p: ignored(t.Number(), "options.typical_p must be a number"),
+    tfs_z: ignored(t.Number(), "options.tfs_z must be a number"),
+    mirostat: ignored(t.Number(), "options.mirostat must be a number"),
+    mirostat_tau: ignored(t.Number(), "options.mirostat_tau must be a number"),
+    mirostat_eta: ignored(t.Number(), "options.mirostat_eta must be a number"),
+    penalize_newline: ignored(t.Boolean(), "options.penalize_newline must be true or false"),
+    num_batch: ignored(t.Number(), "options.num_batch must be a number"),
+    num_gpu: ignored(t.Number(), "options.num_gpu must be a number"),
+    main_gpu: ignored(t.Number(), "options.main_gpu must be a number"),
+    num_thread: ignored(t.Number(), "options.num_thread must be a number"),
+    low_vram: ignored(t.Boolean(), "options.low_vram must be true or false"),
+    f16_kv: ignored(t.Boolean(), "options.f16_kv must be true or false"),
+    logits_all: ignored(t.Boolean(), "options.logits_all must be true or false"),
+    vocab_only: ignored(t.Boolean(), "options.vocab_only must be true or false"),
+    use_mmap: ignored(t.Boolean(), "options.use_mmap must be true or false"),
+    use_mlock: ignored(t.Boolean(), "options.use_mlock must be true or false"),
+    numa: ignored(t.Boolean(), "options.numa must be true or false"),
   },
-  // Kept, so that the route refuses another option by its name (routes/ollama.ts).
-  { additionalProperties: t.Unknown() },
+  LENIENT,
 );
 export type OllamaOptions = typeof OllamaOptions.static;
 
-/**
- * Options of the server's own resources (threads, batch, GPU, memory mapping): they change no
- * reply, and the operator sets them for every user, so they are accepted and change nothing.
- */
-export const RESOURCE_OPTIONS: ReadonlySet<string> = new Set([
-  "num_thread",
-  "num_batch",
-  "num_gpu",
-  "main_gpu",
-  "low_vram",
-  "use_mmap",
-  "use_mlock",
-  "numa",
-  "f16_kv",
+/** The options a reply honours; Ollama's others are accepted and ignored, and said. */
+export const HONOURED_OPTIONS: ReadonlySet<string> = new Set([
+  "num_ctx",
+  "temperature",
+  "top_p",
+  "top_k",
+  "min_p",
+  "seed",
+  "stop",
+  "num_predict",
+  "repeat_penalty",
+  "repeat_last_n",
+  "presence_penalty",
+  "frequency_penalty",
 ]);
-
-/** Why an option neither in `OllamaOptions` nor among `RESOURCE_OPTIONS` is refused. */
-export const OPTION_RULE =
-  "Parley honours temperature, top_p, top_k, min_p, seed, stop, num_predict and the penalties; the context and the rest that would change a reply are its operator's";
 
 const ToolCall = t.Object({ function: t.Object({ name: t.String(), arguments: t.Record(t.String(), t.Unknown()) }) });
 
@@ -90,7 +116,7 @@ const TURN_FIELDS = {
 export const OllamaChatRequest = t.Object(
   // No messages: the model is loaded (or with keep_alive 0 unloaded), as Ollama's clients ask.
   { ...TURN_FIELDS, messages: t.Array(OllamaMessage, { error: "messages must be an array" }), tools: t.Optional(t.Array(OllamaTool)) },
-  UNKNOWN_FIELD,
+  LENIENT,
 );
 export type OllamaChatRequest = typeof OllamaChatRequest.static;
 
@@ -105,7 +131,7 @@ export const OllamaGenerateRequest = t.Object(
     template: unsupported("template: the model's own chat template writes the prompt"),
     context: unsupported("context: Parley keeps no token context between requests here; send the history to /api/chat"),
   },
-  UNKNOWN_FIELD,
+  LENIENT,
 );
 export type OllamaGenerateRequest = typeof OllamaGenerateRequest.static;
 
@@ -115,7 +141,7 @@ export const OllamaShowRequest = t.Object(
     // Verbose adds the tokenizer's and the tensors' metadata, which Parley does not show.
     verbose: t.Optional(t.Literal(false, { error: "verbose: Parley shows a model's architecture and parameter count only" })),
   },
-  UNKNOWN_FIELD,
+  LENIENT,
 );
 
 /** `/api/embed`: a vector an input, normalized; an input past the model's context cut to it unless `truncate: false`. */
@@ -125,18 +151,18 @@ export const OllamaEmbedRequest = t.Object(
     input: t.Union([t.String(), t.Array(t.String(), { maxItems: 2048 })], { error: "input must be a string or an array of up to 2048 strings" }),
     truncate: optional(t.Boolean(), "truncate must be true (the default: an input past the context is cut to it) or false"),
     dimensions: optional(integer({ minimum: 1 }), "dimensions must be a positive integer"),
-    // A sampling option changes no vector; the rest are refused as for a reply.
+    // No option changes a vector: each is ignored, and said.
     options: t.Optional(OllamaOptions),
     keep_alive: KEEP_ALIVE,
   },
-  UNKNOWN_FIELD,
+  LENIENT,
 );
 export type OllamaEmbedRequest = typeof OllamaEmbedRequest.static;
 
 /** `/api/embeddings`, Ollama's older route: one prompt, its vector as the model pools it (not normalized). */
 export const OllamaEmbeddingsRequest = t.Object(
   { model: MODEL, prompt: t.String({ error: "prompt must be a string" }), options: t.Optional(OllamaOptions), keep_alive: KEEP_ALIVE },
-  UNKNOWN_FIELD,
+  LENIENT,
 );
 export type OllamaEmbeddingsRequest = typeof OllamaEmbeddingsRequest.static;
 

@@ -7,26 +7,29 @@
  */
 import { Elysia } from "elysia";
 import pkg from "../../../package.json";
-import type { CompletionInput } from "../../chat/completions";
+import type { CompletionInput, CompletionResult, CompletionStart } from "../../chat/completions";
 import type { RetrievalService } from "../../chat/retrieval";
+import type { TurnEvent } from "../../chat/turn-runner";
 import type { Principal } from "../../db/types";
 import { Forbidden, InvalidInput, ModelNotFound } from "../../errors";
 import type { ReplyFormat, ToolCall, Turn } from "../../llm/engine";
+import type { Logger } from "../../log";
+import type { Metrics } from "../../metrics";
 import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
 import { jsonBody } from "../json-body";
 import { toolRequestOf } from "../offered-tools";
 import {
+  HONOURED_OPTIONS,
   OllamaChatRequest,
   OllamaEmbeddingsRequest,
   OllamaEmbedRequest,
   OllamaGenerateRequest,
-  OllamaOptions,
+  type OllamaOptions,
   OllamaShowRequest,
-  OPTION_RULE,
-  RESOURCE_OPTIONS,
 } from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
+import { ignoredFields, Leniency } from "../ollama/ignored";
 import { embedJson, loadedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
 import { RequestPictures } from "../pictures";
@@ -106,16 +109,15 @@ const keepAlive = (value: string | number | undefined) => {
   return keepAliveMs === undefined ? {} : { keepAliveMs };
 };
 
-/** The request's options, none of them one Parley cannot honour. */
-function checkedOptions(options: OllamaOptions = {}): OllamaOptions {
-  const unknown = Object.keys(options).find((name) => !Object.hasOwn(OllamaOptions.properties, name) && !RESOURCE_OPTIONS.has(name));
-  if (unknown !== undefined) throw new InvalidInput(`options.${unknown}`, `Parley cannot honour this option: ${OPTION_RULE}`);
-  return options;
-}
+/** No option changes an embedding: every one is ignored. */
+const NO_OPTIONS: ReadonlySet<string> = new Set();
+
+/** `repeat_last_n`: 0 counts none, -1 the whole reply (Ollama's "the context"; the engine bounds it by the context). */
+const penaltyWindowOf = (lastN: number | null | undefined) => (lastN == null ? {} : { penaltyWindow: lastN < 0 ? Number.POSITIVE_INFINITY : lastN });
 
 /** The request's fields as the turn takes them, beside its history. */
 function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest["tools"]): Omit<CompletionInput, "signal" | "userId"> {
-  const options = checkedOptions(body.options);
+  const options: OllamaOptions = body.options ?? {};
   const predict = options.num_predict ?? -1;
   if (predict === 0) throw new InvalidInput("options.num_predict", "options.num_predict must be at least 1, or -1 for as long as the context allows");
   const stop = options.stop ?? [];
@@ -139,8 +141,10 @@ function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest
       temperature: options.temperature ?? DEFAULT_TEMPERATURE,
       ...(options.seed != null ? { seed: options.seed } : {}),
       ...samplingFieldsOf(options),
+      ...penaltyWindowOf(options.repeat_last_n),
     },
     ...(predict > 0 ? { maxTokens: predict } : {}),
+    ...(options.num_ctx != null ? { contextTokens: options.num_ctx } : {}),
     ...(stop.length > 0 ? { stop } : {}),
     ...(format ? { format } : {}),
     ...(offered ? { tools: offered } : {}),
@@ -157,7 +161,28 @@ const REFUSALS = [...TURN_REFUSALS, "quota_exceeded"] as const;
 /** What a listing can be refused for. */
 const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const;
 
-export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalService }) => {
+/**
+ * The turn's events as they come, each seen by `seen` first; its end handed back (a consumer that
+ * stops early ends the turn too).
+ */
+async function* watched(
+  events: AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void>,
+  seen: (event: CompletionStart | TurnEvent) => void,
+): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
+  try {
+    for (;;) {
+      const step = await events.next();
+      if (step.done) return step.value;
+      seen(step.value);
+      yield step.value;
+    }
+  } finally {
+    await events.return(undefined);
+  }
+}
+
+export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalService; log: Logger; metrics: Metrics }) => {
+  const leniency = new Leniency(deps);
   const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
   const ollamaTurnBody = jsonBody(deps.body, { anyMediaType: true, pictures: true });
   /** A generating route's reply: one object with `stream: false`, else one JSON object a line. */
@@ -168,7 +193,13 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     { principal, ...exchange }: Omit<Exchange, "keyId"> & { principal: Principal },
   ) {
     const shown = body.think !== false;
-    const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
+    const asked = input.contextTokens;
+    // A context larger than the served one is held to it, and said.
+    const seen = (event: CompletionStart | TurnEvent) => {
+      if (event.type === "start" && asked !== undefined && event.contextTokens !== undefined && event.contextTokens < asked)
+        leniency.clamped(exchange, "options.num_ctx", asked, event.contextTokens);
+    };
+    const turn = (hooks: RequestHooks) => watched(deps.completions.complete({ ...input, userId: principal.userId, ...hooks }), seen);
     const keyed = { ...exchange, keyId: principal.keyId };
     if (body.stream === false) {
       const startedAt = performance.now();
@@ -192,6 +223,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     .post(
       "/api/chat",
       async function* ({ body, principal, request, server, set }) {
+        leniency.ignored({ request, set }, ignoredFields(body, OllamaChatRequest, HONOURED_OPTIONS));
         if (body.messages.length === 0) return await loaded("chat", body, request.signal);
         return yield* answer("chat", turnInput(body, turnsOf(body.messages), body.tools), body, { principal, request, server, set });
       },
@@ -209,6 +241,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     .post(
       "/api/generate",
       async function* ({ body, principal, request, server, set }) {
+        leniency.ignored({ request, set }, ignoredFields(body, OllamaGenerateRequest, HONOURED_OPTIONS));
         if (body.prompt === "" && body.system === undefined) return await loaded("generate", body, request.signal);
         if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
         const messages: Turn[] = [
@@ -256,7 +289,8 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     )
     .post(
       "/api/show",
-      ({ body }) => {
+      ({ body, request, set }) => {
+        leniency.ignored({ request, set }, ignoredFields(body, OllamaShowRequest, NO_OPTIONS));
         const model = deps.completions.models().find((served) => served.id === body.model);
         if (!model) throw new ModelNotFound(`no model ${JSON.stringify(body.model)}: GET /api/tags lists them`);
         return showJson(model);
@@ -275,7 +309,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     .post(
       "/api/embed",
       async ({ body, principal, request, set }) => {
-        checkedOptions(body.options);
+        leniency.ignored({ request, set }, ignoredFields(body, OllamaEmbedRequest, NO_OPTIONS));
         // As Ollama's server: an empty string is no input, and no input only loads the model.
         const inputs = body.input === "" ? [] : typeof body.input === "string" ? [body.input] : body.input;
         const empty = inputs.indexOf("");
@@ -309,7 +343,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     .post(
       "/api/embeddings",
       async ({ body, principal, request, set }) => {
-        checkedOptions(body.options);
+        leniency.ignored({ request, set }, ignoredFields(body, OllamaEmbeddingsRequest, NO_OPTIONS));
         if (!body.prompt.isWellFormed()) throw new InvalidInput("prompt", "must be valid Unicode text (it has a lone surrogate)");
         const result = await deps.retrieval.embed({
           userId: principal.userId,
