@@ -1,7 +1,8 @@
 /**
  * `bun run bench perf [--quick] [--preset bench-small|bench-1b] [--type f16|q8_0|q4_0] [--runs N]
  * [--threads N] [--only B1,B2,...] [--streams 1,8,32] [--chart docs/perf.svg] [--llama-server PATH]
- * [--llama-flag FLAG ...] [--binary dist/parley] [--parley-env NAME=VALUE ...]`: B1-B24, Parley
+ * [--llama-flag FLAG ...] [--binary dist/parley] [--parley-env NAME=VALUE ...]
+ * [--workload kernel-parity|fresh-text] [--rounds N]`: B1-B25, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
@@ -12,7 +13,11 @@
  * `--parley-env` (repeatable) sets a variable for every Parley server, to measure a setting, and
  * `--llama-flag` (repeatable) adds a flag to every llama-server, e.g. `--llama-flag=-ngl=99` on a GPU
  * (`=` inside splits it into the flag and its value). `--streams` names B8's stream counts.
- * `--preset bench-1b` serves the GPU benchmark's model (bench/gpu/run.sh).
+ * `--preset bench-1b` serves the GPU benchmark's model (bench/gpu/run.sh). `--workload` names
+ * what B1, B8, B9 and B14 reply (default kernel parity; bench/perf/workload.ts), `--rounds` how many
+ * paired rounds B1, B8, B9, B14 and B25 take a level (default 9). The JSON records where it came
+ * from (bench/perf/provenance.ts); a scenario that failed, or a round that measured no number,
+ * marks the whole file `invalid`.
  */
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
@@ -23,8 +28,10 @@ import { NODE_LLAMA_CPP_VERSION } from "../src/natives/version";
 import { installAlone } from "../test/support/binary";
 import { perfChart } from "./perf/chart";
 import type { Context, Row } from "./perf/harness";
+import { provenance, recordedPath } from "./perf/provenance";
 import { scenarios } from "./perf/scenarios";
 import { printTable } from "./perf/table";
+import { WORKLOADS, type Workload } from "./perf/workload";
 import { buildLlamaServer } from "./perf/yardstick";
 
 const ROOT = join(import.meta.dir, "..");
@@ -46,8 +53,15 @@ const { values } = parseArgs({
     "llama-flag": { type: "string", multiple: true, default: [] },
     streams: { type: "string" },
     preset: { type: "string" },
+    workload: { type: "string", default: "kernel-parity" },
+    rounds: { type: "string" },
   },
 });
+if (!(WORKLOADS as readonly string[]).includes(values.workload!)) {
+  console.error(`--workload: expected ${WORKLOADS.join(" or ")} (got "${values.workload}")`);
+  process.exit(2);
+}
+const workload = values.workload as Workload;
 const llamaFlags = values["llama-flag"]!.flatMap((flag) => flag.split("="));
 const streamLevels = values.streams?.split(",").map(Number);
 if (streamLevels?.some((n) => !Number.isInteger(n) || n < 1)) {
@@ -96,17 +110,31 @@ const ctx: Context = {
   installed: values.binary === undefined ? undefined : installAlone(values.binary, "bench"),
   parleyEnv,
   llamaFlags,
+  workload,
+  rounds: Number(values.rounds ?? (quick ? 1 : 9)),
   ...(streamLevels === undefined ? {} : { streamLevels }),
 };
 
+if (!Number.isInteger(ctx.rounds) || ctx.rounds < 1) {
+  console.error(`--rounds: expected a whole number of rounds (got "${values.rounds}")`);
+  process.exit(2);
+}
+
 const only = values.only?.split(",");
 const rows: Row[] = [];
+// Why the file must not be quoted, where something failed: its figures stay for diagnosis.
+const invalid: string[] = [];
 const started = performance.now();
 try {
   for (const scenario of scenarios) {
     if (only && !scenario.ids.some((id) => only.includes(id))) continue;
     console.error(`running ${scenario.ids.join("/")} ...`);
-    rows.push(...(await scenario.run(ctx)));
+    try {
+      rows.push(...(await scenario.run(ctx)));
+    } catch (error) {
+      invalid.push(`${scenario.ids.join("/")}: ${error instanceof Error ? error.message : String(error)}`);
+      console.error(`  ${scenario.ids.join("/")} failed, the run is invalid: ${error}`);
+    }
   }
 } finally {
   rmSync(work, { recursive: true, force: true });
@@ -117,15 +145,26 @@ try {
 const localNatives = ctx.installed ? "" : join(compiledNativesDir(NODE_LLAMA_CPP_VERSION), "linux-x64");
 const report = {
   when: new Date().toISOString(),
-  command: `bun run bench perf ${Bun.argv.slice(2).join(" ")}`.trim(),
-  model,
+  command: `bun run bench perf ${Bun.argv.slice(2).map(recordedPath).join(" ")}`.trim(),
+  ...(invalid.length > 0 ? { invalid: invalid.join("; ") } : {}),
+  workload,
+  model: recordedPath(model),
+  preset,
   fileType,
   threads: ctx.threads,
   runs: ctx.runs,
+  rounds: ctx.rounds,
   ...(llamaFlags.length > 0 ? { llamaFlags } : {}),
   ...(Object.keys(parleyEnv).length > 0 ? { parleyEnv } : {}),
-  parley: ctx.installed ? `${values.binary} (installed alone)` : "bun src/cli.ts (this checkout)",
-  natives: ctx.installed ? "embedded in the binary" : existsSync(localNatives) ? `local build (${localNatives})` : "npm prebuilt",
+  parley: ctx.installed ? `${recordedPath(values.binary!)} (installed alone)` : "bun src/cli.ts (this checkout)",
+  natives: ctx.installed ? "embedded in the executable" : existsSync(localNatives) ? "compiled" : "npm prebuilt",
+  provenance: await provenance({
+    model,
+    llamaServer: ctx.llamaServer,
+    binary: values.binary,
+    nativesDir: parleyEnv.PARLEY_NATIVES_DIR,
+    localCompiled: ctx.installed ? undefined : localNatives,
+  }),
   seconds: Math.round((performance.now() - started) / 1000),
   rows,
 };
@@ -134,7 +173,7 @@ writeFileSync(`${stem}.json`, `${JSON.stringify(report, null, 2)}\n`);
 const written = [relative(ROOT, `${stem}.json`)];
 const chart = perfChart(
   `Parley vs llama-server · ${preset} (${fileType}) · ${report.threads} thread${report.threads === 1 ? "" : "s"}`,
-  `${report.when.slice(0, 16).replace("T", " ")} UTC · medians of ${report.runs} run${report.runs === 1 ? "" : "s"} · ${ctx.decodeTokens} new tokens a stream · natives: ${report.natives}`,
+  `${report.when.slice(0, 16).replace("T", " ")} UTC · ${workload} · medians of ${report.rounds} paired round${report.rounds === 1 ? "" : "s"} · ${ctx.decodeTokens} new tokens a stream · natives: ${report.natives}`,
   rows,
 );
 if (chart !== undefined) {
@@ -149,3 +188,7 @@ if (chart !== undefined) {
 printTable(report);
 console.log("");
 for (const file of written) console.log(`written ${file}`);
+if (invalid.length > 0) {
+  console.error(`INVALID: ${report.invalid}`);
+  process.exitCode = 1;
+}

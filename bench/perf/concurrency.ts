@@ -5,20 +5,12 @@
 
 import { median, quantile, sum } from "../../test/support/stats";
 import type { TurnTiming } from "./clients";
-import { alternating, type Context, type PerSide, type Row, ratio, type Scenario, type Side, type SideName } from "./harness";
+import { alternating, type Context, compared, type PerSide, type Row, ratio, type Scenario, type Side, type SideName } from "./harness";
 import { userMessage } from "./text";
 
 /** B8's levels unless the run names others (`--streams`). */
 export const STREAM_LEVELS = [1, 2, 4, 8];
 const BUSY_STREAMS = 3;
-
-/**
- * Rounds per run of B8 and B9. A round takes 1-4 s, and one side's rate moved by 10-20% from one
- * round to the next (B8 at one stream: 102-120 tok/s over seven rounds, llama-server 103-122):
- * three rounds' median of that moved a target's ratio across its bound from one run to the next
- * (four streams 0.84-1.07 over runs 25-27, B9 0.83-1.13), so each side gets three times as many.
- */
-const ROUNDS_PER_RUN = 3;
 
 /** Completion tokens of all streams over the window from the first token to the last across them. */
 export function aggregateTps(turns: readonly TurnTiming[]): number {
@@ -45,6 +37,8 @@ interface Level {
   streamP10: number;
   streamP50: number;
   runs: number[];
+  /** Each round's tokens over the time from the requests' sending. */
+  endToEndRuns: number[];
   /** Each stream's completion tokens: fewer than asked for means a reply stopped early. */
   streamTokens: number[];
 }
@@ -62,7 +56,7 @@ export const concurrencySweep: Scenario = {
         n,
         (side, server) => round(side, server.url, "warm-up", (i) => 100 * i),
         (side, url, r) => round(side, url, String(r), (i) => 1000 * n + 100 * r + i),
-        ctx.runs * ROUNDS_PER_RUN,
+        ctx.rounds,
       );
       for (const [name, runs] of Object.entries(measured) as [SideName, TurnTiming[][]][]) {
         const streams = runs.flat();
@@ -78,6 +72,7 @@ export const concurrencySweep: Scenario = {
             0.5,
           ),
           runs: runs.map(aggregateTps),
+          endToEndRuns: runs.map(endToEndTps),
           streamTokens: streams.map((t) => t.completionTokens),
         };
         console.error(`  ${name}, ${n} at once: ${level.aggregateTps.toFixed(1)} tok/s`);
@@ -85,16 +80,19 @@ export const concurrencySweep: Scenario = {
       }
     }
     const series = (name: SideName, pick: (level: Level) => number) => levels[name]?.map(pick);
-    const row = (what: string, i: number, pick: (level: Level) => number, target?: Row["target"]): Row => {
-      const [mine, theirs] = [series("parley", pick)?.[i], series("llamaServer", pick)?.[i]];
-      return { id: "B8", what, parley: mine, yardstick: theirs, ratio: ratio(mine, theirs), target };
+    // Paired rows where the level's rounds are (aggregate rates), the two sides' medians elsewhere (per-stream quantiles).
+    const row = (what: string, i: number, pick: (level: Level) => number | number[], target?: Row["target"]): Row => {
+      const [mine, theirs] = [levels.parley?.[i], levels.llamaServer?.[i]].map((level) => level && pick(level));
+      const workload = ctx.workload;
+      if (Array.isArray(mine) || Array.isArray(theirs)) return compared({ id: "B8", what, target, workload }, mine as number[], theirs as number[] | undefined);
+      return { id: "B8", what, workload, parley: mine, yardstick: theirs, ratio: ratio(mine, theirs), target };
     };
     const streams = (n: number) => `${n} stream${n === 1 ? "" : "s"}`;
     const targets: Record<number, Row["target"]> = ctx.streamLevels
       ? Object.fromEntries(ctx.streamLevels.map((n) => [n, [">=", 0.95]]))
       : { 1: [">=", 0.95], 4: [">=", 1.0] };
-    const aggregate = streamLevels.map((n, i) => row(`aggregate decode tok/s, ${streams(n)}`, i, (l) => l.aggregateTps, targets[n]));
-    const endToEnd = streamLevels.map((n, i) => row(`aggregate tok/s from the requests' sending, ${streams(n)}`, i, (l) => l.endToEndTps));
+    const aggregate = streamLevels.map((n, i) => row(`aggregate decode tok/s, ${streams(n)}`, i, (l) => l.runs, targets[n]));
+    const endToEnd = streamLevels.map((n, i) => row(`aggregate tok/s from the requests' sending, ${streams(n)}`, i, (l) => l.endToEndRuns));
     const fairness = streamLevels.flatMap((n, i) =>
       n === 1 ? [] : [row(`per-stream tok/s p50, ${streams(n)}`, i, (l) => l.streamP50), row(`per-stream tok/s p10, ${streams(n)}`, i, (l) => l.streamP10)],
     );
@@ -139,7 +137,7 @@ export const ttftWhileBusy: Scenario = {
       BUSY_STREAMS + 1,
       (side, server) => side.ask(server.url, "warm-up", shortPrompt(0), ctx.decodeTokens),
       async (side, url, r) => ({ aloneMs: (await side.ask(url, `b9-alone-${r}`, shortPrompt(700 + r), 8)).ttftMs, ...(await whileBusy(side, url, ctx, r)) }),
-      ctx.runs * ROUNDS_PER_RUN,
+      ctx.rounds,
     );
     const summary = (of: { aloneMs: number; short: TurnTiming; busy: Busy }[] | undefined) =>
       of && {
@@ -148,22 +146,25 @@ export const ttftWhileBusy: Scenario = {
         rounds: of.map((run) => ({ aloneMs: run.aloneMs, busyMs: run.short.ttftMs, ...run.busy })),
       };
     const [mine, theirs] = [summary(runs.parley), summary(runs.llamaServer)];
-    const slowdown = (m: typeof mine) => m && m.busyMs / m.aloneMs;
+    // Each round's slowdown, paired with the other side's of the same round.
+    const slowdowns = (m: typeof mine) => m?.rounds.map((round) => round.busyMs / round.aloneMs);
     return [
-      {
-        id: "B9",
-        what: `short request TTFT while ${BUSY_STREAMS} decode ÷ alone (parallel ${BUSY_STREAMS + 1})`,
-        parley: slowdown(mine),
-        yardstick: slowdown(theirs),
-        ratio: ratio(slowdown(mine), slowdown(theirs)),
-        target: ["<=", 1.0],
-        detail: {
-          categories: ["alone", `while ${BUSY_STREAMS} decode`],
-          parley: mine && [mine.aloneMs, mine.busyMs],
-          llamaServer: theirs && [theirs.aloneMs, theirs.busyMs],
-          rounds: { parley: mine?.rounds, llamaServer: theirs?.rounds },
+      compared(
+        {
+          id: "B9",
+          what: `short request TTFT while ${BUSY_STREAMS} decode ÷ alone (parallel ${BUSY_STREAMS + 1})`,
+          target: ["<=", 1.0],
+          workload: ctx.workload,
+          detail: {
+            categories: ["alone", `while ${BUSY_STREAMS} decode`],
+            parley: mine && [mine.aloneMs, mine.busyMs],
+            llamaServer: theirs && [theirs.aloneMs, theirs.busyMs],
+            rounds: { parley: mine?.rounds, llamaServer: theirs?.rounds },
+          },
         },
-      },
+        slowdowns(mine),
+        slowdowns(theirs),
+      ),
       { id: "B9", what: "short request TTFT ms alone", parley: mine?.aloneMs, yardstick: theirs?.aloneMs, ratio: ratio(mine?.aloneMs, theirs?.aloneMs) },
       {
         id: "B9",

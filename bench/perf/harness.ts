@@ -4,8 +4,11 @@
  */
 import { join } from "node:path";
 import type { Installed } from "../../test/support/binary";
+import { median } from "../../test/support/stats";
 import { type ExtraFields, llamaServerTurn, type OnFirstToken, parleyTurn, type TurnTiming } from "./clients";
+import { type Interval, pairedInterval } from "./paired";
 import { type Server, startLlamaServer, startParley } from "./procs";
+import { type Workload, workloadEnv, workloadSampling } from "./workload";
 
 export interface Context {
   quick: boolean;
@@ -30,6 +33,10 @@ export interface Context {
   llamaFlags?: string[];
   /** B8's stream counts (`--streams`); default STREAM_LEVELS. */
   streamLevels?: number[];
+  /** What B1, B8, B9 and B14 reply (`--workload`): see workload.ts. */
+  workload: Workload;
+  /** Paired rounds of B1, B8, B9 and B25 a level (`--rounds`). */
+  rounds: number;
 }
 
 export interface Row {
@@ -37,8 +44,13 @@ export interface Row {
   what: string;
   parley?: number;
   yardstick?: number;
+  /** Where a row has paired rounds, their median ratio: the same as `interval.median`. */
   ratio?: number;
+  /** The paired rounds' spread: a target is met only when the interval's far end clears it. */
+  interval?: Interval;
   target?: [">=" | "<=", number];
+  /** The replies measured, where the row compares servers on replies. */
+  workload?: Workload;
   detail?: unknown;
 }
 
@@ -95,6 +107,25 @@ export const yardstick = (ctx: Context, parallel: number) => () =>
 
 export const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? undefined : a / b);
 
+/**
+ * A row comparing two sides' paired rounds (`mine[r]` beside `theirs[r]`): each side's median, and
+ * the ratio as the median of the pairs' ratios with its interval. `lowerIsBetter` rows (times) keep
+ * the ratio mine ÷ theirs all the same.
+ */
+export function compared(
+  row: Omit<Row, "parley" | "yardstick" | "ratio" | "interval">,
+  mine: readonly number[] | undefined,
+  theirs: readonly number[] | undefined,
+): Row {
+  const interval = pairedInterval(mine, theirs);
+  return {
+    ...row,
+    parley: mine && median(mine),
+    yardstick: theirs && median(theirs),
+    ...(interval ? { ratio: interval.median, interval } : {}),
+  };
+}
+
 /** The key of a side's figures in a row's detail (and the chart's series). */
 export type SideName = "parley" | "llamaServer";
 
@@ -106,14 +137,23 @@ export interface Side {
   ask(url: string, tag: string, message: string, maxTokens: number, onFirstToken?: OnFirstToken, extra?: ExtraFields): Promise<TurnTiming>;
 }
 
-/** Parley, then llama-server unless this run skips the yardstick. */
-export function sides(ctx: Context): Side[] {
-  const mine: Side = { name: "parley", start: (n) => parley(ctx, n), ask: parleyTurn };
+/**
+ * Parley, then llama-server unless this run skips the yardstick, both replying as `workload` asks
+ * (default the run's): Parley's servers set as it says, each request sampled as it says.
+ */
+export function sides(ctx: Context, workload = ctx.workload): Side[] {
+  const mine: Side = {
+    name: "parley",
+    start: (n) => parley(ctx, n, freshDb(ctx), workloadEnv(workload)),
+    ask: (url, tag, message, maxTokens, onFirstToken, extra) =>
+      parleyTurn(url, tag, message, maxTokens, onFirstToken, { ...workloadSampling(workload, tag), ...extra }),
+  };
   if (ctx.llamaServer === undefined) return [mine];
   const theirs: Side = {
     name: "llamaServer",
     start: (n) => yardstick(ctx, n),
-    ask: (url, _tag, message, maxTokens, onFirstToken, extra) => llamaServerTurn(url, [{ role: "user", content: message }], maxTokens, onFirstToken, extra),
+    ask: (url, tag, message, maxTokens, onFirstToken, extra) =>
+      llamaServerTurn(url, [{ role: "user", content: message }], maxTokens, onFirstToken, { ...workloadSampling(workload, tag), ...extra }),
   };
   return [mine, theirs];
 }

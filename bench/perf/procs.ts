@@ -29,25 +29,36 @@ export interface ParleyOptions {
   installed?: Installed;
 }
 
+/**
+ * Every server this process started, as it was started (its command and the settings it was given:
+ * for Parley its `PARLEY_*` environment, for llama-server its flags), for the run's record.
+ */
+export const launches: { server: string; command: string[]; env?: Record<string, string> }[] = [];
+
 /** `parley serve` (from source or the built executable), ready once `/readyz` answers 200 (the model is loaded). */
 export async function startParley(options: ParleyOptions): Promise<Server> {
-  const server = await startServer({
-    installed: options.installed,
-    dbPath: options.db,
-    adminKey: ADMIN_KEY,
-    env: {
-      PARLEY_MODEL: options.model,
-      PARLEY_THREADS: String(options.threads),
-      PARLEY_PARALLEL: String(options.parallel),
-      PARLEY_CONTEXT_SIZE: String(options.contextSize),
-      PARLEY_QUEUE_MAX: "256",
-      // The load tests are one key hammering one endpoint: no per-key limits in the way.
-      PARLEY_RATE_LIMIT: "0",
-      PARLEY_MAX_STREAMS_PER_KEY: "1000",
-      ...options.env,
-    },
-    timeoutMs: STARTUP_MS,
+  const env = {
+    PARLEY_MODEL: options.model,
+    PARLEY_THREADS: String(options.threads),
+    PARLEY_PARALLEL: String(options.parallel),
+    PARLEY_CONTEXT_SIZE: String(options.contextSize),
+    PARLEY_QUEUE_MAX: "256",
+    // The load tests are one key hammering one endpoint: no per-key limits in the way.
+    PARLEY_RATE_LIMIT: "0",
+    PARLEY_MAX_STREAMS_PER_KEY: "1000",
+    ...options.env,
+  };
+  // From source the server also inherits this shell's PARLEY_* and the test harness's own (a free
+  // port, no models directory, no natives build); the executable runs with only what it is given.
+  const inherited = options.installed
+    ? {}
+    : { ...Object.fromEntries(Object.entries(Bun.env).filter(([name]) => name.startsWith("PARLEY_"))), PARLEY_BUILD_NATIVES: "off" };
+  launches.push({
+    server: "parley",
+    command: options.installed ? ["parley", "serve", "--port", "0"] : ["bun", "src/cli.ts", "serve"],
+    env: { ...inherited, ...env } as Record<string, string>,
   });
+  const server = await startServer({ installed: options.installed, dbPath: options.db, adminKey: ADMIN_KEY, env, timeoutMs: STARTUP_MS });
   return { ...server, name: "parley" };
 }
 
@@ -65,29 +76,28 @@ export interface LlamaServerOptions {
 /** llama.cpp's own server, the yardstick. */
 export async function startLlamaServer(options: LlamaServerOptions): Promise<Server> {
   const port = 20_000 + Math.floor(Math.random() * 20_000);
-  const proc = Bun.spawn(
-    [
-      options.binary,
-      "-m",
-      options.model,
-      "-t",
-      String(options.threads),
-      "-tb",
-      String(options.threads),
-      "-np",
-      String(options.parallel),
-      "-c",
-      String(options.contextSize * options.parallel),
-      "--host",
-      "127.0.0.1",
-      "--port",
-      String(port),
-      "--jinja",
-      "--no-webui",
-      ...(options.flags ?? []),
-    ],
-    { stdout: "ignore", stderr: "ignore" },
-  );
+  const argv = [
+    options.binary,
+    "-m",
+    options.model,
+    "-t",
+    String(options.threads),
+    "-tb",
+    String(options.threads),
+    "-np",
+    String(options.parallel),
+    "-c",
+    String(options.contextSize * options.parallel),
+    "--host",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--jinja",
+    "--no-webui",
+    ...(options.flags ?? []),
+  ];
+  launches.push({ server: "llama-server", command: argv.map((arg, i) => (argv[i - 1] === "--port" ? "<port>" : arg)) });
+  const proc = Bun.spawn(argv, { stdout: "ignore", stderr: "ignore" });
   const url = `http://127.0.0.1:${port}`;
   const healthy = () =>
     fetch(`${url}/health`).then(

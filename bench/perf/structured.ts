@@ -4,8 +4,7 @@
  * constrained decoding costs Parley against what it costs llama-server.
  */
 
-import { median } from "../../test/support/stats";
-import { alternating, ratio, type Scenario, type Side, type SideName } from "./harness";
+import { alternating, compared, type Scenario, type Side, type SideName } from "./harness";
 import { userMessage } from "./text";
 
 const SCHEMA = {
@@ -33,23 +32,22 @@ export const structuredOutput: Scenario = {
       // Warm: the grammar's first use and the per-token path compiled, as B8 warms up.
       (side, server) => ask(side, server.url, "b14-warm", 800),
       (side, url, r) => ask(side, url, `b14-${r}`, 801 + r),
+      ctx.rounds,
     );
-    const tps = (name: SideName) => {
-      const runs = b14.runs[name];
-      return runs && median(runs.map((run) => run.decodeTps));
-    };
-    const [mine, theirs] = [tps("parley"), tps("llamaServer")];
+    const tps = (name: SideName) => b14.runs[name]?.map((run) => run.decodeTps);
     const tokens = (name: SideName) => b14.runs[name]?.map((run) => run.completionTokens);
     return [
-      {
-        id: "B14",
-        what: "decode tok/s, a reply held to a JSON schema",
-        parley: mine,
-        yardstick: theirs,
-        ratio: ratio(mine, theirs),
-        target: [">=", 0.95],
-        detail: { completionTokens: { parley: tokens("parley"), llamaServer: tokens("llamaServer") }, schema: SCHEMA },
-      },
+      compared(
+        {
+          id: "B14",
+          what: "decode tok/s, a reply held to a JSON schema",
+          target: [">=", 0.95],
+          workload: ctx.workload,
+          detail: { completionTokens: { parley: tokens("parley"), llamaServer: tokens("llamaServer") }, schema: SCHEMA },
+        },
+        tps("parley"),
+        tps("llamaServer"),
+      ),
     ];
   },
 };
