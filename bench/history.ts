@@ -1,5 +1,5 @@
 /**
- * `bun run bench history`: every recorded run's ratios to llama-server as one table, from the data
+ * `bun run bench history`: every recorded run's ratios to llama-server, a table a measure, from the data
  * under bench/results/: runs 1-32 as kept by hand then (`history-runs-1-32.json`), and each
  * `bench perf` JSON saved there since (a run's targets: B1, B3, B8 at 1 and 4 streams, B9, B14;
  * B15 is Parley against itself without a quota; B8 at 8 and 32 streams is the GPU run's, whose
@@ -29,6 +29,11 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B17, repeating replies vs default", history: "-", perf: ["B17", "repeating replies, decode tok/s, 1 stream vs llama-server's default"] },
   { label: "B17, vs --spec-type ngram-mod", history: "-", perf: ["B17", "repeating replies, decode tok/s, 1 stream vs llama-server --spec-type ngram-mod"] },
   {
+    label: "B17, vs llama-server's best speculation setting",
+    history: "-",
+    perf: ["B17", "repeating replies, decode tok/s, 1 stream vs llama-server's best speculation setting"],
+  },
+  {
     label: "B18, 4 streams vs default",
     history: "-",
     perf: ["B18", "repeating replies, tok/s from the requests' sending, 4 streams vs llama-server's default"],
@@ -50,11 +55,23 @@ const MEASURES: { label: string; history: string; perf: [id: string, what: strin
   { label: "B22, rerank (llama-server's ms ÷ Parley's)", history: "-", perf: ["B22", "rerank ms, 16 documents a query (ratio: llama-server's ÷ Parley's)"] },
   { label: "B23, TTFT with a new picture", history: "-", perf: ["B23", "TTFT ms, a chat completion with a new 256×256 picture"] },
   { label: "B24, a picture's ms", history: "-", perf: ["B24", "a picture's ms: TTFT with it − without (decode, encode, evaluate)"] },
+  ...[1, 4, 8].map((n) => ({
+    label: `B25, fresh text, speculation auto ÷ off, ${n} stream${n === 1 ? "" : "s"} (≥ 0.98 is met)`,
+    history: "-",
+    perf: ["B25", `fresh text, aggregate decode tok/s, ${n} stream${n === 1 ? "" : "s"}, speculation auto ÷ off`] as [string, string],
+  })),
 ];
 
-interface Column {
+interface Cell {
+  ratio: number;
+  interval?: { lo: number; hi: number; min: number; max: number; pairs: number };
+}
+
+interface Run {
   name: string;
-  ratios: (number | null)[];
+  workload?: string;
+  invalid?: string;
+  cells: (Cell | null)[];
 }
 
 interface History {
@@ -64,24 +81,50 @@ interface History {
 
 interface PerfRun {
   when: string;
-  build?: string;
-  rows: { id: string; what: string; ratio: number | null }[];
+  workload?: string;
+  invalid?: string;
+  rows: { id: string; what: string; ratio: number | null; interval?: Cell["interval"] }[];
 }
 
 const history = JSON.parse(readFileSync(join(RESULTS, "history-runs-1-32.json"), "utf8")) as History;
-const columns: Column[] = history.runs.map((run, i) => ({ name: String(run), ratios: MEASURES.map((m) => history.ratios[m.history]?.[i] ?? null) }));
+const runs: Run[] = history.runs.map((run, i) => ({
+  name: String(run),
+  cells: MEASURES.map((m) => {
+    const ratio = history.ratios[m.history]?.[i];
+    return ratio == null ? null : { ratio };
+  }),
+}));
 for (const file of readdirSync(RESULTS)
   .filter((name) => name.includes("-perf-"))
   .sort()) {
   const run = JSON.parse(readFileSync(join(RESULTS, file), "utf8")) as PerfRun;
-  const ratio = ([id, what]: [string, string]) => run.rows.find((row) => row.id === id && row.what === what)?.ratio ?? null;
-  columns.push({
-    name: file.replace(/-perf-.*?(-(before|after))?\.json$/, (_, side) => (side ? ` ${side.slice(1)}` : "")) + (file.includes("-gpu-") ? " GPU" : ""),
-    ratios: MEASURES.map((m) => ratio(m.perf)),
+  const cell = ([id, what]: [string, string]): Cell | null => {
+    const row = run.rows.find((r) => r.id === id && r.what === what);
+    return row?.ratio == null ? null : { ratio: row.ratio, ...(row.interval ? { interval: row.interval } : {}) };
+  };
+  runs.push({
+    name: file.replace(/\.json$/, ""),
+    ...(run.workload ? { workload: run.workload } : {}),
+    ...(run.invalid ? { invalid: run.invalid } : {}),
+    cells: MEASURES.map((m) => cell(m.perf)),
   });
 }
 
-const cell = (value: number | null) => (value === null ? "—" : value.toFixed(2));
-console.log(`| ratio to llama-server | ${columns.map((c) => c.name).join(" | ")} |`);
-console.log(`|---|${columns.map(() => "---").join("|")}|`);
-for (const [i, measure] of MEASURES.entries()) console.log(`| ${measure.label} | ${columns.map((c) => cell(c.ratios[i]!)).join(" | ")} |`);
+// One table a measure, a line a run that has it: the ratio with its paired rounds' spread where the
+// run kept them, and a run marked invalid (a failed or empty round) shown but never read as a figure.
+const fixed = (value: number) => value.toFixed(2);
+for (const [i, measure] of MEASURES.entries()) {
+  const lines = runs.flatMap((run) => {
+    const cell = run.cells[i];
+    if (!cell) return [];
+    const spread = cell.interval ? `${fixed(cell.interval.lo)}–${fixed(cell.interval.hi)}` : "unpaired";
+    const range = cell.interval ? `${fixed(cell.interval.min)}–${fixed(cell.interval.max)} (${cell.interval.pairs})` : "—";
+    const ratio = run.invalid ? `invalid (${fixed(cell.ratio)})` : fixed(cell.ratio);
+    return [`| ${run.name} | ${run.workload ?? "—"} | ${ratio} | ${spread} | ${range} |`];
+  });
+  if (lines.length === 0) continue;
+  console.log(`\n### ${measure.label}\n`);
+  console.log("| run | workload | ratio (median of pairs) | 95% interval | min–max (pairs) |");
+  console.log("|---|---|---|---|---|");
+  for (const line of lines) console.log(line);
+}

@@ -7,10 +7,19 @@
  */
 import type { Row, SideName } from "./harness";
 
-/** What a charted row carries in its detail: x categories (default 1..n) and one value per category and side. */
-export type ChartSeries = { categories?: string[] } & Partial<Record<SideName, number[]>>;
+/**
+ * What a charted row carries in its detail: x categories (default 1..n) and one value per category
+ * and side; optionally each category's paired ratio with its interval, printed under it.
+ */
+export type ChartSeries = { categories?: string[]; ratios?: (ChartRatio | null)[] } & Partial<Record<SideName, number[]>>;
 
-interface Panel {
+export interface ChartRatio {
+  median: number;
+  lo: number;
+  hi: number;
+}
+
+export interface Panel {
   /** The scenario whose first row with a detail feeds the panel. */
   row: string;
   /** The detail's field that holds the panel's series, where the detail holds more. */
@@ -21,6 +30,8 @@ interface Panel {
   x: string;
   y: string;
   kind: "bars" | "lines";
+  /** A small line under the title: where the figures come from. */
+  note?: string;
 }
 
 const PANELS: Panel[] = [
@@ -44,7 +55,7 @@ const SIDES: { name: SideName; label: string; colour: string }[] = [
   { name: "llamaServer", label: "llama-server", colour: "#e8872b" },
 ];
 
-const PANEL = { width: 340, height: 300, left: 56, right: 12, top: 36, bottom: 48 };
+const PANEL = { width: 340, height: 310, left: 56, right: 12, top: 44, bottom: 58 };
 const GAP = 20;
 const HEADER = 84;
 const COLUMNS = 3;
@@ -66,18 +77,19 @@ function ticks(max: number): number[] {
   return Array.from({ length: Math.ceil(max / step - 1e-9) + 1 }, (_, i) => i * step);
 }
 
-interface Drawn {
+export interface Drawn {
   categories: string[];
   series: { side: (typeof SIDES)[number]; values: number[] }[];
+  ratios?: (ChartRatio | null)[];
 }
 
-function drawable(detail: unknown): Drawn | undefined {
+export function drawable(detail: unknown): Drawn | undefined {
   if (typeof detail !== "object" || detail === null) return undefined;
   const chart = detail as ChartSeries;
   const series = SIDES.flatMap((side) => (Array.isArray(chart[side.name]) ? [{ side, values: chart[side.name]! }] : []));
   if (series.length === 0) return undefined;
   const length = Math.max(...series.map((s) => s.values.length));
-  return { categories: chart.categories ?? Array.from({ length }, (_, i) => String(i + 1)), series };
+  return { categories: chart.categories ?? Array.from({ length }, (_, i) => String(i + 1)), series, ...(chart.ratios ? { ratios: chart.ratios } : {}) };
 }
 
 function panel(spec: Panel, data: Drawn): string {
@@ -89,13 +101,14 @@ function panel(spec: Panel, data: Drawn): string {
   const top = scale.at(-1)!;
   const decimals = Math.max(0, -Math.floor(Math.log10(scale[1]!)));
   const y = (value: number) => bottom - (value / top) * plotHeight;
-  const out: string[] = [text(PANEL.left, 20, spec.title, 'class="panel-title"')];
+  const out: string[] = [text(PANEL.left, 18, spec.title, 'class="panel-title"')];
+  if (spec.note) out.push(text(PANEL.left, 32, spec.note, 'class="note"'));
   for (const tick of scale) {
     out.push(`<line x1="${PANEL.left}" x2="${PANEL.left + plotWidth}" y1="${px(y(tick))}" y2="${px(y(tick))}" class="grid"/>`);
     out.push(text(PANEL.left - 6, y(tick) + 4, tick.toFixed(decimals), 'text-anchor="end"'));
   }
   out.push(`<line x1="${PANEL.left}" x2="${PANEL.left + plotWidth}" y1="${bottom}" y2="${bottom}" class="axis"/>`);
-  out.push(text(PANEL.left + plotWidth / 2, PANEL.height - 8, spec.x, 'text-anchor="middle" class="axis-title"'));
+  out.push(text(PANEL.left + plotWidth / 2, PANEL.height - 4, spec.x, 'text-anchor="middle" class="axis-title"'));
   out.push(
     text(14, PANEL.top + plotHeight / 2, spec.y, `text-anchor="middle" class="axis-title" transform="rotate(-90 14 ${px(PANEL.top + plotHeight / 2)})"`),
   );
@@ -107,6 +120,11 @@ function panel(spec: Panel, data: Drawn): string {
     const barWidth = (band * 0.8) / data.series.length;
     data.categories.forEach((category, i) => {
       if (labelled(i)) out.push(text(PANEL.left + band * (i + 0.5), bottom + 16, category, 'text-anchor="middle"'));
+      const paired = data.ratios?.[i];
+      if (paired) {
+        out.push(text(PANEL.left + band * (i + 0.5), bottom + 29, `${paired.median.toFixed(2)}×`, 'text-anchor="middle" class="ratio"'));
+        out.push(text(PANEL.left + band * (i + 0.5), bottom + 39, `${paired.lo.toFixed(2)}–${paired.hi.toFixed(2)}`, 'text-anchor="middle" class="note"'));
+      }
       data.series.forEach(({ side, values }, s) => {
         const value = values[i];
         if (value === undefined || !Number.isFinite(value)) return;
@@ -144,7 +162,11 @@ export function perfChart(title: string, subtitle: string, rows: readonly Row[])
     const data = drawable(spec.key === undefined ? detail : (detail as Record<string, unknown> | undefined)?.[spec.key]);
     return data ? [{ spec, data }] : [];
   });
-  if (panels.length === 0) return undefined;
+  return panels.length === 0 ? undefined : drawChart(title, subtitle, panels);
+}
+
+/** An SVG of `panels`, three a row, under a title, a subtitle and the legend of the sides drawn. */
+export function drawChart(title: string, subtitle: string, panels: readonly { spec: Panel; data: Drawn }[]): string {
   // Two columns at least, so the header fits even above one panel (`--only B8`).
   const columns = Math.min(COLUMNS, Math.max(2, panels.length));
   const width = GAP + columns * (PANEL.width + GAP);
@@ -162,7 +184,7 @@ export function perfChart(title: string, subtitle: string, rows: readonly Row[])
   return [
     `<?xml version="1.0" encoding="UTF-8"?>`,
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, Segoe UI, sans-serif" font-size="12" fill="#222">`,
-    `<style>.grid{stroke:#e4e4e4}.axis{stroke:#888}.panel-title{font-weight:600;font-size:13px}.axis-title{fill:#555}.value{font-size:10px;fill:#444}</style>`,
+    `<style>.grid{stroke:#e4e4e4}.axis{stroke:#888}.panel-title{font-weight:600;font-size:13px}.axis-title{fill:#555}.value{font-size:10px;fill:#444}.note{font-size:9px;fill:#777}.ratio{font-size:10px;font-weight:600;fill:#333}</style>`,
     `<rect width="100%" height="100%" fill="#fff"/>`,
     text(GAP, 24, title, 'font-size="16" font-weight="600"'),
     text(GAP, 44, subtitle, 'fill="#666"'),

@@ -101,6 +101,7 @@ export const concurrencySweep: Scenario = {
       categories: streamLevels.map(String),
       parley: series("parley", (l) => l.aggregateTps),
       llamaServer: series("llamaServer", (l) => l.aggregateTps),
+      ratios: aggregate.map((row) => row.interval ?? null),
       levels,
     };
     return [...aggregate, ...endToEnd, ...fairness];

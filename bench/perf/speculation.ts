@@ -14,17 +14,41 @@ import { median } from "../../test/support/stats";
 import type { TurnTiming } from "./clients";
 import { aggregateTps, endToEndTps } from "./concurrency";
 import { alternate, type Context, compared, type Row, type Scenario, sides } from "./harness";
+import type { Interval } from "./paired";
 import { ADMIN_KEY, startLlamaServer } from "./procs";
 import { userMessage } from "./text";
 
 const PASTED_TOKENS = 300;
 
-/** llama-server's lookup speculation as swept: its n-gram kinds, and the best kind's draft lengths. */
+/**
+ * llama-server's lookup speculation as swept: each n-gram kind at its defaults (ngram-mod looks up
+ * 24 tokens and drafts 48-64), and shorter lookups and drafts, which a 128-token reply of a
+ * 300-token text can use sooner.
+ */
 export const LLAMA_SPECULATION: Record<string, string[]> = {
   "ngram-mod": ["--spec-type", "ngram-mod"],
-  "ngram-mod, draft 8": ["--spec-type", "ngram-mod", "--spec-draft-n-max", "8"],
-  "ngram-mod, draft 16": ["--spec-type", "ngram-mod", "--spec-draft-n-max", "16"],
+  "ngram-mod, match 12, draft 8-32": [
+    "--spec-type",
+    "ngram-mod",
+    "--spec-ngram-mod-n-match",
+    "12",
+    "--spec-ngram-mod-n-min",
+    "8",
+    "--spec-ngram-mod-n-max",
+    "32",
+  ],
+  "ngram-mod, match 6, draft 2-16": [
+    "--spec-type",
+    "ngram-mod",
+    "--spec-ngram-mod-n-match",
+    "6",
+    "--spec-ngram-mod-n-min",
+    "2",
+    "--spec-ngram-mod-n-max",
+    "16",
+  ],
   "ngram-simple": ["--spec-type", "ngram-simple"],
+  "ngram-simple, 4 → 16": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", "16"],
   "ngram-map-k": ["--spec-type", "ngram-map-k"],
 };
 
@@ -51,7 +75,7 @@ export const speculation: Scenario = {
     const [me, them] = sides(ctx, "quoting");
     const rounds = ctx.runs * 2;
     // The chart's bars: each stream count's medians, on B17's row (llama-server's best setting).
-    const chart = { categories: [] as string[], parley: [] as number[], llamaServer: [] as number[] };
+    const chart = { categories: [] as string[], parley: [] as number[], llamaServer: [] as number[], ratios: [] as (Interval | null)[] };
     for (const streams of [1, 4, 8]) {
       const yardstick = (flags: string[]) => () =>
         startLlamaServer({ binary: ctx.llamaServer!, model: ctx.model, threads: ctx.threads, parallel: streams, contextSize: ctx.contextSize, flags });
@@ -127,6 +151,7 @@ export const speculation: Scenario = {
           ),
         );
       }
+      chart.ratios.push(rows.at(-1)?.interval ?? null);
       chart.categories.push(String(streams));
       chart.parley.push(median(measured.parley!));
       chart.llamaServer.push(best ? median(measured[best]!) : Number.NaN);
