@@ -109,6 +109,8 @@ export type Field =
   | { part: "toolChoice" }
   /** How many tokens a thought may take. */
   | { part: "thoughtBudget" }
+  /** The request's own context size, below the model's. */
+  | { part: "context" }
   /** Biases added to tokens' logits. */
   | { part: "tokenBias" }
   /** The log-probabilities asked for. */

@@ -35,6 +35,8 @@ export interface CompletionStart {
   model: string;
   /** The context the prompt is fitted to: the request's own, at most the model's (told by stateless completions). */
   contextTokens?: number;
+  /** How long the turn waited for its model: its load, where it was not loaded (told by stateless completions). */
+  loadMs?: number;
 }
 
 export interface CompletionResult {
@@ -102,7 +104,9 @@ export class CompletionService {
 
   /** Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities; undefined when the client left before generation began. */
   async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
+    const asked = performance.now();
     const running = await this.runner.begin(input.userId, input);
+    const loadMs = performance.now() - asked;
     try {
       const { engine } = running;
       const maxTokens = input.maxTokens ?? engine.contextSize;
@@ -134,7 +138,7 @@ export class CompletionService {
         thoughtTokens: input.thoughtTokens,
       };
       await running.admit(request);
-      yield { type: "start", model: engine.modelName, contextTokens: Math.min(input.contextTokens ?? engine.contextSize, engine.contextSize) };
+      yield { type: "start", model: engine.modelName, contextTokens: Math.min(input.contextTokens ?? engine.contextSize, engine.contextSize), loadMs };
       const result = yield* running.reply(request);
       return result && completionOf(result, engine.modelName);
     } finally {

@@ -58,6 +58,8 @@ export interface EmbedResult {
   model: string;
   vectors: Float32Array[];
   promptTokens: number;
+  /** How long the request waited for its model: its load, where it was not loaded. */
+  loadMs: number;
 }
 
 export interface RankRequest extends TurnHooks {
@@ -132,10 +134,12 @@ export class RetrievalService {
     purpose: RetrievalPurpose,
     inputsOf: (embedder: Embedder) => Promise<Token[][]>,
     compute: (embedder: Embedder, inputs: Token[][], options: { scope: string; signal?: AbortSignal }) => Promise<T>,
-  ): Promise<(T & { model: string; promptTokens: number }) | undefined> {
+  ): Promise<(T & { model: string; promptTokens: number; loadMs: number }) | undefined> {
     let held: Held<Embedder> | undefined;
     try {
+      const asked = performance.now();
       held = await this.models.holdRetrieval(request.model, purpose, request.signal, request.keepAliveMs);
+      const loadMs = performance.now() - asked;
       const inputs = await inputsOf(held.engine);
       const promptTokens = inputs.reduce((sum, tokens) => sum + tokens.length, 0);
       const hold = await this.hold(request, promptTokens);
@@ -148,7 +152,7 @@ export class RetrievalService {
       }
       const state = await this.ledger?.settle(request.userId, hold, promptTokens, 0);
       if (state) request.onQuota?.(state);
-      return { ...result, model: held.engine.modelName, promptTokens };
+      return { ...result, model: held.engine.modelName, promptTokens, loadMs };
     } catch (error) {
       if (isAbort(error) && request.signal?.aborted) return undefined;
       throw error;

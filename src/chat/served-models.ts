@@ -84,9 +84,20 @@ export class ServedModels implements EngineSource, RetrievalSource {
         quantization: description.quantization,
         parameters: description.parameters,
         purpose: description.purpose,
+        metadata: description.metadata,
         ...(template?.type === "string" ? { chatTemplate: template.value } : {}),
       };
-      return { id, created, loaded: this.memory.isLoaded(id), vision: projector !== undefined && this.nativesSee, file };
+      const engine = this.loaded().find((loaded) => loaded.modelName === id);
+      const expiresAt = this.memory.expiresAt(id);
+      return {
+        id,
+        created,
+        loaded: this.memory.isLoaded(id),
+        vision: projector !== undefined && this.nativesSee,
+        file,
+        ...(expiresAt !== undefined ? { expiresAt } : {}),
+        ...(engine ? { thinks: engine.thinks } : {}),
+      };
     });
   }
 }

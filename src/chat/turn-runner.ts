@@ -1,5 +1,6 @@
 import { isAbort, Overloaded } from "../errors";
 import type { ModelPurpose } from "../gguf/describe";
+import type { GgufValue } from "../gguf/values";
 import {
   BudgetExceeded,
   type Engine,
@@ -88,6 +89,10 @@ export interface ModelInfo {
   loaded: boolean;
   /** Whether it sees the pictures in turns (it has a projector). */
   vision: boolean;
+  /** Loaded: when it unloads unless used meanwhile, in milliseconds since the epoch (Infinity: never). */
+  expiresAt?: number;
+  /** Loaded: whether its replies' thoughts are told apart (`Engine.thinks`); unknown until it is. */
+  thinks?: boolean;
   /** What its file says of it, where the service read it (not for an engine given whole). */
   file?: ModelFile;
 }
@@ -102,6 +107,8 @@ export interface ModelFile {
   chatTemplate?: string;
   /** What the model is for: replies, embeddings or ranking. */
   purpose: ModelPurpose;
+  /** Its header's metadata, as the registry keeps it: the keys of one value (its lists left out). */
+  metadata: Readonly<Record<string, GgufValue>>;
 }
 
 /**
@@ -136,7 +143,18 @@ export const oneEngine = (current: () => Engine | undefined): EngineSource => ({
   },
   list: () => {
     const engine = current();
-    return engine ? [{ id: engine.modelName, created: engine.loadedAt, loaded: true, vision: engine.seesImages }] : [];
+    return engine
+      ? [
+          {
+            id: engine.modelName,
+            created: engine.loadedAt,
+            loaded: true,
+            vision: engine.seesImages,
+            expiresAt: Number.POSITIVE_INFINITY,
+            thinks: engine.thinks,
+          },
+        ]
+      : [];
   },
   forget: async (conversationKey) => {
     await current()?.forget(conversationKey);

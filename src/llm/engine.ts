@@ -307,6 +307,11 @@ export class Engine {
     return this.pool.capacity;
   }
 
+  /** Whether its replies' thoughts are told apart from their answers (a thought's budget can be held). */
+  get thinks(): boolean {
+    return this.thoughts !== undefined;
+  }
+
   /** Whether the model sees the pictures in turns. */
   get seesImages(): boolean {
     return typeof this.vision !== "string";
@@ -373,7 +378,17 @@ export class Engine {
     if (request.images?.length) await this.layOut(request.images, request.cacheScope);
     // Tools are shown whole: ones that alone outgrow the prompt's room are refused before anything
     // starts. Beside an empty question: some templates (Llama 3's) put the tools in the first one.
-    if (request.tools) await this.prompts.fit([{ role: "user", content: "" }], this.promptBudget(request), request.cacheScope, request.tools.functions);
+    // So is a request's own context too small for the chat template's frame around an empty question.
+    const smaller = request.contextTokens !== undefined && request.contextTokens < this.context.contextSize;
+    if (!request.tools && !smaller) return;
+    const budget = this.promptBudget(request);
+    const empty = await this.prompts.fit([{ role: "user", content: "" }], budget, request.cacheScope, request.tools?.functions);
+    if (empty.tokens.length > budget) {
+      throw new InvalidInput(
+        { part: "context" },
+        `a context of ${request.contextTokens} tokens leaves ${budget} for a prompt beside the reply's room, fewer than the chat template alone takes (${empty.tokens.length})`,
+      );
+    }
   }
 
   /** What splits the reply's calls from its text; a call streams while a grammar holds the reply (a forced call, or an armed lazy one). */

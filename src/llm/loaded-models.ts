@@ -90,6 +90,19 @@ export class LoadedModels<M extends LoadedModel = Engine> {
     return this.slots.get(id)?.loaded !== undefined;
   }
 
+  /**
+   * When the model with this id unloads unless a request holds it meanwhile, in milliseconds since
+   * the epoch (for one held now, its keep-alive from now); Infinity: never. Undefined: not loaded.
+   */
+  expiresAt(id: string): number | undefined {
+    const slot = this.slots.get(id);
+    if (slot?.loaded === undefined) return undefined;
+    const keepAliveMs = slot.keepAliveMs ?? this.options.keepAliveMs;
+    if (keepAliveMs < 0) return Number.POSITIVE_INFINITY;
+    const idleSince = slot.held > 0 ? Date.now() : Date.now() - (performance.now() - slot.lastUsed);
+    return idleSince + keepAliveMs;
+  }
+
   /** Unloads every model; waiting requests are refused. Call once no reply runs. */
   async close(): Promise<void> {
     this.closed = true;

@@ -177,6 +177,16 @@ describe("options the reply honours", () => {
     }
   });
 
+  test("a num_ctx too small for the chat template's frame is refused naming it", async () => {
+    for (const stream of [false, true]) {
+      const refused = await post("/api/chat", { model: chatModel, messages: long, stream, options: { num_ctx: 8 } });
+      expect(refused.status).toBe(400);
+      expect(refused.json.error).toStartWith("options.num_ctx: a context of 8 tokens leaves");
+    }
+    // The smallest that leaves the template room is answered.
+    expect((await post("/api/chat", { model: chatModel, messages: long, stream: false, options: { num_ctx: 32, num_predict: 2 } })).status).toBe(200);
+  });
+
   test("repeat_last_n: 0 counts no token, so a penalty changes nothing; a window makes it bite", async () => {
     const options = { temperature: 0, seed: 1, num_predict: 48 };
     const say = (extra: object) =>

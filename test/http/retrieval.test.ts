@@ -212,7 +212,7 @@ test("answers and refusals match the served OpenAPI document", async () => {
   expect(await check("/rerank", { query: "q", documents: ["a"], top_n: 1 })).toBe(200);
   expect(await check("/api/embed", { model: EMBED, input: ["one"] })).toBe(200);
   expect(await check("/api/embeddings", { model: EMBED, prompt: "one" })).toBe(200);
-  expect(await check("/api/embed", { model: EMBED, input: "x", options: { num_ctx: 8 } })).toBe(400);
+  expect(await check("/api/embed", { model: EMBED, input: "x", options: { num_ctx: "8" } })).toBe(400);
 });
 
 test("GET /v1/models says what each model answers, as documented", async () => {

@@ -15,6 +15,8 @@ export const ollamaFields: FieldNames = (field) => {
       return `tools[${field.index}].function.${field.detail}`;
     case "thoughtBudget":
       return "think";
+    case "context":
+      return "options.num_ctx";
     default:
       return undefined;
   }

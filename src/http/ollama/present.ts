@@ -1,8 +1,7 @@
 /** Replies and models as Ollama's API shows them (the `ollama` package's ChatResponse, GenerateResponse, ListResponse…). */
 import type { CompletionResult, CompletionStart } from "../../chat/completions";
 import type { EmbedResult } from "../../chat/retrieval";
-import type { ModelInfo } from "../../chat/turn-runner";
-import type { ModelPurpose } from "../../gguf/describe";
+import type { ModelFile, ModelInfo, TurnEvent } from "../../chat/turn-runner";
 import type { ToolCall } from "../../llm/engine";
 import { ollamaErrorBody } from "../errors";
 import { jsonLine, type SseChunk } from "../sse";
@@ -19,19 +18,54 @@ const doneReasonOf = (result: CompletionResult): "stop" | "length" => (result.fi
 
 const toolCallJson = (call: ToolCall) => ({ function: { name: call.name, arguments: JSON.parse(call.arguments) as Record<string, unknown> } });
 
-/** The times and counts a finished reply carries; durations in nanoseconds, as Ollama gives them. */
-function doneFields(result: CompletionResult, times: { startedAt: number; promptAt: number | undefined }) {
-  const endedAt = performance.now();
-  const promptAt = times.promptAt ?? endedAt;
+const ns = (ms: number) => Math.max(0, Math.round(ms * NS_PER_MS));
+
+/**
+ * A reply's times as Ollama reports them, measured by its turn's events, streamed or not: from the
+ * request's arrival (`total_duration`), the wait for the model (`load_duration`: its load, where it
+ * was not loaded), the prompt's evaluation (from admission to the prompt's `prompt` event) and the
+ * reply's generation (from then to its end).
+ */
+export class ReplyClock {
+  private loadMs = 0;
+  private admittedAt: number | undefined;
+  private promptAt: number | undefined;
+
+  constructor(private readonly startedAt: number) {}
+
+  seen(event: CompletionStart | TurnEvent): void {
+    if (event.type === "start") {
+      this.admittedAt = performance.now();
+      this.loadMs = event.loadMs ?? 0;
+    } else if (event.type === "prompt") this.promptAt = performance.now();
+  }
+
+  /** The durations in nanoseconds, as Ollama gives them, the reply ending now. */
+  durations() {
+    const endedAt = performance.now();
+    const admittedAt = this.admittedAt ?? this.startedAt;
+    const promptAt = this.promptAt ?? admittedAt;
+    return {
+      total_duration: ns(endedAt - this.startedAt),
+      load_duration: ns(this.loadMs),
+      prompt_eval_duration: ns(promptAt - admittedAt),
+      eval_duration: ns(endedAt - promptAt),
+    };
+  }
+}
+
+/** The times and counts a finished reply carries. */
+function doneFields(result: CompletionResult, clock: ReplyClock) {
+  const { total_duration, load_duration, prompt_eval_duration, eval_duration } = clock.durations();
   return {
     done: true,
     done_reason: doneReasonOf(result),
-    total_duration: Math.round((endedAt - times.startedAt) * NS_PER_MS),
-    load_duration: 0,
+    total_duration,
+    load_duration,
     prompt_eval_count: result.usage.promptTokens,
-    prompt_eval_duration: Math.round((promptAt - times.startedAt) * NS_PER_MS),
+    prompt_eval_duration,
     eval_count: result.usage.completionTokens,
-    eval_duration: Math.round((endedAt - promptAt) * NS_PER_MS),
+    eval_duration,
   };
 }
 
@@ -52,10 +86,10 @@ export const loadedJson = (route: OllamaRoute, model: string, unloaded: boolean)
 });
 
 /** @param shown whether a reasoning model's thought is given (`think` not false) */
-export function replyJson(route: OllamaRoute, result: CompletionResult, shown: boolean, startedAt: number): OllamaChatResponse | OllamaGenerateResponse {
+export function replyJson(route: OllamaRoute, result: CompletionResult, shown: boolean, clock: ReplyClock): OllamaChatResponse | OllamaGenerateResponse {
   const thinking = shown && result.reasoning !== undefined ? { thinking: result.reasoning } : {};
   const calls = route === "chat" && result.toolCalls ? { tool_calls: result.toolCalls.map(toolCallJson) } : {};
-  return { ...header(result.model), ...piece(route, result.text, { ...thinking, ...calls }), ...doneFields(result, { startedAt, promptAt: undefined }) };
+  return { ...header(result.model), ...piece(route, result.text, { ...thinking, ...calls }), ...doneFields(result, clock) };
 }
 
 /**
@@ -63,9 +97,7 @@ export function replyJson(route: OllamaRoute, result: CompletionResult, shown: b
  * `done: true` and the counts; a call whole, once its object is complete (Ollama's clients take
  * calls whole). An error after the first line is a line with `error`, as Ollama writes it.
  */
-export function ollamaFraming(route: OllamaRoute, shown: boolean): Framing<CompletionStart, CompletionResult> {
-  const startedAt = performance.now();
-  let promptAt: number | undefined;
+export function ollamaFraming(route: OllamaRoute, shown: boolean, clock: ReplyClock): Framing<CompletionStart, CompletionResult> {
   let model = "";
   const line = (content: string, extra?: Parameters<typeof piece>[2]): SseChunk[] => [
     jsonLine({ ...header(model), ...piece(route, content, extra), done: false }),
@@ -76,14 +108,10 @@ export function ollamaFraming(route: OllamaRoute, shown: boolean): Framing<Compl
       model = start.model;
       return [];
     },
-    prompt: () => {
-      promptAt = performance.now();
-      return [];
-    },
     delta: (content) => line(content),
     reasoning: (content) => (shown ? line("", { thinking: content }) : []),
     toolCall: (part) => (part.part === "close" && route === "chat" ? line("", { tool_calls: [toolCallJson(part.call)] }) : []),
-    done: (result) => [jsonLine({ ...header(result.model), ...piece(route, ""), ...doneFields(result, { startedAt, promptAt }) })],
+    done: (result) => [jsonLine({ ...header(result.model), ...piece(route, ""), ...doneFields(result, clock) })],
     error: (error) => [jsonLine(ollamaErrorBody(error))],
   };
 }
@@ -120,27 +148,59 @@ export const modelJson = (model: ModelInfo): OllamaModel => ({
   details: detailsOf(model),
 });
 
-/** Ollama's words for what a model can do; it has none for reranking. */
-const CAPABILITIES: Readonly<Record<ModelPurpose, string[]>> = { chat: ["completion", "tools"], embedding: ["embedding"], ranking: [] };
+/** Ollama's "never" (a keep-alive below zero): its longest duration, 2^63-1 ns, from now. */
+const NEVER_MS = Number(2n ** 63n / 1_000_000n);
+
+/** A loaded model as `/api/ps` lists it: when it unloads, from its keep-alive. Parley does not tell how much of it is on a GPU. */
+export const loadedModelJson = (model: ModelInfo): OllamaModel => {
+  const expiresAt = model.expiresAt ?? Number.POSITIVE_INFINITY;
+  return { ...modelJson(model), expires_at: new Date(Number.isFinite(expiresAt) ? expiresAt : Date.now() + NEVER_MS).toISOString(), size_vram: 0 };
+};
+
+/** Ollama's words for what a model can do (its server's `capabilities`); it has none for reranking. */
+function capabilitiesOf(model: ModelInfo): string[] {
+  const purpose = model.file?.purpose ?? "chat";
+  if (purpose === "embedding") return ["embedding"];
+  if (purpose === "ranking") return [];
+  return ["completion", "tools", ...(model.vision ? ["vision"] : []), ...(model.thinks ? ["thinking"] : [])];
+}
+
+/**
+ * `model_info`: the file's header as Ollama shows it, every key with one value as the file holds it
+ * (`general.architecture`, `<arch>.context_length`, `<arch>.embedding_length`, `<arch>.block_count`…);
+ * no lists (the tokenizer's: Ollama leaves them out unless verbose, and Parley does not keep them)
+ * and no chat template (`template` has it). Its parameters counted where the header does not say.
+ */
+function modelInfoOf(file: ModelFile): Record<string, unknown> {
+  const info: Record<string, unknown> = { "general.parameter_count": file.parameters };
+  for (const [key, value] of Object.entries(file.metadata)) {
+    if (value.type === "array" || key === "tokenizer.chat_template") continue;
+    info[key] = typeof value.value === "bigint" ? Number(value.value) : value.value;
+  }
+  return info;
+}
 
 /** What `/api/show` tells of a model; what Ollama's Modelfile would hold beyond its template, Parley does not have. */
-export const showJson = (model: ModelInfo): OllamaShowResponse => ({
-  license: "",
-  modelfile: "",
-  parameters: "",
-  template: model.file?.chatTemplate ?? "",
-  system: "",
-  details: detailsOf(model),
-  model_info: { "general.architecture": model.file?.architecture ?? "", "general.parameter_count": model.file?.parameters ?? 0 },
-  capabilities: [...CAPABILITIES[model.file?.purpose ?? "chat"], ...(model.vision ? ["vision"] : [])],
-  modified_at: new Date(model.created * 1000).toISOString(),
-});
+export const showJson = (model: ModelInfo): OllamaShowResponse => {
+  const license = model.file?.metadata["general.license"];
+  return {
+    license: license?.type === "string" ? license.value : "",
+    modelfile: "",
+    parameters: "",
+    template: model.file?.chatTemplate ?? "",
+    system: "",
+    details: detailsOf(model),
+    model_info: model.file ? modelInfoOf(model.file) : {},
+    capabilities: capabilitiesOf(model),
+    modified_at: new Date(model.created * 1000).toISOString(),
+  };
+};
 
-/** `/api/embed`'s answer; durations in nanoseconds, as Ollama's. Parley does not tell a load apart: it is in the total. */
-export const embedJson = ({ model, vectors, promptTokens }: EmbedResult, startedAt: number): OllamaEmbedResponse => ({
+/** `/api/embed`'s answer; durations in nanoseconds, as Ollama's, from the request's arrival. */
+export const embedJson = ({ model, vectors, promptTokens, loadMs }: EmbedResult, startedAt: number): OllamaEmbedResponse => ({
   model,
   embeddings: vectors.map((vector) => Array.from(vector)),
-  total_duration: Math.round((performance.now() - startedAt) * 1e6),
-  load_duration: 0,
+  total_duration: ns(performance.now() - startedAt),
+  load_duration: ns(loadMs),
   prompt_eval_count: promptTokens,
 });

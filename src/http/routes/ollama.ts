@@ -30,9 +30,10 @@ import {
 } from "../ollama/contract";
 import { ollamaFields } from "../ollama/fields";
 import { ignoredFields, Leniency } from "../ollama/ignored";
-import { embedJson, loadedJson, modelJson, type OllamaRoute, ollamaFraming, replyJson, showJson } from "../ollama/present";
+import { embedJson, loadedJson, loadedModelJson, modelJson, type OllamaRoute, ollamaFraming, ReplyClock, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
 import { RequestPictures } from "../pictures";
+import { contextOf } from "../request-context";
 import { samplingFieldsOf } from "../sampling-fields";
 import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } from "../turn-driver";
 
@@ -194,19 +195,20 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
   ) {
     const shown = body.think !== false;
     const asked = input.contextTokens;
-    // A context larger than the served one is held to it, and said.
+    const clock = new ReplyClock(contextOf(exchange.request).startedAt);
     const seen = (event: CompletionStart | TurnEvent) => {
+      clock.seen(event);
+      // A context larger than the served one is held to it, and said.
       if (event.type === "start" && asked !== undefined && event.contextTokens !== undefined && event.contextTokens < asked)
         leniency.clamped(exchange, "options.num_ctx", asked, event.contextTokens);
     };
     const turn = (hooks: RequestHooks) => watched(deps.completions.complete({ ...input, userId: principal.userId, ...hooks }), seen);
     const keyed = { ...exchange, keyId: principal.keyId };
     if (body.stream === false) {
-      const startedAt = performance.now();
       const result = await deps.turns.complete(keyed, turn);
-      return result && replyJson(route, result, shown, startedAt);
+      return result && replyJson(route, result, shown, clock);
     }
-    yield* deps.turns.stream(keyed, turn, ollamaFraming(route, shown));
+    yield* deps.turns.stream(keyed, turn, ollamaFraming(route, shown, clock));
   }
   const refused = () => {
     throw new Forbidden(MANAGED);
@@ -276,7 +278,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         models: deps.completions
           .models()
           .filter((model) => model.loaded)
-          .map((model) => ({ ...modelJson(model), expires_at: new Date(0).toISOString(), size_vram: 0 })),
+          .map(loadedModelJson),
       }),
       {
         auth: "key",
@@ -317,7 +319,6 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         const bad = inputs.findIndex((input) => !input.isWellFormed());
         if (bad >= 0)
           throw new InvalidInput(typeof body.input === "string" ? "input" : `input[${bad}]`, "must be valid Unicode text (it has a lone surrogate)");
-        const startedAt = performance.now();
         const result = await deps.retrieval.embed({
           userId: principal.userId,
           model: body.model,
@@ -327,7 +328,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
           ...(body.dimensions != null ? { dimensions: body.dimensions } : {}),
           ...hooksOf({ request, set }),
         });
-        return result && embedJson(result, startedAt);
+        return result && embedJson(result, contextOf(request).startedAt);
       },
       {
         auth: "key",
