@@ -106,12 +106,17 @@ describe("LlamaIndex's options, through the ollama client", () => {
   });
 });
 
-test("fields at the top that Ollama's server ignores (a community provider's temperature, tool_choice) are ignored and said", async () => {
-  const before = { temperature: await ignoredCount("temperature"), other: await ignoredCount("other"), optionsOther: await ignoredCount("options.other") };
+test("fields Ollama's server ignores (a community provider's temperature, tool_choice; a message's name) are ignored and said", async () => {
+  const before = {
+    temperature: await ignoredCount("temperature"),
+    other: await ignoredCount("other"),
+    optionsOther: await ignoredCount("options.other"),
+    messages: await ignoredCount("messages.other"),
+  };
   const lines = ignoredLines().length;
   const answered = await post("/api/chat", {
     model: chatModel,
-    messages: ask,
+    messages: [{ ...ask[0], name: "alice" }],
     stream: false,
     temperature: 0.2,
     tool_choice: "auto",
@@ -119,7 +124,7 @@ test("fields at the top that Ollama's server ignores (a community provider's tem
     options: { num_predict: 4, mirostat: 2, num_gpu: 99, no_such_option: 1 },
   });
   expect(answered.status).toBe(200);
-  const said = "temperature, tool_choice, frobnicate, options.mirostat, options.num_gpu, options.no_such_option";
+  const said = "temperature, tool_choice, frobnicate, options.mirostat, options.num_gpu, options.no_such_option, messages[0].name";
   expect(answered.headers.get("x-parley-ignored-fields")).toBe(said);
   const logged = ignoredLines().slice(lines);
   expect(logged).toHaveLength(1);
@@ -128,6 +133,7 @@ test("fields at the top that Ollama's server ignores (a community provider's tem
   expect(await ignoredCount("temperature")).toBe(before.temperature + 1);
   expect(await ignoredCount("other")).toBe(before.other + 1);
   expect(await ignoredCount("options.other")).toBe(before.optionsOther + 1);
+  expect(await ignoredCount("messages.other")).toBe(before.messages + 1);
   expect(await ignoredCount("frobnicate")).toBe(0);
   // The same on generate and show; a request with none says none.
   expect(

@@ -4,7 +4,7 @@
  * (`ollama/ignored.ts`). A known field of the wrong type is refused by its name, as Ollama does.
  */
 import { type TSchema, t } from "elysia";
-import { integer, optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, unsupported } from "../sampling-fields";
 
 /** What Ollama's server takes beside the fields it knows: anything, ignored (said by `ollama/ignored.ts`). */
 const LENIENT = { additionalProperties: t.Unknown() };
@@ -84,7 +84,7 @@ export const OllamaMessage = t.Object(
     tool_calls: t.Optional(t.Array(ToolCall)),
     tool_name: t.Optional(t.String()),
   },
-  UNKNOWN_FIELD,
+  LENIENT,
 );
 
 export const OllamaTool = t.Object({

@@ -1,6 +1,6 @@
 /**
- * Ollama's server decodes a body leniently: a field it does not know, at the top or among the
- * `options`, is ignored (an option with a warning in its log), and its clients rely on that. Parley
+ * Ollama's server decodes a body leniently: a field it does not know, at the top, in a message or
+ * among the `options`, is ignored (an option with a warning in its log), and its clients rely on that. Parley
  * ignores the same, and says so where a client and an operator can see it: a `warn` log line
  * naming the fields, `parley_ignored_fields_total`, and the response's `X-Parley-Ignored-Fields`.
  * A value held to a bound (a context larger than the served one) is said the same way, in
@@ -10,7 +10,7 @@ import type { TObject } from "@sinclair/typebox";
 import type { Logger } from "../../log";
 import type { Metrics } from "../../metrics";
 import { contextOf } from "../request-context";
-import { OllamaOptions } from "./contract";
+import { OllamaMessage, OllamaOptions } from "./contract";
 
 export const IGNORED_HEADER = "x-parley-ignored-fields";
 export const CLAMPED_HEADER = "x-parley-clamped-fields";
@@ -31,6 +31,7 @@ const KNOWN_NAMES: ReadonlySet<string> = new Set([
 ]);
 
 const labelOf = (name: string): string => {
+  if (name.startsWith("messages[")) return "messages.other";
   const option = name.startsWith("options.") ? name.slice("options.".length) : undefined;
   if (option !== undefined) return Object.hasOwn(OllamaOptions.properties, option) ? name : "options.other";
   return KNOWN_NAMES.has(name) ? name : "other";
@@ -38,14 +39,20 @@ const labelOf = (name: string): string => {
 
 /**
  * The fields of `body` that `schema` does not define, then, where it defines `options`, those
- * options that `honoured` does not name (as `options.<name>`), in the body's order.
+ * options that `honoured` does not name (as `options.<name>`), then its messages' own (as
+ * `messages[i].<name>`), in the body's order.
  */
 export function ignoredFields(body: object, schema: TObject, honoured: ReadonlySet<string>): string[] {
   const top = Object.keys(body).filter((name) => !Object.hasOwn(schema.properties, name));
-  const { options } = body as { options?: object | null };
+  const { options, messages } = body as { options?: object | null; messages?: unknown };
   const inOptions = options && Object.hasOwn(schema.properties, "options") ? Object.keys(options).filter((name) => !honoured.has(name)) : [];
-  return [...top, ...inOptions.map((name) => `options.${name}`)];
+  const inMessages = Array.isArray(messages) && Object.hasOwn(schema.properties, "messages") ? messageFields(messages as object[]) : [];
+  return [...top, ...inOptions.map((name) => `options.${name}`), ...inMessages];
 }
+
+/** The fields of each message that a message does not define, as `messages[i].<name>`. */
+const messageFields = (messages: readonly object[]): string[] =>
+  messages.flatMap((message, i) => Object.keys(message).flatMap((name) => (Object.hasOwn(OllamaMessage.properties, name) ? [] : [`messages[${i}].${name}`])));
 
 /** What a route needs to say a request's ignored and clamped fields. */
 export interface Exchange {
@@ -57,7 +64,7 @@ export interface Exchange {
 const LISTED = 32;
 
 /** A name as a header may carry it: a key of a JSON body may hold any character. */
-const spelled = (name: string): string => (/^[A-Za-z0-9_.-]{1,64}$/.test(name) ? name : encodeURIComponent(name.slice(0, 64)));
+const spelled = (name: string): string => (/^[A-Za-z0-9_.[\]-]{1,80}$/.test(name) ? name : encodeURIComponent(name.slice(0, 64)));
 
 /** The names, each as a header may carry it, and how many more there were. */
 const listed = (fields: readonly string[]): string[] => [
