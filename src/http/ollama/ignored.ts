@@ -1,8 +1,8 @@
 /**
  * Ollama's server decodes a body leniently: a field it does not know, at the top, in a message or
- * among the `options`, is ignored (an option with a warning in its log), and its clients rely on that. Parley
- * ignores the same, and says so where a client and an operator can see it: a `warn` log line
- * naming the fields, `parley_ignored_fields_total`, and the response's `X-Parley-Ignored-Fields`.
+ * among the `options`, is ignored (an option with a warning in its log), and its clients rely on
+ * that. Parley ignores the same, and says so where a client and an operator can see it: a `warn`
+ * log line naming the fields, `parley_ignored_fields_total`, and the response's `X-Parley-Ignored-Fields`.
  * A value held to a bound (a context larger than the served one) is said the same way, in
  * `X-Parley-Clamped-Fields`.
  */
@@ -10,10 +10,11 @@ import type { TObject } from "@sinclair/typebox";
 import type { Logger } from "../../log";
 import type { Metrics } from "../../metrics";
 import { contextOf } from "../request-context";
+import type { PlainExchange } from "../turn-driver";
 import { OllamaMessage, OllamaOptions } from "./contract";
 
-export const IGNORED_HEADER = "x-parley-ignored-fields";
-export const CLAMPED_HEADER = "x-parley-clamped-fields";
+const IGNORED_HEADER = "x-parley-ignored-fields";
+const CLAMPED_HEADER = "x-parley-clamped-fields";
 
 /**
  * The names a counter's label may take, beside `other`: Ollama's own options (at either level: some
@@ -54,12 +55,6 @@ export function ignoredFields(body: object, schema: TObject, honoured: ReadonlyS
 const messageFields = (messages: readonly object[]): string[] =>
   messages.flatMap((message, i) => Object.keys(message).flatMap((name) => (Object.hasOwn(OllamaMessage.properties, name) ? [] : [`messages[${i}].${name}`])));
 
-/** What a route needs to say a request's ignored and clamped fields. */
-export interface Exchange {
-  request: Request;
-  set: { headers: Record<string, unknown> };
-}
-
 /** At most this many names are listed: a body may carry any number of fields. */
 const LISTED = 32;
 
@@ -76,17 +71,20 @@ export class Leniency {
   constructor(private readonly deps: { log: Logger; metrics: Metrics }) {}
 
   /** Says the fields ignored, if any. */
-  ignored({ request, set }: Exchange, fields: readonly string[]): void {
+  ignored({ request, set }: PlainExchange, fields: readonly string[]): void {
     if (fields.length === 0) return;
     const names = listed(fields);
     set.headers[IGNORED_HEADER] = names.join(", ");
-    for (const field of fields) this.deps.metrics.ignoredFields.inc({ protocol: "ollama", field: labelOf(field) });
+    // Counted per label: a body may carry many fields, and the labels are few.
+    const counts = new Map<string, number>();
+    for (const field of fields) counts.set(labelOf(field), (counts.get(labelOf(field)) ?? 0) + 1);
+    for (const [field, count] of counts) this.deps.metrics.ignoredFields.inc({ protocol: "ollama", field }, count);
     const { id, path } = contextOf(request);
     this.deps.log.warn({ request_id: id, path, fields: names }, "fields ignored, as Ollama's server ignores them");
   }
 
   /** Says that `field` asked for more than is served, and was held to `value`. */
-  clamped({ request, set }: Exchange, field: string, asked: number, value: number): void {
+  clamped({ request, set }: PlainExchange, field: string, asked: number, value: number): void {
     set.headers[CLAMPED_HEADER] = `${field}=${value}`;
     const { id, path } = contextOf(request);
     this.deps.log.warn({ request_id: id, path, field, asked, value }, "a field held to what is served");

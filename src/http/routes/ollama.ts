@@ -141,7 +141,15 @@ function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest
     sampling: {
       temperature: options.temperature ?? DEFAULT_TEMPERATURE,
       ...(options.seed != null ? { seed: options.seed } : {}),
-      ...samplingFieldsOf(options),
+      // Named one by one: an option Ollama does not have (`logit_bias`) is ignored, not read.
+      ...samplingFieldsOf({
+        top_p: options.top_p,
+        top_k: options.top_k,
+        min_p: options.min_p,
+        repeat_penalty: options.repeat_penalty,
+        presence_penalty: options.presence_penalty,
+        frequency_penalty: options.frequency_penalty,
+      }),
       ...penaltyWindowOf(options.repeat_last_n),
     },
     ...(predict > 0 ? { maxTokens: predict } : {}),
