@@ -136,6 +136,10 @@ test("fields Ollama's server ignores (a community provider's temperature, tool_c
   expect(await ignoredCount("options.other")).toBe(before.optionsOther + 2);
   expect(await ignoredCount("messages.other")).toBe(before.messages + 1);
   expect(await ignoredCount("frobnicate")).toBe(0);
+  // Through the ollama client, which sends whatever the request object holds, as such providers use it.
+  const viaClient = { model: chatModel, messages: ask, stream: false, temperature: 0.2, tool_choice: "auto", options: { num_predict: 2 } };
+  expect((await client.chat(viaClient as Parameters<typeof client.chat>[0] & { stream: false })).done).toBe(true);
+  expect(lastHeaders.get("x-parley-ignored-fields")).toBe("temperature, tool_choice");
   // The same on generate and show; a request with none says none.
   expect(
     (await post("/api/generate", { model: chatModel, prompt: "Hi", stream: false, tool_choice: "none", options: { num_predict: 2 } })).headers.get(
