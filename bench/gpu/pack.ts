@@ -14,7 +14,9 @@
  *     the CMake options of those natives, to compile the plugin there (bench/gpu/run.sh);
  *   - `llama/`: llama-server built with its backends as plugins (bench/perf/yardstick.ts), beside
  *     which run.sh puts that same plugin, so both servers run the same kernels;
- *   - `bench/perf.js`, `bench/check.js`: the benchmark and the correctness check, bundled.
+ *   - `bench/perf.js`, `bench/check.js`: the benchmark and the correctness check, bundled;
+ *   - `provenance.env`: this checkout's commit and llama.cpp's, which the result files record
+ *     (bench/perf/provenance.ts) and that machine, without git or node_modules, cannot tell.
  * `bash bench/gpu/run.sh --cpu` rehearses it here.
  */
 import { copyFileSync, cpSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -23,6 +25,7 @@ import { parseArgs } from "node:util";
 import { ensureCompiledNatives } from "../../src/natives/compile";
 import { CMAKE_OPTIONS, CUDA_FOLDER, CUDA_RECIPE_FILE, type CudaRecipe, cudaCmakeOptions } from "../../src/natives/compiled";
 import { LLAMA_CPP_DIR } from "../../src/natives/llama-source";
+import { provenance } from "../perf/provenance";
 import { buildPluginLlamaServer } from "../perf/yardstick";
 
 const ROOT = join(import.meta.dir, "../..");
@@ -88,6 +91,13 @@ for (const script of ["perf.ts", "gpu/check.ts"]) {
   const result = await Bun.build({ entrypoints: [entry], target: "bun", outdir: join(stage, "bench") });
   if (!result.success) throw new Error(`pack: bundling ${entry} failed: ${result.logs.join("\n")}`);
 }
+// Only its commits are wanted: no model, server or natives to describe here.
+const recorded = await provenance({ model: "", llamaServer: undefined, binary: undefined, nativesDir: undefined, localCompiled: undefined });
+writeFileSync(
+  join(stage, "provenance.env"),
+  `PARLEY_BENCH_COMMIT=${recorded.parley.commit ?? ""}\nPARLEY_BENCH_LLAMA_CPP_COMMIT=${recorded.llamaCpp.commit ?? ""}\n`,
+);
+if (recorded.parley.dirty) console.error("pack: the checkout has uncommitted changes, which the commit recorded there does not show");
 await step("compressing", ["tar", "-cf", packed, "-I", "xz -9 -T0", "-C", stage, "."]);
 await step("compressing the plugin", ["sh", "-c", `xz -9 -T0 -c "${join(cudaBuild, "libggml-cuda.so")}" >"${plugin}"`]);
 
