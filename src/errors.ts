@@ -130,7 +130,9 @@ export type Field =
   /** The `index`-th text a retrieval model pools (a text to embed, a document to rank). */
   | { part: "input"; index: number }
   /** How many dimensions an embedding has. */
-  | { part: "dimensions" };
+  | { part: "dimensions" }
+  /** What a completion fills in between (the text after the insertion point is what asks for it); `start`: the middle's start the client has. */
+  | { part: "infill"; detail?: "start" };
 
 /**
  * A field or parameter is missing, of the wrong type or out of range. `field` is the part of the

@@ -1,4 +1,4 @@
-import type { FinishReason, GenerateResult, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
+import type { FinishReason, GenerateResult, Infill, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
 import { type ModelInfo, type TurnEvent, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput extends TurnHooks {
@@ -11,6 +11,8 @@ export interface CompletionInput extends TurnHooks {
   messages: Turn[] | ((historyChars: number) => Promise<Turn[]>);
   /** Instead of messages (then empty), a prompt as its client wrote it: no chat template (`GenerateRequest.raw`). */
   raw?: string;
+  /** Instead of messages (then empty), what a completion fills in between (`GenerateRequest.infill`). */
+  infill?: Infill;
   /** A kept conversation's own key, whose cached state the engine looks for first (`GenerateRequest`). */
   conversationKey?: string;
   /** The kept conversation starts with this turn: its sequence is chosen by its prompt (`GenerateRequest.startsConversation`). */
@@ -121,6 +123,7 @@ export class CompletionService {
         maxTokens,
         contextTokens: input.contextTokens,
         cacheScope,
+        infill: input.infill,
         images: history.flatMap((turn) => turn.images ?? []),
       });
       const request = {
@@ -128,6 +131,7 @@ export class CompletionService {
         cacheScope,
         history,
         ...(input.raw !== undefined ? { raw: input.raw } : {}),
+        ...(input.infill ? { infill: input.infill } : {}),
         ...input.sampling,
         format: input.format,
         tools: input.tools,

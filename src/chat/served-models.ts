@@ -96,7 +96,7 @@ export class ServedModels implements EngineSource, RetrievalSource {
         vision: projector !== undefined && this.nativesSee,
         file,
         ...(expiresAt !== undefined ? { expiresAt } : {}),
-        ...(engine ? { thinks: engine.thinks } : {}),
+        ...(engine ? { thinks: engine.thinks, infills: engine.infills } : {}),
       };
     });
   }

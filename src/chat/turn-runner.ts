@@ -93,6 +93,8 @@ export interface ModelInfo {
   expiresAt?: number;
   /** Loaded: whether its replies' thoughts are told apart (`Engine.thinks`); unknown until it is. */
   thinks?: boolean;
+  /** Loaded: whether it fills in the middle (`Engine.infills`); unknown until it is. */
+  infills?: boolean;
   /** What its file says of it, where the service read it (not for an engine given whole). */
   file?: ModelFile;
 }
@@ -152,6 +154,7 @@ export const oneEngine = (current: () => Engine | undefined): EngineSource => ({
             vision: engine.seesImages,
             expiresAt: Number.POSITIVE_INFINITY,
             thinks: engine.thinks,
+            infills: engine.infills,
           },
         ]
       : [];

@@ -21,7 +21,7 @@ import { gguf } from "./values";
 import { buildVocab, type SpecialToken, TOKEN_TYPE, tokenId } from "./vocab";
 import type { GgufFile } from "./writer";
 
-export const FAMILY_PRESETS = ["llama3", "qwen2", "gemma", "mistral", "phi3", "qwen3-thinking"] as const;
+export const FAMILY_PRESETS = ["llama3", "qwen2", "gemma", "mistral", "phi3", "qwen3-thinking", "qwen2-coder"] as const;
 export type FamilyPreset = (typeof FAMILY_PRESETS)[number];
 
 export interface Family {
@@ -79,6 +79,20 @@ export const FAMILIES: Readonly<Record<FamilyPreset, Family>> = {
     architecture: "qwen2",
     tokenizer: { kind: "bpe", pre: "qwen2" },
     specials: QWEN2_SPECIALS,
+    roles: QWEN_ROLES,
+    addBos: false,
+    chatTemplate: qwen2Template,
+    endOfTurn: "<|im_end|>",
+  },
+  // Qwen2.5-Coder Instruct: Qwen2.5's tokenizer and template, and the fill-in-the-middle tokens
+  // after </tool_call> (ids 151659 to 151664 in the released vocabulary), which llama.cpp's converter
+  // writes as user-defined tokens (the released tokenizer does not mark them special) and no
+  // `tokenizer.ggml.fim_*` key: llama.cpp finds them by their text and makes them control tokens,
+  // <|fim_pad|>, <|repo_name|> and <|file_sep|> ending generation.
+  "qwen2-coder": {
+    architecture: "qwen2",
+    tokenizer: { kind: "bpe", pre: "qwen2" },
+    specials: [...QWEN2_SPECIALS, ...userDefined("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")],
     roles: QWEN_ROLES,
     addBos: false,
     chatTemplate: qwen2Template,

@@ -44,6 +44,7 @@ export const PRESET_FILE_TYPES: Readonly<Record<ModelPreset, readonly FileType[]
   mistral: ["F32"],
   phi3: ["F32"],
   "qwen3-thinking": ["F32"],
+  "qwen2-coder": ["F32"],
   embed: ["F16"],
   rerank: ["F16"],
 };

@@ -24,6 +24,7 @@ import { conversationsRoutes } from "./routes/conversations";
 import { docsRoutes } from "./routes/docs";
 import { embeddingRoutes } from "./routes/embeddings";
 import { healthRoutes } from "./routes/health";
+import { infillRoutes } from "./routes/infill";
 import { messagesRoutes } from "./routes/messages";
 import { metricsRoutes } from "./routes/metrics";
 import { modelRoutes } from "./routes/models";
@@ -119,6 +120,7 @@ export function createApp(deps: AppDeps) {
     .use(chatRoutes({ chat: deps.chat, turns, body: limits }))
     .use(openAiRoutes({ completions: deps.completions, turns, body: limits }))
     .use(textCompletionRoutes({ completions: deps.completions, turns, body: limits }))
+    .use(infillRoutes({ completions: deps.completions, turns, body: limits }))
     .use(modelRoutes({ models: () => deps.completions.models() }))
     .use(anthropicRoutes({ completions: deps.completions, turns, body: limits }))
     .use(ollamaRoutes({ completions: deps.completions, retrieval: deps.retrieval, turns, body: limits, log: deps.log, metrics }))

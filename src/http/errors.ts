@@ -173,6 +173,8 @@ const MODELS_PREFIX = "/v1/models";
 
 /** llama-server's other path of `/v1/rerank`: errors in the same shape. */
 const RERANK_PATH = "/rerank";
+/** llama-server's code completion: its errors are in OpenAI's shape too. */
+const INFILL_PATH = "/infill";
 
 const under = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
@@ -200,7 +202,7 @@ export const fromAnthropicClient = (headers: Headers): boolean => headers.has("a
 export const dialectOf = (path: string, headers: Headers): ErrorDialect =>
   under(path, ANTHROPIC_PREFIX) || (under(path, MODELS_PREFIX) && fromAnthropicClient(headers))
     ? "anthropic"
-    : path.startsWith(OPENAI_PREFIX) || path === RERANK_PATH
+    : path.startsWith(OPENAI_PREFIX) || path === RERANK_PATH || path === INFILL_PATH
       ? "openai"
       : OLLAMA_ROUTES.some((route) => under(path, route))
         ? "ollama"

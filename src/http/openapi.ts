@@ -23,6 +23,7 @@ import {
   UsageReport,
 } from "./contract";
 import { HTTP_ERRORS } from "./errors";
+import { InfillChunk, InfillResponse } from "./infill/contract";
 import {
   OllamaChatResponse,
   OllamaEmbeddingsResponse,
@@ -59,6 +60,8 @@ export const SCHEMAS = {
   OpenAiEmbeddingList,
   RerankResponse,
   TextCompletion,
+  InfillResponse,
+  InfillChunk,
   ResponseObject,
   ResponseEvent,
   InputItemList,

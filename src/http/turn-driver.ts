@@ -1,5 +1,5 @@
 import type { Server } from "elysia/universal";
-import type { CompletionService } from "../chat/completions";
+import type { CompletionResult, CompletionService, CompletionStart } from "../chat/completions";
 import type { Usage } from "../chat/service";
 import type { TurnEvent, TurnHooks, TurnPrompt } from "../chat/turn-runner";
 import type { DomainError } from "../errors";
@@ -230,5 +230,25 @@ export function frame<Start, Result>(framing: Framing<Start, Result>, event: Rep
       return framing.logprobs(event.entries);
     case "prompt":
       return framing.prompt?.(event) ?? [];
+  }
+}
+
+/**
+ * The turn's events as they come, each seen by `seen` first (a route that measures its times from
+ * them); its end handed back (a consumer that stops early ends the turn too).
+ */
+export async function* watched(
+  events: AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void>,
+  seen: (event: CompletionStart | TurnEvent) => void,
+): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
+  try {
+    for (;;) {
+      const step = await events.next();
+      if (step.done) return step.value;
+      seen(step.value);
+      yield step.value;
+    }
+  } finally {
+    await events.return(undefined);
   }
 }

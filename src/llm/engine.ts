@@ -8,7 +8,7 @@
  */
 import { stat } from "node:fs/promises";
 import { basename, resolve } from "node:path";
-import { type ChatWrapper, type Llama, type LlamaContext, type LlamaModel, LlamaText, type Token } from "node-llama-cpp";
+import { type ChatWrapper, type Llama, type LlamaContext, type LlamaModel, LlamaText, SpecialTokensText, type Token } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
 import { copiesStates, hasLogprobs, isImagePosition, type TokenLogprobs, tokenBytes } from "../natives/addon";
@@ -19,6 +19,7 @@ import { resolveModelChatWrapper } from "./chat-wrapper";
 import { type Decoded, decode, type StopReason } from "./decode";
 import { DraftModel } from "./draft-model";
 import { type HeldImages, hasImages, PromptImages, withoutImages } from "./images";
+import { type FimTokens, fimTokensOf, type Infill, infillTokens } from "./infill";
 import { KvStore, stateSizeBound } from "./kv-store";
 import { type DeviceUse, deviceUse, type LoadOptions, loadLlamaModel, modelNameOf, overloadedOnGpu } from "./llama-load";
 import { type Lease, type PoolStats, SequencePool } from "./pool";
@@ -55,6 +56,7 @@ import {
   type TurnImage,
 } from "./types";
 
+export type { Infill, InfillFile } from "./infill";
 export type * from "./types";
 export { BudgetExceeded, replyRoom } from "./types";
 
@@ -147,6 +149,8 @@ export class Engine {
   private readonly overflow: ContextOverflow;
   /** The share of the prompt's room a conversation's window is fitted into once it overflows. */
   private readonly keep: number;
+  /** The tokens an infill's prompt is framed with; none for a model not trained to fill in the middle. */
+  private readonly fim: FimTokens | undefined;
 
   private constructor(
     private readonly llama: Llama,
@@ -165,7 +169,10 @@ export class Engine {
     slack: number,
     /** How the model sees pictures, or why it does not. */
     private readonly vision: PromptImages | string,
+    /** Prompt tokens evaluated at once (`PARLEY_BATCH_SIZE`): an infill's texts are cut to shares of it, as llama-server's to its batch. */
+    private readonly promptChunk: number,
   ) {
+    this.fim = fimTokensOf(model);
     this.callOpeners = specialTokensOf(model, prompts.toolSyntax.openers);
     this.openerTokens = prompts.toolSyntax.openers.flatMap((text) => {
       const tokens = model.tokenize(text, true);
@@ -229,6 +236,7 @@ export class Engine {
         options.contextOverflow ?? "shift",
         options.contextSlack ?? 0.5,
         vision,
+        promptChunk,
       );
       await engine.warmUp();
       // Only speed is at stake: a prompt that cannot be primed is evaluated by each first turn.
@@ -286,6 +294,11 @@ export class Engine {
    */
   get historyChars(): number {
     return this.prompts.historyChars(this.context.contextSize);
+  }
+
+  /** Whether it fills in the middle: its file names FIM tokens (`infill.ts`). */
+  get infills(): boolean {
+    return this.fim !== undefined;
   }
 
   /** Token ids go from 0 to one below this. */
@@ -357,10 +370,19 @@ export class Engine {
    * a model that sees none, or one its projector cannot decode; laid out now for the prompt).
    */
   async check(
-    request: Pick<GenerateRequest, "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "contextTokens" | "cacheScope"> & {
+    request: Pick<
+      GenerateRequest,
+      "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "contextTokens" | "cacheScope" | "infill"
+    > & {
       images?: readonly TurnImage[];
     },
   ): Promise<void> {
+    if (request.infill && !this.fim) {
+      throw new InvalidInput(
+        { part: "infill" },
+        `${this.modelName} does not fill in the middle: its file names no FIM prefix, suffix and middle tokens (a code model's, as Qwen2.5-Coder's, does)`,
+      );
+    }
     // None (0) is what a model without thoughts gives anyway.
     if (request.thoughtTokens !== undefined && request.thoughtTokens > 0 && !this.thoughts) {
       throw new InvalidInput(
@@ -432,9 +454,10 @@ export class Engine {
    * or resumed with slack): a `budget` from this count is still enforced on the prompt evaluated.
    */
   async measure(
-    request: Pick<GenerateRequest, "history" | "raw" | "maxTokens" | "contextTokens" | "cacheScope" | "tools" | "conversationKey">,
+    request: Pick<GenerateRequest, "history" | "raw" | "infill" | "maxTokens" | "contextTokens" | "cacheScope" | "tools" | "conversationKey">,
   ): Promise<number> {
     if (request.raw !== undefined) return (await this.prompts.raw(request.raw, this.promptBudget(request), request.cacheScope)).tokens.length;
+    if (request.infill) return this.infillPrompt(request.infill, request, request.cacheScope).tokens.length;
     const keep = request.conversationKey === undefined ? 1 : this.keep;
     const pictures = await this.holdImages(request);
     try {
@@ -459,9 +482,11 @@ export class Engine {
     // A stateless prompt, or a new conversation's, is fitted before a sequence is chosen: its tokens choose it.
     const tools = request.tools?.functions ?? [];
     const byPrompt = key === undefined || request.startsConversation === true;
-    const raw = request.raw;
-    if (raw !== undefined && (request.history.length > 0 || key !== undefined || request.tools || request.format)) {
-      throw new Error("a raw prompt has no history, conversation, tools or format");
+    const { raw, infill } = request;
+    // Either is a prompt as written, whose reply is text as the model continues it.
+    const plain = raw !== undefined || infill !== undefined;
+    if (plain && (request.history.length > 0 || key !== undefined || request.tools || request.format)) {
+      throw new Error("a raw or infill prompt has no history, conversation, tools or format");
     }
     // Without pictures, nothing to wait for: a conversation's turn takes its sequence synchronously.
     const pictures = hasImages(request.history) ? await this.holdImages(request) : withoutImages(request.history);
@@ -474,9 +499,11 @@ export class Engine {
       const statelessPrompt =
         raw !== undefined
           ? await this.prompts.raw(raw, budget, scope)
-          : byPrompt
-            ? seen(await this.prompts.fit(history, budget, scope, tools, key === undefined ? 1 : this.keep), pictures)
-            : undefined;
+          : infill
+            ? this.infillPrompt(infill, request, scope)
+            : byPrompt
+              ? seen(await this.prompts.fit(history, budget, scope, tools, key === undefined ? 1 : this.keep), pictures)
+              : undefined;
       const score = (slot: Slot) => this.prefixScore(slot, statelessPrompt!, budget, scope);
       lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
       const slot = lease.item;
@@ -519,8 +546,8 @@ export class Engine {
           {
             endsReply: this.stops.endsReply,
             // A raw prompt's reply is text as the model continues it: no chat format's stop texts or thoughts.
-            stopStrings: [...(raw === undefined ? this.stops.texts : []), ...(request.stop ?? [])],
-            thought: raw === undefined ? this.thoughts?.markers : undefined,
+            stopStrings: [...(plain ? [] : this.stops.texts), ...(request.stop ?? [])],
+            thought: plain ? undefined : this.thoughts?.markers,
             ...(callText ? { calls: callText, shown: this.callOpeners } : {}),
             ...(sampling.lazyGrammar ? { lazyGrammar: sampling.lazyGrammar } : {}),
             ...(request.logprobs !== undefined ? { spell: this.spell } : {}),
@@ -654,7 +681,7 @@ export class Engine {
    */
   private promptTokens(slot: Slot, key: string | undefined, fitted: FittedPrompt, budget: number, scope: string): Token[] {
     const { transcript } = slot;
-    if (!transcript || (key !== undefined && transcript.key !== key)) return fitted.tokens;
+    if (!transcript || fitted.assembled || (key !== undefined && transcript.key !== key)) return fitted.tokens;
     const continued = continueTranscript(transcript, fitted.text, this.prompts.tokenizerFor(scope));
     // Generated tokens can spell a reply in more tokens than its text needs: the budget still rules.
     return continued && continued.length <= budget ? continued : fitted.tokens;
@@ -675,9 +702,25 @@ export class Engine {
 
   /** What the sequence now holds, if the reply renders back as exactly its text. */
   private transcriptAfter(key: string, fitted: FittedPrompt, prompt: readonly Token[], reply: Decoded["spelled"]): Transcript | undefined {
+    if (fitted.assembled) return undefined;
     const text = this.prompts.withReply(fitted, reply.text);
     const opens = windowOpener(fitted.turns);
     return isReplyOf(fitted.text, text, reply.text) ? { key, text, tokens: [...prompt, ...reply.tokens], ...(opens ? { opens } : {}) } : undefined;
+  }
+
+  /**
+   * An infill's prompt (`infill.ts`), fitted to the request's context. Assembled from its texts'
+   * tokens, so its text only renders them: no later prompt continues it by its text.
+   */
+  private infillPrompt(infill: Infill, request: Pick<GenerateRequest, "maxTokens" | "contextTokens">, scope: string): FittedPrompt {
+    if (!this.fim) throw new Error("a model without FIM tokens was given an infill (Engine.check refuses it)");
+    const room = {
+      batch: this.promptChunk,
+      context: Math.min(request.contextTokens ?? Infinity, this.context.contextSize),
+      budget: this.promptBudget(request),
+    };
+    const tokens = infillTokens(infill, this.fim, this.prompts.tokenizerFor(scope), room);
+    return { turns: [], tools: [], text: LlamaText(new SpecialTokensText(this.model.detokenize(tokens, true))), tokens, raw: true, assembled: true };
   }
 
   /**

@@ -44,6 +44,8 @@ export interface FittedPrompt {
   tokens: Token[];
   /** A prompt as its client wrote it, no chat template (`PromptRenderer.raw`): a reply continues its text. */
   raw?: boolean;
+  /** Assembled from its parts' tokens (an infill's): `text` renders them, but is no text a later prompt continues. */
+  assembled?: boolean;
 }
 
 const REPLACEMENT_CHAR = "\uFFFD";

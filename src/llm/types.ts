@@ -1,6 +1,7 @@
 /** The engine's public vocabulary: what the chat service sends in and gets back. */
 import type { LlamaGrammarEvaluationState } from "node-llama-cpp";
 import type { ConversationRole, FinishReason } from "../vocabulary";
+import type { Infill } from "./infill";
 import type { ToolCall, ToolRequest } from "./tools";
 
 export type { FinishReason } from "../vocabulary";
@@ -166,6 +167,11 @@ export interface GenerateRequest {
    * request's stop strings). The history is then empty; no conversation key, format or tools.
    */
   raw?: string;
+  /**
+   * Instead of a history, what a completion fills in between (`infill.ts`): the prompt the model's
+   * FIM tokens frame, and the reply continues it as a raw prompt's does.
+   */
+  infill?: Infill;
   /** 0 = greedy. */
   temperature: number;
   /** Nucleus sampling: only the most likely tokens whose probabilities add up to this (default: `SAMPLING_DEFAULTS`). */

@@ -43,9 +43,15 @@ test("every shell example of docs/API.md answers 2xx as written", async () => {
   const pictureRoutes = examples.filter(asksAboutPicture).map((command) => /\$PARLEY(\S*?)"? /.exec(command)?.[1]);
   expect(pictureRoutes).toEqual(["/api/v1.0/chat", "/v1/chat/completions", "/v1/responses", "/v1/messages", "/api/chat"]);
   const dbPath = join(tempDir("api-examples"), "parley.db");
-  // The retrieval models beside the demo, for the embeddings and reranking examples, and the vision
-  // preset (its projector beside it) for the pictures'.
-  const models = [await presetModel("demo"), await presetModel("embed"), await presetModel("rerank"), (await visionPair()).model];
+  // The retrieval models beside the demo, for the embeddings and reranking examples, the vision
+  // preset (its projector beside it) for the pictures', and a model that fills in the middle for /infill's.
+  const models = [
+    await presetModel("demo"),
+    await presetModel("embed"),
+    await presetModel("rerank"),
+    (await visionPair()).model,
+    await presetModel("qwen2-coder"),
+  ];
   server = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_MODEL: models.join(",") } });
   const cli = (...args: string[]) =>
     Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });

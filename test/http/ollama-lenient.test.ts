@@ -158,7 +158,7 @@ test("a known field of the wrong type is still refused by its name, once", async
     ["/api/chat", { model: chatModel, messages: ask, stream: false, options: { num_gpu: "all" } }, "options.num_gpu"],
     ["/api/chat", { model: chatModel, messages: ask, stream: "yes" }, "stream"],
     ["/api/embeddings", { model: EMBED, prompt: "x", options: { temperature: "hot" } }, "options.temperature"],
-    ["/api/generate", { model: chatModel, prompt: "Hi", raw: true }, "raw"],
+    ["/api/generate", { model: chatModel, prompt: "Hi", raw: "yes" }, "raw"],
   ] as const) {
     const refused = await postJson(service.served.url, key, path, body);
     expect(refused.status).toBe(400);

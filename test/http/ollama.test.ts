@@ -197,7 +197,8 @@ describe("refused in Ollama's shape", () => {
       400,
       "messages",
     ],
-    ["raw", () => client.generate({ model: "any", prompt: "Hi", raw: true, stream: false }), 400, "raw"],
+    ["a raw prompt with a system message", () => client.generate({ model: "any", prompt: "Hi", raw: true, system: "Be brief.", stream: false }), 400, "system"],
+    ["a suffix, to a model without FIM tokens", () => client.generate({ model: "any", prompt: "def f():", suffix: "\n", stream: false }), 400, "suffix"],
     ["pulling a model", () => client.pull({ model: "llama3.2", stream: false }), 403, ""],
   ] as const)("%s", async (_, send, status, param) => {
     const refused = await refusal(send());

@@ -11,11 +11,12 @@ const PROTOCOLS: Record<string, { folder: string; routes: string[] }> = {
   openai: { folder: "src/http/openai/", routes: ["src/http/routes/openai.ts", "src/http/routes/responses.ts", "src/http/routes/openai-conversations.ts"] },
   anthropic: { folder: "src/http/anthropic/", routes: ["src/http/routes/anthropic.ts"] },
   ollama: { folder: "src/http/ollama/", routes: ["src/http/routes/ollama.ts"] },
+  infill: { folder: "src/http/infill/", routes: ["src/http/routes/infill.ts"] },
 };
 
 /** Field paths and item types of the protocols' requests, which the domain has words of its own for. */
 const WIRE_FIELDS =
-  /function\.parameters|response_format|input_schema|tool_choice|logit_bias|previous_response_id|text\.format|max_output_tokens|max_tokens|budget_tokens|stream_options|function_call|tool_use|tool_result/;
+  /function\.parameters|response_format|input_schema|tool_choice|logit_bias|previous_response_id|text\.format|max_output_tokens|max_tokens|budget_tokens|stream_options|function_call|tool_use|tool_result|input_prefix|input_suffix|input_extra/;
 
 const files = async (pattern: string) => Array.fromAsync(new Glob(pattern).scan("."));
 const importsOf = (text: string) => Array.from(text.matchAll(/^import[^"']*["']([^"']+)["']/gm), (match) => match[1]!);

@@ -159,6 +159,7 @@ describe("family presets", () => {
     mistral: "32638559bea9118fda4524abcc0d342d9d4d8d3d04506d3b3ed63d64a9aeb7fe",
     phi3: "350eec833875d3c83ecbd3292918f386582b7e78b5f7afd6100588679f79b0a6",
     "qwen3-thinking": "194b7ea33c32953060c08312b9e43f28b58383f2eb2a71d019b2e43a4a0af338",
+    "qwen2-coder": "7987919a57ee52e3384e611284ae52941f9aa9b4bff97ee4aefd8c3df35a6e9e",
     embed: "efedcce601cdba0028b527d2c152cabd69b50172c14bdb3ea4c727a153c17701",
     rerank: "46f22afd62c321513cffcb2ebe87aab97e08819a0c8fc88d94410cd108d639e5",
   };

@@ -3,6 +3,8 @@ import type { FieldNames } from "../field-names";
 
 export const ollamaFields: FieldNames = (field) => {
   switch (field.part) {
+    case "infill":
+      return "suffix";
     case "history":
       return field.item === undefined ? "messages" : `messages[${field.item}]${field.detail === "answers" ? ".tool_name" : ""}`;
     case "image":
@@ -21,3 +23,6 @@ export const ollamaFields: FieldNames = (field) => {
       return undefined;
   }
 };
+
+/** `/api/generate`'s: one prompt is its whole history. */
+export const ollamaGenerateFields: FieldNames = (field) => (field.part === "history" ? "prompt" : ollamaFields(field));

@@ -25,6 +25,7 @@ const KNOWN_NAMES: ReadonlySet<string> = new Set([
   "options",
   "tool_choice",
   "system",
+  "suffix",
   "template",
   "name",
   "shift",

@@ -162,7 +162,7 @@ function capabilitiesOf(model: ModelInfo): string[] {
   const purpose = model.file?.purpose ?? "chat";
   if (purpose === "embedding") return ["embedding"];
   if (purpose === "ranking") return [];
-  return ["completion", "tools", ...(model.vision ? ["vision"] : []), ...(model.thinks ? ["thinking"] : [])];
+  return ["completion", "tools", ...(model.vision ? ["vision"] : []), ...(model.thinks ? ["thinking"] : []), ...(model.infills ? ["insert"] : [])];
 }
 
 /**

@@ -55,8 +55,9 @@ export const responseFields: FieldNames = (field) => {
   }
 };
 
-/** The legacy completions' request fields: the prompt is its whole history; the rest as chat completions'. */
-export const textCompletionFields: FieldNames = (field) => (field.part === "history" ? "prompt" : chatCompletionFields(field));
+/** The legacy completions' request fields: the prompt is its whole history, or with a suffix what it fills in after; the rest as chat completions'. */
+export const textCompletionFields: FieldNames = (field) =>
+  field.part === "history" ? "prompt" : field.part === "infill" ? "suffix" : chatCompletionFields(field);
 
 /** The embeddings API's request fields: the texts pooled are its inputs. */
 export const embeddingFields: FieldNames = (field) => (field.part === "input" ? `input[${field.index}]` : undefined);

@@ -7,7 +7,7 @@
  */
 import { Elysia } from "elysia";
 import pkg from "../../../package.json";
-import type { CompletionInput, CompletionResult, CompletionStart } from "../../chat/completions";
+import type { CompletionInput, CompletionStart } from "../../chat/completions";
 import type { RetrievalService } from "../../chat/retrieval";
 import type { TurnEvent } from "../../chat/turn-runner";
 import type { Principal } from "../../db/types";
@@ -28,14 +28,14 @@ import {
   type OllamaOptions,
   OllamaShowRequest,
 } from "../ollama/contract";
-import { ollamaFields } from "../ollama/fields";
+import { ollamaFields, ollamaGenerateFields } from "../ollama/fields";
 import { ignoredFields, Leniency } from "../ollama/ignored";
 import { embedJson, loadedJson, loadedModelJson, modelJson, type OllamaRoute, ollamaFraming, ReplyClock, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
 import { RequestPictures } from "../pictures";
 import { contextOf } from "../request-context";
 import { samplingFieldsOf } from "../sampling-fields";
-import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks } from "../turn-driver";
+import { type CompletionRouteDeps, type Exchange, hooksOf, type RequestHooks, watched } from "../turn-driver";
 
 const TAGS = ["Ollama-compatible"];
 
@@ -161,6 +161,35 @@ function turnInput(body: TurnRequest, messages: Turn[], tools: OllamaChatRequest
   };
 }
 
+type GenerateRequest = OllamaGenerateRequest;
+
+/**
+ * What `/api/generate` asks the model: the prompt through the chat template; with `raw`, as written;
+ * with a `suffix`, filled in between (`llm/infill.ts`, a model with FIM tokens), as Ollama's FIM
+ * models' templates frame it. Beside either, the fields Ollama ignores then (a raw prompt's suffix,
+ * a suffix's system message) are in `ignored`; those it could not honour are refused.
+ */
+function generated(body: GenerateRequest): { input: Omit<CompletionInput, "signal" | "userId">; ignored: string[] } {
+  const suffix = body.suffix ?? "";
+  if (body.raw !== true && suffix === "") {
+    const messages: Turn[] = [
+      ...(body.system ? [{ role: "system" as const, content: body.system }] : []),
+      { role: "user", content: body.prompt, ...new RequestPictures().after(body.prompt, body.images, "images") },
+    ];
+    if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
+    return { input: turnInput(body, messages, undefined), ignored: [] };
+  }
+  const mode = body.raw === true ? "raw" : "suffix";
+  // As Ollama's server: a raw prompt has no system message (its template would write it).
+  if (body.raw === true && body.system !== undefined) throw new InvalidInput("system", "raw takes the prompt as written: put any system text in it");
+  if (body.images?.length) throw new InvalidInput("images", `a prompt with ${mode} is text only here: send pictures through the chat template`);
+  if (body.format !== undefined) throw new InvalidInput("format", `a reply to a prompt with ${mode} is not held to a format here`);
+  if (![body.prompt, suffix].every((text) => text.isWellFormed())) throw new InvalidInput("prompt", "prompt and suffix must be valid Unicode text");
+  const input = turnInput(body, [], undefined);
+  if (body.raw === true) return { input: { ...input, raw: body.prompt }, ignored: suffix === "" ? [] : ["suffix"] };
+  return { input: { ...input, infill: { before: body.prompt, after: suffix, start: "", files: [] } }, ignored: body.system === undefined ? [] : ["system"] };
+}
+
 /** Pull, push, create, copy and delete would change the operator's model files. */
 const MANAGED = "Parley's models are its operator's: they are managed on the server (`parley model`, the models directory), not through this API";
 const MANAGED_DETAIL = { summary: `Refused: ${MANAGED}`, tags: TAGS, responses: ollamaErrorResponses("forbidden", "unauthorized") };
@@ -169,26 +198,6 @@ const MANAGED_DETAIL = { summary: `Refused: ${MANAGED}`, tags: TAGS, responses: 
 const REFUSALS = [...TURN_REFUSALS, "quota_exceeded"] as const;
 /** What a listing can be refused for. */
 const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const;
-
-/**
- * The turn's events as they come, each seen by `seen` first; its end handed back (a consumer that
- * stops early ends the turn too).
- */
-async function* watched(
-  events: AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void>,
-  seen: (event: CompletionStart | TurnEvent) => void,
-): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
-  try {
-    for (;;) {
-      const step = await events.next();
-      if (step.done) return step.value;
-      seen(step.value);
-      yield step.value;
-    }
-  } finally {
-    await events.return(undefined);
-  }
-}
 
 export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalService; log: Logger; metrics: Metrics }) => {
   const leniency = new Leniency(deps);
@@ -251,15 +260,18 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     .post(
       "/api/generate",
       async function* ({ body, principal, request, server, set }) {
-        leniency.ignored({ request, set }, ignoredFields(body, OllamaGenerateRequest, HONOURED_OPTIONS));
-        if (body.prompt === "" && body.system === undefined) return await loaded("generate", body, request.signal);
-        if (body.prompt === "") throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
-        const messages: Turn[] = [
-          ...(body.system ? [{ role: "system" as const, content: body.system }] : []),
-          { role: "user", content: body.prompt, ...new RequestPictures().after(body.prompt, body.images, "images") },
-        ];
-        if (!messages.every((turn) => turn.content.isWellFormed())) throw new InvalidInput("prompt", "prompt and system must be valid Unicode text");
-        return yield* answer("generate", turnInput(body, messages, undefined), body, { principal, request, server, set });
+        contextOf(request).fields = ollamaGenerateFields;
+        const unknown = ignoredFields(body, OllamaGenerateRequest, HONOURED_OPTIONS);
+        // No prompt (and no text after it to fill in before) only loads the model, as Ollama's clients ask.
+        if (body.prompt === "" && body.system === undefined && !body.suffix) {
+          leniency.ignored({ request, set }, unknown);
+          return await loaded("generate", body, request.signal);
+        }
+        if (body.prompt === "" && !body.suffix)
+          throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
+        const { input, ignored } = generated(body);
+        leniency.ignored({ request, set }, [...unknown, ...ignored]);
+        return yield* answer("generate", input, body, { principal, request, server, set });
       },
       {
         auth: "key",

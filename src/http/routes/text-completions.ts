@@ -1,8 +1,10 @@
 /**
  * OpenAI's legacy completions (`POST /v1/completions`): a prompt continued as written, no chat
  * template, over the same turns, keys, quotas, prompt cache (per user), logs and metrics as chat
- * completions. Every field is honoured or refused by name: `suffix`, `best_of` and `n` above 1,
- * several prompts, token-id prompts, and `echo` with `logprobs` are `400` (docs/API.md).
+ * completions. With `suffix`, the completion fills in between the prompt and it, for a model with
+ * fill-in-the-middle tokens (as llama-server's `/infill` would with the prompt before the cursor).
+ * Every field is honoured or refused by name: `best_of` and `n` above 1, several prompts, token-id
+ * prompts, and `echo` with `logprobs` are `400` (docs/API.md).
  */
 import { Elysia, t } from "elysia";
 import type { CompletionInput } from "../../chat/completions";
@@ -13,7 +15,7 @@ import { jsonBody } from "../json-body";
 import { textCompletionFields } from "../openai/fields";
 import { newCompletion, textCompletionFraming, textCompletionJson } from "../openai/present";
 import { openAiErrorResponses, TURN_REFUSALS, textCompletionResponse } from "../openapi";
-import { integer, optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
+import { integer, optional, SAMPLING_FIELDS, samplingFieldsOf, UNKNOWN_FIELD } from "../sampling-fields";
 import type { CompletionRouteDeps, RequestHooks } from "../turn-driver";
 
 /** OpenAI's default for this API: a legacy completion is 16 tokens unless asked for more. */
@@ -39,7 +41,7 @@ const textCompletionRequest = t.Object(
     echo: optional(t.Boolean(), "echo must be true or false"),
     n: optional(t.Literal(1), "n must be 1: Parley completes one choice a request"),
     best_of: optional(t.Literal(1), "best_of must be 1: Parley generates no choices to pick from"),
-    suffix: unsupported("suffix is not supported: Parley has no fill-in-the-middle"),
+    suffix: optional(t.String(), "suffix must be a string: the text the completion goes before"),
     // Changes nothing in the text: OpenAI's end-user identifier.
     user: optional(t.String(), "user must be a string"),
   },
@@ -49,14 +51,15 @@ type TextCompletionRequest = typeof textCompletionRequest.static;
 
 function textInput(body: TextCompletionRequest, prompt: string): Omit<CompletionInput, "signal" | "userId"> {
   const stop = typeof body.stop === "string" ? [body.stop] : (body.stop ?? undefined);
-  if (![prompt, ...(stop ?? [])].every((text) => text.isWellFormed()))
-    throw new InvalidInput("prompt", "prompt and stop must be valid Unicode text (one has a lone surrogate)");
+  const suffix = body.suffix ?? undefined;
+  if (![prompt, suffix ?? "", ...(stop ?? [])].every((text) => text.isWellFormed()))
+    throw new InvalidInput("prompt", "prompt, suffix and stop must be valid Unicode text (one has a lone surrogate)");
   if (body.echo === true && body.logprobs != null)
     throw new InvalidInput("echo", "echo with logprobs is not supported: Parley tells no prompt token's log-probability");
   if (body.stream_options != null && body.stream !== true) throw new InvalidInput("stream_options", "stream_options needs stream: true");
   return {
     messages: [],
-    raw: prompt,
+    ...(suffix !== undefined ? { infill: { before: prompt, after: suffix, start: "", files: [] } } : { raw: prompt }),
     ...(body.model != null ? { model: body.model } : {}),
     sampling: { temperature: body.temperature ?? 1, ...samplingFieldsOf(body), seed: body.seed == null ? undefined : body.seed >>> 0 },
     maxTokens: body.max_tokens ?? DEFAULT_MAX_TOKENS,

@@ -1,0 +1,73 @@
+/**
+ * What llama-server's `/infill` answered on the qwen2-coder preset (tools/infill-fixture.ts writes
+ * it), the requests it was asked, and the shape both servers were given: one slot of `CONTEXT`
+ * tokens, prompts evaluated `BATCH` at a time.
+ */
+import { join } from "node:path";
+
+export const INFILL_FIXTURE_PATH = join(import.meta.dir, "..", "fixtures", "llama-server-infill.json");
+
+export const INFILL_CONTEXT = 1024;
+export const INFILL_BATCH = 512;
+/** Greedy, this many tokens: enough to tell two prompts' completions apart. */
+export const INFILL_PREDICT = 12;
+
+export interface InfillCase {
+  name: string;
+  body: { input_prefix: string; input_suffix: string; input_extra?: { filename?: string; text: string }[]; prompt?: string };
+}
+
+/** A Python-like line `i` of a long file, several tokens long. */
+const line = (i: number) => `    total_${i} = compute(value_${i}, scale=${i % 7}) + offset  # step ${i}\n`;
+const lines = (from: number, count: number) => Array.from({ length: count }, (_, i) => line(from + i)).join("");
+
+export const INFILL_CASES: InfillCase[] = [
+  { name: "plain", body: { input_prefix: "def add(a, b):\n    ", input_suffix: "\n\nprint(add(1, 2))\n" } },
+  {
+    name: "files and a start",
+    body: {
+      input_prefix: "from util import scale\n\ndef run(x):\n    ",
+      input_suffix: "\n    return y\n",
+      input_extra: [
+        { filename: "util.py", text: "def scale(x, k=2):\n    return x * k\n" },
+        { text: "# notes with no file name; <|fim_prefix|> typed as text\n" },
+      ],
+      prompt: "y = scale(",
+    },
+  },
+  {
+    name: "special tokens' texts",
+    body: { input_prefix: "s = '<|im_end|><|file_sep|>'\n", input_suffix: "<|fim_middle|> stays text\n", prompt: "t = <|im_start|>" },
+  },
+  // The text before outgrows three quarters of a batch and the text after a quarter: both are cut.
+  { name: "long prefix and suffix", body: { input_prefix: lines(0, 60), input_suffix: lines(60, 40), prompt: "x" } },
+  // The other files outgrow what the context holds beyond a batch: their oldest tokens are cut.
+  {
+    name: "long files",
+    body: {
+      input_prefix: "def main():\n    ",
+      input_suffix: "\n",
+      input_extra: [
+        { filename: "a.py", text: lines(100, 40) },
+        { filename: "b.py", text: lines(140, 40) },
+      ],
+    },
+  },
+];
+
+export interface InfillAnswer {
+  /** The prompt as llama-server evaluated it: its tokens (from its slot's saved state) and its text (special tokens written). */
+  tokens: number[];
+  prompt: string;
+  /** The greedy completion, plain and as the stream's pieces joined. */
+  content: string;
+  streamed: string;
+}
+
+export interface InfillFixture {
+  /** The preset file llama-server was given. */
+  sha256: string;
+  answers: Record<string, InfillAnswer>;
+}
+
+export const readInfillFixture = async (): Promise<InfillFixture> => (await Bun.file(INFILL_FIXTURE_PATH).json()) as InfillFixture;
