@@ -229,6 +229,21 @@ const TEXT_COMPLETION_SSE = [
   "then `data: [DONE]`. An error after the first byte is `data: {error}`. Comment lines `: ping` keep an idle stream alive.",
 ].join(" ");
 
+const INFILL_SSE = [
+  "With `stream: true`: `text/event-stream` of unnamed events, each `data` one piece of the text (`stop: false`),",
+  "then the last with `stop: true`, empty `content`, the counts and timings; no `[DONE]`. With `response_fields`, the",
+  "answer (the last event) holds only the values at those paths, each under its path. An error after the first byte is `data: {error}`.",
+].join(" ");
+
+/** llama-server's `/infill` 200: its completion, or a stream of its pieces. */
+export const infillResponse = {
+  description: `The completion (nothing is stored). ${INFILL_SSE}`,
+  content: {
+    "application/json": { schema: ref("InfillResponse") },
+    "text/event-stream": { schema: { type: "string" as const, description: INFILL_SSE }, "x-events": { message: ref("InfillChunk") } },
+  },
+};
+
 /** The legacy completion's 200: a `text_completion`, or a stream of them. */
 export const textCompletionResponse = {
   description: `The completion (nothing is stored). ${TEXT_COMPLETION_SSE}`,

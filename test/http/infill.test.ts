@@ -7,11 +7,14 @@
  * metrics as on every route.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { getLlama, type Llama, type LlamaModel } from "node-llama-cpp";
 import { Ollama } from "ollama";
 import OpenAI from "openai";
 import { TokenLedger } from "../../src/chat/token-ledger";
-import { familyModelName } from "../../src/gguf/families";
+import { familyGguf, familyModelName } from "../../src/gguf/families";
+import { gguf } from "../../src/gguf/values";
+import { writeGguf } from "../../src/gguf/writer";
 import type { Engine } from "../../src/llm/engine";
 import { fimTokensOf, infillTokens } from "../../src/llm/infill";
 import { Metrics } from "../../src/metrics";
@@ -26,7 +29,9 @@ import {
   rejection,
   type Served,
   serveApp,
+  servedDocument,
   servedEngine,
+  tempDir,
   testDb,
   testEngine,
 } from "../support";
@@ -94,6 +99,22 @@ describe("the prompt of an infill", () => {
       expect({ name, tokens: tokens as number[] }).toEqual({ name, tokens: fixture.answers[name]!.tokens });
     }
   });
+
+  test("named by the file's fim_* keys where it has them, which llama.cpp reads before the tokens' texts", async () => {
+    const id = (text: string) => model.tokenize(text, true)[0]!;
+    const [prefix, suffix, middle, repository, file] = ["<|fim_suffix|>", "<|fim_prefix|>", "<|fim_pad|>", "<|file_sep|>", "<|repo_name|>"].map(id);
+    const written = familyGguf("qwen2-coder");
+    const path = join(tempDir("infill-keys"), "keyed.gguf");
+    const key = (name: string, token: number | undefined) => ({ [`tokenizer.ggml.fim_${name}_token_id`]: gguf.u32(token!) });
+    const metadata = { ...key("pre", prefix), ...key("suf", suffix), ...key("mid", middle), ...key("rep", repository), ...key("sep", file) };
+    await writeGguf(path, { ...written, metadata: { ...written.metadata, ...metadata } });
+    const keyed = await llama.loadModel({ modelPath: path });
+    try {
+      expect(fimTokensOf(keyed)).toEqual({ prefix, suffix, middle, repository, file } as never);
+    } finally {
+      await keyed.dispose();
+    }
+  });
 });
 
 describe("POST /infill", () => {
@@ -123,6 +144,19 @@ describe("POST /infill", () => {
         prompt: expected.prompt,
       });
     }
+  });
+
+  test("its answers are those the served OpenAPI document gives: the JSON, each streamed event, a refusal", async () => {
+    const spec = await servedDocument(server.url);
+    spec.expectDocumented("/infill", "post", 200, await (await infill(greedy(INFILL_CASES[1]!))).json());
+    const events = (await (await infill({ ...greedy(INFILL_CASES[1]!), stream: true })).text())
+      .split("\n\n")
+      .filter((event) => event.startsWith("data: {"))
+      .map((event) => JSON.parse(event.slice("data: ".length)) as unknown);
+    expect(events.length).toBeGreaterThan(2);
+    for (const event of events.slice(0, -1)) spec.expectValid(spec.schemaAt("components", "schemas", "InfillChunk"), event, "a piece");
+    spec.expectValid(spec.schemaAt("components", "schemas", "InfillResponse"), events.at(-1), "the last event");
+    spec.expectDocumented("/infill", "post", 400, await (await infill({ input_prefix: "", input_suffix: "", n_predict: 0 })).json());
   });
 
   test("the same prompt again is served from the cache; response_fields picks values by their paths, as llama.vim asks", async () => {

@@ -90,6 +90,3 @@ export const InfillChunk = t.Object({
   tokens_evaluated: count,
 });
 export type InfillChunk = typeof InfillChunk.static;
-
-/** With `response_fields`: only the values at those paths, each under its path. */
-export const InfillFields = t.Record(t.String(), t.Unknown());

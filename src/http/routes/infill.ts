@@ -14,7 +14,7 @@ import { InfillRequest } from "../infill/contract";
 import { infillFields } from "../infill/fields";
 import { InfillClock, infillFraming, infillJson } from "../infill/present";
 import { jsonBody } from "../json-body";
-import { jsonResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
+import { infillResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
 import { type CompletionRouteDeps, type RequestHooks, watched } from "../turn-driver";
 
@@ -79,7 +79,7 @@ export const infillRoutes = (deps: CompletionRouteDeps) =>
             "llama-server-compatible code completion: the middle between input_prefix and input_suffix, by a model with fill-in-the-middle tokens (JSON, or llama-server's events with stream: true)",
           tags: ["llama-server-compatible"],
           responses: {
-            "200": jsonResponse("The completion (nothing is stored)", "InfillResponse"),
+            "200": infillResponse,
             ...openAiErrorResponses(...TURN_REFUSALS, "quota_exceeded"),
           },
         },
