@@ -1,19 +1,22 @@
 /**
- * `bun run bench chart --out docs/perf.svg <result.json>...`: the README's chart, drawn from
- * committed `bench perf` result files only (issue #64): one panel per file's B8 (throughput by
- * concurrent streams, named by its workload, model and type), and a separate panel for a file's
- * B17/B18 (quoting: speculation on both sides, llama-server at its best setting). Under each
- * category, the median ratio of the paired rounds and its 95% interval; each panel names its file.
+ * `bun run bench headline --out docs/perf.svg <result.json>...`: the README's chart and the docs'
+ * headline table, from committed `bench perf` result files only (issue #64). The chart has one
+ * panel per file's B8 (throughput by concurrent streams, named by its workload, model and type),
+ * and a separate one for a file's B17/B18 (quoting: speculation on both sides, llama-server at its
+ * best setting); under each level, the median ratio of the paired rounds and its 95% interval, and
+ * each panel names its file. The table, printed as Markdown, holds every paired row of the files
+ * (B1, B3, B8, B9, B14, B17/B18, B25) with its interval, pairs and file.
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
 import { parseArgs } from "node:util";
 import { type Drawn, drawable, drawChart, type Panel } from "./perf/chart";
 import type { Row } from "./perf/harness";
+import { verdict } from "./perf/table";
 
 const { values, positionals } = parseArgs({ args: Bun.argv.slice(2), options: { out: { type: "string" } }, allowPositionals: true });
 if (values.out === undefined || positionals.length === 0) {
-  console.error("usage: bun run bench chart --out docs/perf.svg <bench/results/...-perf-...json>...");
+  console.error("usage: bun run bench headline --out docs/perf.svg <bench/results/...-perf-...json>...");
   process.exit(2);
 }
 
@@ -28,9 +31,12 @@ interface Report {
   rows: Row[];
 }
 
+const figure = (value: number | undefined) => (value === undefined ? "—" : value >= 100 ? value.toFixed(0) : value.toFixed(1));
+
 const WORKLOAD_TITLES: Record<string, string> = { "kernel-parity": "Kernel parity", "fresh-text": "Fresh text" };
 
 const panels: { spec: Panel; data: Drawn }[] = [];
+const table: string[] = [];
 const machines = new Set<string>();
 for (const file of positionals) {
   const report = JSON.parse(readFileSync(file, "utf8")) as Report;
@@ -39,6 +45,13 @@ for (const file of positionals) {
   machines.add(`${report.provenance.machine.cpu}, ${report.provenance.machine.cores} cores, ${report.threads} threads`);
   const model = `${report.preset} ${report.fileType}`;
   const note = basename(file);
+  for (const row of report.rows) {
+    if (row.interval === undefined) continue;
+    const i = row.interval;
+    table.push(
+      `| ${row.workload ?? report.workload} | ${model} | ${row.id} ${row.what} | ${figure(row.parley)} | ${figure(row.yardstick)} | ${i.median.toFixed(2)} | ${i.lo.toFixed(2)}–${i.hi.toFixed(2)} | ${i.min.toFixed(2)}–${i.max.toFixed(2)} | ${i.pairs} | ${verdict(row) || "—"} | \`${note}\` |`,
+    );
+  }
   const b8 = drawable(report.rows.find((row) => row.id === "B8" && row.detail !== undefined)?.detail);
   if (b8) {
     const title = `${WORKLOAD_TITLES[report.workload ?? ""] ?? report.workload} · ${model}`;
@@ -65,4 +78,7 @@ writeFileSync(
     panels,
   ),
 );
-console.log(`written ${values.out} from ${positionals.length} file${positionals.length === 1 ? "" : "s"}`);
+console.log("| workload | model | measure | Parley | reference | ratio | 95% interval | min–max | pairs | target | file |");
+console.log("|---|---|---|---|---|---|---|---|---|---|---|");
+for (const line of table) console.log(line);
+console.error(`written ${values.out} from ${positionals.length} file${positionals.length === 1 ? "" : "s"}`);
