@@ -42,12 +42,20 @@ function output(argv: string[], cwd = ROOT): string | null {
   }
 }
 
-function parleyCommit() {
+/**
+ * The checkout as the run began (a run takes many minutes; what changed later did not run), with
+ * the tracked files then modified named, so a reader can tell a note in the docs from a change to
+ * what was measured.
+ */
+const atStart = (() => {
   const commit = output(["git", "rev-parse", "HEAD"]);
-  // Only tracked files count: a run's own scratch under `.bench/` is ignored.
-  const dirty = commit === null ? null : (output(["git", "status", "--porcelain", "--untracked-files=no"]) ?? "") !== "";
-  return { commit: commit ?? Bun.env.PARLEY_BENCH_COMMIT ?? null, dirty };
-}
+  const modified = commit === null ? null : (output(["git", "diff", "--name-only", "HEAD"]) ?? "").split("\n").filter((path) => path !== "");
+  return {
+    commit: commit ?? Bun.env.PARLEY_BENCH_COMMIT ?? null,
+    dirty: modified === null ? null : modified.length > 0,
+    ...(modified?.length ? { modified } : {}),
+  };
+})();
 
 /** The commit of the llama.cpp source node-llama-cpp ships, which Parley's natives and llama-server are built from. */
 function llamaCppCommit(): string | null {
@@ -117,7 +125,7 @@ export interface ProvenanceInput {
 
 export async function provenance(input: ProvenanceInput) {
   return {
-    parley: parleyCommit(),
+    parley: atStart,
     llamaCpp: { commit: llamaCppCommit() },
     natives: await natives(input.nativesDir, input.localCompiled, input.binary),
     machine: machine(),
