@@ -3,7 +3,8 @@
  * node-llama-cpp bundles, bench/perf/yardstick.ts) answers at `/infill` for the qwen2-coder preset,
  * written to test/fixtures/llama-server-infill.json with the model file's sha256. Each prompt's
  * tokens are read from its slot's saved state (`/slots/0?action=save`: the tokens the slot holds,
- * the prompt first), so the fixture holds exactly what llama-server evaluated.
+ * the prompt first), so the fixture holds exactly what llama-server evaluated. Then its answers with
+ * `n_indent` on a model whose completion has indented lines (`indentModelGguf`).
  * test/http/infill.test.ts checks Parley's prompts and completions against it.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -11,8 +12,21 @@ import { join } from "node:path";
 import { startLlamaServer } from "../bench/perf/procs";
 import { buildLlamaServer } from "../bench/perf/yardstick";
 import { writePresetModel } from "../src/gguf/presets";
+import { writeGguf } from "../src/gguf/writer";
 import { fileSha256, tempDir } from "../test/support/files";
-import { INFILL_BATCH, INFILL_CASES, INFILL_CONTEXT, INFILL_FIXTURE_PATH, INFILL_PREDICT, type InfillAnswer, type InfillFixture } from "../test/support/infill";
+import {
+  INDENT_BODY,
+  INDENT_CASES,
+  INFILL_BATCH,
+  INFILL_CASES,
+  INFILL_CONTEXT,
+  INFILL_FIXTURE_PATH,
+  INFILL_PREDICT,
+  type IndentAnswer,
+  type InfillAnswer,
+  type InfillFixture,
+  indentModelGguf,
+} from "../test/support/infill";
 
 const binary = await buildLlamaServer();
 const dir = tempDir("infill-fixture");
@@ -21,14 +35,16 @@ await writePresetModel("qwen2-coder", model);
 const slots = `${join(dir, "slots")}/`;
 mkdirSync(slots);
 const batch = String(INFILL_BATCH);
-const server = await startLlamaServer({
-  binary,
-  model,
-  threads: 1,
-  parallel: 1,
-  contextSize: INFILL_CONTEXT,
-  flags: ["-b", batch, "-ub", batch, "--slot-save-path", slots],
-});
+const serve = (file: string) =>
+  startLlamaServer({
+    binary,
+    model: file,
+    threads: 1,
+    parallel: 1,
+    contextSize: INFILL_CONTEXT,
+    flags: ["-b", batch, "-ub", batch, "--slot-save-path", slots],
+  });
+let server = await serve(model);
 
 const post = async (path: string, body: object): Promise<Response> => {
   const response = await fetch(`${server.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
@@ -72,7 +88,22 @@ try {
 } finally {
   await server.stop();
 }
-const fixture: InfillFixture = { sha256: await fileSha256(model), answers };
+
+const indentModel = join(dir, "indent.gguf");
+await writeGguf(indentModel, indentModelGguf());
+server = await serve(indentModel);
+const indented: Record<string, IndentAnswer> = {};
+try {
+  for (const n_indent of INDENT_CASES) {
+    const { content, stop_type, has_new_line, truncated, tokens_predicted } = (await (
+      await post("/infill", { ...INDENT_BODY, n_indent })
+    ).json()) as IndentAnswer;
+    indented[n_indent] = { content, stop_type, has_new_line, truncated, tokens_predicted };
+  }
+} finally {
+  await server.stop();
+}
+const fixture: InfillFixture = { sha256: await fileSha256(model), answers, indent: { sha256: await fileSha256(indentModel), answers: indented } };
 writeFileSync(INFILL_FIXTURE_PATH, `${JSON.stringify(fixture)}\n`);
 // As the linter formats it, so that the file is lint-clean as written.
 Bun.spawnSync(["bunx", "biome", "format", "--write", INFILL_FIXTURE_PATH], { stdout: "inherit", stderr: "inherit" });

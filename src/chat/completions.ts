@@ -1,4 +1,4 @@
-import type { FinishReason, GenerateResult, Infill, ReplyFormat, SamplingRequest, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
+import type { FinishReason, GenerateResult, Infill, ReplyFormat, SamplingRequest, StopWhen, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
 import { type ModelInfo, type TurnEvent, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput extends TurnHooks {
@@ -28,6 +28,8 @@ export interface CompletionInput extends TurnHooks {
   /** The request's own context, when smaller than the model's (`GenerateRequest.contextTokens`). */
   contextTokens?: number;
   stop?: readonly string[];
+  /** Conditions on the answer's lines that end it early (`GenerateRequest.stopWhen`). */
+  stopWhen?: StopWhen;
   /** A reasoning model's thought at most this many tokens (`GenerateRequest.thoughtTokens`). */
   thoughtTokens?: number;
 }
@@ -139,6 +141,7 @@ export class CompletionService {
         maxTokens,
         contextTokens: input.contextTokens,
         stop: input.stop,
+        ...(input.stopWhen ? { stopWhen: input.stopWhen } : {}),
         thoughtTokens: input.thoughtTokens,
       };
       await running.admit(request);

@@ -6,6 +6,7 @@
  */
 import type { Token } from "node-llama-cpp";
 import type { TokenLogprobs } from "../natives/addon";
+import type { StopWhen } from "./line-stop";
 import { ReplyText } from "./reply-text";
 import type { ReadyPrompt, Scheduler, Turn } from "./scheduler";
 import { TextStream } from "./text-stream";
@@ -13,7 +14,8 @@ import type { ThoughtMarkers } from "./thought-text";
 import type { ToolCallText } from "./tool-call-text";
 import type { ReplyPiece, TokenLogprob } from "./types";
 
-export type StopReason = "stop" | "maxTokens" | "abort";
+/** `lines`: a condition on the answer's lines ended it (line-stop.ts). */
+export type StopReason = "stop" | "maxTokens" | "lines" | "abort";
 
 /** The turn, as the scheduler runs it, but for what decoding a reply's text adds. */
 export type ReplyTurn = Omit<Turn, "onToken" | "onPrompt">;
@@ -23,6 +25,8 @@ export interface DecodeOptions {
   endsReply(token: Token): boolean;
   /** Texts that end the reply's answer where they begin; they are not part of it (see stop-text.ts). */
   stopStrings?: readonly string[];
+  /** Conditions on the answer's lines that end the reply (see line-stop.ts). */
+  stopWhen?: StopWhen;
   /** The chat format's thought markers: the reply's thought is told apart from its answer (see thought-text.ts). */
   thought?: ThoughtMarkers;
   /** The reply may call tools: its calls are told apart from its text (see tool-call-text.ts). */
@@ -68,7 +72,7 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
   let prompt: ReadyPrompt | undefined;
   let maxTokens = Infinity;
   const text = new TextStream(turn.slot.sequence.model);
-  const replyText = new ReplyText(options.thought, options.stopStrings ?? [], options.calls);
+  const replyText = new ReplyText(options.thought, options.stopStrings ?? [], options.calls, options.stopWhen);
   let spelled = "";
   // Where whole tokens and the reply's text agree; a stop string can begin in text held earlier.
   const boundaries = [{ tokens: 0, chars: 0 }];
@@ -130,6 +134,8 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
       // Checked before the token is used: an abort during the prompt yields an empty reply.
       if (signal.aborted) return false;
       if (endsReply(token)) {
+        // Checked at the end token too, as llama-server does: a line it had not yet measured may still cut the reply.
+        replyText.checkLines();
         stopReason = "stop";
         return false;
       }
@@ -145,6 +151,11 @@ export async function decode(scheduler: Scheduler, turn: ReplyTurn, options: Dec
       if (probabilities && options.spell) {
         logprobs.push({ token: tokens.length - 1, entry: options.spell(token, probabilities) });
         release();
+      }
+      // Before the stop strings: where both end the reply at one token, llama-server says its limit did.
+      if (replyText.checkLines()) {
+        stopReason = "lines";
+        return false;
       }
       if (replyText.stoppedAt !== undefined) {
         stopReason = "stop";

@@ -547,6 +547,7 @@ export class Engine {
             endsReply: this.stops.endsReply,
             // A raw prompt's reply is text as the model continues it: no chat format's stop texts or thoughts.
             stopStrings: [...(plain ? [] : this.stops.texts), ...(request.stop ?? [])],
+            ...(request.stopWhen ? { stopWhen: request.stopWhen } : {}),
             thought: plain ? undefined : this.thoughts?.markers,
             ...(callText ? { calls: callText, shown: this.callOpeners } : {}),
             ...(sampling.lazyGrammar ? { lazyGrammar: sampling.lazyGrammar } : {}),
@@ -741,6 +742,7 @@ function finishReason(stop: StopReason): FinishReason {
     case "abort":
       return "cancelled";
     case "maxTokens":
+    case "lines":
       return "length";
     case "stop":
       return "stop";

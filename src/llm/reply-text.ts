@@ -1,10 +1,12 @@
 /**
  * The generated text as a client is shown it: the thought apart from the answer (thought-text.ts),
- * the answer's tool calls apart from its text (tool-call-text.ts), and the text cut where a stop
- * string begins (stop-text.ts). Stop strings apply to the answer's text only: a thought or a
- * call's arguments may hold one without ending the reply.
+ * the answer's tool calls apart from its text (tool-call-text.ts), the text cut where a stop
+ * string begins (stop-text.ts) and where a condition on its lines ends it (line-stop.ts). Both
+ * apply to the answer's text only: a thought or a call's arguments may hold one without ending
+ * the reply.
  */
 import { append } from "../append";
+import { LineStop, type StopWhen } from "./line-stop";
 import { StopText } from "./stop-text";
 import { type PlacedPiece, type ThoughtMarkers, type ThoughtPhase, ThoughtText } from "./thought-text";
 import type { SplitText, ToolCallText } from "./tool-call-text";
@@ -13,6 +15,7 @@ import type { ReplyPiece } from "./types";
 export class ReplyText {
   private readonly thought: ThoughtText | undefined;
   private readonly stops: StopText;
+  private readonly lines: LineStop | undefined;
   /** Generated characters so far, for replies that are all answer. */
   private generated = 0;
   /** Where each answer piece given to `stops` starts: in the answer, and in the generated text. */
@@ -24,9 +27,11 @@ export class ReplyText {
     stops: readonly string[],
     /** Present when the reply may call tools. */
     private readonly calls?: ToolCallText,
+    stopWhen?: StopWhen,
   ) {
     this.thought = markers && new ThoughtText(markers);
     this.stops = new StopText(stops);
+    this.lines = stopWhen && new LineStop(stopWhen);
   }
 
   /** What of `text` (with what was held) is safe to show, in order. */
@@ -40,9 +45,15 @@ export class ReplyText {
   flush(): ReplyPiece[] {
     const shown = this.show(this.thought?.flush() ?? []);
     if (this.calls) append(shown, this.answer(this.calls.flush()));
-    const rest = this.stops.flush();
+    const stopped = this.stops.flush();
+    const rest = this.lines ? this.lines.show(stopped) + this.lines.flush() : stopped;
     if (rest !== "") shown.push({ kind: "content", text: rest });
     return shown;
+  }
+
+  /** After each token, an end-of-generation one too: whether a condition on the answer's lines ends the reply here. */
+  checkLines(): boolean {
+    return this.lines?.check(this.stops.stoppedAt) ?? false;
   }
 
   /** Where the reply is in its thought; "after" for a model without thoughts. */
@@ -57,7 +68,7 @@ export class ReplyText {
 
   /** How far into the generated text the answer has been shown: what lies before is shown, or no part of it (a thought, markers). */
   get shownThrough(): number {
-    const shown = this.stops.shown;
+    const shown = this.lines?.shown ?? this.stops.shown;
     const start = this.starts.findLast((piece) => piece.answer <= shown);
     return start === undefined ? 0 : start.at + shown - start.answer;
   }
@@ -67,12 +78,19 @@ export class ReplyText {
     return this.stops.matched;
   }
 
-  /** Where in the generated text a stop string begins, once one has matched. */
+  /** Where in the generated text the answer was cut, once a stop string matched or a line's indentation ended it. */
   get stoppedAt(): number | undefined {
-    const stop = this.stops.stoppedAt;
+    const stop = this.answerStop;
     if (stop === undefined) return undefined;
     const start = this.starts.findLast((piece) => piece.answer <= stop)!;
     return start.at + stop - start.answer;
+  }
+
+  /** Where in the answer it was cut: the earlier of a stop string and a line's cut. */
+  private get answerStop(): number | undefined {
+    const stop = this.stops.stoppedAt;
+    const cut = this.lines?.cutAt;
+    return stop === undefined ? cut : cut === undefined ? stop : Math.min(stop, cut);
   }
 
   private show(pieces: readonly PlacedPiece[]): ReplyPiece[] {
@@ -92,11 +110,13 @@ export class ReplyText {
       // A piece that continues the previous one in the generated text needs no entry of its own.
       if (last === undefined || last.at + this.answerLength - last.answer !== at) this.starts.push({ answer: this.answerLength, at });
       this.answerLength += content.length;
-      const visible = this.stops.push(content);
+      this.lines?.add(content);
+      const stopped = this.stops.push(content);
+      const visible = this.lines ? this.lines.show(stopped) : stopped;
       if (visible !== "") shown.push({ kind: "content", text: visible });
     }
-    // A stop string before the calls ended the reply there.
-    if (this.stops.stoppedAt === undefined) for (const part of parts) shown.push({ kind: "toolCall", part });
+    // A stop string or a line's cut before the calls ended the reply there.
+    if (this.answerStop === undefined) for (const part of parts) shown.push({ kind: "toolCall", part });
     return shown;
   }
 }

@@ -2,9 +2,11 @@
 import type { LlamaGrammarEvaluationState } from "node-llama-cpp";
 import type { ConversationRole, FinishReason } from "../vocabulary";
 import type { Infill } from "./infill";
+import type { StopWhen } from "./line-stop";
 import type { ToolCall, ToolRequest } from "./tools";
 
 export type { FinishReason } from "../vocabulary";
+export type { StopWhen } from "./line-stop";
 export type { ToolCall, ToolChoice, ToolFunction, ToolRequest } from "./tools";
 
 /** `tool`: a tool's result, answering an assistant turn's call. */
@@ -202,6 +204,8 @@ export interface GenerateRequest {
   budget?: number;
   /** The reply ends where one of these texts begins; the stop text is not part of it. */
   stop?: readonly string[];
+  /** Conditions on the answer's lines that end it early (line-stop.ts); a reply they end finishes as `length`, cut short as a limit cuts it. */
+  stopWhen?: StopWhen;
   /**
    * A reasoning model's thought, at most this many tokens: its close marker then follows as if the
    * model wrote it, and the answer after it (0: the thought closes as it opens). Absent: as long as

@@ -3,8 +3,9 @@
  * as llama.vscode and llama.vim call it, `suffix` on `/v1/completions` through the openai SDK and on
  * `/api/generate` through the `ollama` client, and `raw` there. Each prompt is llama-server's
  * token for token on the same file (its answers kept in test/fixtures by tools/infill-fixture.ts),
- * plain and streamed; a model without FIM tokens refuses them by the field; keys, quotas and
- * metrics as on every route.
+ * plain and streamed; `n_indent` ends a completion where llama-server's ends it (on a model whose
+ * completion has indented lines) and `t_max_predict_ms` at a line's end; a model without FIM
+ * tokens refuses them by the field; keys, quotas and metrics as on every route.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
@@ -35,7 +36,18 @@ import {
   testDb,
   testEngine,
 } from "../support";
-import { INFILL_BATCH, INFILL_CASES, INFILL_CONTEXT, INFILL_PREDICT, type InfillCase, type InfillFixture, readInfillFixture } from "../support/infill";
+import {
+  INDENT_BODY,
+  INDENT_CASES,
+  INFILL_BATCH,
+  INFILL_CASES,
+  INFILL_CONTEXT,
+  INFILL_PREDICT,
+  type InfillCase,
+  type InfillFixture,
+  indentModelGguf,
+  readInfillFixture,
+} from "../support/infill";
 
 allowSlowTests();
 
@@ -170,8 +182,8 @@ describe("POST /infill", () => {
     expect(body["timings/prompt_n"]).toBe(fixture.answers[c.name]!.tokens.length - (body["timings/cache_n"] as number));
   });
 
-  test("llama.vscode's request as it sends it: its scheduling fields taken, the completion capped by n_predict", async () => {
-    const response = await infill({
+  test("llama.vscode's request: its samplers refused (no infill sampler), llama-server's default chain taken; its other fields taken", async () => {
+    const request = {
       input_prefix: "def add(a, b):\n    ",
       input_suffix: "\n",
       input_extra: [],
@@ -185,10 +197,19 @@ describe("POST /infill", () => {
       cache_prompt: true,
       t_max_prompt_ms: 500,
       t_max_predict_ms: 1000,
+    };
+    const refused = await infill(request);
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { param: string; message: string } }).error).toMatchObject({
+      param: "samplers",
+      message: expect.stringContaining("infill"),
     });
-    expect(response.status).toBe(200);
-    const body = (await response.json()) as { tokens_predicted: number; stop_type: string };
-    expect(body).toMatchObject({ tokens_predicted: 3, stop_type: "limit" });
+    const defaults = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"];
+    for (const samplers of [defaults, undefined]) {
+      const response = await infill({ ...request, samplers });
+      expect(response.status).toBe(200);
+      expect(await response.json()).toMatchObject({ tokens_predicted: 3, stop_type: "limit" });
+    }
   });
 
   test("bad input is refused by its field; an unknown field too", async () => {
@@ -197,6 +218,8 @@ describe("POST /infill", () => {
       [{ input_prefix: "", input_suffix: "", input_extra: [{ filename: "a.py" }] }, "input_extra"],
       [{ input_prefix: "", input_suffix: "", n_predict: 0 }, "n_predict"],
       [{ input_prefix: "", input_suffix: "", return_tokens: true }, "return_tokens"],
+      [{ input_prefix: "", input_suffix: "", samplers: ["top_k", "temperature"] }, "samplers"],
+      [{ input_prefix: "", input_suffix: "", n_indent: -1 }, "n_indent"],
       [{ input_prefix: "", input_suffix: "", prompt: "x".repeat(20_000) }, "prompt"],
     ];
     for (const [body, param] of cases) {
@@ -222,6 +245,55 @@ describe("POST /infill", () => {
     }
     const requests = await metrics.registry.getSingleMetricAsString("parley_http_requests_total");
     expect(requests).toMatch(/route="\/infill",method="POST",status="200"} [1-9]/);
+  });
+});
+
+describe("lines that end a completion: n_indent and t_max_predict_ms", () => {
+  const path = join(tempDir("infill-indent"), "indent.gguf");
+  beforeAll(() => writeGguf(path, indentModelGguf()));
+  const indent = servedEngine("infill-indent", { modelPath: path, contextSize: INFILL_CONTEXT, batchSize: INFILL_BATCH });
+  const post = (body: object) =>
+    fetch(`${indent.served.url}/infill`, {
+      method: "POST",
+      headers: { ...bearer(indent.key), "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  type Answer = { content: string; stop_type: string; has_new_line: boolean; truncated: boolean; tokens_predicted: number };
+  const streamed = async (body: object) => {
+    const events: (Answer & { stop: boolean })[] = [];
+    for await (const event of readSse(await post({ ...body, stream: true }))) if (event.event !== "comment") events.push(event.data as (typeof events)[number]);
+    return { content: events.map((event) => event.content).join(""), last: events.at(-1)! };
+  };
+
+  test("n_indent: llama-server's content, stop type and counts, plain and streamed; a stream never shows the line cut", async () => {
+    // The fixture was made on this very file: a model whose bytes changed needs tools/infill-fixture.ts run again.
+    expect(await fileSha256(path)).toBe(fixture.indent.sha256);
+    for (const n_indent of INDENT_CASES) {
+      const expected = fixture.indent.answers[n_indent]!;
+      const { content, stop_type, has_new_line, truncated, tokens_predicted } = (await (await post({ ...INDENT_BODY, n_indent })).json()) as Answer;
+      expect({ n_indent, content, stop_type, has_new_line, truncated, tokens_predicted }).toEqual({ n_indent, ...expected });
+      const stream = await streamed({ ...INDENT_BODY, n_indent });
+      expect({ n_indent, content: stream.content, stop_type: stream.last.stop_type }).toEqual({
+        n_indent,
+        content: expected.content,
+        stop_type: expected.stop_type,
+      });
+    }
+    // Each n_indent ends the completion at a line of its own (llama-server's cut: before the line's first character).
+    expect(new Set(INDENT_CASES.map((n) => fixture.indent.answers[n]!.content)).size).toBe(INDENT_CASES.length);
+  });
+
+  test("t_max_predict_ms: once past, the completion ends with the next piece that breaks a line", async () => {
+    const request = { ...INDENT_BODY, n_predict: 400 };
+    const unlimited = ((await (await post(request)).json()) as Answer).content;
+    const plain = (await (await post({ ...request, t_max_predict_ms: 1 })).json()) as Answer;
+    const stream = await streamed({ ...request, t_max_predict_ms: 1 });
+    for (const { content, stop_type, tokens_predicted } of [plain, { ...stream.last, content: stream.content }]) {
+      expect(stop_type).toBe("limit");
+      expect(tokens_predicted).toBeLessThan(400);
+      expect(content).toEndWith("\n");
+      expect(unlimited.startsWith(content)).toBe(true);
+    }
   });
 });
 

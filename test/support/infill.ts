@@ -4,6 +4,9 @@
  * tokens, prompts evaluated `BATCH` at a time.
  */
 import { join } from "node:path";
+import { bigramGguf, countBigrams } from "../../src/gguf/bigram";
+import { familyGguf } from "../../src/gguf/families";
+import type { GgufFile } from "../../src/gguf/writer";
 
 export const INFILL_FIXTURE_PATH = join(import.meta.dir, "..", "fixtures", "llama-server-infill.json");
 
@@ -64,10 +67,45 @@ export interface InfillAnswer {
   streamed: string;
 }
 
+/**
+ * qwen2-coder's tokenizer and FIM tokens, and bigrams of one code-like text only, so that its
+ * greedy completion is that text over and over, a line indented and a blank line in it:
+ * "d\n\te\n\nf" (tokens: d, line break, tab, e, two line breaks, f). llama-server's `n_indent`
+ * ends it at the tab's line (2) or at the blank line (1).
+ */
+export function indentModelGguf(): GgufFile {
+  const preset = familyGguf("qwen2-coder");
+  const tokenizer = Object.fromEntries(Object.entries(preset.metadata).filter(([key]) => key.startsWith("tokenizer.")));
+  const texts = (tokenizer["tokenizer.ggml.tokens"] as { items: readonly string[] }).items;
+  const id = (text: string) => {
+    const index = texts.indexOf(text);
+    if (index < 0) throw new Error(`qwen2-coder's vocabulary has no ${JSON.stringify(text)}`);
+    return index;
+  };
+  // Byte-level spellings: Ċ a line break, ĉ a tab. Three rounds, so each token's most frequent successor loops back.
+  const round = ["d", "Ċ", "ĉ", "e", "ĊĊ", "f"].map(id);
+  return bigramGguf("parley-qwen2-coder-indent", countBigrams([[...round, ...round, ...round]], texts.length, id("<|im_end|>")), tokenizer, "qwen2");
+}
+
+/** What the indentation cases ask: a greedy completion, `n_indent` the case's. */
+export const INDENT_BODY = { input_prefix: "def f():\n", input_suffix: "\n", n_predict: INFILL_PREDICT, temperature: 0 };
+export const INDENT_CASES = [0, 1, 2];
+
+/** llama-server's answer to an indentation case, as Parley's must be. */
+export interface IndentAnswer {
+  content: string;
+  stop_type: string;
+  has_new_line: boolean;
+  truncated: boolean;
+  tokens_predicted: number;
+}
+
 export interface InfillFixture {
   /** The preset file llama-server was given. */
   sha256: string;
   answers: Record<string, InfillAnswer>;
+  /** The indentation model's file (indentModelGguf) and llama-server's answers on it, by `n_indent`. */
+  indent: { sha256: string; answers: Record<string, IndentAnswer> };
 }
 
 export const readInfillFixture = async (): Promise<InfillFixture> => (await Bun.file(INFILL_FIXTURE_PATH).json()) as InfillFixture;

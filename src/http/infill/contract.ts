@@ -1,23 +1,27 @@
 /**
  * llama-server's `POST /infill` (tools/server/server-context.cpp, `post_infill`): code completion
  * between the text before the cursor and the text after it, as llama.vscode and llama.vim ask for it.
- * Its sampling fields are llama-server's `/completion` ones; a field that only tunes llama-server's
- * own slots and timing is taken without effect (docs/API.md says which); any other is refused.
+ * Its sampling fields are llama-server's `/completion` ones; its fields that end a completion early
+ * (`n_indent`, `t_max_predict_ms`) are honoured; a field that only tunes llama-server's own slots and
+ * timing is taken without effect (docs/API.md says which); any other is refused.
  */
 import { t } from "elysia";
 import { integer, optional, SAMPLING_FIELDS, UNKNOWN_FIELD } from "../sampling-fields";
 
 const { logit_bias: _, ...SAMPLING } = SAMPLING_FIELDS;
 
-/** Taken, changing nothing: how llama-server schedules and times its slots, which Parley does its own way. */
+/**
+ * Taken, changing nothing: how llama-server schedules its slots, which Parley does its own way, and
+ * `t_max_prompt_ms`, which llama-server itself does not implement.
+ */
 const WITHOUT_EFFECT = {
   cache_prompt: optional(t.Boolean(), "cache_prompt must be true or false"),
   id_slot: optional(integer(), "id_slot must be an integer"),
   t_max_prompt_ms: optional(t.Number(), "t_max_prompt_ms must be a number"),
-  t_max_predict_ms: optional(t.Number(), "t_max_predict_ms must be a number"),
-  n_indent: optional(integer({ minimum: 0 }), "n_indent must be a non-negative integer"),
-  samplers: optional(t.Array(t.String()), "samplers must be an array of sampler names"),
 };
+
+/** llama-server's default sampler chain (common/common.h), the order Parley's sampling has: the only `samplers` taken. */
+export const DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"];
 
 export const InfillRequest = t.Object(
   {
@@ -38,6 +42,9 @@ export const InfillRequest = t.Object(
     stop: optional(t.Array(t.String({ minLength: 1 })), "stop must be an array of non-empty strings"),
     stream: optional(t.Boolean(), "stream must be true or false"),
     response_fields: optional(t.Array(t.String()), 'response_fields must be an array of paths into the response ("content", "timings/prompt_n")'),
+    n_indent: optional(integer({ minimum: 0 }), "n_indent must be a non-negative integer (0: no indentation asked)"),
+    t_max_predict_ms: optional(t.Number(), "t_max_predict_ms must be a number of milliseconds (0 or less: no limit)"),
+    samplers: optional(t.Array(t.String()), "samplers must be an array of sampler names"),
     ...WITHOUT_EFFECT,
   },
   UNKNOWN_FIELD,

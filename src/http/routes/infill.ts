@@ -10,7 +10,7 @@ import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
-import { InfillRequest } from "../infill/contract";
+import { DEFAULT_SAMPLERS, InfillRequest } from "../infill/contract";
 import { infillFields } from "../infill/fields";
 import { InfillClock, infillFraming, infillJson } from "../infill/present";
 import { jsonBody } from "../json-body";
@@ -33,6 +33,16 @@ function infillInput(body: InfillRequest): Omit<CompletionInput, "signal" | "use
     if (!file.text.isWellFormed() || !name.isWellFormed()) throw new InvalidInput(`input_extra[${i}]`, "a file's text and filename must be valid Unicode text");
     return { name, text: file.text };
   });
+  if (body.samplers != null && body.samplers.join() !== DEFAULT_SAMPLERS.join()) {
+    throw new InvalidInput(
+      "samplers",
+      `Parley samples with llama-server's default chain only (${DEFAULT_SAMPLERS.join(", ")}): leave samplers out or send that list; another chain (llama.vscode's "infill" sampler) would change the completion`,
+    );
+  }
+  const stopWhen = {
+    ...(body.n_indent ? { lineIndentBelow: body.n_indent } : {}),
+    ...(body.t_max_predict_ms != null && body.t_max_predict_ms > 0 ? { afterMsAtNewLine: body.t_max_predict_ms } : {}),
+  };
   // n_predict wins over max_tokens, as in llama-server; 0 would only evaluate the prompt, which Parley's cache does not need.
   const predict = body.n_predict ?? body.max_tokens ?? -1;
   if (predict === 0)
@@ -50,6 +60,7 @@ function infillInput(body: InfillRequest): Omit<CompletionInput, "signal" | "use
     },
     ...(predict > 0 ? { maxTokens: predict } : {}),
     ...(body.stop?.length ? { stop: body.stop } : {}),
+    ...(Object.keys(stopWhen).length > 0 ? { stopWhen } : {}),
   };
 }
 
