@@ -62,9 +62,9 @@ for (const file of positionals) {
   }
   const quoting = drawable((report.rows.find((row) => row.id === "B17" && row.detail !== undefined)?.detail as { chart?: unknown } | undefined)?.chart);
   if (quoting) {
-    const title = `Quoting, speculation on both · ${model}`;
+    const title = `Quoting (speculation on) · ${model}`;
     panels.push({
-      spec: { row: "B17", id: `quoting-${report.preset}`, title, x: "concurrent streams (llama-server's best setting)", y: "tok/s", kind: "bars", note },
+      spec: { row: "B17", id: `quoting-${report.preset}`, title, x: "streams; llama-server at its best speculation", y: "tok/s", kind: "bars", note },
       data: quoting,
     });
   }

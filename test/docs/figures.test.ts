@@ -15,16 +15,6 @@ const DOCS = readdirSync(join(ROOT, "docs"))
   .filter((name) => name.endsWith(".md"))
   .map((name) => `docs/${name}`);
 
-/**
- * TODO(#64): README's "## Speed" section is being regenerated from the issue's new runs; it is left
- * out (as blank lines, so the other lines keep their numbers) until it cites them.
- */
-const PENDING: Record<string, RegExp> = { "README.md": /^## Speed\n[\s\S]*?(?=^## )/m };
-const withoutPending = (path: string, text: string) => {
-  const pending = PENDING[path];
-  return pending ? text.replace(pending, (section) => section.replace(/[^\n]/g, "")) : text;
-};
-
 describe("the detector", () => {
   const results = ["2026-11-27T22-39-perf-B1-B8-gpu-h100-f16-7eb1acb.json", "2026-11-26T10-04-43-perf-B14.json"];
 
@@ -75,6 +65,6 @@ describe("the documents", () => {
   });
 
   test.each(["README.md", ...DOCS])("every measured figure of %s cites its result file", (path) => {
-    expect(unsourced(withoutPending(path, read(path)), RESULTS)).toEqual([]);
+    expect(unsourced(read(path), RESULTS)).toEqual([]);
   });
 });
