@@ -143,6 +143,13 @@ try {
 
 // Asked only of a checkout: a run on the executable (bundled for the GPU machine) has no natives' sources.
 const localNatives = ctx.installed ? "" : join(compiledNativesDir(NODE_LLAMA_CPP_VERSION), "linux-x64");
+const recorded = await provenance({
+  model,
+  llamaServer: ctx.llamaServer,
+  binary: values.binary,
+  nativesDir: parleyEnv.PARLEY_NATIVES_DIR,
+  localCompiled: ctx.installed ? undefined : localNatives,
+});
 const report = {
   when: new Date().toISOString(),
   command: `bun run bench perf ${Bun.argv.slice(2).map(recordedPath).join(" ")}`.trim(),
@@ -157,14 +164,8 @@ const report = {
   ...(llamaFlags.length > 0 ? { llamaFlags } : {}),
   ...(Object.keys(parleyEnv).length > 0 ? { parleyEnv } : {}),
   parley: ctx.installed ? `${recordedPath(values.binary!)} (installed alone)` : "bun src/cli.ts (this checkout)",
-  natives: ctx.installed ? "embedded in the executable" : existsSync(localNatives) ? "compiled" : "npm prebuilt",
-  provenance: await provenance({
-    model,
-    llamaServer: ctx.llamaServer,
-    binary: values.binary,
-    nativesDir: parleyEnv.PARLEY_NATIVES_DIR,
-    localCompiled: ctx.installed ? undefined : localNatives,
-  }),
+  natives: recorded.natives.kind,
+  provenance: recorded,
   seconds: Math.round((performance.now() - started) / 1000),
   rows,
 };

@@ -32,7 +32,6 @@ const shortPrompt = (seed: number) => userMessage(8000 + seed, 50);
 
 interface Level {
   aggregateTps: number;
-  endToEndTps: number;
   /** Each stream's own decode rate, over all runs: the slowest tenth and the middle (fairness). */
   streamP10: number;
   streamP50: number;
@@ -62,7 +61,6 @@ export const concurrencySweep: Scenario = {
         const streams = runs.flat();
         const level = {
           aggregateTps: median(runs.map(aggregateTps)),
-          endToEndTps: median(runs.map(endToEndTps)),
           streamP10: quantile(
             streams.map((t) => t.decodeTps),
             0.1,
