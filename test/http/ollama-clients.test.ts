@@ -98,7 +98,8 @@ test("LlamaIndex: a VectorStoreIndex embedded by Parley, queried with Parley as 
 
 describe("Open WebUI's requests, as its Ollama router sends them", () => {
   // Open WebUI tags an untagged name `:latest` and looks that up among /api/tags' `model`s before it
-  // sends a chat, generate or embed; Parley's names carry no tag, so these replays send them as listed.
+  // sends a chat, generate or embed with that name: these replays send the names so tagged.
+  const DEMO = `${DEMO_MODEL_NAME}:latest`;
   const get = async (path: string) => (await fetch(`${service.served.url}${path}`, { headers: { "Content-Type": "application/json", ...headers } })).json();
   const post = (path: string, body: object) =>
     fetch(`${service.served.url}${path}`, { method: "POST", headers: { "Content-Type": "application/json", ...headers }, body: JSON.stringify(body) });
@@ -112,18 +113,20 @@ describe("Open WebUI's requests, as its Ollama router sends them", () => {
 
   test("/api/tags and /api/ps: each model's `model` and `name`; ps's `expires_at` an ISO 8601 time", async () => {
     const { models } = (await get("/api/tags")) as { models: { model: string; name: string }[] };
-    expect(models.map((model) => model.model).sort()).toEqual([DEMO_MODEL_NAME, EMBED]);
+    expect(models.map((model) => model.model).sort()).toEqual([DEMO, `${EMBED}:latest`]);
     for (const model of models) expect(model.name).toBe(model.model);
-    expect((await post("/api/generate", { model: DEMO_MODEL_NAME, prompt: "", stream: false })).status).toBe(200);
+    const load = await post("/api/generate", { model: DEMO, prompt: "", stream: false });
+    expect(load.status).toBe(200);
+    expect(((await load.json()) as { model: string }).model).toBe(DEMO);
     const loaded = (await get("/api/ps")) as { models: { name: string; expires_at: string }[] };
-    const demo = loaded.models.find((model) => model.name === DEMO_MODEL_NAME);
+    const demo = loaded.models.find((model) => model.name === DEMO);
     // Open WebUI: int(datetime.fromisoformat(expires_at).timestamp())
     expect(demo?.expires_at).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/);
     expect(Date.parse(demo!.expires_at)).toBeGreaterThan(Date.now());
   });
 
   test("/api/show: the JSON it passes through, with the details and capabilities its model page reads", async () => {
-    const response = await post("/api/show", { model: DEMO_MODEL_NAME });
+    const response = await post("/api/show", { model: DEMO });
     expect(response.status).toBe(200);
     const shown = (await response.json()) as { details: { format: string }; capabilities: string[]; model_info: object };
     expect(shown.details.format).toBe("gguf");
@@ -133,7 +136,7 @@ describe("Open WebUI's requests, as its Ollama router sends them", () => {
 
   test("/api/chat streamed with the options its chat sends: lines of message.content, a last line with the counts it turns into usage", async () => {
     const response = await post("/api/chat", {
-      model: DEMO_MODEL_NAME,
+      model: DEMO,
       messages: [
         { role: "system", content: "You are a helpful assistant." },
         { role: "user", content: "Hello there!" },
@@ -148,6 +151,7 @@ describe("Open WebUI's requests, as its Ollama router sends them", () => {
       .filter(Boolean)
       .map((line) => JSON.parse(line) as { message: { content: string }; done: boolean; [count: string]: unknown });
     expect(lines.map((line) => line.message.content).join("").length).toBeGreaterThan(0);
+    for (const line of lines) expect(line.model).toBe(DEMO);
     const last = lines.at(-1)!;
     expect(last.done).toBe(true);
     for (const count of ["total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"])
@@ -158,8 +162,9 @@ describe("Open WebUI's requests, as its Ollama router sends them", () => {
   });
 
   test("/api/embed: the input list's vectors under `embeddings`", async () => {
-    const response = await post("/api/embed", { model: EMBED, input: ["one", "two"] });
-    const { embeddings } = (await response.json()) as { embeddings: number[][] };
+    const response = await post("/api/embed", { model: `${EMBED}:latest`, input: ["one", "two"] });
+    const { model, embeddings } = (await response.json()) as { model: string; embeddings: number[][] };
+    expect(model).toBe(`${EMBED}:latest`);
     expect(embeddings).toHaveLength(2);
     expect(embeddings[0]!.length).toBeGreaterThan(0);
   });

@@ -29,7 +29,7 @@ beforeAll(async () => {
     keepAliveMs: KEEP_ALIVE_S * 1000,
   });
   client = new Ollama({ host: service.served.url, headers: { Authorization: `Bearer ${key}` } });
-  thinker = (await client.list()).models.find((model) => ![EMBED, DEMO_MODEL_NAME].includes(model.name))!.name;
+  thinker = (await client.list()).models.find((model) => ![`${EMBED}:latest`, `${DEMO_MODEL_NAME}:latest`].includes(model.name))!.name;
 });
 afterAll(async () => {
   await service.stop();
@@ -77,11 +77,11 @@ test("/api/ps: each loaded model expires its keep-alive after its last use, a cl
   await client.chat({ model: thinker, messages: [], keep_alive: "1h" });
   const now = Date.now();
   const expiry = Object.fromEntries((await client.ps()).models.map((model) => [model.name, new Date(model.expires_at).getTime() - now]));
-  expect(expiry[DEMO_MODEL_NAME]).toBeGreaterThan(20_000);
-  expect(expiry[DEMO_MODEL_NAME]).toBeLessThanOrEqual(30_000);
+  expect(expiry[`${DEMO_MODEL_NAME}:latest`]).toBeGreaterThan(20_000);
+  expect(expiry[`${DEMO_MODEL_NAME}:latest`]).toBeLessThanOrEqual(30_000);
   expect(expiry[thinker]).toBeGreaterThan((KEEP_ALIVE_S - 10) * 1000);
   expect(expiry[thinker]).toBeLessThanOrEqual(KEEP_ALIVE_S * 1000);
-  expect(expiry[EMBED]).toBeGreaterThan(0);
+  expect(expiry[`${EMBED}:latest`]).toBeGreaterThan(0);
 });
 
 test("/api/show: model_info is the file's header, as Ollama shows it; capabilities say what the model does", async () => {

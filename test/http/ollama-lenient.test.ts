@@ -48,7 +48,7 @@ beforeAll(async () => {
   }, fetch);
   client = new Ollama({ host: service.served.url, headers: { Authorization: `Bearer ${key}` }, fetch: recording });
   chatModel = DEMO_MODEL_NAME;
-  randomModel = (await client.list()).models.find((model) => ![EMBED, DEMO_MODEL_NAME].includes(model.name))!.name;
+  randomModel = (await client.list()).models.find((model) => ![`${EMBED}:latest`, `${DEMO_MODEL_NAME}:latest`].includes(model.name))!.name;
 });
 afterAll(async () => {
   await service.stop();

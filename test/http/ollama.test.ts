@@ -32,7 +32,7 @@ describe("chat", () => {
     const whole = await client.chat({ model: "any", messages: ask, stream: false, options });
     expect(whole.message.role).toBe("assistant");
     expect(whole.message.content.length).toBeGreaterThan(0);
-    expect(whole).toMatchObject({ done: true, done_reason: "stop", model: app.engine.modelName });
+    expect(whole).toMatchObject({ done: true, done_reason: "stop", model: `${app.engine.modelName}:latest` });
     expect(whole.prompt_eval_count).toBeGreaterThan(0);
     expect(whole.eval_count).toBeGreaterThan(0);
     expect(whole.total_duration).toBeGreaterThan(0);
@@ -49,7 +49,7 @@ describe("chat", () => {
 
   test("no messages, or no prompt, loads the model (done_reason load); with keep_alive 0 it is let go (unload)", async () => {
     const loaded = await client.chat({ model: "any", messages: [], stream: false });
-    expect(loaded).toMatchObject({ model: app.engine.modelName, done: true, done_reason: "load", message: { role: "assistant", content: "" } });
+    expect(loaded).toMatchObject({ model: `${app.engine.modelName}:latest`, done: true, done_reason: "load", message: { role: "assistant", content: "" } });
     expect(await client.generate({ model: "any", prompt: "", stream: false })).toMatchObject({ done: true, done_reason: "load", response: "" });
     expect(await client.generate({ model: "any", prompt: "", keep_alive: 0, stream: false })).toMatchObject({ done_reason: "unload" });
     expect((await refusal(client.generate({ model: "any", prompt: "", system: "Be brief.", stream: false }))).status).toBe(400);
@@ -123,8 +123,10 @@ test("generate: the prompt through the chat template, streamed and not", async (
 
 test("the model listing: tags, ps, show, version", async () => {
   const { models } = await client.list();
-  expect(models.map((model) => model.name)).toEqual([app.engine.modelName]);
-  expect((await client.ps()).models.map((model) => model.name)).toEqual([app.engine.modelName]);
+  // Ollama's names carry a tag, `latest` where the file has none; either spelling names the model.
+  expect(models.map((model) => model.name)).toEqual([`${app.engine.modelName}:latest`]);
+  expect((await client.ps()).models.map((model) => model.name)).toEqual([`${app.engine.modelName}:latest`]);
+  expect((await client.show({ model: `${app.engine.modelName}:latest` })).details.format).toBe("gguf");
   expect((await client.show({ model: app.engine.modelName })).details.format).toBe("gguf");
   expect(await refusal(client.show({ model: "nope" }))).toMatchObject({ status: 404 });
   // The ollama package has no verbose; other clients send it.

@@ -7,6 +7,7 @@ import { ollamaErrorBody } from "../errors";
 import { jsonLine, type SseChunk } from "../sse";
 import type { Framing } from "../turn-driver";
 import type { OllamaChatResponse, OllamaEmbedResponse, OllamaGenerateResponse, OllamaModel, OllamaShowResponse } from "./contract";
+import { answerName, ollamaName } from "./names";
 
 /** Which of the two generating routes a reply answers: `/api/chat` writes a message, `/api/generate` a response text. */
 export type OllamaRoute = "chat" | "generate";
@@ -78,18 +79,27 @@ function piece(route: OllamaRoute, content: string, extra: { thinking?: string; 
 const header = (model: string) => ({ model, created_at: new Date().toISOString() });
 
 /** The answer to a request of no prompt, Ollama's way to load a model (`unload` with keep_alive 0). */
-export const loadedJson = (route: OllamaRoute, model: string, unloaded: boolean): OllamaChatResponse | OllamaGenerateResponse => ({
-  ...header(model),
+export const loadedJson = (route: OllamaRoute, asked: string, model: string, unloaded: boolean): OllamaChatResponse | OllamaGenerateResponse => ({
+  ...header(answerName(asked, model)),
   ...piece(route, ""),
   done: true,
   done_reason: unloaded ? "unload" : "load",
 });
 
-/** @param shown whether a reasoning model's thought is given (`think` not false) */
-export function replyJson(route: OllamaRoute, result: CompletionResult, shown: boolean, clock: ReplyClock): OllamaChatResponse | OllamaGenerateResponse {
+/**
+ * @param asked the model as the request named it, which Ollama's answers echo
+ * @param shown whether a reasoning model's thought is given (`think` not false)
+ */
+export function replyJson(
+  route: OllamaRoute,
+  asked: string,
+  result: CompletionResult,
+  shown: boolean,
+  clock: ReplyClock,
+): OllamaChatResponse | OllamaGenerateResponse {
   const thinking = shown && result.reasoning !== undefined ? { thinking: result.reasoning } : {};
   const calls = route === "chat" && result.toolCalls ? { tool_calls: result.toolCalls.map(toolCallJson) } : {};
-  return { ...header(result.model), ...piece(route, result.text, { ...thinking, ...calls }), ...doneFields(result, clock) };
+  return { ...header(answerName(asked, result.model)), ...piece(route, result.text, { ...thinking, ...calls }), ...doneFields(result, clock) };
 }
 
 /**
@@ -97,21 +107,21 @@ export function replyJson(route: OllamaRoute, result: CompletionResult, shown: b
  * `done: true` and the counts; a call whole, once its object is complete (Ollama's clients take
  * calls whole). An error after the first line is a line with `error`, as Ollama writes it.
  */
-export function ollamaFraming(route: OllamaRoute, shown: boolean, clock: ReplyClock): Framing<CompletionStart, CompletionResult> {
-  let model = "";
+export function ollamaFraming(route: OllamaRoute, asked: string, shown: boolean, clock: ReplyClock): Framing<CompletionStart, CompletionResult> {
+  let name = asked;
   const line = (content: string, extra?: Parameters<typeof piece>[2]): SseChunk[] => [
-    jsonLine({ ...header(model), ...piece(route, content, extra), done: false }),
+    jsonLine({ ...header(name), ...piece(route, content, extra), done: false }),
   ];
   return {
     contentType: "application/x-ndjson",
     start: (start) => {
-      model = start.model;
+      name = answerName(asked, start.model);
       return [];
     },
     delta: (content) => line(content),
     reasoning: (content) => (shown ? line("", { thinking: content }) : []),
     toolCall: (part) => (part.part === "close" && route === "chat" ? line("", { tool_calls: [toolCallJson(part.call)] }) : []),
-    done: (result) => [jsonLine({ ...header(result.model), ...piece(route, ""), ...doneFields(result, clock) })],
+    done: (result) => [jsonLine({ ...header(name), ...piece(route, ""), ...doneFields(result, clock) })],
     error: (error) => [jsonLine(ollamaErrorBody(error))],
   };
 }
@@ -140,8 +150,8 @@ function parameterSize(parameters: number): string {
 
 /** A model as `/api/tags` and `/api/ps` list it; a model's digest is its file's, which Parley does not hash: its id stands for it. */
 export const modelJson = (model: ModelInfo): OllamaModel => ({
-  name: model.id,
-  model: model.id,
+  name: ollamaName(model.id),
+  model: ollamaName(model.id),
   modified_at: new Date(model.created * 1000).toISOString(),
   size: model.file?.sizeBytes ?? 0,
   digest: "",
@@ -197,8 +207,8 @@ export const showJson = (model: ModelInfo): OllamaShowResponse => {
 };
 
 /** `/api/embed`'s answer; durations in nanoseconds, as Ollama's, from the request's arrival. */
-export const embedJson = ({ model, vectors, promptTokens, loadMs }: EmbedResult, startedAt: number): OllamaEmbedResponse => ({
-  model,
+export const embedJson = (asked: string, { model, vectors, promptTokens, loadMs }: EmbedResult, startedAt: number): OllamaEmbedResponse => ({
+  model: answerName(asked, model),
   embeddings: vectors.map((vector) => Array.from(vector)),
   total_duration: ns(performance.now() - startedAt),
   load_duration: ns(loadMs),

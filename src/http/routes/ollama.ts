@@ -30,6 +30,7 @@ import {
 } from "../ollama/contract";
 import { ollamaFields, ollamaGenerateFields } from "../ollama/fields";
 import { ignoredFields, Leniency } from "../ollama/ignored";
+import { servedId } from "../ollama/names";
 import { embedJson, loadedJson, loadedModelJson, modelJson, type OllamaRoute, ollamaFraming, ReplyClock, replyJson, showJson } from "../ollama/present";
 import { jsonResponse, ndjsonResponse, ollamaErrorResponses, RETRIEVAL_REFUSALS, TURN_REFUSALS } from "../openapi";
 import { RequestPictures } from "../pictures";
@@ -201,13 +202,18 @@ const LISTING_REFUSALS = ["unauthorized", "rate_limited", "overloaded"] as const
 
 export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalService; log: Logger; metrics: Metrics }) => {
   const leniency = new Leniency(deps);
+  const served = (name: string) =>
+    servedId(
+      name,
+      deps.completions.models().map((model) => model.id),
+    );
   const ollamaBody = jsonBody(deps.body, { anyMediaType: true });
   const ollamaTurnBody = jsonBody(deps.body, { anyMediaType: true, pictures: true });
   /** A generating route's reply: one object with `stream: false`, else one JSON object a line. */
   async function* answer(
     route: OllamaRoute,
     input: Omit<CompletionInput, "signal" | "userId">,
-    body: { stream?: boolean | null; think?: boolean },
+    body: { model: string; stream?: boolean | null; think?: boolean },
     { principal, ...exchange }: Omit<Exchange, "keyId"> & { principal: Principal },
   ) {
     const shown = body.think !== false;
@@ -223,9 +229,9 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
     const keyed = { ...exchange, keyId: principal.keyId };
     if (body.stream === false) {
       const result = await deps.turns.complete(keyed, turn);
-      return result && replyJson(route, result, shown, clock);
+      return result && replyJson(route, body.model, result, shown, clock);
     }
-    yield* deps.turns.stream(keyed, turn, ollamaFraming(route, shown, clock));
+    yield* deps.turns.stream(keyed, turn, ollamaFraming(route, body.model, shown, clock));
   }
   const refused = () => {
     throw new Forbidden(MANAGED);
@@ -233,8 +239,8 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
   /** No prompt: the model loaded (or, with keep_alive 0, unloaded once idle), as Ollama's clients ask. */
   const loaded = async (route: OllamaRoute, body: { model: string; keep_alive?: string | number }, signal: AbortSignal) => {
     const keepAliveMs = keepAliveMsOf(body.keep_alive);
-    const model = await deps.completions.load({ model: body.model, signal, ...(keepAliveMs !== undefined ? { keepAliveMs } : {}) });
-    return loadedJson(route, model, keepAliveMs === 0);
+    const model = await deps.completions.load({ model: served(body.model), signal, ...(keepAliveMs !== undefined ? { keepAliveMs } : {}) });
+    return loadedJson(route, body.model, model, keepAliveMs === 0);
   };
   return new Elysia({ name: "parley/routes/ollama" })
     .onBeforeHandle(namingFields(ollamaFields))
@@ -244,7 +250,12 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
       async function* ({ body, principal, request, server, set }) {
         leniency.ignored({ request, set }, ignoredFields(body, OllamaChatRequest, HONOURED_OPTIONS));
         if (body.messages.length === 0) return await loaded("chat", body, request.signal);
-        return yield* answer("chat", turnInput(body, turnsOf(body.messages), body.tools), body, { principal, request, server, set });
+        return yield* answer("chat", turnInput({ ...body, model: served(body.model) }, turnsOf(body.messages), body.tools), body, {
+          principal,
+          request,
+          server,
+          set,
+        });
       },
       {
         auth: "key",
@@ -269,7 +280,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         }
         if (body.prompt === "" && !body.suffix)
           throw new InvalidInput("prompt", "prompt must not be empty beside a system message (no prompt at all loads the model)");
-        const { input, ignored } = generated(body);
+        const { input, ignored } = generated({ ...body, model: served(body.model) });
         leniency.ignored({ request, set }, [...unknown, ...ignored]);
         return yield* answer("generate", input, body, { principal, request, server, set });
       },
@@ -313,7 +324,8 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
       "/api/show",
       ({ body, request, set }) => {
         leniency.ignored({ request, set }, ignoredFields(body, OllamaShowRequest, NO_OPTIONS));
-        const model = deps.completions.models().find((served) => served.id === body.model);
+        const id = served(body.model);
+        const model = deps.completions.models().find((listed) => listed.id === id);
         if (!model) throw new ModelNotFound(`no model ${JSON.stringify(body.model)}: GET /api/tags lists them`);
         return showJson(model);
       },
@@ -341,14 +353,14 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
           throw new InvalidInput(typeof body.input === "string" ? "input" : `input[${bad}]`, "must be valid Unicode text (it has a lone surrogate)");
         const result = await deps.retrieval.embed({
           userId: principal.userId,
-          model: body.model,
+          model: served(body.model),
           inputs,
           truncate: body.truncate !== false,
           ...keepAlive(body.keep_alive),
           ...(body.dimensions != null ? { dimensions: body.dimensions } : {}),
           ...hooksOf({ request, set }),
         });
-        return result && embedJson(result, contextOf(request).startedAt);
+        return result && embedJson(body.model, result, contextOf(request).startedAt);
       },
       {
         auth: "key",
@@ -368,7 +380,7 @@ export const ollamaRoutes = (deps: CompletionRouteDeps & { retrieval: RetrievalS
         if (!body.prompt.isWellFormed()) throw new InvalidInput("prompt", "must be valid Unicode text (it has a lone surrogate)");
         const result = await deps.retrieval.embed({
           userId: principal.userId,
-          model: body.model,
+          model: served(body.model),
           // No prompt only loads the model, as on Ollama's server.
           inputs: body.prompt === "" ? [] : [body.prompt],
           truncate: true,
