@@ -2,7 +2,7 @@
  * `bun run bench perf [--quick] [--preset bench-small|bench-1b] [--type f16|q8_0|q4_0] [--runs N]
  * [--threads N] [--only B1,B2,...] [--streams 1,8,32] [--chart docs/perf.svg] [--llama-server PATH]
  * [--llama-flag FLAG ...] [--binary dist/parley] [--parley-env NAME=VALUE ...]
- * [--workload kernel-parity|fresh-text] [--rounds N]`: B1-B25, Parley
+ * [--workload kernel-parity|fresh-text] [--rounds N] [--perf]`: B1-B26, Parley
  * against llama-server (built from the same llama.cpp source) on the same model, threads, prompts
  * and token counts. Prints a table and writes `.bench/perf-<time>.json` and its chart
  * `.bench/perf-<time>.svg`, copied to `--chart` when given (a chart in the repository changes only
@@ -15,7 +15,8 @@
  * (`=` inside splits it into the flag and its value). `--streams` names B8's stream counts.
  * `--preset bench-1b` serves the GPU benchmark's model (bench/gpu/run.sh). `--workload` names
  * what B1, B8, B9 and B14 reply (default kernel parity; bench/perf/workload.ts), `--rounds` how many
- * paired rounds B1, B8, B9, B14 and B25 take a level (default 9). The JSON records where it came
+ * paired rounds B1, B8, B9, B14, B25 and B26 take a level (default 9), `--perf` runs a round of
+ * B26's under Linux `perf record` (bench/perf/profile.ts). The JSON records where it came
  * from (bench/perf/provenance.ts); a scenario that failed, or a round that measured no number,
  * marks the whole file `invalid`.
  */
@@ -55,6 +56,7 @@ const { values } = parseArgs({
     preset: { type: "string" },
     workload: { type: "string", default: "kernel-parity" },
     rounds: { type: "string" },
+    perf: { type: "boolean", default: false },
   },
 });
 if (!(WORKLOADS as readonly string[]).includes(values.workload!)) {
@@ -112,6 +114,7 @@ const ctx: Context = {
   llamaFlags,
   workload,
   rounds: Number(values.rounds ?? (quick ? 1 : 9)),
+  perfRecord: values.perf!,
   ...(streamLevels === undefined ? {} : { streamLevels }),
 };
 

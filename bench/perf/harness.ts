@@ -37,6 +37,8 @@ export interface Context {
   workload: Workload;
   /** Paired rounds of B1, B8, B9 and B25 a level (`--rounds`). */
   rounds: number;
+  /** B26 runs a round a level under `perf record` (`--perf`). */
+  perfRecord?: boolean;
 }
 
 export interface Row {

@@ -1,4 +1,4 @@
-/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12/B19 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts, B23/B24 in vision.ts, B25 in fresh-text.ts. */
+/** B1-B6, each a function of the shared context returning table rows; B7 is in memory.ts, B8/B9 in concurrency.ts, B10 in overflow.ts, B11/B12/B19 in many.ts, B13 in system-prompt.ts, B14 in structured.ts, B15 in quotas.ts, B16 in switch.ts, B17/B18 in speculation.ts, B20 in kv-type.ts, B21/B22 in retrieval.ts, B23/B24 in vision.ts, B25 in fresh-text.ts, B26 in profile.ts. */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { median, medianSeries, sum } from "../../test/support/stats";
@@ -28,6 +28,7 @@ import { manyConversations, serviceDay } from "./many";
 import { memory } from "./memory";
 import { contextOverflow } from "./overflow";
 import { type Server, startBaseline } from "./procs";
+import { profile } from "./profile";
 import { quotaCost } from "./quotas";
 import { retrieval } from "./retrieval";
 import { speculation } from "./speculation";
@@ -258,6 +259,7 @@ export const scenarios: Scenario[] = [
   modelSwitch,
   speculation,
   freshTextSpeculation,
+  profile,
   kvType,
   retrieval,
   vision,
