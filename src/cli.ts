@@ -72,6 +72,7 @@ ${EXIT_CODES}`,
   },
   model: {
     summary: `parley model list                           GGUF files in the models directory
+  parley model embedded                       the models this executable carries, with their sha256
   parley model info <file>                    what a GGUF file's header says (exit 1 if unusable)
   parley model pull <url | hf-uri> [--out <dir | file>]
                                               download a model (needs a network), resumable

@@ -4,6 +4,8 @@
  */
 import { statSync } from "node:fs";
 import { join } from "node:path";
+import { CARRIED_MODELS } from "./carried/models";
+import { unpackCarried } from "./carried/unpack";
 import { CompletionService } from "./chat/completions";
 import { ConversationItemService } from "./chat/conversation-item-service";
 import { ResponseService } from "./chat/responses";
@@ -64,7 +66,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   // The models are checked first: a start refused for them must not have created (and shown) the
   // first admin key already. Reading their headers turns a wrong, truncated or corrupt file into
   // one clear line before anything listens, instead of a native loader error later.
-  const registry = await openRegistry(config, announce);
+  const registry = await openRegistry({ ...config, modelPaths: [...(await carriedPaths(config.dataDir, announce)), ...config.modelPaths] }, announce);
   const model = registry.default;
   if (model.description.purpose !== "chat") {
     throw new Refusal(
@@ -268,6 +270,30 @@ const nativesBuildOf = (report: () => BuildReport | undefined) => (): NativesBui
     }
   );
 };
+
+/**
+ * The models this executable carries (none from a checkout), as named files ahead of PARLEY_MODEL's:
+ * the first is the default. The first start unpacks them into the data directory; a start that
+ * cannot (no room) is refused saying what it needs.
+ */
+async function carriedPaths(dataDir: string, announce: Announce): Promise<string[]> {
+  if (CARRIED_MODELS.length === 0) return [];
+  ensureDataDir(dataDir);
+  const started = performance.now();
+  try {
+    const { paths, written } = await unpackCarried(CARRIED_MODELS, dataDir);
+    if (written.length > 0) {
+      announce(
+        "info",
+        { files: written, ms: Math.round(performance.now() - started) },
+        "unpacked the models this executable carries (once: later starts use the files)",
+      );
+    }
+    return paths;
+  } catch (error) {
+    throw new Refusal(`cannot unpack the models this executable carries into ${dataDir}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
 
 async function openRegistry(config: Config, announce: Announce): Promise<ModelRegistry> {
   try {

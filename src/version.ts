@@ -19,10 +19,10 @@ export async function versionText(): Promise<string> {
 async function llamaCppRelease(): Promise<string> {
   try {
     // In the single executable this is the build's embedded copy (src/natives/embed-plugin.ts).
-    const { getBinsDir } = await import("@node-llama-cpp/linux-x64");
+    const { getBinsDir } = process.arch === "arm64" ? await import("@node-llama-cpp/linux-arm64") : await import("@node-llama-cpp/linux-x64");
     const { binsDir } = getBinsDir();
     if (binsDir === undefined) return "unknown";
-    const metadata = JSON.parse(await readFile(join(binsDir, "linux-x64", "_nlcBuildMetadata.json"), "utf8")) as BuildMetadata;
+    const metadata = JSON.parse(await readFile(join(binsDir, `linux-${process.arch}`, "_nlcBuildMetadata.json"), "utf8")) as BuildMetadata;
     return `${metadata.buildOptions.llamaCpp.release} from ${metadata.buildOptions.llamaCpp.repo}`;
   } catch (err) {
     return `unknown (${err instanceof Error ? err.message : String(err)})`;

@@ -1,5 +1,6 @@
 import { existsSync } from "node:fs";
 import { basename, dirname, join, sep } from "node:path";
+import { CARRIED_MODELS, type CarriedModel } from "../carried/models";
 import { CONFIG_SPEC, type Config } from "../config";
 import { describeGguf, InvalidModelError, type ModelDescription, type ModelPurpose, type ProjectorDescription, projectorOf } from "../gguf/describe";
 import { DEMO_MODEL_NAME, MODEL_PRESETS, type ModelPreset, PRESET_FILE_TYPES, presetFileName, presetFileType, writePresetModel } from "../gguf/presets";
@@ -32,6 +33,17 @@ is GET /v1/models's "loaded".`,
     positionals: 0,
     flags: [],
     run: (config) => list(config.modelsDir),
+  },
+  embedded: {
+    summary: "the models this executable carries, with each file's sha256",
+    usage: "parley model embedded",
+    details: `Lists the models built into this executable (bun run build --embed-model): the id requests
+name each by, its file, size and sha256, the first the default. A start unpacks them once into
+<data dir>/carried/<sha256>/ and serves them with no models directory; PARLEY_MODEL and the
+models directory add to them. From a checkout, or an executable built without models, there are none.`,
+    positionals: 0,
+    flags: [],
+    run: () => embedded(CARRIED_MODELS),
   },
   info: {
     summary: "everything one GGUF file's header says about the model",
@@ -159,6 +171,21 @@ async function demo(config: Config, flags: Map<string, string>): Promise<number>
   const { size } = Bun.file(out);
   const projector = preset === "vision" ? ` and its projector to ${join(dirname(out), projectorFileName(basename(out)))}` : "";
   console.log(`Wrote the ${preset} model (${fileType}) to ${out}${projector} (${(size / 1e6).toFixed(1)} MB, ${Math.round(performance.now() - started)} ms)`);
+  return 0;
+}
+
+function embedded(models: readonly CarriedModel[]): number {
+  if (models.length === 0) {
+    console.log("This executable carries no models (bun run build --embed-model <file.gguf> makes one that does)");
+    return 0;
+  }
+  const rows = models.flatMap((model, i) => [
+    [model.id + (i === 0 ? " (default)" : ""), model.name, formatBytes(model.bytes), model.sha256],
+    ...(model.projector ? [[`  its projector`, model.projector.name, formatBytes(model.projector.bytes), model.projector.sha256]] : []),
+  ]);
+  const header = ["ID", "FILE", "SIZE", "SHA256"];
+  const widths = header.map((h, i) => rows.reduce((widest, row) => Math.max(widest, row[i]!.length), h.length));
+  for (const row of [header, ...rows]) console.log(row.map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i]!) : cell)).join("  "));
   return 0;
 }
 

@@ -2,7 +2,8 @@
  * Compiles node-llama-cpp's bundled llama.cpp for the CPU with this machine's compiler and OpenMP,
  * into the cache directory of src/natives/compiled.ts, laid out like the prebuilt package's
  * `bins/linux-x64/`. Used by `bun run natives` and by `bun run build` when the build is missing.
- * With a CUDA recipe it compiles the same plus ggml's CUDA plugin into `bins/linux-x64-cuda/`.
+ * With a CUDA recipe it compiles the same plus ggml's CUDA plugin into `bins/linux-x64-cuda/`; for
+ * the ARM64 target it cross-compiles ggml's ARM variants into `bins/linux-arm64/`.
  *
  * Why: the npm prebuilt's CPU kernels (older GCC, no OpenMP) ran the F16 matmul far slower here
  * and spawn fresh threads every decode step; and all decodes run on one thread (decode-thread.cpp).
@@ -15,6 +16,11 @@ import { dirname, join } from "node:path";
 import { removeOtherRecipes, withBuildLock } from "./build-lock";
 import { parseStep, progressLine } from "./build-progress";
 import {
+  ARM64_CMAKE_OPTIONS,
+  ARM64_CPU_VARIANTS,
+  ARM64_FOLDER,
+  ARM64_RECIPE_FILE,
+  ARM64_TOOL_PREFIX,
   CMAKE_OPTIONS,
   CPU_VARIANTS,
   CUDA_FOLDER,
@@ -45,18 +51,22 @@ export interface CompileOptions {
   force?: boolean;
   /** The CUDA build with these architectures (the CPU build when absent). */
   cudaArchitectures?: string;
+  /** Cross-compile for ARM64 Linux (the CPU build only). */
+  arm64?: boolean;
 }
 
 /** The tools compiling the natives runs: node-llama-cpp's build runs cmake-js through npm, and its CMakeLists runs node. */
 const BUILD_TOOLS = ["cmake", "c++", "gcc", "nm", "node", "npm"];
 
-/** What this machine lacks to compile the natives, in one line naming what to install; undefined when it can. */
-export function missingBuildTools(): string | undefined {
+/** What this machine lacks to compile the natives (for ARM64 when `arm64`), in one line naming what to install; undefined when it can. */
+export function missingBuildTools(arm64 = false): string | undefined {
   if (process.platform !== "linux" || process.arch !== "x64")
-    return `the natives compile builds linux-x64 natives; this is ${process.platform}-${process.arch}`;
-  const missing = BUILD_TOOLS.filter((tool) => Bun.which(tool) === null);
+    return `the natives compile runs on linux-x64 (and cross-compiles for linux-arm64); this is ${process.platform}-${process.arch}`;
+  const cross = arm64 ? [`${ARM64_TOOL_PREFIX}g++`, `${ARM64_TOOL_PREFIX}gcc`, `${ARM64_TOOL_PREFIX}nm`] : [];
+  const missing = [...BUILD_TOOLS, ...cross].filter((tool) => Bun.which(tool) === null);
   if (missing.length === 0) return undefined;
-  return `compiling the natives needs ${missing.join(", ")} on the PATH (Debian: apt-get install cmake build-essential nodejs npm)`;
+  const packages = ["cmake build-essential nodejs npm", ...(arm64 ? ["g++-aarch64-linux-gnu"] : [])].join(" ");
+  return `compiling the natives needs ${missing.join(", ")} on the PATH (Debian: apt-get install ${packages})`;
 }
 
 /**
@@ -78,24 +88,70 @@ export async function ensureCompiledNatives(options: CompileOptions = {}): Promi
   );
 }
 
-async function compileUnlessCached(binsDir: string, { force = false, cudaArchitectures }: CompileOptions): Promise<CompiledNatives> {
-  const cuda = cudaArchitectures === undefined ? undefined : cudaBuild(cudaArchitectures);
-  const target = join(binsDir, cuda ? CUDA_FOLDER : PLATFORM_FOLDER);
-  if (!force && existsSync(join(target, "llama-addon.node")) && sameCudaRecipe(target, cuda?.recipe)) return { binsDir };
-  const lacking = missingBuildTools();
+/** One build of the natives: its folder in `binsDir`, its options, and what it records of a recipe the folder's name does not hash. */
+interface Build {
+  folder: string;
+  options: Readonly<Record<string, string>>;
+  variants: readonly string[];
+  /** node-llama-cpp's `--gpu` and, when cross-compiling, `--arch`. */
+  args: string[];
+  /** The compiler tools' prefix (`aarch64-linux-gnu-` when cross-compiling). */
+  tools: string;
+  recorded?: { file: string; recipe: unknown };
+  cuda?: CudaBuild;
+}
+
+function buildOf({ cudaArchitectures, arm64 = false }: CompileOptions): Build {
+  if (arm64) {
+    if (cudaArchitectures !== undefined) throw new Error("the ARM64 natives are the CPU build only: leave out --gpu cuda");
+    return {
+      folder: ARM64_FOLDER,
+      options: ARM64_CMAKE_OPTIONS,
+      variants: ARM64_CPU_VARIANTS,
+      args: ["--gpu", "false", "--arch", "arm64"],
+      tools: ARM64_TOOL_PREFIX,
+      recorded: { file: ARM64_RECIPE_FILE, recipe: { variants: ARM64_CPU_VARIANTS } },
+    };
+  }
+  if (cudaArchitectures === undefined) return { folder: PLATFORM_FOLDER, options: CMAKE_OPTIONS, variants: CPU_VARIANTS, args: ["--gpu", "false"], tools: "" };
+  const cuda = cudaBuild(cudaArchitectures);
+  return {
+    folder: CUDA_FOLDER,
+    options: cudaCmakeOptions(cuda.recipe),
+    variants: CPU_VARIANTS,
+    args: ["--gpu", "cuda"],
+    tools: "",
+    recorded: { file: CUDA_RECIPE_FILE, recipe: cuda.recipe },
+    cuda,
+  };
+}
+
+async function compileUnlessCached(binsDir: string, options: CompileOptions): Promise<CompiledNatives> {
+  const build = buildOf(options);
+  const { cuda } = build;
+  const target = join(binsDir, build.folder);
+  if (!options.force && existsSync(join(target, "llama-addon.node")) && sameRecipe(target, build.recorded)) return { binsDir };
+  const lacking = missingBuildTools(options.arm64);
   if (lacking !== undefined) throw new Error(`${lacking}; \`bun run build --prebuilt-natives\` embeds the slower npm prebuilt instead`);
 
   const started = performance.now();
   await ensureLlamaSource();
   await mkdir(binsDir, { recursive: true });
-  const log = join(binsDir, "build.log");
-  await compile(log, cuda);
+  const log = join(binsDir, build.folder === PLATFORM_FOLDER ? "build.log" : `build-${build.folder}.log`);
+  // A cross build must not stay node-llama-cpp's last build: a checkout's engine would look at it first.
+  const lastBuild = join(NLC_LLAMA_DIR, "lastBuild.json");
+  const before = existsSync(lastBuild) ? readFileSync(lastBuild) : undefined;
+  await compile(log, build);
 
   // node-llama-cpp records the folder it just built into; the options are hashed into its name.
-  const { folderName } = JSON.parse(readFileSync(join(NLC_LLAMA_DIR, "lastBuild.json"), "utf8")) as { folderName: string };
+  const { folderName } = JSON.parse(readFileSync(lastBuild, "utf8")) as { folderName: string };
+  if (options.arm64) {
+    if (before === undefined) await rm(lastBuild, { force: true });
+    else await Bun.write(lastBuild, before);
+  }
   const built = join(NLC_LLAMA_DIR, "localBuilds", folderName, "Release");
   const names = await readdir(built);
-  const expected = ["llama-addon.node", ...CPU_VARIANTS.map((variant) => `libggml-cpu-${variant}.so`), ...(cuda ? ["libggml-cuda.so"] : [])];
+  const expected = ["llama-addon.node", ...build.variants.map((variant) => `libggml-cpu-${variant}.so`), ...(cuda ? ["libggml-cuda.so"] : [])];
   const missing = expected.filter((name) => !names.includes(name));
   if (missing.length > 0) throw new Error(`${built} lacks ${missing.join(", ")} (build log: ${log})`);
   const addon = readFileSync(join(built, "llama-addon.node"));
@@ -105,7 +161,9 @@ async function compileUnlessCached(binsDir: string, { force = false, cudaArchite
   }
   // A `__real_` symbol the link left unresolved means a wrap did not happen: the addon would load
   // and fail at its first call.
-  const unresolved = (await Bun.$`nm -D --undefined-only ${join(built, "llama-addon.node")}`.text()).split("\n").filter((line) => line.includes("__real_"));
+  const unresolved = (await Bun.$`${build.tools}nm -D --undefined-only ${join(built, "llama-addon.node")}`.text())
+    .split("\n")
+    .filter((line) => line.includes("__real_"));
   if (unresolved.length > 0)
     throw new Error(
       `${built}/llama-addon.node leaves ${unresolved.map((line) => line.trim()).join(", ")} unresolved: the link did not wrap them (build log: ${log})`,
@@ -118,10 +176,10 @@ async function compileUnlessCached(binsDir: string, { force = false, cudaArchite
   for (const name of names) {
     if (name.endsWith(".node") || name.endsWith(".so") || name.endsWith(".json")) await cp(join(built, name), join(staging, name));
   }
-  const libgomp = (await Bun.$`gcc -print-file-name=libgomp.so.1`.text()).trim();
-  if (!existsSync(libgomp)) throw new Error(`libgomp.so.1 not found (gcc says "${libgomp}")`);
+  const libgomp = (await Bun.$`${build.tools}gcc -print-file-name=libgomp.so.1`.text()).trim();
+  if (!existsSync(libgomp)) throw new Error(`libgomp.so.1 not found (${build.tools}gcc says "${libgomp}")`);
   await cp(libgomp, join(staging, "libgomp.so.1"), { dereference: true });
-  if (cuda) await Bun.write(join(staging, CUDA_RECIPE_FILE), `${JSON.stringify(cuda.recipe)}\n`);
+  if (build.recorded) await Bun.write(join(staging, build.recorded.file), `${JSON.stringify(build.recorded.recipe)}\n`);
   await rm(target, { recursive: true, force: true });
   await rename(staging, target);
   return { binsDir, compiledSeconds: Math.round((performance.now() - started) / 1000) };
@@ -141,17 +199,16 @@ function cudaBuild(architectures: string): CudaBuild {
   return { recipe: { architectures, vmm: toolkit.driverStub }, toolkit };
 }
 
-/** Whether the build in `target` was made for `cuda` (a CPU build has no recipe to match). */
-function sameCudaRecipe(target: string, cuda: CudaRecipe | undefined): boolean {
-  if (cuda === undefined) return true;
-  const file = join(target, CUDA_RECIPE_FILE);
-  return existsSync(file) && readFileSync(file, "utf8").trim() === JSON.stringify(cuda);
+/** Whether the build in `target` was made for the recipe it records (the x86-64 CPU build's is its directory's name). */
+function sameRecipe(target: string, recorded: Build["recorded"]): boolean {
+  if (recorded === undefined) return true;
+  const file = join(target, recorded.file);
+  return existsSync(file) && readFileSync(file, "utf8").trim() === JSON.stringify(recorded.recipe);
 }
 
 /** Runs node-llama-cpp's source build, its output into `log` and its steps onto one progress line. */
-async function compile(log: string, cuda?: CudaBuild): Promise<void> {
-  const options = cuda ? cudaCmakeOptions(cuda.recipe) : CMAKE_OPTIONS;
-  const proc = Bun.spawn([NLC_CLI, "source", "build", "--gpu", cuda ? "cuda" : "false", "--noUsageExample"], {
+async function compile(log: string, { options, args, cuda }: Build): Promise<void> {
+  const proc = Bun.spawn([NLC_CLI, "source", "build", ...args, "--noUsageExample"], {
     cwd: ROOT,
     env: {
       ...process.env,

@@ -67,6 +67,33 @@ export const CMAKE_OPTIONS: Readonly<Record<string, string>> = {
 export const PLATFORM_FOLDER = "linux-x64";
 
 /**
+ * The ARM64 build (`bun run natives --target linux-arm64`), cross-compiled with Debian's
+ * `g++-aarch64-linux-gnu` through node-llama-cpp's own toolchain file: the same recipe for ggml's ARM
+ * CPU variants, kept beside the x86-64 build in the same `binsDir`, in the folder node-llama-cpp reads
+ * on an ARM64 Linux. Which variants: a baseline any ARMv8-A loads (Cortex-A72, Raspberry Pi 4), dot
+ * product and FP16 (Cortex-A76, Neoverse N1: Raspberry Pi 5, Graviton2, Ampere Altra), SVE with int8
+ * matmul (Neoverse V1: Graviton3), and SVE2 (Neoverse V2: Graviton4, Grace). The SME variants need a
+ * newer GCC than Debian 12's. Its variants are recorded in ARM64_RECIPE_FILE there, since the
+ * directory's name hashes the x86-64 recipe only.
+ */
+export const ARM64_FOLDER = "linux-arm64";
+export const ARM64_CPU_VARIANTS = ["armv8.0_1", "armv8.2_2", "armv8.6_1", "armv8.6_2"] as const;
+export const ARM64_RECIPE_FILE = "parley-arm64.json";
+export const ARM64_CMAKE_OPTIONS: Readonly<Record<string, string>> = { ...CMAKE_OPTIONS, PARLEY_CPU_VARIANTS: ARM64_CPU_VARIANTS.join(",") };
+/** The cross compiler's prefix: `<prefix>g++`, `<prefix>nm`. */
+export const ARM64_TOOL_PREFIX = "aarch64-linux-gnu-";
+
+/** What an executable runs on: this machine's kind, or ARM64 Linux (cross-compiled). */
+export type Target = "linux-x64" | "linux-arm64";
+
+/** A command line's `--target`: linux-x64 (the default) or linux-arm64. */
+export function targetOf(flags: { target?: string | undefined }): Target {
+  const target = flags.target ?? PLATFORM_FOLDER;
+  if (target !== "linux-x64" && target !== "linux-arm64") throw new Error(`--target takes linux-x64 or linux-arm64, not "${target}"`);
+  return target;
+}
+
+/**
  * The CUDA build (`bun run natives --gpu cuda`): the same recipe plus ggml's CUDA backend, a plugin
  * (`libggml-cuda.so`) loaded beside the CPU variants. It lives in the same `binsDir`, in the folder
  * node-llama-cpp reads for `gpu: "cuda"`, so a checkout or an executable holds both and picks one at

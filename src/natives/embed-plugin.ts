@@ -16,7 +16,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { BunPlugin } from "bun";
-import { CUDA_FOLDER, PLATFORM_FOLDER } from "./compiled";
+import { ARM64_FOLDER, CUDA_FOLDER, PLATFORM_FOLDER } from "./compiled";
 import type { PackedNatives } from "./embed-pack";
 import { checkNodeLlamaCppVersion, NODE_LLAMA_CPP_VERSION } from "./version";
 
@@ -39,6 +39,7 @@ const NAMESPACE = "parley-natives";
 /** node-llama-cpp's package for each folder the executable may embed. */
 const PACKAGE_OF_FOLDER: Readonly<Record<string, string>> = {
   [PLATFORM_FOLDER]: "@node-llama-cpp/linux-x64",
+  [ARM64_FOLDER]: "@node-llama-cpp/linux-arm64",
   [CUDA_FOLDER]: "@node-llama-cpp/linux-x64-cuda",
 };
 

@@ -5,3 +5,6 @@ declare module "@node-llama-cpp/linux-x64" {
 declare module "@node-llama-cpp/linux-x64-cuda" {
   export function getBinsDir(): { binsDir?: string; packageVersion?: string };
 }
+declare module "@node-llama-cpp/linux-arm64" {
+  export function getBinsDir(): { binsDir?: string; packageVersion?: string };
+}

@@ -10,6 +10,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimes
 import { dirname, join } from "node:path";
 import pkg from "../../package.json";
 import { FAMILIES, type FamilyPreset } from "../../src/gguf/families";
+import { writePresetModel } from "../../src/gguf/presets";
 import type { ChatReply } from "../../src/http/contract";
 import { allowSlowTests } from "../support";
 import { installAlone, runCli } from "../support/binary";
@@ -23,8 +24,8 @@ allowSlowTests();
 const built = join(mkdtempSync("/tmp/parley-build-"), "parley");
 /** Each holds a ~120 MB copy of the executable. */
 const installs: string[] = [];
-const install = (label: string) => {
-  const installed = installAlone(built, label);
+const install = (label: string, executable = built) => {
+  const installed = installAlone(executable, label);
   installs.push(installed.dir);
   return installed;
 };
@@ -32,18 +33,43 @@ afterAll(() => {
   for (const dir of [dirname(built), ...installs]) rmSync(dir, { recursive: true, force: true });
 });
 
-beforeAll(() => {
-  const result = Bun.spawnSync([process.execPath, "run", join(import.meta.dir, "../../src/build/build.ts"), "--prebuilt-natives", "--outfile", built], {
-    stdout: "pipe",
-    stderr: "pipe",
-  });
+/** Builds the executable at `outfile`; returns what the build printed. */
+function build(outfile: string, ...args: string[]): string {
+  const result = Bun.spawnSync(
+    [process.execPath, "run", join(import.meta.dir, "../../src/build/build.ts"), "--prebuilt-natives", "--outfile", outfile, ...args],
+    {
+      stdout: "pipe",
+      stderr: "pipe",
+    },
+  );
   if (result.exitCode !== 0) throw new Error(`build failed:\n${result.stdout}\n${result.stderr}`);
+  return result.stdout.toString();
+}
+
+beforeAll(() => {
+  build(built);
 }, 120_000);
 
 describe("the single executable", () => {
   test("serves, chats, stops on SIGTERM and keeps history across a restart, alone and with env -i", async () => {
     await binaryScenario(built);
   }, 60_000);
+
+  test("built with --embed-model, serves the model it carries from a clean directory with a fresh HOME and no models; model embedded shows its sha256", async () => {
+    const model = join(dirname(built), "parley-demo.gguf");
+    await writePresetModel("demo", model);
+    const sha256 = new Bun.CryptoHasher("sha256").update(await Bun.file(model).bytes()).digest("hex");
+    const carrying = join(dirname(built), "parley-carrying");
+    expect(build(carrying, "--embed-model", model)).toContain("carries parley-demo (parley-demo.gguf, ");
+
+    const installed = install("carried", carrying);
+    const listed = runCli(installed, "model", "embedded");
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stdout).toMatch(new RegExp(`^parley-demo \\(default\\) +parley-demo\\.gguf +[\\d.]+ MB +${sha256}$`, "m"));
+    expect(runCli(install("plain"), "model", "embedded").stdout).toContain("carries no models");
+
+    await binaryScenario(carrying, { carried: true });
+  }, 90_000);
 
   // One byte-level BPE family with a thought and node-llama-cpp's own format, one SentencePiece
   // family rendered through its Jinja template: the binary carries both paths.

@@ -2,12 +2,14 @@
  * The operator's path through the single executable, end to end: copied alone into an empty
  * directory, run with only HOME and PATH, issue a key, serve, chat (streamed), list, stop with
  * SIGTERM, start again on the same data and find the history, then serve a second model dropped
- * into its models directory. Uses node:assert, not bun:test,
+ * into its models directory. An executable that carries its model (`--carried`) serves it with no
+ * models directory, unpacked once into the data directory. Uses node:assert, not bun:test,
  * because it also runs as a plain script inside a network namespace with no network at all:
- * `bun test/build/scenario.ts <built executable>`.
+ * `bun test/build/scenario.ts <built executable> [--carried]`.
  */
 import assert from "node:assert/strict";
-import { rmSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { type Installed, installAlone, runCli } from "../support/binary";
 import { bearer, postChat } from "../support/http";
 import { type ChildServer, startServer } from "../support/process";
@@ -18,18 +20,25 @@ interface Message {
   conversation_id: string;
 }
 
-export async function binaryScenario(built: string): Promise<void> {
+export interface ScenarioOptions {
+  /** The executable carries the demo model (`bun run build --embed-model`). */
+  carried?: boolean;
+}
+
+export async function binaryScenario(built: string, options: ScenarioOptions = {}): Promise<void> {
   const installed = installAlone(built, "e2e");
   const servers: ChildServer[] = [];
   try {
-    await scenario(installed, servers);
+    await scenario(installed, servers, options);
   } finally {
     for (const server of servers) server.child.kill("SIGKILL");
     rmSync(installed.dir, { recursive: true, force: true });
   }
 }
 
-async function scenario(installed: Installed, servers: ChildServer[]): Promise<void> {
+const unpacked = (server: ChildServer) => server.lines.some((line) => line.includes('"msg":"unpacked the models this executable carries'));
+
+async function scenario(installed: Installed, servers: ChildServer[], { carried = false }: ScenarioOptions): Promise<void> {
   const created = runCli(installed, "keys", "create", "--user", "x");
   assert.equal(created.code, 0, created.stderr);
   const key = created.stdout.trim().split("\n").at(-1)!;
@@ -40,6 +49,13 @@ async function scenario(installed: Installed, servers: ChildServer[]): Promise<v
   // Its natives are the ones it carries, whichever the build chose, and the log says so.
   const loaded = first.lines.find((line) => /"msg":"model loaded"/.test(line));
   assert.equal((JSON.parse(loaded ?? "{}") as { natives?: string }).natives, "embedded", loaded ?? "no model loaded line");
+  if (carried) {
+    // Served from the copy it unpacked; without it the demo would have been written into models/.
+    const listening = JSON.parse(first.lines.find((line) => line.includes('"msg":"listening"')) ?? "{}") as { model_path?: string };
+    assert.match(listening.model_path ?? "", /^data\/carried\/[0-9a-f]{64}\/parley-demo\.gguf$/);
+    assert.ok(unpacked(first), "the first start says it unpacked its model");
+    assert.equal(existsSync(join(installed.dir, "models")), false, "no models directory was needed");
+  }
   const response = await postChat(first.url, key, { message: "hi", conversation_id: "c", stream: true });
   assert.equal(response.status, 200);
   assert.match(response.headers.get("content-type") ?? "", /^text\/event-stream/);
@@ -61,6 +77,7 @@ async function scenario(installed: Installed, servers: ChildServer[]): Promise<v
   const second = await startServer({ installed });
   servers.push(second);
   assert.deepEqual(await listMessages(second, key), before);
+  assert.equal(unpacked(second), false, "a later start uses the unpacked copy");
 
   // A model dropped into models/ while serving is listed and answers, loaded in place of the other.
   const wrote = runCli(installed, "model", "demo", "--preset", "llama3");
@@ -91,6 +108,6 @@ async function stop(server: ChildServer): Promise<void> {
 }
 
 if (import.meta.main) {
-  await binaryScenario(Bun.argv[2]!);
+  await binaryScenario(Bun.argv[2]!, { carried: Bun.argv.includes("--carried") });
   console.log("scenario passed");
 }
