@@ -28,6 +28,7 @@ import { type GpuLayers, refuseUnlessFits, withProjector } from "./llm/memory-ne
 import { ModelNotFoundError, ModelRegistry, UnservableModelError } from "./llm/model";
 import { StateMemory } from "./llm/state-memory";
 import type { Logger } from "./log";
+import { McpServers } from "./mcp/servers";
 import { Metrics } from "./metrics";
 import type { BuildReport } from "./natives/background-build";
 import { compiledNativesBuilt, IN_EXECUTABLE } from "./natives/local";
@@ -195,6 +196,11 @@ export async function startService(config: Config, log: Logger, announce: Announ
     shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
   });
   const background = new BackgroundResponses(storage.responses, log, BACKGROUND);
+  const mcpServers = new McpServers(config.mcpServers, (label, state, detail) =>
+    log.info({ mcp_server: label, state, ...detail }, `MCP server ${label} ${state}`),
+  );
+  stack.defer(() => mcpServers.close());
+  mcpServers.start();
   const app = createApp({
     storage,
     ledger,
@@ -203,7 +209,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     background,
     completions,
     retrieval: new RetrievalService(models, ledger),
-    responses: new ResponseService(completions, chat, storage.responses, runner.engines),
+    responses: new ResponseService(completions, chat, storage.responses, runner.engines, mcpServers),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     isReady: () => ready,
     ...(context.nativesBuild ? { nativesBuild: nativesBuildOf(context.nativesBuild) } : {}),

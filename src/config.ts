@@ -21,6 +21,7 @@ import {
   type Speculate,
 } from "./llm/types";
 import { LOG_LEVELS, type LogLevel } from "./log";
+import { type McpServerSpec, parseMcpServers } from "./mcp/config";
 
 export interface Config {
   host: string;
@@ -64,6 +65,8 @@ export interface Config {
   bodyLimitBytes: number;
   pictureBodyLimitBytes: number;
   pictureHosts: string[];
+  /** The MCP servers requests may name (src/mcp/config.ts). */
+  mcpServers: McpServerSpec[];
   bodyTimeoutS: number;
   heartbeatMs: number;
   logLevel: LogLevel;
@@ -324,6 +327,14 @@ export const CONFIG_SPEC = {
     flag: "--picture-hosts",
     default: "",
     help: "Hosts whose http(s) picture URLs are fetched, comma-separated (default none)",
+  },
+  mcpServers: {
+    env: "PARLEY_MCP_SERVERS",
+    doc: "the MCP servers whose tools a response may run in the service (`docs/operations.md`, MCP servers), `label=http://host:port/mcp,…`, or `@file` naming a JSON object of labels to `{url or command, args?, env?, cwd?, headers?, users?, roles?, timeout_s?, max_result_bytes?}` (a stdio `command` is started and restarted by Parley; `${NAME}` in a header or env value is taken from the environment); empty: a request that names a server is `400` (the service connects to none)",
+    shownDefault: "empty",
+    flag: "--mcp-servers",
+    default: "",
+    help: "MCP servers requests may name: label=url,… or @file.json (default none)",
   },
   bodyTimeoutS: {
     env: "PARLEY_BODY_TIMEOUT_S",
@@ -641,6 +652,7 @@ export function loadConfig(env: Env = Bun.env, flags: ReadonlyMap<string, string
     bodyLimitBytes: int("bodyLimitBytes", 1024, 64 << 20),
     pictureBodyLimitBytes: int("pictureBodyLimitBytes", 1024, 256 << 20),
     pictureHosts: hosts("pictureHosts"),
+    mcpServers: mcpServers(raw("mcpServers"), env),
     bodyTimeoutS: int("bodyTimeoutS", 1, 3_600),
     heartbeatMs: int("heartbeatMs", 100, 15_000),
     logLevel: oneOf("logLevel", LOG_LEVELS),
@@ -671,6 +683,14 @@ function gpuBackend({ value, name }: { value: string; name: string }): GpuBacken
   if (/^(1|true|yes|on|cuda)$/i.test(value)) return "cuda";
   if (/^(0|false|no|off)$/i.test(value)) return false;
   throw new ConfigError(`${name} must be cuda, true or false (got "${value}")`);
+}
+
+function mcpServers({ value, name }: { value: string; name: string }, env: Env): McpServerSpec[] {
+  try {
+    return parseMcpServers(value, env);
+  } catch (error) {
+    throw new ConfigError(`${name} ${(error as Error).message}`);
+  }
 }
 
 /** A node's name goes into a response header: printable ASCII, no more than a line's worth. */

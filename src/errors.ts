@@ -107,6 +107,8 @@ export type Field =
   | { part: "tool"; index: number; detail: "parameters" | "name" }
   /** Which tool a reply must call, if any. */
   | { part: "toolChoice" }
+  /** The request's tool `index` that names an MCP server: its label, URL, headers or allowed tools. */
+  | { part: "serverTool"; index: number; detail: "label" | "url" | "headers" | "allowedTools" }
   /** How many tokens a thought may take. */
   | { part: "thoughtBudget" }
   /** The request's own context size, below the model's. */
@@ -115,6 +117,8 @@ export type Field =
   | { part: "tokenBias" }
   /** The log-probabilities asked for. */
   | { part: "logprobs" }
+  /** The samplers a reply is drawn through. */
+  | { part: "sampler" }
   /** The earlier response a response continues. */
   | { part: "continues" }
   /** The stored conversation a turn is added to. */
@@ -203,6 +207,11 @@ export class Overloaded extends ParleyError {
   }
 }
 
+/** A server the request's tools depend on (an MCP server the operator lists) could not be reached or refused. */
+export class DependencyFailed extends ParleyError {
+  readonly kind = "dependency_failed";
+}
+
 /** Anything unexpected: the message is generic, the detail stays in `cause` for the log. */
 export class Internal extends ParleyError {
   readonly kind = "internal";
@@ -228,6 +237,7 @@ export type DomainError =
   | RateLimited
   | QuotaExceeded
   | Overloaded
+  | DependencyFailed
   | Internal;
 
 export type ErrorKind = DomainError["kind"];

@@ -64,6 +64,10 @@ export function itemRows(items: readonly ConversationItem[]): NewMessage[] {
         break;
       case "toolResult":
         rows.push({ role: "user", content: entry.output, itemId: entry.id, item: { type: "toolResult", callId: entry.callId } });
+        break;
+      default:
+        // The Conversations API takes no such item, and a response with server tools is no conversation's (responses.ts).
+        throw new Error(`a conversation keeps no ${entry.type} item`);
     }
   }
   return rows;

@@ -46,14 +46,23 @@ export interface ItemReference {
   id: string;
 }
 
-const PREFIXES = { message: "msg", toolCall: "fc", toolResult: "fco", thought: "rs" } as const;
+const PREFIXES = {
+  message: "msg",
+  toolCall: "fc",
+  toolResult: "fco",
+  thought: "rs",
+  toolList: "mcpl",
+  serverCall: "mcp",
+  approvalRequest: "mcpr",
+  approvalResponse: "mcpa",
+} as const;
 
 /** The stem of the ids of the items one turn adds: 32 hex digits. */
 export const newStem = () => crypto.randomUUID().replaceAll("-", "");
 
 /** The stem of an item id Parley gave; undefined for another. */
 export function stemOfItem(itemId: string): string | undefined {
-  return /^(?:msg|fc|fco|rs)_([0-9a-f]{32})(?:_|$)/.exec(itemId)?.[1];
+  return /^(?:msg|fc|fco|rs|mcpl|mcp|mcpr|mcpa)_([0-9a-f]{32})(?:_|$)/.exec(itemId)?.[1];
 }
 
 /**
@@ -61,29 +70,45 @@ export function stemOfItem(itemId: string): string | undefined {
  * stem, so a stream names its items as they are then kept.
  */
 export function replyItemId(stem: string, type: "thought" | "message"): string;
-export function replyItemId(stem: string, type: "toolCall", call: number): string;
-export function replyItemId(stem: string, type: "thought" | "message" | "toolCall", call?: number): string {
+export function replyItemId(stem: string, type: "toolCall" | "serverCall" | "approvalRequest" | "toolList", call: number | string): string;
+export function replyItemId(stem: string, type: keyof typeof PREFIXES, call?: number | string): string {
   return `${PREFIXES[type]}_${stem}${call === undefined ? "" : `_${call}`}`;
 }
+
+/**
+ * The stem of the items a response's `step`-th model turn adds (a response that runs tools has
+ * several): the first's is the response's own, so a response of one turn names its items as ever.
+ */
+export const stepStem = (stem: string, step: number) => (step === 0 ? stem : `${stem}_s${step}`);
 
 /** The request's items with ids: those it gave, else ones of this stem. */
 export const inputItems = (stem: string, items: readonly ItemInput[]): ConversationItem[] =>
   items.map((item, i) => ({ ...item, id: item.id ?? `${PREFIXES[item.type]}_${stem}_in${i}` }) as ConversationItem);
 
-/** What a turn's result adds: its thought, its answer (an empty one when it called nothing), its calls. */
-export function replyItems(stem: string, result: Pick<CompletionResult, "text" | "reasoning" | "toolCalls">): ConversationItem[] {
+/**
+ * What a turn's result adds: its thought, its answer (an empty one when it called nothing), its
+ * calls (`calls` makes the items of those a server runs; the rest are the client's to answer).
+ */
+export function replyItems(
+  stem: string,
+  result: Pick<CompletionResult, "text" | "reasoning" | "toolCalls">,
+  calls?: (call: ToolCall, id: (type: "serverCall" | "approvalRequest") => string) => ConversationItem | undefined,
+): ConversationItem[] {
   return [
     ...(result.reasoning !== undefined ? [{ type: "thought" as const, id: replyItemId(stem, "thought"), text: result.reasoning }] : []),
     ...(result.text !== "" || !result.toolCalls
       ? [{ type: "message" as const, id: replyItemId(stem, "message"), role: "assistant" as const, text: result.text }]
       : []),
-    ...(result.toolCalls ?? []).map((call, i) => ({
-      type: "toolCall" as const,
-      id: replyItemId(stem, "toolCall", i),
-      callId: call.id,
-      name: call.name,
-      arguments: call.arguments,
-    })),
+    ...(result.toolCalls ?? []).map(
+      (call, i): ConversationItem =>
+        calls?.(call, (type) => replyItemId(stem, type, i)) ?? {
+          type: "toolCall",
+          id: replyItemId(stem, "toolCall", i),
+          callId: call.id,
+          name: call.name,
+          arguments: call.arguments,
+        },
+    ),
   ];
 }
 
@@ -91,7 +116,8 @@ export function replyItems(stem: string, result: Pick<CompletionResult, "text" |
  * The turns of `instructions`, then the earlier items, then the new ones. A tool call joins the
  * assistant turn before it (or makes one); a tool's result answers a call made before it (a new
  * one that answers none is refused, naming the input's item); a thought is the assistant turn's
- * that follows.
+ * that follows. A server's call is a call and its result (its error's message when it failed); a
+ * call that waited for approval is a call once asked, its result whatever the answer brought.
  */
 export function historyOf(instructions: string | undefined, earlier: readonly ConversationItem[], input: readonly ConversationItem[]): Turn[] {
   const turns: Turn[] = instructions ? [{ role: "system", content: instructions }] : [];
@@ -102,16 +128,32 @@ export function historyOf(instructions: string | undefined, earlier: readonly Co
     thought = undefined;
     return taken;
   };
-  for (const [i, entry] of [...earlier, ...input].entries()) {
+  const all = [...earlier, ...input];
+  const made = (call: ToolCall) => {
     const last = turns.at(-1);
+    calls.add(call.id);
+    if (last?.role === "assistant" && thought === undefined) last.toolCalls = [...(last.toolCalls ?? []), call];
+    else turns.push({ role: "assistant", content: "", ...takeThought(), toolCalls: [call] });
+  };
+  const answered = new Set(all.flatMap((entry) => (entry.type === "serverCall" && entry.approvalRequestId !== undefined ? [entry.approvalRequestId] : [])));
+  for (const [i, entry] of all.entries()) {
     switch (entry.type) {
-      case "toolCall": {
-        const call: ToolCall = { id: entry.callId, name: entry.name, arguments: entry.arguments };
-        calls.add(call.id);
-        if (last?.role === "assistant" && thought === undefined) last.toolCalls = [...(last.toolCalls ?? []), call];
-        else turns.push({ role: "assistant", content: "", ...takeThought(), toolCalls: [call] });
+      case "toolCall":
+        made({ id: entry.callId, name: entry.name, arguments: entry.arguments });
         break;
-      }
+      case "serverCall":
+        if (entry.approvalRequestId === undefined) made({ id: entry.id, name: entry.name, arguments: entry.arguments });
+        turns.push({ role: "tool", content: entry.output ?? entry.error?.message ?? "", toolCallId: entry.approvalRequestId ?? entry.id });
+        break;
+      case "approvalRequest":
+        made({ id: entry.id, name: entry.name, arguments: entry.arguments });
+        break;
+      case "approvalResponse":
+        if (!entry.approve && !answered.has(entry.approvalRequestId))
+          turns.push({ role: "tool", content: `The call was not approved${entry.reason ? `: ${entry.reason}` : "."}`, toolCallId: entry.approvalRequestId });
+        break;
+      case "toolList":
+        break;
       case "toolResult":
         // An earlier link's output may answer a call of a link that no longer reaches the prompt.
         if (i >= earlier.length && !calls.has(entry.callId)) {
@@ -125,9 +167,10 @@ export function historyOf(instructions: string | undefined, earlier: readonly Co
       case "thought":
         thought = (thought ?? "") + entry.text;
         break;
-      case "message":
+      case "message": {
         if (entry.role === "assistant") turns.push({ role: "assistant", content: entry.text, ...takeThought() });
         else turns.push({ role: entry.role === "developer" ? "system" : entry.role, content: entry.text, ...turnImages(entry.images) });
+      }
     }
   }
   return turns;

@@ -5,10 +5,12 @@
  * conversation's turns. Knows storage and the completion turn, nothing of HTTP.
  */
 import type { ResponseStore } from "../db/storage";
-import type { ResponseEnd, ResponseRecord } from "../db/types";
+import type { ConversationItem, ResponseEnd, ResponseRecord } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
+import { type McpServers, NO_MCP_SERVERS } from "../mcp/servers";
 import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
 import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, type ItemReference, inputItems, newStem, pageOf, replyItems, stemOfItem } from "./items";
+import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tools";
 import type { ChatService } from "./service";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
@@ -26,6 +28,8 @@ export interface ResponseInput extends Omit<CompletionInput, "messages" | "conve
   background?: boolean;
   /** What the response repeats of its request, kept with it as given. */
   params: Record<string, unknown>;
+  /** Listed MCP servers' tools the service runs itself (server-tools.ts). */
+  serverTools?: ServerTools;
 }
 
 export interface ResponseStart {
@@ -52,12 +56,12 @@ const NO_USAGE: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0,
  * How a turn's result ends its response: `cancelled` when its client left (`clientLeft`); cut by
  * the generation cap or a shutdown, `incomplete`.
  */
-function endOf(record: ResponseRecord, result: CompletionResult | undefined, clientLeft: boolean): ResponseEnd {
+function endOf(record: ResponseRecord, result: CompletionResult | LoopResult | undefined, clientLeft: boolean): ResponseEnd {
   if (result === undefined) return { status: "cancelled", output: [], usage: null, finishReason: "cancelled", error: null };
   const status = result.finishReason === "stop" ? "completed" : result.finishReason === "cancelled" && clientLeft ? "cancelled" : "incomplete";
   return {
     status,
-    output: replyItems(responseStem(record.id), result),
+    output: "items" in result ? result.items : replyItems(responseStem(record.id), result),
     usage: {
       inputTokens: result.usage.promptTokens,
       outputTokens: result.usage.completionTokens,
@@ -93,6 +97,7 @@ export class ResponseService {
     private readonly chat: ChatService,
     private readonly responses: ResponseStore,
     private readonly engines: EngineSource,
+    private readonly servers: McpServers = NO_MCP_SERVERS,
   ) {}
 
   /**
@@ -101,7 +106,7 @@ export class ResponseService {
    * with the reason when generation failed). Undefined when the client left before it started.
    */
   async *respond(request: ResponseInput): AsyncGenerator<ResponseStart | TurnEvent, ResponseResult | undefined, void> {
-    const { instructions, input, previousResponseId, conversation, store, background = false, params, ...turn } = request;
+    const { instructions, input, previousResponseId, conversation, store, background = false, params, serverTools, ...turn } = request;
     const id = newResponseId();
     if (background && !store) throw new InvalidInput({ part: "detached" }, "a response generated in the background is kept: it cannot also be left unstored");
     if (conversation !== undefined && previousResponseId !== undefined) {
@@ -128,16 +133,35 @@ export class ResponseService {
     };
     const earlier = async (maxChars: number) =>
       previous ? (await this.responses.chain(request.userId, previous.id, { maxChars })).flatMap((link) => [...link.input, ...link.output]) : [];
+    if (serverTools && conversation !== undefined)
+      throw new InvalidInput(
+        { part: "conversation" },
+        "a response whose tools run on MCP servers cannot be answered in a conversation yet: continue from the response itself",
+      );
+    const step = (output: readonly ConversationItem[], tools: CompletionInput["tools"], first: boolean) =>
+      this.completions.complete({
+        ...turn,
+        tools,
+        conversationKey: record.chainKey,
+        // A new chain has nothing cached of its own: the user's best-matching sequence serves it, as a chat completion's.
+        startsConversation: previous === undefined && first,
+        messages: async (historyChars) => historyOf(instructions, await earlier(historyChars), [...items, ...output]),
+      });
     const events =
-      conversation === undefined
-        ? this.completions.complete({
-            ...turn,
-            conversationKey: record.chainKey,
-            // A new chain has nothing cached of its own: the user's best-matching sequence serves it, as a chat completion's.
-            startsConversation: previous === undefined,
-            messages: async (historyChars) => historyOf(instructions, await earlier(historyChars), items),
-          })
-        : this.inConversation({ ...turn, ...(instructions ? { instructions } : {}) }, conversation, record);
+      conversation !== undefined
+        ? this.inConversation({ ...turn, ...(instructions ? { instructions } : {}) }, conversation, record)
+        : serverTools
+          ? serverToolLoop({
+              servers: this.servers,
+              tools: serverTools,
+              functions: turn.tools,
+              stem: responseStem(id),
+              known: previous ? [...previous.input, ...previous.output] : [],
+              input: items,
+              ...(turn.signal ? { signal: turn.signal } : {}),
+              step,
+            })
+          : step([], turn.tools, true);
     let kept = false;
     let end: ResponseEnd | undefined;
     try {

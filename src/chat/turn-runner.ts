@@ -1,3 +1,4 @@
+import type { ConversationItem } from "../db/types";
 import { isAbort, Overloaded } from "../errors";
 import type { ModelPurpose } from "../gguf/describe";
 import type { GgufValue } from "../gguf/values";
@@ -32,8 +33,19 @@ export interface TurnToolCall {
   part: ToolCallPart;
 }
 
+/**
+ * What a turn that runs tools on their servers tells besides its replies' pieces: a model turn
+ * begins (`step`, whose items are named by `stepStem`), the model writes a call of a server's tool
+ * (`call`; one that waits for approval is asked, not made), or a server's item is done (`item`:
+ * its tools listed, a call's result).
+ */
+export type TurnServerTool =
+  | { type: "serverTool"; event: "step"; step: number }
+  | { type: "serverTool"; event: "call"; part: ToolCallPart; server: string; approval: boolean }
+  | { type: "serverTool"; event: "item"; item: ConversationItem };
+
 /** What a reply yields as it is generated. */
-export type TurnEvent = TurnDelta | TurnReasoning | TurnToolCall | TurnLogprobs | TurnPrompt;
+export type TurnEvent = TurnDelta | TurnReasoning | TurnToolCall | TurnLogprobs | TurnPrompt | TurnServerTool;
 
 /** The prompt as evaluated, before the reply's first piece: what a protocol that shows it early needs. */
 export interface TurnPrompt {

@@ -10,6 +10,14 @@ function itemChars(item: ConversationItem): number {
       return item.name.length + item.arguments.length;
     case "toolResult":
       return item.output.length;
+    case "serverCall":
+      return item.name.length + item.arguments.length + (item.output ?? item.error?.message ?? "").length;
+    case "approvalRequest":
+      return item.name.length + item.arguments.length;
+    case "toolList":
+    case "approvalResponse":
+      // The tools are offered apart from the history; an answer to an approval is a word.
+      return 0;
   }
 }
 

@@ -216,7 +216,35 @@ export type ConversationItem =
   | { type: "message"; id: string; role: ItemRole; text: string; images?: StoredImage[] }
   | { type: "toolCall"; id: string; callId: string; name: string; arguments: string }
   | { type: "toolResult"; id: string; callId: string; output: string }
-  | { type: "thought"; id: string; text: string };
+  | { type: "thought"; id: string; text: string }
+  /** A tool server's tools as listed for a response (`error`: why it could not list them). */
+  | { type: "toolList"; id: string; server: string; tools: ListedServerTool[]; error?: string }
+  /** A call the service made of a server's tool: its output, or why it has none (shown to the model either way). */
+  | {
+      type: "serverCall";
+      id: string;
+      server: string;
+      name: string;
+      arguments: string;
+      output: string | null;
+      error: ServerCallError | null;
+      approvalRequestId?: string;
+    }
+  /** A call of a server's tool that waits for its client's approval. */
+  | { type: "approvalRequest"; id: string; server: string; name: string; arguments: string }
+  /** The client's answer to an approval request. */
+  | { type: "approvalResponse"; id: string; approvalRequestId: string; approve: boolean; reason?: string };
+
+/** A tool as its server listed it. */
+export interface ListedServerTool {
+  name: string;
+  description?: string;
+  inputSchema: Record<string, unknown>;
+  annotations?: Record<string, unknown>;
+}
+
+/** Why a server's tool call has no output: the tool failed (its content), or the protocol or server did. */
+export type ServerCallError = { kind: "tool"; content: unknown; message: string } | { kind: "protocol"; code: number; message: string };
 
 export interface ResponseUsageRecord {
   inputTokens: number;

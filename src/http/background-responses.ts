@@ -11,6 +11,7 @@ import type { Logger } from "../log";
 import { toDomainError } from "./errors";
 import { spelled } from "./field-names";
 import { responseFields } from "./openai/fields";
+import { type ServerItemInput, serverItemOf } from "./openai/items";
 import { endingEvent, responsesFraming } from "./openai/responses-present";
 import type { SseChunk } from "./sse";
 import { frame, type TurnEvents } from "./turn-driver";
@@ -72,7 +73,10 @@ function outputOf(events: readonly ResponseEvent[]): ConversationItem[] {
   for (const { type, text } of events) {
     const { item, item_id = "", delta = "" } = JSON.parse(/^data: (.*)$/m.exec(text)?.[1] ?? "{}") as ItemEvent;
     const open = items.get(item_id);
-    if (type === "response.output_item.added" && item) items.set(item.id, itemOf(item));
+    // A server's item is kept once done: what it is added with is only its start.
+    if (item?.type.startsWith("mcp_")) {
+      if (type === "response.output_item.done") items.set(item.id, serverItemOf(item as unknown as ServerItemInput) as ConversationItem);
+    } else if (type === "response.output_item.added" && item) items.set(item.id, itemOf(item));
     else if ((type === "response.output_text.delta" || type === "response.reasoning_text.delta") && (open?.type === "message" || open?.type === "thought"))
       open.text += delta;
     else if (type === "response.output_item.done" && item?.type === "function_call") {

@@ -38,6 +38,7 @@ export const ERROR_CODES = [
   "rate_limited",
   "quota_exceeded",
   "overloaded",
+  "dependency_failed",
   "internal",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];

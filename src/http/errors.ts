@@ -152,6 +152,14 @@ export const HTTP_ERRORS: { [K in ErrorKind]: WireError<Extract<DomainError, { k
     openai: { type: "server_error" },
     anthropic: "overloaded_error",
   },
+  dependency_failed: {
+    status: 424,
+    code: "dependency_failed",
+    when: "A listed MCP server the request's tools name could not be reached, or refused to list its tools",
+    // OpenAI answers a tool server it cannot reach with 424 too.
+    openai: { type: "server_error" },
+    anthropic: "api_error",
+  },
   internal: {
     status: 500,
     code: "internal",

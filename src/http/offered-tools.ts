@@ -9,7 +9,8 @@ import { NO_PARAMETERS, type ToolRequest } from "../llm/tools";
 /** Tools as a request offers them, whatever the protocol's shape. */
 export interface OfferedTools {
   /** `strict` as the protocol's default leaves it when the request says nothing. */
-  functions: readonly { name: string; description?: string | null; parameters?: Record<string, unknown> | null; strict: boolean }[];
+  /** `index`: its place among the request's tools, where others stand between (its place among the functions otherwise). */
+  functions: readonly { name: string; description?: string | null; parameters?: Record<string, unknown> | null; strict: boolean; index?: number }[];
   choice: "none" | "auto" | "required" | { name: string } | undefined;
   parallel: boolean | null | undefined;
 }
@@ -20,7 +21,7 @@ export function toolRequestOf({ functions, choice = "auto", parallel }: OfferedT
     throw new InvalidInput({ part: "toolChoice" }, "it asks for a call, but no tools are offered");
   const seen = new Set<string>();
   for (const [i, fn] of functions.entries()) {
-    if (seen.has(fn.name)) throw new InvalidInput({ part: "tool", index: i, detail: "name" }, `two tools are named ${JSON.stringify(fn.name)}`);
+    if (seen.has(fn.name)) throw new InvalidInput({ part: "tool", index: fn.index ?? i, detail: "name" }, `two tools are named ${JSON.stringify(fn.name)}`);
     seen.add(fn.name);
   }
   if (functions.length === 0 || choice === "none") return undefined;

@@ -1,7 +1,7 @@
 import type { Server } from "elysia/universal";
 import type { CompletionResult, CompletionService, CompletionStart } from "../chat/completions";
 import type { Usage } from "../chat/service";
-import type { TurnEvent, TurnHooks, TurnPrompt } from "../chat/turn-runner";
+import type { TurnEvent, TurnHooks, TurnPrompt, TurnServerTool } from "../chat/turn-runner";
 import type { DomainError } from "../errors";
 import type { TokenLogprob, ToolCallPart } from "../llm/engine";
 import type { Logger } from "../log";
@@ -37,6 +37,8 @@ export interface Framing<Start, Result> {
   reasoning(content: string): SseChunk[];
   /** For a protocol whose replies call tools: each part of a call as it comes. */
   toolCall?(part: ToolCallPart): SseChunk[];
+  /** For a protocol whose turns run tools on their servers: each step, call and server item as it comes. */
+  serverTool?(event: TurnServerTool): SseChunk[];
   /** For a protocol whose replies tell their tokens' log-probabilities. */
   logprobs?(entries: TokenLogprob[]): SseChunk[];
   /** The prompt, once evaluated, for a protocol that shows its size before the reply. */
@@ -210,11 +212,11 @@ export class TurnDriver {
 
 const isReply = (event: unknown): event is ReplyEvent => {
   const { type } = event as { type?: unknown };
-  return type === "delta" || type === "reasoning" || type === "toolCall" || type === "logprobs" || type === "prompt";
+  return type === "delta" || type === "reasoning" || type === "toolCall" || type === "logprobs" || type === "prompt" || type === "serverTool";
 };
 
 /** A piece of the reply's own text or calls: what the meter counts as a token arriving. */
-const isToken = (event: unknown): boolean => isReply(event) && event.type !== "logprobs" && event.type !== "prompt";
+const isToken = (event: unknown): boolean => isReply(event) && event.type !== "logprobs" && event.type !== "prompt" && event.type !== "serverTool";
 
 export function frame<Start, Result>(framing: Framing<Start, Result>, event: ReplyEvent): SseChunk[] {
   switch (event.type) {
@@ -230,6 +232,9 @@ export function frame<Start, Result>(framing: Framing<Start, Result>, event: Rep
       return framing.logprobs(event.entries);
     case "prompt":
       return framing.prompt?.(event) ?? [];
+    case "serverTool":
+      if (!framing.serverTool) throw new Error("a turn ran a server's tools on a protocol without them");
+      return framing.serverTool(event);
   }
 }
 

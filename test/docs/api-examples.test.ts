@@ -9,11 +9,12 @@
  * the headings' own.
  */
 import { afterAll, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { VISION_MODEL_NAME } from "../../src/gguf/presets";
 import { API_DOC, withContents } from "../../tools/api-contents";
 import { allowSlowTests, type ChildServer, compiledNatives, presetModel, shellCommands, startServer, tempDir } from "../support";
+import { MCP_STDIO_COMMAND } from "../support/mcp";
 import { visionPair } from "../support/vision";
 
 allowSlowTests();
@@ -52,7 +53,10 @@ test("every shell example of docs/API.md answers 2xx as written", async () => {
     (await visionPair()).model,
     await presetModel("qwen2-coder"),
   ];
-  server = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_MODEL: models.join(",") } });
+  // The MCP server the tools' example names: the tests' stdio one, which Parley starts.
+  const mcpServers = join(tempDir("api-examples-mcp"), "mcp.json");
+  writeFileSync(mcpServers, JSON.stringify({ tools: MCP_STDIO_COMMAND }));
+  server = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_MODEL: models.join(","), PARLEY_MCP_SERVERS: `@${mcpServers}` } });
   const cli = (...args: string[]) =>
     Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
   const key = cli("keys", "create", "--user", "alice").stdout.toString().trim().split("\n").at(-1)!;

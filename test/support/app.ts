@@ -16,6 +16,7 @@ import { BackgroundResponses } from "../../src/http/background-responses";
 import { type ContextOverflow, Engine, type GenerateRequest, type GenerateResult, type ReasoningMode, type Turn } from "../../src/llm/engine";
 import type { Speculate } from "../../src/llm/types";
 import { createLogger, type Logger, silentLogger } from "../../src/log";
+import type { McpServers } from "../../src/mcp/servers";
 import { Metrics } from "../../src/metrics";
 import { presetModel, tempDir } from "./files";
 
@@ -57,6 +58,8 @@ export interface ServeOptions {
   retrieval?: RetrievalService;
   /** The node's name for `X-Parley-Node`. */
   node?: string;
+  /** The MCP servers requests may name; none by default. */
+  mcpServers?: McpServers;
 }
 
 export const DEFAULT_LIMITS: HttpLimits = {
@@ -100,7 +103,7 @@ export function serveApp(options: ServeOptions): Served {
     chat,
     completions,
     retrieval: options.retrieval ?? new RetrievalService(NO_RETRIEVAL_MODELS, ledger),
-    responses: new ResponseService(completions, chat, storage.responses, runner.engines),
+    responses: new ResponseService(completions, chat, storage.responses, runner.engines, options.mcpServers),
     conversationItems: new ConversationItemService(storage.conversations, chat, runner.engines),
     background: new BackgroundResponses(storage.responses, silentLogger(), { flushMs: 20, pollMs: 20 }),
     isReady: () => engine !== undefined,
@@ -201,14 +204,14 @@ export interface ServedEngine {
  * A test engine served by the app on a fresh database, with one user's key: set up before the
  * calling file's tests and closed after them. The fields are filled in by `beforeAll`.
  */
-export function servedEngine(label: string, options: Parameters<typeof testEngine>[0] = {}): ServedEngine {
+export function servedEngine(label: string, options: Parameters<typeof testEngine>[0] = {}, serve: Pick<ServeOptions, "mcpServers"> = {}): ServedEngine {
   const db = testDb(label);
   const fixture = {} as ServedEngine;
   beforeAll(async () => {
     fixture.key = (await db.keys.create("alice", "user")).key;
     fixture.otherKey = (await db.keys.create("bob", "user")).key;
     fixture.engine = await testEngine(options);
-    fixture.served = serveApp({ storage: db.storage, engine: fixture.engine });
+    fixture.served = serveApp({ storage: db.storage, engine: fixture.engine, ...serve });
   });
   afterAll(async () => {
     await fixture.served.stop();

@@ -25,6 +25,8 @@ export const chatCompletionFields: FieldNames = (field) => {
   }
 };
 
+const SERVER_TOOL_FIELDS = { label: "server_label", url: "server_url", headers: "headers", allowedTools: "allowed_tools" } as const;
+
 /** The Responses and Conversations APIs' request fields. */
 export const responseFields: FieldNames = (field) => {
   switch (field.part) {
@@ -38,6 +40,8 @@ export const responseFields: FieldNames = (field) => {
       return "tools";
     case "tool":
       return `tools[${field.index}].${field.detail}`;
+    case "serverTool":
+      return `tools[${field.index}].${SERVER_TOOL_FIELDS[field.detail]}`;
     case "toolChoice":
       return "tool_choice";
     case "logprobs":

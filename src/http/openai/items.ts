@@ -1,5 +1,5 @@
 /** The items a client sends to the Responses and Conversations APIs, as the chat layer keeps them. */
-import { t } from "elysia";
+import { type TSchema, t } from "elysia";
 import { type ItemInput, type ItemPageQuery, type ItemReference, storedImages } from "../../chat/items";
 import { InvalidInput } from "../../errors";
 import type { TurnImage } from "../../llm/engine";
@@ -48,10 +48,83 @@ export const ITEM = t.Union(
 
 type Item = typeof ITEM.static;
 
-/** A Responses request's input item: any item, or OpenAI's reference to one a kept response holds. */
-export const RESPONSE_ITEM = t.Union([...ITEM.anyOf, t.Object({ type: t.Literal("item_reference"), id: t.String({ minLength: 1 }) })], {
-  error: `${ITEM_RULE}, or item_reference {id} of an item of a kept response`,
+const nullable = <T extends TSchema>(schema: T) => t.Optional(t.Union([schema, t.Null()]));
+
+/** The items of tools the service runs (MCP servers'): an answer to an approval request, or a response's own, given back. */
+const SERVER_ITEMS = [
+  t.Object({
+    type: t.Literal("mcp_approval_response"),
+    approval_request_id: t.String({ minLength: 1 }),
+    approve: t.Boolean(),
+    reason: nullable(t.String()),
+    id: nullable(t.String()),
+  }),
+  t.Object({ type: t.Literal("mcp_approval_request"), id: t.String({ minLength: 1 }), server_label: t.String(), name: t.String(), arguments: t.String() }),
+  t.Object({
+    type: t.Literal("mcp_list_tools"),
+    id: t.String({ minLength: 1 }),
+    server_label: t.String(),
+    tools: t.Array(t.Object({ name: t.String(), description: nullable(t.String()), input_schema: t.Unknown(), annotations: t.Optional(t.Unknown()) })),
+    error: nullable(t.String()),
+  }),
+  t.Object({
+    type: t.Literal("mcp_call"),
+    id: t.String({ minLength: 1 }),
+    server_label: t.String(),
+    name: t.String(),
+    arguments: t.String(),
+    output: nullable(t.String()),
+    error: t.Optional(t.Unknown()),
+    approval_request_id: nullable(t.String()),
+    status: t.Optional(t.String()),
+  }),
+];
+
+/** A Responses request's input item: any item, an MCP server's, or OpenAI's reference to one a kept response holds. */
+export const RESPONSE_ITEM = t.Union([...ITEM.anyOf, ...SERVER_ITEMS, t.Object({ type: t.Literal("item_reference"), id: t.String({ minLength: 1 }) })], {
+  error: `${ITEM_RULE}, mcp_approval_response {approval_request_id, approve, reason?}, an mcp_list_tools, mcp_call or mcp_approval_request item of a response, or item_reference {id} of an item of a kept response`,
 });
+
+export type ServerItemInput = (typeof SERVER_ITEMS)[number]["static"];
+
+/** An MCP server's item as the chat layer keeps it; a call's error is shown to the model by its message. */
+export function serverItemOf(entry: ServerItemInput): ItemInput {
+  switch (entry.type) {
+    case "mcp_approval_response":
+      return {
+        type: "approvalResponse",
+        ...(entry.id != null ? { id: entry.id } : {}),
+        approvalRequestId: entry.approval_request_id,
+        approve: entry.approve,
+        ...(entry.reason != null ? { reason: entry.reason } : {}),
+      };
+    case "mcp_approval_request":
+      return { type: "approvalRequest", id: entry.id, server: entry.server_label, name: entry.name, arguments: entry.arguments };
+    case "mcp_list_tools":
+      return {
+        type: "toolList",
+        id: entry.id,
+        server: entry.server_label,
+        tools: entry.tools.map((tool) => ({
+          name: tool.name,
+          ...(tool.description != null ? { description: tool.description } : {}),
+          inputSchema: (tool.input_schema ?? {}) as Record<string, unknown>,
+        })),
+        ...(entry.error != null ? { error: entry.error } : {}),
+      };
+    case "mcp_call":
+      return {
+        type: "serverCall",
+        id: entry.id,
+        server: entry.server_label,
+        name: entry.name,
+        arguments: entry.arguments,
+        output: entry.output ?? null,
+        error: entry.error == null ? null : { kind: "protocol", code: -32603, message: JSON.stringify(entry.error) },
+        ...(entry.approval_request_id != null ? { approvalRequestId: entry.approval_request_id } : {}),
+      };
+  }
+}
 
 /**
  * The request's items as the chat layer keeps them; text checked, a call's arguments a JSON
@@ -71,8 +144,11 @@ export async function responseItemsOf(
 ): Promise<(ItemInput | ItemReference)[]> {
   if (typeof input === "string") return await itemsOf(input, pictures);
   const items: (ItemInput | ItemReference)[] = [];
-  for (const [i, entry] of input.entries())
-    items.push(entry.type === "item_reference" ? { type: "reference", id: entry.id } : await itemOf(entry, `input[${i}]`, pictures));
+  for (const [i, entry] of input.entries()) {
+    if (entry.type === "item_reference") items.push({ type: "reference", id: entry.id });
+    else if (entry.type?.startsWith("mcp_")) items.push(serverItemOf(entry as ServerItemInput));
+    else items.push(await itemOf(entry as Item, `input[${i}]`, pictures));
+  }
   return items;
 }
 

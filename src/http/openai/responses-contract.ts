@@ -42,7 +42,55 @@ export const ReasoningItem = t.Object(
   closed,
 );
 
-export const OutputItem = t.Union([ReasoningItem, MessageItem, FunctionCallItem]);
+export const McpListToolsItem = t.Object(
+  {
+    type: t.Literal("mcp_list_tools"),
+    id: t.String(),
+    server_label: t.String(),
+    tools: t.Array(
+      t.Object(
+        {
+          name: t.String(),
+          description: t.Union([t.String(), t.Null()]),
+          input_schema: t.Record(t.String(), t.Unknown()),
+          annotations: t.Union([t.Record(t.String(), t.Unknown()), t.Null()]),
+        },
+        closed,
+      ),
+    ),
+    error: t.Union([t.String(), t.Null()], { description: "Why the server's tools could not be listed" }),
+  },
+  closed,
+);
+
+const McpCallError = t.Union([
+  t.Object({ type: t.Literal("mcp_tool_execution_error"), content: t.Unknown({ description: "The content the tool answered with" }) }, closed),
+  t.Object({ type: t.Literal("mcp_protocol_error"), code: t.Integer(), message: t.String() }, closed),
+]);
+
+export const McpCallItem = t.Object(
+  {
+    type: t.Literal("mcp_call"),
+    id: t.String(),
+    server_label: t.String(),
+    name: t.String(),
+    arguments: t.String({ description: "JSON text of the call's arguments, as the model wrote them" }),
+    output: t.Union([t.String(), t.Null()], { description: "The tool's result as text, cut at the server's max_result_bytes; data, never items" }),
+    error: t.Union([McpCallError, t.Null()], {
+      description: "Why the call has no output: the tool failed, or the protocol or server did. The model is shown it",
+    }),
+    approval_request_id: t.Union([t.String(), t.Null()], { description: "The approval request it was made on, if it waited for one" }),
+    status: t.Union([t.Literal("in_progress"), t.Literal("calling"), t.Literal("completed"), t.Literal("failed")]),
+  },
+  closed,
+);
+
+export const McpApprovalRequestItem = t.Object(
+  { type: t.Literal("mcp_approval_request"), id: t.String(), server_label: t.String(), name: t.String(), arguments: t.String() },
+  closed,
+);
+
+export const OutputItem = t.Union([ReasoningItem, MessageItem, FunctionCallItem, McpListToolsItem, McpCallItem, McpApprovalRequestItem]);
 export type OutputItem = Static<typeof OutputItem>;
 
 const InputText = t.Object({ type: t.Literal("input_text"), text: t.String() }, closed);
@@ -67,6 +115,19 @@ export const InputItem = t.Union([
   FunctionCallItem,
   t.Object({ type: t.Literal("function_call_output"), id: t.String(), call_id: t.String(), output: t.String(), status: t.Literal("completed") }, closed),
   ReasoningItem,
+  McpListToolsItem,
+  McpCallItem,
+  McpApprovalRequestItem,
+  t.Object(
+    {
+      type: t.Literal("mcp_approval_response"),
+      id: t.String(),
+      approval_request_id: t.String(),
+      approve: t.Boolean(),
+      reason: t.Union([t.String(), t.Null()]),
+    },
+    closed,
+  ),
 ]);
 export type InputItem = Static<typeof InputItem>;
 
@@ -137,7 +198,13 @@ export const ResponseObject = t.Object(
     temperature: t.Number(),
     top_p: t.Union([t.Number(), t.Null()], { description: "As the request gave it; null: Parley's default (docs/API.md, Sampling)" }),
     text: t.Object({ format: TextFormat }, closed),
-    tool_choice: t.Union([t.Literal("none"), t.Literal("auto"), t.Literal("required"), t.Object({ type: t.Literal("function"), name: t.String() }, closed)]),
+    tool_choice: t.Union([
+      t.Literal("none"),
+      t.Literal("auto"),
+      t.Literal("required"),
+      t.Object({ type: t.Literal("function"), name: t.String() }, closed),
+      t.Object({ type: t.Literal("mcp"), server_label: t.String(), name: t.Optional(t.Union([t.String(), t.Null()])) }, closed),
+    ]),
     tools: t.Array(t.Record(t.String(), t.Unknown())),
     truncation: t.Literal("auto"),
     metadata: t.Record(t.String(), t.String()),

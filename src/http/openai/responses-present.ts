@@ -5,11 +5,12 @@
  */
 import { append } from "../../append";
 import type { ItemPage } from "../../chat/items";
-import { replyItemId } from "../../chat/items";
+import { replyItemId, stepStem } from "../../chat/items";
 import type { ResponseResult, ResponseStart } from "../../chat/responses";
 import { responseStem } from "../../chat/responses";
+import type { TurnServerTool } from "../../chat/turn-runner";
 import type { ConversationItem, ResponseRecord, StoredConversation, StoredImage } from "../../db/types";
-import type { ToolCall } from "../../llm/engine";
+import type { ToolCall, ToolCallPart } from "../../llm/engine";
 import { openAiErrorBody } from "../errors";
 import { pictureUrl } from "../pictures";
 import { event } from "../sse";
@@ -90,9 +91,56 @@ const callJson = (id: string, call: ToolCall): OutputItem => ({
   status: "completed",
 });
 
-/** An item the model wrote; a message's status is its response's. */
+type ServerItem = Extract<ConversationItem, { type: "toolList" | "serverCall" | "approvalRequest" }>;
+type McpCallOutput = Extract<OutputItem, { type: "mcp_call" }>;
+
+/** A server's item as OpenAI names it: a listing, a call made, a call asked of the client. */
+function serverItemJson(item: ServerItem): Extract<OutputItem, { type: "mcp_list_tools" | "mcp_call" | "mcp_approval_request" }> {
+  switch (item.type) {
+    case "toolList":
+      return {
+        type: "mcp_list_tools",
+        id: item.id,
+        server_label: item.server,
+        tools: item.tools.map((tool) => ({
+          name: tool.name,
+          description: tool.description ?? null,
+          input_schema: tool.inputSchema,
+          annotations: tool.annotations ?? null,
+        })),
+        error: item.error ?? null,
+      };
+    case "serverCall":
+      return {
+        type: "mcp_call",
+        id: item.id,
+        server_label: item.server,
+        name: item.name,
+        arguments: item.arguments,
+        output: item.output,
+        error:
+          item.error === null
+            ? null
+            : item.error.kind === "tool"
+              ? { type: "mcp_tool_execution_error", content: item.error.content }
+              : { type: "mcp_protocol_error", code: item.error.code, message: item.error.message },
+        approval_request_id: item.approvalRequestId ?? null,
+        status: item.error === null ? "completed" : "failed",
+      };
+    case "approvalRequest":
+      return { type: "mcp_approval_request", id: item.id, server_label: item.server, name: item.name, arguments: item.arguments };
+  }
+}
+
+/** An item the model wrote, or a server's; a message's status is its response's. */
 function outputItemJson(item: ConversationItem, status: ItemStatus): OutputItem {
   switch (item.type) {
+    case "toolList":
+    case "serverCall":
+    case "approvalRequest":
+      return serverItemJson(item);
+    case "approvalResponse":
+      throw new Error("a response cannot have output approvalResponse");
     case "thought":
       return reasoningJson(item.id, item.text, "completed");
     case "toolCall":
@@ -105,6 +153,8 @@ function outputItemJson(item: ConversationItem, status: ItemStatus): OutputItem 
 }
 
 export function inputItemJson(item: ConversationItem): InputItem {
+  if (item.type === "approvalResponse")
+    return { type: "mcp_approval_response", id: item.id, approval_request_id: item.approvalRequestId, approve: item.approve, reason: item.reason ?? null };
   if (item.type === "toolResult") return { type: "function_call_output", id: item.id, call_id: item.callId, output: item.output, status: "completed" };
   if (item.type === "message" && item.role !== "assistant")
     return { type: "message", id: item.id, status: "completed", role: item.role, content: inputContent(item) };
@@ -164,7 +214,10 @@ export const endingEvent = (record: ResponseRecord, sequence: number) => {
 export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
   let sequence = 0;
   let responseId = "";
-  let calls = 0;
+  /** The stem of the items the model turn now running writes (a response that runs tools has several). */
+  let stem = "";
+  /** The server call being written that waits for approval: asked once written whole. */
+  let asking: { index: number; server: string } | undefined;
   const output: OutputItem[] = [];
   /** The item being written, with its text so far. */
   let open: { item: ReasoningOutput | MessageOutput; text: string } | undefined;
@@ -191,7 +244,7 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
   };
 
   const begin = (type: "reasoning" | "message") => {
-    const id = replyItemId(responseStem(responseId), type === "reasoning" ? "thought" : type);
+    const id = replyItemId(stem, type === "reasoning" ? "thought" : type);
     const item = type === "reasoning" ? reasoningJson(id, "", "in_progress") : messageJson(id, "", "in_progress");
     output.push(item);
     open = { item, text: "" };
@@ -208,9 +261,90 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
     return [...opened, send(name, { ...where(), content_index: 0, delta, ...(type === "message" ? { logprobs: [] } : {}) })];
   };
 
+  const at = (id: string) => ({ output_index: output.findIndex((item) => item.id === id), item_id: id });
+
+  /** A server's item, done: a listing or a call made shows its progress first (a call the model wrote is already added). */
+  const serverItem = (item: ServerItem) => {
+    const json = serverItemJson(item);
+    const events = close();
+    if (json.type === "mcp_approval_request") {
+      output.push(json);
+      return [
+        ...events,
+        send("response.output_item.added", { output_index: output.length - 1, item: json }),
+        send("response.output_item.done", { output_index: output.length - 1, item: json }),
+      ];
+    }
+    const kind = json.type === "mcp_call" ? "response.mcp_call" : "response.mcp_list_tools";
+    if (!output.some((written) => written.id === json.id)) {
+      const added = json.type === "mcp_call" ? { ...json, output: null, error: null, status: "in_progress" } : { ...json, tools: [], error: null };
+      output.push(added as OutputItem);
+      events.push(send("response.output_item.added", { output_index: output.length - 1, item: added }), send(`${kind}.in_progress`, at(json.id)));
+    }
+    const where = at(json.id);
+    output[where.output_index] = json;
+    events.push(
+      send(`${kind}.${json.error !== null ? "failed" : "completed"}`, where),
+      send("response.output_item.done", { output_index: where.output_index, item: json }),
+    );
+    return events;
+  };
+
+  /** A part of a call the model writes of a server's tool: an `mcp_call` as it is written, or, waiting for approval, nothing until asked. */
+  const serverCall = (part: ToolCallPart, server: string, approval: boolean) => {
+    if (approval) {
+      if (part.part === "open") asking = { index: part.index, server };
+      return [];
+    }
+    switch (part.part) {
+      case "open": {
+        const item: McpCallOutput = {
+          type: "mcp_call",
+          id: replyItemId(stem, "serverCall", part.index),
+          server_label: server,
+          name: part.name,
+          arguments: "",
+          output: null,
+          error: null,
+          approval_request_id: null,
+          status: "in_progress",
+        };
+        const events = close();
+        output.push(item);
+        events.push(send("response.output_item.added", { output_index: output.length - 1, item }));
+        return events;
+      }
+      case "arguments":
+        return [send("response.mcp_call_arguments.delta", { ...where(), delta: part.text })];
+      case "close":
+        return [send("response.mcp_call_arguments.done", { ...where(), arguments: part.call.arguments }), send("response.mcp_call.in_progress", where())];
+    }
+  };
+
+  const serverTool = (event: TurnServerTool) => {
+    switch (event.event) {
+      case "step":
+        stem = stepStem(responseStem(responseId), event.step);
+        return close();
+      case "call": {
+        const asked = asking && event.part.part === "close" && asking.index === event.part.index ? asking : undefined;
+        if (!asked) return serverCall(event.part, event.server, event.approval);
+        asking = undefined;
+        const { call } = event.part as Extract<ToolCallPart, { part: "close" }>;
+        const id = replyItemId(stem, "approvalRequest", event.part.index);
+        return serverItem({ type: "approvalRequest", id, server: asked.server, name: call.name, arguments: call.arguments });
+      }
+      case "item":
+        if (event.item.type === "toolList" || event.item.type === "serverCall" || event.item.type === "approvalRequest") return serverItem(event.item);
+        return [];
+    }
+  };
+
   return {
+    serverTool,
     start: ({ response: started }) => {
       responseId = started.id;
+      stem = responseStem(started.id);
       const response = responseObject(started);
       return [send("response.created", { response }), send("response.in_progress", { response })];
     },
@@ -219,7 +353,7 @@ export function responsesFraming(): Framing<ResponseStart, ResponseResult> {
     toolCall: (part) => {
       switch (part.part) {
         case "open": {
-          const item = callJson(replyItemId(responseStem(responseId), "toolCall", calls++), { id: part.id, name: part.name, arguments: "" });
+          const item = callJson(replyItemId(stem, "toolCall", part.index), { id: part.id, name: part.name, arguments: "" });
           const events = close();
           output.push(item);
           events.push(send("response.output_item.added", { output_index: output.length - 1, item: { ...item, status: "in_progress" } }));

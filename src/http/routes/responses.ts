@@ -6,8 +6,10 @@
  */
 import { Elysia, t } from "elysia";
 import type { ResponseInput, ResponseService } from "../../chat/responses";
+import type { ServerToolUse } from "../../chat/server-tools";
 import { InvalidInput } from "../../errors";
 import type { ReplyFormat } from "../../llm/engine";
+import type { Caller } from "../../mcp/servers";
 import { requireKey } from "../auth";
 import type { BackgroundResponses } from "../background-responses";
 import { namingFields } from "../field-names";
@@ -21,7 +23,32 @@ import { RequestPictures } from "../pictures";
 import { integer, optional, UNKNOWN_FIELD, unsupported } from "../sampling-fields";
 import { hooksOf, type RequestHooks, type TurnDriver } from "../turn-driver";
 
-const TOOL_RULE = 'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64)';
+const TOOL_RULE =
+  'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64), or {type: "mcp", server_label, server_url?, allowed_tools?, require_approval?, headers?, authorization?, server_description?} naming a server the operator lists';
+
+const TOOL_NAMES = t.Array(t.String(), { maxItems: 1024 });
+const TOOL_FILTER = t.Object({ tool_names: t.Optional(TOOL_NAMES), read_only: t.Optional(t.Boolean()) }, { additionalProperties: false });
+
+const MCP_TOOL = t.Object(
+  {
+    type: t.Literal("mcp"),
+    server_label: t.String({ minLength: 1 }),
+    server_url: optional(t.String(), TOOL_RULE),
+    server_description: optional(t.String(), TOOL_RULE),
+    allowed_tools: optional(t.Union([TOOL_NAMES, TOOL_FILTER]), TOOL_RULE),
+    require_approval: optional(
+      t.Union([
+        t.Literal("always"),
+        t.Literal("never"),
+        t.Object({ always: t.Optional(TOOL_FILTER), never: t.Optional(TOOL_FILTER) }, { additionalProperties: false }),
+      ]),
+      TOOL_RULE,
+    ),
+    headers: optional(t.Record(t.String(), t.String(), { maxProperties: 32 }), TOOL_RULE),
+    authorization: optional(t.String(), TOOL_RULE),
+  },
+  { additionalProperties: false, error: TOOL_RULE },
+);
 
 const responseRequest = t.Object(
   {
@@ -35,24 +62,33 @@ const responseRequest = t.Object(
     max_output_tokens: optional(integer({ minimum: 1 }), "max_output_tokens must be a positive integer"),
     tools: optional(
       t.Array(
-        t.Object(
-          {
-            type: t.Literal("function"),
-            name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$" }),
-            description: optional(t.String(), TOOL_RULE),
-            parameters: optional(t.Record(t.String(), t.Unknown()), TOOL_RULE),
-            // As OpenAI's Responses take it: strict unless it says otherwise.
-            strict: optional(t.Boolean(), TOOL_RULE),
-          },
-          { error: TOOL_RULE },
-        ),
+        t.Union([
+          t.Object(
+            {
+              type: t.Literal("function"),
+              name: t.String({ pattern: "^[a-zA-Z0-9_-]{1,64}$" }),
+              description: optional(t.String(), TOOL_RULE),
+              parameters: optional(t.Record(t.String(), t.Unknown()), TOOL_RULE),
+              // As OpenAI's Responses take it: strict unless it says otherwise.
+              strict: optional(t.Boolean(), TOOL_RULE),
+            },
+            { error: TOOL_RULE },
+          ),
+          MCP_TOOL,
+        ]),
         { maxItems: 128 },
       ),
       `tools must be an array of up to 128; ${TOOL_RULE}`,
     ),
     tool_choice: optional(
-      t.Union([t.Literal("none"), t.Literal("auto"), t.Literal("required"), t.Object({ type: t.Literal("function"), name: t.String() })]),
-      'tool_choice must be "none", "auto", "required" or {type: "function", name}',
+      t.Union([
+        t.Literal("none"),
+        t.Literal("auto"),
+        t.Literal("required"),
+        t.Object({ type: t.Literal("function"), name: t.String() }),
+        t.Object({ type: t.Literal("mcp"), server_label: t.String(), name: t.Optional(t.Union([t.String(), t.Null()])) }),
+      ]),
+      'tool_choice must be "none", "auto", "required", {type: "function", name} or {type: "mcp", server_label, name?}',
     ),
     parallel_tool_calls: optional(t.Boolean(), "parallel_tool_calls must be true or false"),
     text: optional(
@@ -104,11 +140,53 @@ function formatOf(format: NonNullable<ResponseRequest["text"]>["format"]): Reply
   return format.type === "json_object" ? { type: "json_object" } : { type: "json_schema", schema: format.schema, strict: format.strict === true };
 }
 
-async function responseInput(body: ResponseRequest, pictures: RequestPictures): Promise<Omit<ResponseInput, "signal" | "userId">> {
+type Tool = NonNullable<ResponseRequest["tools"]>[number];
+type McpTool = Extract<Tool, { type: "mcp" }>;
+
+/** The tool names a filter lists; `read_only` asks what Parley cannot tell of a tool, so it is refused. */
+function toolNames(filter: typeof TOOL_FILTER.static | undefined, index: number, what: string): string[] {
+  if (filter?.read_only !== undefined) throw new InvalidInput(`tools[${index}].${what}.read_only`, "read_only is not supported: list the tools by tool_names");
+  return filter?.tool_names ?? [];
+}
+
+/** An `mcp` tool as the domain's use of a listed server. */
+function serverToolUse(tool: McpTool, index: number): ServerToolUse {
+  const approval = tool.require_approval ?? "always";
+  const allowed =
+    tool.allowed_tools == null ? undefined : Array.isArray(tool.allowed_tools) ? tool.allowed_tools : toolNames(tool.allowed_tools, index, "allowed_tools");
+  return {
+    index,
+    label: tool.server_label,
+    ...(tool.server_url != null ? { url: tool.server_url } : {}),
+    headers: { ...(tool.headers ?? {}), ...(tool.authorization != null ? { Authorization: `Bearer ${tool.authorization}` } : {}) },
+    ...(allowed !== undefined ? { allowedTools: allowed } : {}),
+    // OpenAI's default: every call waits for approval.
+    approval:
+      typeof approval === "string"
+        ? { always: approval === "always", except: [] }
+        : approval.always !== undefined && approval.never === undefined
+          ? { always: false, except: toolNames(approval.always, index, "require_approval.always") }
+          : { always: true, except: toolNames(approval.never, index, "require_approval.never") },
+  };
+}
+
+async function responseInput(body: ResponseRequest, pictures: RequestPictures, caller: Caller): Promise<Omit<ResponseInput, "signal" | "userId">> {
+  const offered = (body.tools ?? []).map((tool, index) => ({ tool, index }));
+  const servers = offered.flatMap(({ tool, index }) => (tool.type === "mcp" ? [serverToolUse(tool, index)] : []));
+  const choice = body.tool_choice ?? undefined;
+  // "required" with no function of the client's asks for a server's tool, any.
+  const serverChoice =
+    typeof choice === "object" && choice.type === "mcp"
+      ? choice
+      : choice === "required" && servers.length > 0 && !offered.some(({ tool }) => tool.type === "function")
+        ? { server_label: undefined, name: undefined }
+        : undefined;
+  if (serverChoice?.server_label !== undefined && !servers.some((use) => use.label === serverChoice.server_label))
+    throw new InvalidInput("tool_choice", `names MCP server ${JSON.stringify(serverChoice.server_label)}, which no tool of the request offers`);
   const tools = toolRequestOf({
     // OpenAI's Responses hold a function strictly unless it says otherwise.
-    functions: (body.tools ?? []).map((tool) => ({ ...tool, strict: tool.strict !== false })),
-    choice: typeof body.tool_choice === "object" && body.tool_choice !== null ? { name: body.tool_choice.name } : (body.tool_choice ?? undefined),
+    functions: offered.flatMap(({ tool, index }) => (tool.type === "function" ? [{ ...tool, strict: tool.strict !== false, index }] : [])),
+    choice: serverChoice ? "auto" : typeof choice === "object" ? { name: choice.name! } : choice,
     parallel: body.parallel_tool_calls,
   });
   const format = formatOf(body.text?.format);
@@ -141,6 +219,22 @@ async function responseInput(body: ResponseRequest, pictures: RequestPictures): 
     maxTokens: body.max_output_tokens ?? undefined,
     ...(format ? { format } : {}),
     ...(tools ? { tools } : {}),
+    ...(servers.length > 0
+      ? {
+          serverTools: {
+            uses: servers,
+            caller,
+            ...(serverChoice
+              ? {
+                  choice: {
+                    ...(serverChoice.server_label !== undefined ? { server: serverChoice.server_label } : {}),
+                    ...(serverChoice.name != null ? { name: serverChoice.name } : {}),
+                  },
+                }
+              : {}),
+          },
+        }
+      : {}),
   };
 }
 
@@ -164,7 +258,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
     .post(
       "/v1/responses",
       async function* ({ body, principal, request, server, set }) {
-        const input = await responseInput(body, new RequestPictures(deps.body.pictureHosts));
+        const input = await responseInput(body, new RequestPictures(deps.body.pictureHosts), principal);
         const turn = (hooks: RequestHooks) => deps.responses.respond({ ...input, userId: principal.userId, ...hooks });
         const exchange = { request, set, server, keyId: principal.keyId };
         if (input.background) {

@@ -1,0 +1,224 @@
+/**
+ * Tools that run inside the service (issue #68): Responses' `mcp` tools through the openai SDK,
+ * against real MCP servers on loopback (a streamable-HTTP one in this process, a stdio one Parley
+ * starts), the generated model's calls forced with `tool_choice`: the loop run in the service,
+ * streamed, an approval round trip, only listed servers reachable, a server down, a tool's error,
+ * a result capped, another user's key refused, and a hostile result kept as data.
+ */
+import { afterAll, describe, expect, test } from "bun:test";
+import OpenAI from "openai";
+import type { McpServerSpec } from "../../src/mcp/config";
+import { McpServers } from "../../src/mcp/servers";
+import { allowSlowTests, rejection, servedEngine } from "../support";
+import { HOSTILE_RESULT, MCP_STDIO_COMMAND, mcpHttpServer } from "../support/mcp";
+
+allowSlowTests();
+
+const tools = mcpHttpServer();
+const CAP = 1024;
+const spec = (label: string, transport: McpServerSpec["transport"], more: Partial<McpServerSpec> = {}): McpServerSpec => ({
+  label,
+  transport,
+  headers: { "x-operator": "parley" },
+  callTimeoutMs: 10_000,
+  maxResultBytes: CAP,
+  ...more,
+});
+const states: string[] = [];
+const servers = new McpServers(
+  [
+    spec("weather", { kind: "http", url: tools.url }),
+    spec("alices", { kind: "http", url: tools.url }, { allow: { users: ["alice"], roles: [] } }),
+    spec("down", { kind: "http", url: "http://127.0.0.1:9/mcp" }),
+    spec("local", { kind: "stdio", ...MCP_STDIO_COMMAND, env: {} }),
+  ],
+  (label, state) => states.push(`${label} ${state}`),
+);
+servers.start();
+const app = servedEngine("mcp-responses", { parallel: 2 }, { mcpServers: servers });
+afterAll(async () => {
+  await servers.close();
+  await tools.stop();
+});
+
+const client = () => new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
+const weather = (name: string, more: Record<string, unknown> = {}) =>
+  ({
+    model: "any",
+    input: "What is the weather in Paris?",
+    tools: [{ type: "mcp", server_label: "weather", require_approval: "never", ...more }],
+    tool_choice: { type: "mcp", server_label: "weather", name },
+    temperature: 0,
+  }) as OpenAI.Responses.ResponseCreateParamsNonStreaming;
+
+type Item = OpenAI.Responses.ResponseOutputItem;
+const ofType = <T extends Item["type"]>(output: Item[], type: T) => output.filter((item): item is Extract<Item, { type: T }> => item.type === type);
+
+describe("Responses' mcp tools run in the service", () => {
+  test("the loop: tools listed, the forced call made on the server, its output fed back, then an answer in words", async () => {
+    const before = tools.calls.length;
+    const response = await client().responses.create(weather("lookup"));
+    expect(response.status).toBe("completed");
+    const [listed] = ofType(response.output, "mcp_list_tools");
+    expect(listed).toMatchObject({ server_label: "weather", error: null });
+    expect(listed!.tools.map((tool) => tool.name).sort()).toEqual(["fail", "flood", "hostile", "lookup"]);
+    const [call] = ofType(response.output, "mcp_call");
+    expect(call).toMatchObject({ server_label: "weather", name: "lookup", error: null });
+    const { city } = JSON.parse(call!.arguments) as { city: string };
+    expect(call!.output).toBe(`Sunny and 21 degrees in ${city}.`);
+    expect(tools.calls.slice(before).map((made) => [made.name, made.city])).toContainEqual(["lookup", city]);
+    expect(tools.calls.at(-1)!.headers.get("x-operator")).toBe("parley");
+    expect(response.output.at(-1)!.type).toBe("message");
+    expect(response.output_text).toMatch(/\w/);
+    // Every model turn's tokens: the second's prompt holds the first's.
+    const single = await client().responses.create({ model: "any", input: "What is the weather in Paris?", temperature: 0, store: false });
+    expect(response.usage!.input_tokens).toBeGreaterThan(2 * single.usage!.input_tokens);
+    // Kept with the response as its items.
+    const kept = await client().responses.retrieve(response.id);
+    expect(kept.output).toEqual(response.output);
+  });
+
+  test("streamed: the listing's, the call's and its arguments' events as OpenAI's spec names them; the stream's response is the kept one", async () => {
+    const stream = await client().responses.create({ ...weather("lookup"), stream: true });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of stream) events.push(event);
+    expect(events.map((event) => event.sequence_number)).toEqual(events.map((_, i) => i));
+    const types = events.map((event) => event.type);
+    const call = events.find((event) => event.type === "response.output_item.added" && event.item.type === "mcp_call");
+    if (call?.type !== "response.output_item.added") throw new Error("an mcp_call item was expected");
+    const about = (id: string | undefined) => events.flatMap((event) => ("item_id" in event && event.item_id === id ? [event.type] : []));
+    const deltas = about(call.item.id).filter((type) => type === "response.mcp_call_arguments.delta");
+    expect(deltas.length).toBeGreaterThan(1);
+    expect(about(call.item.id).filter((type) => !type.endsWith(".delta"))).toEqual([
+      "response.mcp_call_arguments.done",
+      "response.mcp_call.in_progress",
+      "response.mcp_call.completed",
+    ]);
+    expect(types).toContain("response.mcp_list_tools.in_progress");
+    expect(types).toContain("response.mcp_list_tools.completed");
+    const completed = events.at(-1);
+    if (completed?.type !== "response.completed") throw new Error("the stream must end completed");
+    const kept = await client().responses.retrieve(completed.response.id);
+    expect(completed.response.output).toEqual(kept.output);
+    const done = events.flatMap((event) => (event.type === "response.output_item.done" ? [event.item] : []));
+    expect(done).toEqual(kept.output);
+  });
+
+  test("an approval round trip: the call waits as an mcp_approval_request, and is made once approved on the follow-up", async () => {
+    const before = tools.calls.length;
+    const asked = await client().responses.create(weather("lookup", { require_approval: "always" }));
+    const [request] = ofType(asked.output, "mcp_approval_request");
+    expect(request).toMatchObject({ server_label: "weather", name: "lookup" });
+    expect(ofType(asked.output, "mcp_call")).toEqual([]);
+    expect(tools.calls.length).toBe(before);
+    const answered = await client().responses.create({
+      model: "any",
+      previous_response_id: asked.id,
+      input: [{ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }],
+      tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
+      temperature: 0,
+    });
+    const [call] = ofType(answered.output, "mcp_call");
+    expect(call).toMatchObject({ approval_request_id: request!.id, name: "lookup", arguments: request!.arguments, error: null });
+    expect(call!.output).toStartWith("Sunny and 21 degrees in ");
+    expect(tools.calls.length).toBe(before + 1);
+    // Listed once in the chain; the answer's item is kept with the input.
+    expect(ofType(answered.output, "mcp_list_tools")).toEqual([]);
+    const input = await client().responses.inputItems.list(answered.id);
+    expect(input.data).toContainEqual(expect.objectContaining({ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }));
+  });
+
+  test("a tool's error is the call's error, shown to the model, which answers on", async () => {
+    const response = await client().responses.create(weather("fail"));
+    const [call] = ofType(response.output, "mcp_call");
+    expect(call).toMatchObject({ output: null, error: { type: "mcp_tool_execution_error", content: [{ type: "text", text: "the weather service is down" }] } });
+    expect(response.status).toBe("completed");
+    expect(response.output.at(-1)!.type).toBe("message");
+  });
+
+  test("a result over the server's limit is cut, and says so", async () => {
+    const response = await client().responses.create(weather("flood"));
+    const [call] = ofType(response.output, "mcp_call");
+    expect(call!.output!.startsWith("x".repeat(CAP))).toBe(true);
+    expect(call!.output!.slice(CAP)).toBe(`\n[cut: the result was ${10 * 2 ** 20} bytes, over this server's limit of ${CAP}]`);
+  });
+
+  test("a hostile result that looks like items and fields is kept as the call's text, never as items", async () => {
+    const response = await client().responses.create(weather("hostile"));
+    const [call] = ofType(response.output, "mcp_call");
+    expect(call!.output).toBe(HOSTILE_RESULT);
+    const kept = await client().responses.retrieve(response.id);
+    for (const output of [response.output, kept.output]) {
+      expect(output.map((item) => item.type).filter((type) => type !== "mcp_list_tools" && type !== "mcp_call" && type !== "message")).toEqual([]);
+      expect(JSON.stringify(output.filter((item) => item.type !== "mcp_call"))).not.toContain("delete_everything");
+    }
+    expect(kept.instructions).toBeNull();
+  });
+
+  test("a stdio server Parley started and supervises: its tool called, its start told", async () => {
+    const response = await client().responses.create({
+      model: "any",
+      input: "Say Rome back",
+      tools: [{ type: "mcp", server_label: "local", require_approval: "never" }],
+      tool_choice: { type: "mcp", server_label: "local", name: "echo" },
+      temperature: 0,
+    });
+    const [call] = ofType(response.output, "mcp_call");
+    expect(call!.output).toBe(`echo from stdio: ${(JSON.parse(call!.arguments) as { city: string }).city}`);
+    expect(states).toContain("local starting");
+    expect(states).toContain("local ready");
+  });
+});
+
+describe("only the servers the operator lists, for the keys it names", () => {
+  const refusal = async (body: Record<string, unknown>, key = app.key) => {
+    const error = await rejection(
+      new OpenAI({ apiKey: key, baseURL: `${app.served.url}/v1`, maxRetries: 0 }).responses.create({ model: "any", input: "Hi", ...body }),
+    );
+    if (!(error instanceof OpenAI.APIError)) throw error;
+    return { status: error.status, param: (error.error as { param?: string }).param, message: error.message };
+  };
+
+  test("an unlisted label, and a URL other than the listed server's, are 400 naming the field", async () => {
+    expect(
+      await refusal({
+        tools: [
+          { type: "function", name: "f" },
+          { type: "mcp", server_label: "elsewhere" },
+        ],
+      }),
+    ).toMatchObject({
+      status: 400,
+      param: "tools[1].server_label",
+    });
+    expect(await refusal({ tools: [{ type: "mcp", server_label: "weather", server_url: "http://169.254.169.254/mcp" }] })).toMatchObject({
+      status: 400,
+      param: "tools[0].server_url",
+    });
+    expect(await refusal({ tools: [{ type: "mcp", server_label: "local", server_url: tools.url }] })).toMatchObject({
+      status: 400,
+      param: "tools[0].server_url",
+    });
+  });
+
+  test("a server listed for one user is, to another user's key, as unlisted", async () => {
+    const body = {
+      tools: [{ type: "mcp", server_label: "alices", require_approval: "never" }],
+      tool_choice: { type: "mcp", server_label: "alices", name: "lookup" },
+    };
+    expect(await refusal(body, app.otherKey)).toMatchObject({ status: 400, param: "tools[0].server_label" });
+    const response = await client().responses.create({
+      model: "any",
+      input: "Hi",
+      temperature: 0,
+      ...body,
+    } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
+    expect(ofType(response.output, "mcp_call")[0]!.output).toStartWith("Sunny");
+  });
+
+  test("a listed server that is down: 424, naming it, before anything is kept", async () => {
+    const failed = await refusal({ tools: [{ type: "mcp", server_label: "down" }] });
+    expect(failed.status).toBe(424);
+    expect(failed.message).toContain('MCP server "down" did not list its tools');
+  });
+});

@@ -1,0 +1,10 @@
+/** An MCP server on stdio, for Parley to start: `echo` answers with the city it is given. */
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
+import { z } from "zod";
+
+const server = new McpServer({ name: "parley-test-stdio", version: "1.0.0" });
+server.registerTool("echo", { description: "Says the city back", inputSchema: { city: z.string().max(16) } }, async ({ city }) => ({
+  content: [{ type: "text", text: `echo from stdio: ${city}` }],
+}));
+await server.connect(new StdioServerTransport());
