@@ -89,7 +89,7 @@ function serverOf(label: string, entry: unknown, environment: Record<string, str
   if (unknown !== undefined) throw new Error(`gives ${where} an unknown field "${unknown}" (known: ${[...KEYS].join(", ")})`);
   const { url, command, args = [], env = {}, cwd, headers = {}, users, roles, timeout_s: timeoutS = DEFAULT_CALL_TIMEOUT_MS / 1000 } = entry;
   const maxResultBytes = entry.max_result_bytes ?? DEFAULT_MAX_RESULT_BYTES;
-  if ((url === undefined) === (command === undefined)) throw new Error(`gives ${where} neither or both of url and command: one of them`);
+  if ((url === undefined) === (command === undefined)) throw new Error(`gives ${where} both a url and a command, or neither: it needs one`);
   if (!isStrings(args)) throw new Error(`gives ${where} args that are not an array of strings`);
   if (cwd !== undefined && typeof cwd !== "string") throw new Error(`gives ${where} a cwd that is not a path`);
   if (typeof timeoutS !== "number" || !(timeoutS > 0 && timeoutS <= 3600)) throw new Error(`gives ${where} a timeout_s that is not from 0 to 3600 seconds`);

@@ -9,7 +9,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import type { McpServerSpec } from "../../src/mcp/config";
 import { McpServers } from "../../src/mcp/servers";
-import { allowSlowTests, rejection, servedEngine } from "../support";
+import { allowSlowTests, rejection, servedEngine, until } from "../support";
 import { HOSTILE_RESULT, MCP_STDIO_COMMAND, mcpHttpServer } from "../support/mcp";
 
 allowSlowTests();
@@ -31,6 +31,7 @@ const servers = new McpServers(
     spec("alices", { kind: "http", url: tools.url }, { allow: { users: ["alice"], roles: [] } }),
     spec("down", { kind: "http", url: "http://127.0.0.1:9/mcp" }),
     spec("local", { kind: "stdio", ...MCP_STDIO_COMMAND, env: {} }),
+    spec("sluggish", { kind: "http", url: tools.url }, { callTimeoutMs: 300 }),
   ],
   (label, state) => states.push(`${label} ${state}`),
 );
@@ -61,7 +62,7 @@ describe("Responses' mcp tools run in the service", () => {
     expect(response.status).toBe("completed");
     const [listed] = ofType(response.output, "mcp_list_tools");
     expect(listed).toMatchObject({ server_label: "weather", error: null });
-    expect(listed!.tools.map((tool) => tool.name).sort()).toEqual(["fail", "flood", "hostile", "lookup"]);
+    expect(listed!.tools.map((tool) => tool.name).sort()).toEqual(["fail", "flood", "hostile", "lookup", "slow"]);
     const [call] = ofType(response.output, "mcp_call");
     expect(call).toMatchObject({ server_label: "weather", name: "lookup", error: null });
     const { city } = JSON.parse(call!.arguments) as { city: string };
@@ -167,6 +168,63 @@ describe("Responses' mcp tools run in the service", () => {
     expect(call!.output).toBe(`echo from stdio: ${(JSON.parse(call!.arguments) as { city: string }).city}`);
     expect(states).toContain("local starting");
     expect(states).toContain("local ready");
+  });
+
+  test("a stdio server that dies is restarted, each change told: the call it died in failed, the next one is answered", async () => {
+    const local = (name: string) =>
+      client().responses.create({
+        model: "any",
+        input: "Rome",
+        tools: [{ type: "mcp", server_label: "local", require_approval: "never" }],
+        tool_choice: { type: "mcp", server_label: "local", name },
+        temperature: 0,
+      });
+    const ready = () => states.filter((state) => state === "local ready").length;
+    await until(() => ready() > 0, "the stdio server to be ready");
+    const readyBefore = ready();
+    const crashed = await local("crash");
+    expect(ofType(crashed.output, "mcp_call")[0]!.error).toMatchObject({ type: "mcp_protocol_error" });
+    await until(() => ready() > readyBefore, "the stdio server to be restarted");
+    expect(states).toContain("local exited");
+    expect(ofType((await local("echo")).output, "mcp_call")[0]!.output).toStartWith("echo from stdio: ");
+  });
+
+  test("a call slower than its server's time fails as a protocol error, and the model answers on", async () => {
+    const response = await client().responses.create({
+      model: "any",
+      input: "Rome",
+      tools: [{ type: "mcp", server_label: "sluggish", require_approval: "never" }],
+      tool_choice: { type: "mcp", server_label: "sluggish", name: "slow" },
+      temperature: 0,
+    });
+    const [call] = ofType(response.output, "mcp_call");
+    expect(call).toMatchObject({ status: "failed", output: null, error: { type: "mcp_protocol_error", code: -32001 } });
+    expect(response.status).toBe("completed");
+  });
+
+  test("in the background: the loop runs detached, its events kept and replayed as streamed", async () => {
+    const started = await client().responses.create({ ...weather("lookup"), background: true });
+    await until(async () => (await client().responses.retrieve(started.id)).status !== "in_progress", "the background response to end", 20_000, 50);
+    const kept = await client().responses.retrieve(started.id);
+    expect(kept.status).toBe("completed");
+    expect(ofType(kept.output, "mcp_call")[0]!.output).toStartWith("Sunny");
+    const replay = await client().responses.retrieve(started.id, { stream: true });
+    const done: Item[] = [];
+    for await (const event of replay) if (event.type === "response.output_item.done") done.push(event.item);
+    expect(done).toEqual(kept.output);
+  });
+
+  test("quotas count every model turn: the user's usage grows by the response's whole usage", async () => {
+    const usage = async () => {
+      const response = await fetch(`${app.served.url}/api/v1.0/usage`, { headers: { authorization: `Bearer ${app.otherKey}` } });
+      const { days } = (await response.json()) as { days: { total_tokens: number }[] };
+      return days.reduce((sum, day) => sum + day.total_tokens, 0);
+    };
+    const before = await usage();
+    const other = new OpenAI({ apiKey: app.otherKey, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
+    const response = await other.responses.create(weather("lookup"));
+    expect(ofType(response.output, "mcp_call")).toHaveLength(1);
+    expect((await usage()) - before).toBe(response.usage!.total_tokens);
   });
 });
 

@@ -1,4 +1,4 @@
-/** An MCP server on stdio, for Parley to start: `echo` answers with the city it is given. */
+/** An MCP server on stdio, for Parley to start: `echo` answers with the city it is given; `crash` ends the process. */
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
@@ -7,4 +7,5 @@ const server = new McpServer({ name: "parley-test-stdio", version: "1.0.0" });
 server.registerTool("echo", { description: "Says the city back", inputSchema: { city: z.string().max(16) } }, async ({ city }) => ({
   content: [{ type: "text", text: `echo from stdio: ${city}` }],
 }));
+server.registerTool("crash", { description: "Ends the server", inputSchema: { city: z.string().max(16) } }, async () => process.exit(3));
 await server.connect(new StdioServerTransport());
