@@ -4,6 +4,7 @@
  * it must be compressed first (a fresh clone, as in CI). It embeds the npm prebuilt natives
  * (`--prebuilt-natives`): the default build would compile the fast ones first (minutes) on a
  * machine without them cached, and the packing and unpacking tested here are the same for both.
+ * The ARM64 executable's run under qemu-user adds about a minute (skipped without qemu).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, utimesSync } from "node:fs";
@@ -13,7 +14,7 @@ import { FAMILIES, type FamilyPreset } from "../../src/gguf/families";
 import { writePresetModel } from "../../src/gguf/presets";
 import type { ChatReply } from "../../src/http/contract";
 import { allowSlowTests } from "../support";
-import { installAlone, runCli } from "../support/binary";
+import { arm64Emulator, installAlone, runCli } from "../support/binary";
 import { postChat } from "../support/http";
 import { startServer } from "../support/process";
 import { readSse, type SseEvent } from "../support/sse";
@@ -46,8 +47,12 @@ function build(outfile: string, ...args: string[]): string {
   return result.stdout.toString();
 }
 
-beforeAll(() => {
+/** The demo model as a file, for the executables that carry it. */
+const demoModel = join(dirname(built), "parley-demo.gguf");
+
+beforeAll(async () => {
   build(built);
+  await writePresetModel("demo", demoModel);
 }, 120_000);
 
 describe("the single executable", () => {
@@ -56,11 +61,9 @@ describe("the single executable", () => {
   }, 60_000);
 
   test("built with --embed-model, serves the model it carries from a clean directory with a fresh HOME and no models; model embedded shows its sha256", async () => {
-    const model = join(dirname(built), "parley-demo.gguf");
-    await writePresetModel("demo", model);
-    const sha256 = new Bun.CryptoHasher("sha256").update(await Bun.file(model).bytes()).digest("hex");
+    const sha256 = new Bun.CryptoHasher("sha256").update(await Bun.file(demoModel).bytes()).digest("hex");
     const carrying = join(dirname(built), "parley-carrying");
-    expect(build(carrying, "--embed-model", model)).toContain("carries parley-demo (parley-demo.gguf, ");
+    expect(build(carrying, "--embed-model", demoModel)).toContain("carries parley-demo (parley-demo.gguf, ");
 
     const installed = install("carried", carrying);
     const listed = runCli(installed, "model", "embedded");
@@ -70,6 +73,20 @@ describe("the single executable", () => {
 
     await binaryScenario(carrying, { carried: true });
   }, 90_000);
+
+  // Bun's ARM64 runtime comes from npm on the first such build (then from Bun's cache); the npm
+  // prebuilt ARM64 natives need no cross compiler. Bounded: every start is minutes under qemu.
+  test("for ARM64 (--target linux-arm64) and carrying its model, under qemu-user: the same scenario", async () => {
+    const emulator = arm64Emulator();
+    if ("missing" in emulator) {
+      console.log(`skipped the ARM64 run: ${emulator.missing}`);
+      return;
+    }
+    const arm64 = join(dirname(built), "parley-arm64");
+    expect(build(arm64, "--target", "linux-arm64", "--embed-model", demoModel)).toContain("/linux-arm64/bins/linux-arm64");
+    expect(await Bun.file(arm64).slice(18, 20).bytes()).toEqual(Uint8Array.of(0xb7, 0x00)); // ELF e_machine: EM_AARCH64
+    await binaryScenario(arm64, { carried: true, emulator });
+  }, 900_000);
 
   // One byte-level BPE family with a thought and node-llama-cpp's own format, one SentencePiece
   // family rendered through its Jinja template: the binary carries both paths.

@@ -6,7 +6,7 @@
 import { join } from "node:path";
 import type { Subprocess } from "bun";
 import type { ModelPreset } from "../../src/gguf/presets";
-import type { Installed } from "./binary";
+import { commandOf, type Installed } from "./binary";
 import { presetModel, tempDir } from "./files";
 import { eachLine } from "./http";
 import { until } from "./wait";
@@ -57,8 +57,8 @@ export async function stopChild(child: Subprocess, killAfterMs = 10_000): Promis
 
 async function command(options: ServerOptions): Promise<{ argv: string[]; cwd: string; env: Record<string, string | undefined> }> {
   if (options.installed) {
-    const { binary, dir, env } = options.installed;
-    return { argv: [binary, "serve", "--port", "0"], cwd: dir, env };
+    const { dir, env } = options.installed;
+    return { argv: commandOf(options.installed, "serve", "--port", "0"), cwd: dir, env };
   }
   const model = options.env?.PARLEY_MODEL === undefined ? { PARLEY_MODEL: await presetModel(options.preset ?? "demo") } : {};
   // A free port unless `env` names one. One thread: two test processes must not fight over the
@@ -119,7 +119,9 @@ export async function startServer(options: ServerOptions = {}): Promise<ChildSer
     readyMs = performance.now() - started;
     return true;
   };
-  await until(readyOrExited, "/readyz to answer 200", options.timeoutMs ?? 30_000, options.pollMs ?? 25).catch(() => undefined);
+  await until(readyOrExited, "/readyz to answer 200", options.timeoutMs ?? options.installed?.emulator?.startMs ?? 30_000, options.pollMs ?? 25).catch(
+    () => undefined,
+  );
   if (readyMs !== undefined && url !== undefined) {
     return { url, pid: child.pid, child, lines, errorLines, listeningMs, readyMs, stop: () => stopChild(child) };
   }
