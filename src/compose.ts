@@ -190,17 +190,17 @@ export async function startService(config: Config, log: Logger, announce: Announ
     (error: unknown) => error,
   );
 
-  const completions = new CompletionService(runner);
-  const chat = new ChatService(storage.conversations, runner, {
-    systemPrompt: config.systemPrompt,
-    shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
-  });
-  const background = new BackgroundResponses(storage.responses, log, BACKGROUND);
   const mcpServers = new McpServers(config.mcpServers, (label, state, detail) =>
     log.info({ mcp_server: label, state, ...detail }, `MCP server ${label} ${state}`),
   );
   stack.defer(() => mcpServers.close());
   mcpServers.start();
+  const completions = new CompletionService(runner, mcpServers);
+  const chat = new ChatService(storage.conversations, runner, {
+    systemPrompt: config.systemPrompt,
+    shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
+  });
+  const background = new BackgroundResponses(storage.responses, log, BACKGROUND);
   const app = createApp({
     storage,
     ledger,

@@ -1,4 +1,8 @@
+import type { ConversationItem } from "../db/types";
 import type { FinishReason, GenerateResult, Infill, ReplyFormat, SamplingRequest, StopWhen, TokenLogprob, ToolCall, ToolRequest, Turn } from "../llm/engine";
+import { type McpServers, NO_MCP_SERVERS } from "../mcp/servers";
+import { historyOf } from "./items";
+import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tools";
 import { type ModelInfo, type TurnEvent, type TurnHooks, type TurnRunner, type Usage, usageOf } from "./turn-runner";
 
 export interface CompletionInput extends TurnHooks {
@@ -32,6 +36,8 @@ export interface CompletionInput extends TurnHooks {
   stopWhen?: StopWhen;
   /** A reasoning model's thought at most this many tokens (`GenerateRequest.thoughtTokens`). */
   thoughtTokens?: number;
+  /** Listed MCP servers' tools the service runs itself, its items named by `stem` (server-tools.ts). */
+  serverTools?: ServerTools & { stem: string };
 }
 
 export interface CompletionStart {
@@ -76,7 +82,10 @@ export const completionOf = (result: GenerateResult, model: string): CompletionR
  * the engine reuses whatever prefix of the prompt a sequence still holds from the same user.
  */
 export class CompletionService {
-  constructor(private readonly runner: TurnRunner) {}
+  constructor(
+    private readonly runner: TurnRunner,
+    private readonly servers: McpServers = NO_MCP_SERVERS,
+  ) {}
 
   /**
    * The tokens the prompt of `messages` takes on the model named (as a fresh sequence would
@@ -106,8 +115,34 @@ export class CompletionService {
     return this.runner.engines.list();
   }
 
-  /** Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities; undefined when the client left before generation began. */
-  async *complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
+  /**
+   * Yields `start` once admitted, then `reasoning` pieces, `delta`s, tool calls and log-probabilities;
+   * undefined when the client left before generation began. With `serverTools`, the loop of model
+   * turns and calls, each turn's history the messages and the calls so far.
+   */
+  complete(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | LoopResult | undefined, void> {
+    const { serverTools, ...turn } = input;
+    if (!serverTools) return this.completeOne(turn);
+    const { messages } = turn;
+    return serverToolLoop({
+      servers: this.servers,
+      tools: serverTools,
+      functions: turn.tools,
+      stem: serverTools.stem,
+      known: [],
+      input: [],
+      ...(turn.signal ? { signal: turn.signal } : {}),
+      step: (items: readonly ConversationItem[], tools, first) =>
+        this.completeOne({
+          ...turn,
+          tools,
+          startsConversation: turn.startsConversation === true && first,
+          messages: async (historyChars) => [...(typeof messages === "function" ? await messages(historyChars) : messages), ...historyOf(undefined, [], items)],
+        }),
+    });
+  }
+
+  private async *completeOne(input: CompletionInput): AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void> {
     const asked = performance.now();
     const running = await this.runner.begin(input.userId, input);
     const loadMs = performance.now() - asked;

@@ -14,7 +14,7 @@ import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tool
 import type { ChatService } from "./service";
 import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
 
-export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation"> {
+export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation" | "serverTools"> {
   /** Answer within this stored conversation (its id): the input is added to it, and the reply. */
   conversation?: string;
   /** The system turn; a continued response's own only (OpenAI's rule: instructions are not carried over). */

@@ -11,6 +11,9 @@ import { DependencyFailed, InvalidInput } from "../errors";
 import type { ToolCall, ToolFunction, ToolRequest } from "../llm/tools";
 import type { CallOutcome, ListedTool } from "../mcp/connection";
 import type { Caller, McpServers, OpenedServer } from "../mcp/servers";
+
+export type { Caller };
+
 import type { CompletionResult, CompletionStart } from "./completions";
 import { replyItemId, replyItems, stepStem } from "./items";
 import type { TurnEvent, Usage } from "./turn-runner";
@@ -39,7 +42,7 @@ export interface ServerToolUse {
 export interface ServerTools {
   uses: readonly ServerToolUse[];
   caller: Caller;
-  /** The first model turn must call a server's tool: of this server (the one named), or any. */
+  /** The first model turn must call a server's tool: the one named (of this server, if given), or any. */
   choice?: { server?: string; name?: string };
 }
 
@@ -186,9 +189,13 @@ function* listedOf(offered: Map<string, Offered>, label: string) {
 /** The first turn's choice: a server's tool (named, or any), else the client's. */
 function firstChoice(choice: ServerTools["choice"], offered: Map<string, Offered>, functions: ToolRequest | undefined): ToolRequest["choice"] {
   if (!choice) return functions?.choice ?? "auto";
-  if (choice.name === undefined || choice.server === undefined) return "required";
-  if (offered.get(choice.name)?.server.label !== choice.server)
-    throw new InvalidInput({ part: "toolChoice" }, `MCP server ${JSON.stringify(choice.server)} offers no tool ${JSON.stringify(choice.name)} to this request`);
+  if (choice.name === undefined) return "required";
+  const chosen = offered.get(choice.name);
+  if (!chosen || (choice.server !== undefined && chosen.server.label !== choice.server))
+    throw new InvalidInput(
+      { part: "toolChoice" },
+      `${choice.server === undefined ? "no MCP server" : `MCP server ${JSON.stringify(choice.server)}`} offers a tool ${JSON.stringify(choice.name)} to this request`,
+    );
   return { name: choice.name };
 }
 

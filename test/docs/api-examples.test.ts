@@ -2,7 +2,9 @@
  * docs/API.md's shell examples, run as written against a fresh server, in the document's order (a
  * conversation the first example starts is the one a later one deletes). Only the variables the
  * document says to set are filled in: `PARLEY` with the server's URL, `KEY` with a user's key,
- * `ADMIN_KEY` with an admin's, `USER_ID` with that user's id. Each must succeed with a 2xx, so an
+ * `ADMIN_KEY` with an admin's, `USER_ID` with that user's id, `MCP_URL` with the URL of the MCP
+ * server listed as `web` (the tests' streamable-HTTP one, in a process of its own; `tools` is their
+ * stdio one). Each must succeed with a 2xx, so an
  * example that no longer works fails CI. The pictures' examples ask the vision preset, which sees
  * only on Parley's compiled natives: without them (never under CI, which compiles them) each must
  * answer the documented refusal instead, naming `bun run natives`. The contents at the top must be
@@ -14,7 +16,7 @@ import { join } from "node:path";
 import { VISION_MODEL_NAME } from "../../src/gguf/presets";
 import { API_DOC, withContents } from "../../tools/api-contents";
 import { allowSlowTests, type ChildServer, compiledNatives, presetModel, shellCommands, startServer, tempDir } from "../support";
-import { MCP_STDIO_COMMAND } from "../support/mcp";
+import { MCP_STDIO_COMMAND, mcpHttpProcess } from "../support/mcp";
 import { visionPair } from "../support/vision";
 
 allowSlowTests();
@@ -33,7 +35,12 @@ const asksAboutPicture = (command: string) => new RegExp(`"model":\\s*"${VISION_
 const natives = await compiledNatives();
 
 let server: ChildServer | undefined;
-afterAll(() => server?.stop());
+// In a process of its own: the examples run with spawnSync, which blocks this one.
+const web = await mcpHttpProcess();
+afterAll(async () => {
+  await server?.stop();
+  await web.stop();
+});
 
 test("the table of contents is the headings' (bun run docs writes it)", () => {
   expect(doc).toBe(withContents(doc));
@@ -53,9 +60,9 @@ test("every shell example of docs/API.md answers 2xx as written", async () => {
     (await visionPair()).model,
     await presetModel("qwen2-coder"),
   ];
-  // The MCP server the tools' example names: the tests' stdio one, which Parley starts.
+  // The MCP servers the tools' examples name: the tests' stdio one, which Parley starts, and their HTTP one.
   const mcpServers = join(tempDir("api-examples-mcp"), "mcp.json");
-  writeFileSync(mcpServers, JSON.stringify({ tools: MCP_STDIO_COMMAND }));
+  writeFileSync(mcpServers, JSON.stringify({ tools: MCP_STDIO_COMMAND, web: { url: web.url } }));
   server = await startServer({ dbPath, adminKey: ADMIN_KEY, env: { PARLEY_MODEL: models.join(","), PARLEY_MCP_SERVERS: `@${mcpServers}` } });
   const cli = (...args: string[]) =>
     Bun.spawnSync(["bun", "src/cli.ts", ...args], { cwd: ROOT, env: { ...Bun.env, PARLEY_DB: dbPath }, stdout: "pipe", stderr: "pipe" });
@@ -64,7 +71,7 @@ test("every shell example of docs/API.md answers 2xx as written", async () => {
     .stdout.toString()
     .split("\n")
     .find((line) => line.split("\t")[1] === "alice")!;
-  const env = { ...(Bun.env as Record<string, string>), PARLEY: server.url, KEY: key, ADMIN_KEY, USER_ID: alice.split("\t")[2]! };
+  const env = { ...(Bun.env as Record<string, string>), PARLEY: server.url, KEY: key, ADMIN_KEY, USER_ID: alice.split("\t")[2]!, MCP_URL: web.url };
   for (const command of examples) {
     // The status on a line of its own after the body: curl's -w, unless the example writes its own.
     const run = Bun.spawnSync(["bash", "-c", command.includes(" -w ") ? command : `${command} -w '\\n%{http_code}'`], {

@@ -5,42 +5,14 @@
  * streamed, an approval round trip, only listed servers reachable, a server down, a tool's error,
  * a result capped, another user's key refused, and a hostile result kept as data.
  */
-import { afterAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import type { McpServerSpec } from "../../src/mcp/config";
-import { McpServers } from "../../src/mcp/servers";
-import { allowSlowTests, rejection, servedEngine, until } from "../support";
-import { HOSTILE_RESULT, MCP_STDIO_COMMAND, mcpHttpServer } from "../support/mcp";
+import { allowSlowTests, rejection, until } from "../support";
+import { MCP_RESULT_CAP as CAP, HOSTILE_RESULT, servedWithMcp } from "../support/mcp";
 
 allowSlowTests();
 
-const tools = mcpHttpServer();
-const CAP = 1024;
-const spec = (label: string, transport: McpServerSpec["transport"], more: Partial<McpServerSpec> = {}): McpServerSpec => ({
-  label,
-  transport,
-  headers: { "x-operator": "parley" },
-  callTimeoutMs: 10_000,
-  maxResultBytes: CAP,
-  ...more,
-});
-const states: string[] = [];
-const servers = new McpServers(
-  [
-    spec("weather", { kind: "http", url: tools.url }),
-    spec("alices", { kind: "http", url: tools.url }, { allow: { users: ["alice"], roles: [] } }),
-    spec("down", { kind: "http", url: "http://127.0.0.1:9/mcp" }),
-    spec("local", { kind: "stdio", ...MCP_STDIO_COMMAND, env: {} }),
-    spec("sluggish", { kind: "http", url: tools.url }, { callTimeoutMs: 300 }),
-  ],
-  (label, state) => states.push(`${label} ${state}`),
-);
-servers.start();
-const app = servedEngine("mcp-responses", { parallel: 2 }, { mcpServers: servers });
-afterAll(async () => {
-  await servers.close();
-  await tools.stop();
-});
+const { app, tools, states } = servedWithMcp("mcp-responses");
 
 const client = () => new OpenAI({ apiKey: app.key, baseURL: `${app.served.url}/v1`, maxRetries: 0 });
 const weather = (name: string, more: Record<string, unknown> = {}) =>

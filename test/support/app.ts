@@ -95,7 +95,7 @@ export function serveApp(options: ServeOptions): Served {
       oneEngine(() => engine),
       { ledger },
     );
-  const completions = options.completions ?? new CompletionService(runner);
+  const completions = options.completions ?? new CompletionService(runner, options.mcpServers);
   const chat = options.chat ?? new ChatService(storage.conversations, runner);
   const app = createApp({
     storage,

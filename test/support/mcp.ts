@@ -4,9 +4,13 @@
  * stateless example does), and `mcp-stdio.ts`, a script Parley starts. Their tools take a city,
  * the shape the generated models' call replies fill.
  */
+import { afterAll } from "bun:test";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
 import { z } from "zod";
+import type { McpServerSpec } from "../../src/mcp/config";
+import { McpServers } from "../../src/mcp/servers";
+import { type ServedEngine, servedEngine } from "./app";
 
 const city = { city: z.string().max(16) };
 
@@ -65,5 +69,67 @@ export function mcpHttpServer(): McpHttpServer {
   return { url: `http://127.0.0.1:${served.port}/mcp`, calls, stop: () => served.stop(true) };
 }
 
+/**
+ * The same server in a child process (`mcp-http.ts`), for a test whose own event loop is blocked
+ * while a request reaches it (its commands run with `spawnSync`).
+ */
+export async function mcpHttpProcess(): Promise<{ url: string; stop(): Promise<void> }> {
+  const child = Bun.spawn([process.execPath, "run", `${import.meta.dir}/mcp-http.ts`], { stdout: "pipe", stderr: "inherit" });
+  const reader = child.stdout.getReader();
+  let text = "";
+  while (!text.includes("\n")) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error("the MCP server process ended before it told its URL");
+    text += new TextDecoder().decode(value);
+  }
+  return {
+    url: text.trim(),
+    stop: async () => {
+      child.kill();
+      await child.exited;
+    },
+  };
+}
+
 /** The stdio server's command, for a spec. */
 export const MCP_STDIO_COMMAND = { command: process.execPath, args: ["run", `${import.meta.dir}/mcp-stdio.ts`] };
+
+/** The result cap the servers of `servedWithMcp` have. */
+export const MCP_RESULT_CAP = 1024;
+
+const spec = (label: string, transport: McpServerSpec["transport"], more: Partial<McpServerSpec> = {}): McpServerSpec => ({
+  label,
+  transport,
+  headers: { "x-operator": "parley" },
+  callTimeoutMs: 10_000,
+  maxResultBytes: MCP_RESULT_CAP,
+  ...more,
+});
+
+/**
+ * The app on a test engine (as `servedEngine`) with MCP servers listed: `weather` (the HTTP server,
+ * every key), `alices` (the same, alice's key only), `down` (nothing listens), `local` (the stdio
+ * server, started now) and `sluggish` (the HTTP server with a call time `slow` outlasts). `states`
+ * collects the servers' changes of state as the log would tell them.
+ */
+export function servedWithMcp(label: string): { app: ServedEngine; tools: McpHttpServer; states: string[] } {
+  const tools = mcpHttpServer();
+  const states: string[] = [];
+  const servers = new McpServers(
+    [
+      spec("weather", { kind: "http", url: tools.url }),
+      spec("alices", { kind: "http", url: tools.url }, { allow: { users: ["alice"], roles: [] } }),
+      spec("down", { kind: "http", url: "http://127.0.0.1:9/mcp" }),
+      spec("local", { kind: "stdio", ...MCP_STDIO_COMMAND, env: {} }),
+      spec("sluggish", { kind: "http", url: tools.url }, { callTimeoutMs: 300 }),
+    ],
+    (server, state) => states.push(`${server} ${state}`),
+  );
+  servers.start();
+  const app = servedEngine(label, { parallel: 2 }, { mcpServers: servers });
+  afterAll(async () => {
+    await servers.close();
+    await tools.stop();
+  });
+  return { app, tools, states };
+}

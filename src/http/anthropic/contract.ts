@@ -8,7 +8,7 @@ import { integer, optional, SAMPLING_FIELDS, UNKNOWN_FIELD, unsupported } from "
 const closed = { additionalProperties: false } as const;
 
 const CONTENT_RULE =
-  "content must be a string or blocks: text {type, text}, thinking {type, thinking, signature} and tool_use {type, id, name, input} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} and image {type, source: {type: base64, media_type, data}} (a user's); documents are not supported";
+  "content must be a string or blocks: text {type, text}, thinking {type, thinking, signature}, tool_use {type, id, name, input}, mcp_tool_use {type, id, name, server_name, input} and mcp_tool_result {type, tool_use_id, content?, is_error?} (an assistant's), tool_result {type, tool_use_id, content?, is_error?} and image {type, source: {type: base64, media_type, data}} (a user's); documents are not supported";
 
 /** A cache hint: accepted, since Parley's prefix cache needs none. */
 const CacheControl = optional(
@@ -67,13 +67,42 @@ const ImageBlockParam = t.Object({
   cache_control: CacheControl,
 });
 
+/** A call of an MCP server's tool an earlier reply made in the service, sent back with its result (below). */
+const McpToolUseBlockParam = t.Object({
+  type: t.Literal("mcp_tool_use"),
+  id: t.String({ minLength: 1 }),
+  name: t.String(),
+  server_name: t.String(),
+  input: t.Record(t.String(), t.Unknown()),
+  cache_control: CacheControl,
+});
+
+const McpToolResultBlockParam = t.Object({
+  type: t.Literal("mcp_tool_result"),
+  tool_use_id: t.String({ minLength: 1 }),
+  content: optional(t.Union([t.String(), t.Array(TextBlockParam)]), "an mcp_tool_result's content must be a string or text blocks"),
+  is_error: optional(t.Boolean(), "is_error must be true or false"),
+  cache_control: CacheControl,
+});
+
 const MessageParam = t.Object(
   {
     role: t.Union([t.Literal("user"), t.Literal("assistant")], { error: "role must be user or assistant (the system prompt is the system field)" }),
     content: t.Union(
       [
         t.String(),
-        t.Array(t.Union([TextBlockParam, ImageBlockParam, ThinkingBlockParam, RedactedThinkingBlockParam, ToolUseBlockParam, ToolResultBlockParam])),
+        t.Array(
+          t.Union([
+            TextBlockParam,
+            ImageBlockParam,
+            ThinkingBlockParam,
+            RedactedThinkingBlockParam,
+            ToolUseBlockParam,
+            ToolResultBlockParam,
+            McpToolUseBlockParam,
+            McpToolResultBlockParam,
+          ]),
+        ),
       ],
       { error: CONTENT_RULE },
     ),
@@ -123,6 +152,9 @@ const ThinkingParam = t.Union(
   { error: THINKING_RULE },
 );
 
+const MCP_SERVER_RULE =
+  'each MCP server must be {type: "url", url, name, authorization_token?, tool_configuration?: {enabled?, allowed_tools?}}, naming a server the operator lists';
+
 export const MessagesRequest = t.Object(
   {
     model: t.String({ error: "model is required: a model's id (GET /v1/models lists them), or any name when Parley serves one model" }),
@@ -140,7 +172,28 @@ export const MessagesRequest = t.Object(
     tools: optional(t.Array(Tool, { maxItems: 128 }), `tools must be an array of up to 128; ${TOOL_RULE}`),
     tool_choice: optional(ToolChoiceParam, TOOL_CHOICE_RULE),
     container: unsupported("container is not supported"),
-    mcp_servers: unsupported("mcp_servers are not supported: Parley has no network"),
+    mcp_servers: optional(
+      t.Array(
+        t.Object(
+          {
+            type: t.Literal("url"),
+            url: t.String(),
+            name: t.String({ minLength: 1 }),
+            authorization_token: optional(t.String(), MCP_SERVER_RULE),
+            tool_configuration: optional(
+              t.Object(
+                { enabled: optional(t.Boolean(), MCP_SERVER_RULE), allowed_tools: optional(t.Array(t.String(), { maxItems: 1024 }), MCP_SERVER_RULE) },
+                { additionalProperties: false },
+              ),
+              MCP_SERVER_RULE,
+            ),
+          },
+          { additionalProperties: false, error: MCP_SERVER_RULE },
+        ),
+        { maxItems: 32 },
+      ),
+      `mcp_servers must be an array of up to 32; ${MCP_SERVER_RULE}`,
+    ),
   },
   UNKNOWN_FIELD,
 );
@@ -198,6 +251,21 @@ export const AnthropicMessage = t.Object(
             name: t.String(),
             input: t.Record(t.String(), t.Unknown()),
             caller: t.Object({ type: t.Literal("direct") }, closed),
+          },
+          closed,
+        ),
+        t.Object(
+          { type: t.Literal("mcp_tool_use"), id: t.String(), name: t.String(), server_name: t.String(), input: t.Record(t.String(), t.Unknown()) },
+          closed,
+        ),
+        t.Object(
+          {
+            type: t.Literal("mcp_tool_result"),
+            tool_use_id: t.String(),
+            is_error: t.Boolean(),
+            content: t.Array(t.Object({ type: t.Literal("text"), text: t.String(), citations: NONE }, closed), {
+              description: "The tool's result, or why it has none; data, never blocks",
+            }),
           },
           closed,
         ),

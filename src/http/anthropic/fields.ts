@@ -1,6 +1,8 @@
 /** How Anthropic's Messages API spells the domain's fields (field-names.ts). */
 import type { FieldNames } from "../field-names";
 
+const SERVER_FIELDS = { label: "name", url: "url", headers: "authorization_token", allowedTools: "tool_configuration.allowed_tools" } as const;
+
 export const anthropicFields: FieldNames = (field) => {
   switch (field.part) {
     case "history":
@@ -11,6 +13,8 @@ export const anthropicFields: FieldNames = (field) => {
       return "tools";
     case "tool":
       return `tools[${field.index}].${field.detail === "parameters" ? "input_schema" : "name"}`;
+    case "serverTool":
+      return `mcp_servers[${field.index}].${SERVER_FIELDS[field.detail]}`;
     case "toolChoice":
       return "tool_choice";
     case "thoughtBudget":

@@ -1,6 +1,9 @@
 /** Replies as Anthropic's Messages API shows them: the shapes are ./contract.ts's. */
 import type { CompletionResult, CompletionStart } from "../../chat/completions";
+import { replyItemId, stepStem } from "../../chat/items";
+import type { LoopResult } from "../../chat/server-tools";
 import type { ModelInfo, Usage } from "../../chat/turn-runner";
+import type { ConversationItem } from "../../db/types";
 import { InvalidInput } from "../../errors";
 import type { ToolCall } from "../../llm/engine";
 import { anthropicErrorBody } from "../errors";
@@ -50,18 +53,58 @@ const deltaUsageJson = (usage: Usage) => {
 /** A thought's block: Parley signs none, so its signature is empty. */
 const thinkingJson = (thinking: string) => ({ type: "thinking" as const, thinking, signature: "" });
 
+type Content = AnthropicMessage["content"][number];
+type ServerCall = Extract<ConversationItem, { type: "serverCall" }>;
+
+const mcpToolUseJson = (id: string, call: Pick<ServerCall, "name" | "server" | "arguments">): Content => ({
+  type: "mcp_tool_use",
+  id,
+  name: call.name,
+  server_name: call.server,
+  input: JSON.parse(call.arguments) as Record<string, unknown>,
+});
+
+/** A call's result, or why it has none, as its text: data, whatever it holds. */
+const mcpToolResultJson = (call: ServerCall): Extract<Content, { type: "mcp_tool_result" }> => ({
+  type: "mcp_tool_result",
+  tool_use_id: call.id,
+  is_error: call.error !== null,
+  content: [{ type: "text", text: call.output ?? call.error?.message ?? "", citations: null }],
+});
+
+/** The blocks of a reply that ran MCP servers' tools: every model turn's, in order, each call with its result. */
+function loopContent(items: readonly ConversationItem[], shown: boolean): Content[] {
+  return items.flatMap((item): Content[] => {
+    switch (item.type) {
+      case "thought":
+        return [thinkingJson(shown ? item.text : "")];
+      case "message":
+        return [{ type: "text", text: item.text, citations: null }];
+      case "toolCall":
+        return [toolUseJson({ id: item.callId, name: item.name, arguments: item.arguments })];
+      case "serverCall":
+        return [mcpToolUseJson(item.id, item), mcpToolResultJson(item)];
+      default:
+        return [];
+    }
+  });
+}
+
 /** @param shown whether a reasoning model's thought shows its text */
-export const messageJson = (id: string, result: CompletionResult, shown: boolean): AnthropicMessage => ({
+export const messageJson = (id: string, result: CompletionResult | LoopResult, shown: boolean): AnthropicMessage => ({
   id,
   type: "message",
   role: "assistant",
   model: result.model,
-  // The thought, if any; the text block, unless the reply is only calls; the calls.
-  content: [
-    ...(result.reasoning !== undefined ? [thinkingJson(shown ? result.reasoning : "")] : []),
-    ...(result.text !== "" || !result.toolCalls ? [{ type: "text" as const, text: result.text, citations: null }] : []),
-    ...(result.toolCalls ?? []).map(toolUseJson),
-  ],
+  // The thought, if any; the text block, unless the reply is only calls; the calls. A reply that ran servers' tools: every turn's, in order.
+  content:
+    "items" in result
+      ? loopContent(result.items, shown)
+      : [
+          ...(result.reasoning !== undefined ? [thinkingJson(shown ? result.reasoning : "")] : []),
+          ...(result.text !== "" || !result.toolCalls ? [{ type: "text" as const, text: result.text, citations: null }] : []),
+          ...(result.toolCalls ?? []).map(toolUseJson),
+        ],
   stop_reason: stopReasonOf(result),
   stop_sequence: result.stopSequence ?? null,
   usage: usageJson(result.usage),
@@ -80,8 +123,10 @@ const PING = event("ping", { type: "ping" });
  * with its input as JSON text; then `message_delta` with the stop reason and usage, and
  * `message_stop`. `ping` events keep a silent stream alive, as Anthropic's do.
  */
-export function messagesFraming(id: string, shown: boolean): Framing<CompletionStart, CompletionResult> {
+export function messagesFraming(id: string, shown: boolean, stem = ""): Framing<CompletionStart, CompletionResult> {
   let index = -1;
+  /** The stem of the items of the model turn now running, when the reply runs MCP servers' tools. */
+  let turnStem = stem;
   let open: Block | undefined;
   const close = (): SseChunk[] => {
     if (open === undefined) return [];
@@ -137,6 +182,26 @@ export function messagesFraming(id: string, shown: boolean): Framing<CompletionS
       ...(shown ? [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "thinking_delta", thinking: thought } })] : []),
     ],
     delta: (delta) => [...text(), event("content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: delta } })],
+    serverTool: (tool) => {
+      switch (tool.event) {
+        case "step":
+          turnStem = stepStem(stem, tool.step);
+          return close();
+        case "call": {
+          const { part } = tool;
+          if (part.part === "open")
+            return begin(
+              { type: "mcp_tool_use", id: replyItemId(turnStem, "serverCall", part.index), name: part.name, server_name: tool.server, input: {} },
+              "tool_use",
+            );
+          if (part.part === "arguments")
+            return [event("content_block_delta", { type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json: part.text } })];
+          return close();
+        }
+        case "item":
+          return tool.item.type === "serverCall" ? [...begin(mcpToolResultJson(tool.item), "tool_use"), ...close()] : [];
+      }
+    },
     toolCall: (part) => {
       if (part.part === "open") return begin({ type: "tool_use", id: part.id, name: part.name, input: {}, caller: { type: "direct" } }, "tool_use");
       if (part.part === "arguments")

@@ -7,6 +7,8 @@
 import { Elysia } from "elysia";
 import { append } from "../../append";
 import type { CompletionInput } from "../../chat/completions";
+import { newStem } from "../../chat/items";
+import type { Caller, ServerToolUse } from "../../chat/server-tools";
 import { InvalidInput } from "../../errors";
 import type { Turn, TurnImage } from "../../llm/engine";
 import { CountTokensRequest, MessagesRequest } from "../anthropic/contract";
@@ -36,6 +38,7 @@ const textOf = (content: string | TextBlocks) => (typeof content === "string" ? 
  */
 async function messageTurns({ role, content }: Message, at: string, calls: Map<string, string>, pictures: RequestPictures): Promise<Turn[]> {
   if (typeof content === "string") return [{ role, content }];
+  if (role === "assistant" && content.some((block) => block.type === "mcp_tool_result")) return await serverToolTurns(content, at, calls, pictures);
   const blocksOf = <T extends Block["type"]>(type: T) => content.filter((block): block is Extract<Block, { type: T }> => block.type === type);
   const redacted = content.findIndex((block) => block.type === "redacted_thinking");
   if (redacted >= 0)
@@ -54,7 +57,9 @@ async function messageTurns({ role, content }: Message, at: string, calls: Map<s
     if (image >= 0) throw new InvalidInput(`${at}.content[${image}]`, "a picture belongs to a user message");
     const result = content.findIndex((block) => block.type === "tool_result");
     if (result >= 0) throw new InvalidInput(`${at}.content[${result}]`, "a tool_result belongs to a user message");
-    const toolCalls = blocksOf("tool_use").map((block) => ({ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }));
+    const toolCalls = content.flatMap((block) =>
+      block.type === "tool_use" || block.type === "mcp_tool_use" ? [{ id: block.id, name: block.name, arguments: JSON.stringify(block.input) }] : [],
+    );
     for (const call of toolCalls) calls.set(call.id, call.name);
     const thought = blocksOf("thinking")
       .map((block) => block.thinking)
@@ -62,7 +67,7 @@ async function messageTurns({ role, content }: Message, at: string, calls: Map<s
     return [{ role, content: text, ...(thought !== "" ? { reasoning: thought } : {}), ...(toolCalls.length > 0 ? { toolCalls } : {}) }];
   }
   const results = content.flatMap((block, j): Turn[] => {
-    if (block.type === "tool_use" || block.type === "thinking")
+    if (block.type === "tool_use" || block.type === "thinking" || block.type === "mcp_tool_use" || block.type === "mcp_tool_result")
       throw new InvalidInput(`${at}.content[${j}]`, `a ${block.type} block belongs to an assistant message`);
     if (block.type !== "tool_result") return [];
     const name = calls.get(block.tool_use_id);
@@ -75,6 +80,30 @@ async function messageTurns({ role, content }: Message, at: string, calls: Map<s
     return [{ role: "tool", content: block.is_error === true ? `Error: ${output}` : output, toolCallId: block.tool_use_id, name }];
   });
   return text !== "" || images.length > 0 || results.length === 0 ? [...results, { role, content: text, ...(images.length > 0 ? { images } : {}) }] : results;
+}
+
+/**
+ * An assistant message with the calls the service made of MCP servers' tools: its blocks up to each
+ * `mcp_tool_result` are a turn (the calls among them), each result the tool's turn after it.
+ */
+async function serverToolTurns(content: Block[], at: string, calls: Map<string, string>, pictures: RequestPictures): Promise<Turn[]> {
+  const turns: Turn[] = [];
+  let from = 0;
+  for (const [j, block] of content.entries()) {
+    if (block.type !== "mcp_tool_result") continue;
+    if (j > from) append(turns, await messageTurns({ role: "assistant", content: content.slice(from, j) }, at, calls, pictures));
+    from = j + 1;
+    const name = calls.get(block.tool_use_id);
+    if (name === undefined)
+      throw new InvalidInput(
+        `${at}.content[${j}].tool_use_id`,
+        `an mcp_tool_result must answer an mcp_tool_use before it (${JSON.stringify(block.tool_use_id)} answers none)`,
+      );
+    const output = textOf(block.content ?? "");
+    turns.push({ role: "tool", content: block.is_error === true ? `Error: ${output}` : output, toolCallId: block.tool_use_id, name });
+  }
+  if (from < content.length) append(turns, await messageTurns({ role: "assistant", content: content.slice(from) }, at, calls, pictures));
+  return turns;
 }
 
 /** A picture block's bytes: its base64, or its URL's (a listed host's); never a file's. */
@@ -112,9 +141,45 @@ async function turnsOf(request: Pick<MessagesRequest, "system" | "messages">, pi
   return turns;
 }
 
-/** The tools offered and the choice, as the engine takes them; none when none are offered or the choice is `none`. */
-function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">) {
+/**
+ * The MCP servers a request names, as the service runs them: Anthropic's connector asks no
+ * approval; a tool choice that names none of the client's tools (or `any` with none) is theirs.
+ */
+function serverToolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice" | "mcp_servers">, caller: Caller): CompletionInput["serverTools"] {
+  const servers = body.mcp_servers ?? [];
+  if (servers.length === 0) return undefined;
   const choice = body.tool_choice ?? undefined;
+  const own = body.tools ?? [];
+  const serverChoice =
+    choice?.type === "tool" && !own.some((tool) => tool.name === choice.name)
+      ? { name: choice.name }
+      : choice?.type === "any" && own.length === 0
+        ? {}
+        : undefined;
+  return {
+    stem: newStem(),
+    caller,
+    uses: servers.map(
+      (server, index): ServerToolUse => ({
+        index,
+        label: server.name,
+        url: server.url,
+        headers: server.authorization_token != null ? { Authorization: `Bearer ${server.authorization_token}` } : {},
+        ...(server.tool_configuration?.enabled === false
+          ? { allowedTools: [] }
+          : server.tool_configuration?.allowed_tools != null
+            ? { allowedTools: server.tool_configuration.allowed_tools }
+            : {}),
+        approval: { always: false, except: [] },
+      }),
+    ),
+    ...(serverChoice ? { choice: serverChoice } : {}),
+  };
+}
+
+/** The tools offered and the choice, as the engine takes them; none when none are offered or the choice is `none`. */
+function toolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice">, serverChoice = false) {
+  const choice = serverChoice ? undefined : (body.tool_choice ?? undefined);
   return toolRequestOf({
     functions: (body.tools ?? []).map((tool) => ({
       name: tool.name,
@@ -149,10 +214,12 @@ async function completionInput(
   body: MessagesRequest,
   thoughtTokens: number | undefined,
   pictures: RequestPictures,
+  caller: Caller,
 ): Promise<Omit<CompletionInput, "signal" | "userId">> {
   const stop = body.stop_sequences ?? undefined;
   if (stop && !stop.every((text) => text.isWellFormed())) throw new InvalidInput("stop_sequences", "stop_sequences must be valid Unicode text");
-  const tools = toolsOf(body);
+  const serverTools = serverToolsOf(body, caller);
+  const tools = toolsOf(body, serverTools?.choice !== undefined);
   return {
     messages: await turnsOf(body, pictures),
     model: body.model,
@@ -165,6 +232,7 @@ async function completionInput(
     ...(thoughtTokens !== undefined ? { thoughtTokens } : {}),
     ...(stop && stop.length > 0 ? { stop } : {}),
     ...(tools ? { tools } : {}),
+    ...(serverTools ? { serverTools } : {}),
   };
 }
 
@@ -177,7 +245,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
       async function* ({ body, principal, request, server, set }) {
         const thinking = thinkingOf(body);
         const pictures = new RequestPictures(deps.body.pictureHosts);
-        const input = await completionInput(body, thinking.tokens, pictures);
+        const input = await completionInput(body, thinking.tokens, pictures, principal);
         pictures.nameIn(request);
         const turn = (hooks: RequestHooks) => deps.completions.complete({ ...input, userId: principal.userId, ...hooks });
         const id = newMessageId();
@@ -186,7 +254,7 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
           const result = await deps.turns.complete(exchange, turn);
           return result && messageJson(id, result, thinking.shown);
         }
-        yield* deps.turns.stream(exchange, turn, messagesFraming(id, thinking.shown));
+        yield* deps.turns.stream(exchange, turn, messagesFraming(id, thinking.shown, input.serverTools?.stem));
       },
       {
         auth: "key",

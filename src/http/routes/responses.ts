@@ -6,10 +6,9 @@
  */
 import { Elysia, t } from "elysia";
 import type { ResponseInput, ResponseService } from "../../chat/responses";
-import type { ServerToolUse } from "../../chat/server-tools";
+import type { Caller, ServerToolUse } from "../../chat/server-tools";
 import { InvalidInput } from "../../errors";
 import type { ReplyFormat } from "../../llm/engine";
-import type { Caller } from "../../mcp/servers";
 import { requireKey } from "../auth";
 import type { BackgroundResponses } from "../background-responses";
 import { namingFields } from "../field-names";
