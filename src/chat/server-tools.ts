@@ -248,16 +248,19 @@ async function called(
   return { ...item, output: outcome.output ?? null, error: (outcome.error as ServerCallError | undefined) ?? null };
 }
 
-/** The calls the input approves, made now (each answers a request of the response continued); a refused one is left for the model to read. */
+/**
+ * The calls the input approves, made now (each answers a request of the response continued, or
+ * one the input gives back); a refused one is left for the model to read.
+ */
 async function approved(input: LoopInput, offered: Map<string, Offered>): Promise<ConversationItem[]> {
   const items: ConversationItem[] = [];
   for (const [i, entry] of input.input.entries()) {
     if (entry.type !== "approvalResponse") continue;
-    const asked = input.known.find((item) => item.type === "approvalRequest" && item.id === entry.approvalRequestId);
+    const asked = [...input.known, ...input.input].find((item) => item.type === "approvalRequest" && item.id === entry.approvalRequestId);
     if (asked?.type !== "approvalRequest")
       throw new InvalidInput(
         { part: "history", item: i },
-        `answers no approval request of the response it continues (${JSON.stringify(entry.approvalRequestId)})`,
+        `answers no approval request of the response it continues or of its input (${JSON.stringify(entry.approvalRequestId)})`,
       );
     if (!entry.approve) continue;
     const tool = offered.get(asked.name);

@@ -52,12 +52,16 @@ export class McpConnection {
 
   /** The server's tools, listed once and again after it says they changed (or it restarted). */
   tools(signal?: AbortSignal): Promise<ListedTool[]> {
-    this.listed ??= this.connected()
+    if (this.listed) return this.listed;
+    const listing = this.connected()
       .then((client) => client.listTools(undefined, { timeout: this.spec.callTimeoutMs, ...(signal ? { signal } : {}) }))
       .then(({ tools }) => tools.map(listedTool));
+    this.listed = listing;
     // A failed listing is not kept: the next request asks again.
-    this.listed.catch(() => (this.listed = undefined));
-    return this.listed;
+    listing.catch(() => {
+      if (this.listed === listing) this.listed = undefined;
+    });
+    return listing;
   }
 
   /** Calls the tool; a failure of the tool, the protocol or the server is its outcome, never a throw. */

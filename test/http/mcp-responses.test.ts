@@ -101,6 +101,39 @@ describe("Responses' mcp tools run in the service", () => {
     expect(input.data).toContainEqual(expect.objectContaining({ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }));
   });
 
+  test("unstored, the approval round trip gives the output back as input", async () => {
+    const asked = await client().responses.create({ ...weather("lookup", { require_approval: "always" }), store: false });
+    const [request] = ofType(asked.output, "mcp_approval_request");
+    const answered = await client().responses.create({
+      model: "any",
+      store: false,
+      input: [
+        { role: "user", content: "What is the weather in Paris?" },
+        ...(asked.output as OpenAI.Responses.ResponseInputItem[]),
+        { type: "mcp_approval_response", approval_request_id: request!.id, approve: true },
+      ],
+      tools: [{ type: "mcp", server_label: "weather", require_approval: { never: { tool_names: ["fail"] } } }],
+      temperature: 0,
+    });
+    expect(ofType(answered.output, "mcp_call")[0]).toMatchObject({ approval_request_id: request!.id, error: null });
+  });
+
+  test("allowed_tools offers only those; a request's headers reach the server beside the operator's", async () => {
+    const response = await client().responses.create(
+      weather("lookup", { allowed_tools: ["lookup", "fail"], headers: { "x-team": "north" }, authorization: "team-token" }),
+    );
+    expect(
+      ofType(response.output, "mcp_list_tools")[0]!
+        .tools.map((tool) => tool.name)
+        .sort(),
+    ).toEqual(["fail", "lookup"]);
+    const { headers } = tools.calls.at(-1)!;
+    expect([headers.get("x-team"), headers.get("authorization"), headers.get("x-operator")]).toEqual(["north", "Bearer team-token", "parley"]);
+    // Not the shared connection's: the next request without them sends none.
+    await client().responses.create(weather("lookup"));
+    expect(tools.calls.at(-1)!.headers.get("x-team")).toBeNull();
+  });
+
   test("a tool's error is the call's error, shown to the model, which answers on", async () => {
     const response = await client().responses.create(weather("fail"));
     const [call] = ofType(response.output, "mcp_call");
@@ -229,6 +262,11 @@ describe("only the servers the operator lists, for the keys it names", () => {
       status: 400,
       param: "tools[0].server_url",
     });
+    expect(await refusal({ tools: [{ type: "mcp", server_label: "local", headers: { "x-team": "north" } }] })).toMatchObject({
+      status: 400,
+      param: "tools[0].headers",
+    });
+    expect(await refusal({ tools: [{ type: "mcp", server_label: "weather", connector_id: "connector_gmail" }] })).toMatchObject({ status: 400 });
   });
 
   test("a server listed for one user is, to another user's key, as unlisted", async () => {

@@ -183,12 +183,12 @@ export const MessagesRequest = t.Object(
             tool_configuration: optional(
               t.Object(
                 { enabled: optional(t.Boolean(), MCP_SERVER_RULE), allowed_tools: optional(t.Array(t.String(), { maxItems: 1024 }), MCP_SERVER_RULE) },
-                { additionalProperties: false },
+                UNKNOWN_FIELD,
               ),
               MCP_SERVER_RULE,
             ),
           },
-          { additionalProperties: false, error: MCP_SERVER_RULE },
+          { ...UNKNOWN_FIELD, error: MCP_SERVER_RULE },
         ),
         { maxItems: 32 },
       ),

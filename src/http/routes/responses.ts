@@ -26,7 +26,7 @@ const TOOL_RULE =
   'each tool must be {type: "function", name, description?, parameters?, strict?}, its name of letters, digits, _ and - (at most 64), or {type: "mcp", server_label, server_url?, allowed_tools?, require_approval?, headers?, authorization?, server_description?} naming a server the operator lists';
 
 const TOOL_NAMES = t.Array(t.String(), { maxItems: 1024 });
-const TOOL_FILTER = t.Object({ tool_names: t.Optional(TOOL_NAMES), read_only: t.Optional(t.Boolean()) }, { additionalProperties: false });
+const TOOL_FILTER = t.Object({ tool_names: t.Optional(TOOL_NAMES), read_only: t.Optional(t.Boolean()) }, UNKNOWN_FIELD);
 
 const MCP_TOOL = t.Object(
   {
@@ -36,17 +36,14 @@ const MCP_TOOL = t.Object(
     server_description: optional(t.String(), TOOL_RULE),
     allowed_tools: optional(t.Union([TOOL_NAMES, TOOL_FILTER]), TOOL_RULE),
     require_approval: optional(
-      t.Union([
-        t.Literal("always"),
-        t.Literal("never"),
-        t.Object({ always: t.Optional(TOOL_FILTER), never: t.Optional(TOOL_FILTER) }, { additionalProperties: false }),
-      ]),
+      t.Union([t.Literal("always"), t.Literal("never"), t.Object({ always: t.Optional(TOOL_FILTER), never: t.Optional(TOOL_FILTER) }, UNKNOWN_FIELD)]),
       TOOL_RULE,
     ),
     headers: optional(t.Record(t.String(), t.String(), { maxProperties: 32 }), TOOL_RULE),
     authorization: optional(t.String(), TOOL_RULE),
   },
-  { additionalProperties: false, error: TOOL_RULE },
+  // OpenAI's connectors and fields Parley does not know are refused, not dropped.
+  { ...UNKNOWN_FIELD, error: TOOL_RULE },
 );
 
 const responseRequest = t.Object(
