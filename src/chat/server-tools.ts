@@ -194,7 +194,7 @@ function firstChoice(choice: ServerTools["choice"], offered: Map<string, Offered
   if (!chosen || (choice.server !== undefined && chosen.server.label !== choice.server))
     throw new InvalidInput(
       { part: "toolChoice" },
-      `${choice.server === undefined ? "no MCP server" : `MCP server ${JSON.stringify(choice.server)}`} offers a tool ${JSON.stringify(choice.name)} to this request`,
+      `${choice.server === undefined ? "no MCP server offers" : `MCP server ${JSON.stringify(choice.server)} offers no`} tool ${JSON.stringify(choice.name)} to this request`,
     );
   return { name: choice.name };
 }

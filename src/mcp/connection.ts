@@ -95,7 +95,8 @@ export class McpConnection {
     if (this.client) return this.client;
     const client = new Client(
       { name: "parley", version: pkg.version },
-      { listChanged: { tools: { autoRefresh: false, onChanged: () => (this.listed = undefined) } } },
+      // The list is asked again by the next request that needs it, not at once (nor after a pause).
+      { listChanged: { tools: { autoRefresh: false, debounceMs: 0, onChanged: () => (this.listed = undefined) } } },
     );
     const stdio = this.spec.transport.kind === "stdio";
     if (stdio) this.onState(this.spec.label, "starting", { restarts: this.restarts });

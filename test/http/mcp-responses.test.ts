@@ -194,6 +194,22 @@ describe("Responses' mcp tools run in the service", () => {
     expect(ofType((await local("echo")).output, "mcp_call")[0]!.output).toStartWith("echo from stdio: ");
   });
 
+  test("a server that tells its tools changed is listed again: the next response offers the new tool", async () => {
+    const local = (name: string) =>
+      client().responses.create({
+        model: "any",
+        input: "Rome",
+        tools: [{ type: "mcp", server_label: "local", require_approval: "never" }],
+        tool_choice: { type: "mcp", server_label: "local", name },
+        temperature: 0,
+      });
+    const listedOf = (response: OpenAI.Responses.Response) => ofType(response.output, "mcp_list_tools")[0]!.tools.map((tool) => tool.name);
+    expect(listedOf(await local("grow"))).not.toContain("grown");
+    const grown = await local("grown");
+    expect(listedOf(grown)).toContain("grown");
+    expect(ofType(grown.output, "mcp_call")[0]!.output).toStartWith("grown: ");
+  });
+
   test("a call slower than its server's time fails as a protocol error, and the model answers on", async () => {
     const response = await client().responses.create({
       model: "any",
@@ -267,6 +283,12 @@ describe("only the servers the operator lists, for the keys it names", () => {
       param: "tools[0].headers",
     });
     expect(await refusal({ tools: [{ type: "mcp", server_label: "weather", connector_id: "connector_gmail" }] })).toMatchObject({ status: 400 });
+    const { tools: offered, tool_choice } = weather("forecast");
+    expect(await refusal({ tools: offered, tool_choice })).toMatchObject({
+      status: 400,
+      param: "tool_choice",
+      message: expect.stringContaining('MCP server "weather" offers no tool "forecast"'),
+    });
   });
 
   test("a server listed for one user is, to another user's key, as unlisted", async () => {
