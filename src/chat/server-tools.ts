@@ -94,6 +94,7 @@ export async function* serverToolLoop(input: LoopInput): AsyncGenerator<Completi
     let usage: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
     let result: CompletionResult | undefined;
     for (let step = 0; step < STEP_LIMIT; step++) {
+      const before = result;
       const last = step === STEP_LIMIT - 1;
       const request = requestOf(input.functions, last ? [] : [...offered.values()], step === 0 ? choice : undefined);
       const events = input.step(items, request, step === 0);
@@ -129,7 +130,8 @@ export async function* serverToolLoop(input: LoopInput): AsyncGenerator<Completi
       } finally {
         await events.return(undefined);
       }
-      if (result === undefined) return undefined;
+      // A client that left between two turns leaves the response cancelled with the calls it made.
+      if (result === undefined) return before && { ...before, finishReason: "cancelled", usage, items };
       usage = added(usage, result.usage);
       const made = stepItems(stepStem(stem, step), result, offered);
       for (const item of made) {
