@@ -4,7 +4,8 @@
  * written to test/fixtures/llama-server-infill.json with the model file's sha256. Each prompt's
  * tokens are read from its slot's saved state (`/slots/0?action=save`: the tokens the slot holds,
  * the prompt first), so the fixture holds exactly what llama-server evaluated. Then its answers with
- * `n_indent` on a model whose completion has indented lines (`indentModelGguf`).
+ * `n_indent` on a model whose completion has indented lines (`indentModelGguf`), and its draws there
+ * through sampler chains (`CHAIN_CASES`).
  * test/http/infill.test.ts checks Parley's prompts and completions against it.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
@@ -15,6 +16,9 @@ import { writePresetModel } from "../src/gguf/presets";
 import { writeGguf } from "../src/gguf/writer";
 import { fileSha256, tempDir } from "../test/support/files";
 import {
+  CHAIN_BODY,
+  CHAIN_CASES,
+  CHAIN_SEEDS,
   INDENT_BODY,
   INDENT_CASES,
   INFILL_BATCH,
@@ -93,6 +97,7 @@ const indentModel = join(dir, "indent.gguf");
 await writeGguf(indentModel, indentModelGguf());
 server = await serve(indentModel);
 const indented: Record<string, IndentAnswer> = {};
+const chains: Record<string, string[]> = {};
 try {
   for (const n_indent of INDENT_CASES) {
     const { content, stop_type, has_new_line, truncated, tokens_predicted } = (await (
@@ -100,10 +105,15 @@ try {
     ).json()) as IndentAnswer;
     indented[n_indent] = { content, stop_type, has_new_line, truncated, tokens_predicted };
   }
+  for (const [name, samplers] of Object.entries(CHAIN_CASES)) {
+    chains[name] = [];
+    for (const seed of CHAIN_SEEDS)
+      chains[name].push(((await (await post("/infill", { ...CHAIN_BODY, samplers, seed })).json()) as { content: string }).content);
+  }
 } finally {
   await server.stop();
 }
-const fixture: InfillFixture = { sha256: await fileSha256(model), answers, indent: { sha256: await fileSha256(indentModel), answers: indented } };
+const fixture: InfillFixture = { sha256: await fileSha256(model), answers, chains, indent: { sha256: await fileSha256(indentModel), answers: indented } };
 writeFileSync(INFILL_FIXTURE_PATH, `${JSON.stringify(fixture)}\n`);
 // As the linter formats it, so that the file is lint-clean as written.
 Bun.spawnSync(["bunx", "biome", "format", "--write", INFILL_FIXTURE_PATH], { stdout: "inherit", stderr: "inherit" });

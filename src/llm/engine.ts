@@ -11,7 +11,7 @@ import { basename, resolve } from "node:path";
 import { type ChatWrapper, type Llama, type LlamaContext, type LlamaModel, LlamaText, SpecialTokensText, type Token } from "node-llama-cpp";
 import { append } from "../append";
 import { InvalidInput } from "../errors";
-import { copiesStates, hasLogprobs, isImagePosition, type TokenLogprobs, tokenBytes } from "../natives/addon";
+import { copiesStates, hasInfillSampler, hasLogprobs, isImagePosition, type TokenLogprobs, tokenBytes } from "../natives/addon";
 import { loadProjector, seesImages, unloadProjector } from "../natives/vision";
 import { bridge } from "./bridge";
 import { type ChatStops, chatStops } from "./chat-stops";
@@ -363,7 +363,7 @@ export class Engine {
 
   /**
    * Refuses what a request asks that the model cannot give, before any reply starts:
-   * `InvalidInput` naming the log-probabilities (natives without them), a token bias (a token the
+   * `InvalidInput` naming the log-probabilities or the infill sampler (natives without them), a token bias (a token the
    * model does not have), the reply format or a tool's parameters (a schema keyword the grammar
    * cannot enforce), the tool choice (a function not offered), a thought's budget (no thoughts),
    * the tools (more prompt tokens than the context leaves), a picture the request sends (`images`:
@@ -372,7 +372,7 @@ export class Engine {
   async check(
     request: Pick<
       GenerateRequest,
-      "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "contextTokens" | "cacheScope" | "infill"
+      "logitBias" | "format" | "tools" | "logprobs" | "thoughtTokens" | "maxTokens" | "contextTokens" | "cacheScope" | "infill" | "infillSampler"
     > & {
       images?: readonly TurnImage[];
     },
@@ -389,6 +389,9 @@ export class Engine {
         { part: "thoughtBudget" },
         `${this.modelName} has no thoughts told apart from its answer (its chat format has none, or PARLEY_REASONING is inline): a thought's budget cannot be held`,
       );
+    }
+    if (request.infillSampler && !hasInfillSampler(this.context)) {
+      throw new InvalidInput({ part: "sampler" }, "the infill sampler needs Parley's compiled natives (bun run natives), which this build runs without");
     }
     if (request.logprobs !== undefined && !hasLogprobs(this.context)) {
       throw new InvalidInput({ part: "logprobs" }, "log-probabilities need Parley's compiled natives (bun run natives), which this build runs without");

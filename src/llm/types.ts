@@ -92,6 +92,12 @@ export interface Sampling {
   penalties?: Penalties;
   /** Added to these tokens' logits before sampling (-100 bans a token in practice, 100 all but forces it). */
   logitBias?: ReadonlyMap<number, number>;
+  /**
+   * llama.cpp's infill sampler, last before the draw (as llama-server's chain has it when a request
+   * names it last): a code model's tokens that begin one another pooled, and the completion ended
+   * once its end is likely enough. A greedy draw takes the most likely token, as it would anyway.
+   */
+  infillSampler?: true;
   /** Only tokens that keep the reply within the grammar (a `ReplyFormat`); the reply's own state of it. */
   grammar?: LlamaGrammarEvaluationState;
   /**
@@ -108,7 +114,7 @@ export type ReplyFormat = { type: "json_object" } | { type: "json_schema"; schem
 /** What a request may say of its sampling. */
 export type SamplingRequest = Pick<
   GenerateRequest,
-  "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "penaltyWindow" | "logitBias"
+  "temperature" | "topP" | "topK" | "minP" | "seed" | "repeatPenalty" | "presencePenalty" | "frequencyPenalty" | "penaltyWindow" | "logitBias" | "infillSampler"
 >;
 
 /**
@@ -133,6 +139,7 @@ export function samplingOf(request: SamplingRequest, contextSize = Number.POSITI
     seed: request.seed ?? crypto.getRandomValues(new Uint32Array(1))[0]!,
     ...(neutral ? {} : { penalties }),
     ...(bias.length > 0 ? { logitBias: new Map(bias.map(([token, value]) => [Number(token), value])) } : {}),
+    ...(request.infillSampler ? { infillSampler: true } : {}),
   };
 }
 
@@ -190,6 +197,8 @@ export interface GenerateRequest {
   penaltyWindow?: number;
   /** Token id → value added to its logit. A token the model does not have is `InvalidInput` (the token bias). */
   logitBias?: Readonly<Record<number, number>>;
+  /** llama.cpp's infill sampler before the draw: tokens that begin one another pooled, the end taken once likely (see `Sampling`). */
+  infillSampler?: boolean;
   maxTokens: number;
   /**
    * The request's own context, when smaller than the model's: its prompt is fitted to this many

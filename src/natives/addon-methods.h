@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "AddonContext.h"
+#include "AddonSampler.h"
 #include "napi.h"
 
 // Throws `error` in JavaScript; returns what a failing napi callback returns.
@@ -20,6 +21,9 @@ bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & ou
 // The call's `this` when it is a live AddonContext; else nullptr, with the error thrown in
 // JavaScript that names `method`.
 AddonContext * liveContextOf(napi_env env, const Napi::CallbackInfo & info, const char * method);
+
+// `value` as an AddonSampler when it is one; else nullptr.
+AddonSampler * samplerOf(napi_env env, const Napi::Value & value);
 
 // A napi callback running `body`: no C++ exception may leave a napi callback (the process would
 // terminate), so each becomes a JavaScript error.
@@ -92,6 +96,9 @@ napi_value tokenizeInput(napi_env env, napi_callback_info info);
 // sequenceState and restoreSequenceState: see sequence-state.cpp.
 napi_value sequenceState(napi_env env, napi_callback_info info);
 napi_value restoreSequenceState(napi_env env, napi_callback_info info);
+
+// addInfillSampler: see infill-sampler.cpp.
+napi_value addInfillSampler(napi_env env, napi_callback_info info);
 
 // loadProjector, unloadProjector, imageLayout and evalImage: see vision.cpp.
 napi_value loadProjector(napi_env env, napi_callback_info info);

@@ -37,6 +37,8 @@ interface AddonContext {
   abortSteps?(): void;
   tokenLogprobs?(batchLogitIndex: number, token: Token, top: number): Float64Array;
   tokenBytes?(token: Token): Uint8Array;
+  /** Parley's (src/natives/infill-sampler.cpp): llama.cpp's infill sampler into the sampler's chain, before its draw. */
+  addInfillSampler?(sampler: AddonSampler): void;
   pooledEmbeddings?(sequenceIds: number[]): Float32Array;
   tokenizeInput?(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
   /** Parley's (src/natives/sequence-state.cpp): a sequence's state copied in memory, and back. */
@@ -119,6 +121,8 @@ export interface SamplerConfig {
   grammar?: object;
   /** A grammar state that holds once `armed` (a tool call's opener written), from the next token on. */
   lazyGrammar?: { readonly state: object; armed: boolean };
+  /** llama.cpp's infill sampler before the draw (natives that have it: `hasInfillSampler`). */
+  infillSampler?: true;
 }
 
 /**
@@ -128,6 +132,7 @@ export interface SamplerConfig {
 export class Sampler {
   readonly native: AddonSampler;
   private readonly natives: AddonSamplerClass;
+  private readonly ctx: AddonContext;
   /** The last tokens sampled, as many as the penalties count: given again when the configuration changes. */
   private readonly recent: Token[] = [];
   private constrained = false;
@@ -137,9 +142,18 @@ export class Sampler {
     model: LlamaModel,
     private readonly config: SamplerConfig,
   ) {
+    this.ctx = internals<ContextInternals>(context)._ctx;
     this.natives = internals<ContextInternals>(context)._llama._bindings.AddonSampler;
     this.native = new this.natives(internals<{ _model: unknown }>(model)._model);
-    this.native.applyConfig(this.nativeConfig(config.grammar));
+    this.configure(config.grammar);
+  }
+
+  /** Every field again (the addon drops what a configuration leaves out), and the infill sampler, which a new draw leaves out. */
+  private configure(grammar: object | undefined): void {
+    this.native.applyConfig(this.nativeConfig(grammar));
+    if (!this.config.infillSampler) return;
+    if (!this.ctx.addInfillSampler) throw new Error("these natives have no infill sampler: Parley's compiled natives do");
+    this.ctx.addInfillSampler(this.native);
   }
 
   /** The grammar that holds the reply now: its own, or its lazy one once armed. */
@@ -171,7 +185,7 @@ export class Sampler {
       this.sampled(token);
     }
     // The addon's penalties hold only what it sampled: the configuration again gives them the rest.
-    if ((this.config.penalties?.window ?? 0) > 0) this.native.applyConfig(this.nativeConfig(grammar));
+    if ((this.config.penalties?.window ?? 0) > 0) this.configure(grammar);
   }
 
   /** Before the next token is sampled: a lazy grammar armed since holds from now on. */
@@ -179,9 +193,8 @@ export class Sampler {
     const lazy = this.config.lazyGrammar;
     if (!lazy?.armed || this.constrained) return;
     this.constrained = true;
-    // Every field again: the addon drops what a configuration leaves out. The penalties' history
-    // given again is the one the addon holds, so it carries on.
-    this.native.applyConfig(this.nativeConfig(lazy.state));
+    // The penalties' history given again is the one the addon holds, so it carries on.
+    this.configure(lazy.state);
   }
 
   private nativeConfig(grammar: object | undefined) {
@@ -241,6 +254,8 @@ export interface Sampled {
 }
 
 /** Whether the natives can tell a sampled token's log-probabilities (Parley's compiled natives can). */
+export const hasInfillSampler = (context: LlamaContext): boolean => internals<ContextInternals>(context)._ctx.addInfillSampler !== undefined;
+
 export function hasLogprobs(context: LlamaContext): boolean {
   const ctx = internals<ContextInternals>(context)._ctx;
   return ctx.tokenLogprobs !== undefined && ctx.tokenBytes !== undefined;

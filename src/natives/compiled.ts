@@ -36,6 +36,7 @@ const HOOK_SOURCES = [
   "token-logprobs.cpp",
   "pooled-embeddings.cpp",
   "sequence-state.cpp",
+  "infill-sampler.cpp",
   "vision.cpp",
 ].map((name) => join(import.meta.dir, name));
 

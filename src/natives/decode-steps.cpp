@@ -1,6 +1,6 @@
 // Adds two methods to node-llama-cpp's AddonContext, for replies that decode with nothing else to
-// do beside them (and appends those defined in token-logprobs.cpp, pooled-embeddings.cpp and
-// sequence-state.cpp and vision.cpp):
+// do beside them (and appends those defined in token-logprobs.cpp, pooled-embeddings.cpp,
+// sequence-state.cpp, infill-sampler.cpp and vision.cpp):
 // - decodeSteps(sequenceIds, positions, tokens, samplers, limits, steps, draftLengths?, histories?,
 //   proposals?):
 //   on the decode thread, decodes one batch of each sequence's token at its position, samples each
@@ -612,6 +612,10 @@ bool integerOf(const Napi::Value & value, int64_t min, int64_t max, int64_t & ou
     return true;
 }
 
+AddonSampler * samplerOf(napi_env env, const Napi::Value & value) {
+    return instanceOf(env, value, classesOfThisThread.sampler) ? Napi::ObjectWrap<AddonSampler>::Unwrap(value.As<Napi::Object>()) : nullptr;
+}
+
 AddonContext * liveContextOf(napi_env env, const Napi::CallbackInfo & info, const char * method) {
     AddonContext * context = instanceOf(env, info.This(), classesOfThisThread.context) ? Napi::ObjectWrap<AddonContext>::Unwrap(info.This().As<Napi::Object>()) : nullptr;
     if (context == nullptr) {
@@ -657,6 +661,7 @@ extern "C" napi_status __wrap_napi_define_class(napi_env env, const char * utf8n
     extended.push_back(method("tokenizeInput", tokenizeInput));
     extended.push_back(method("sequenceState", sequenceState));
     extended.push_back(method("restoreSequenceState", restoreSequenceState));
+    extended.push_back(method("addInfillSampler", addInfillSampler));
     extended.push_back(method("loadProjector", loadProjector));
     extended.push_back(method("unloadProjector", unloadProjector));
     extended.push_back(method("imageLayout", imageLayout));

@@ -3,7 +3,7 @@
 # - adds decode-thread.cpp, and has the linker route the addon's calls to llama_decode through it
 #   (why: see that file);
 # - where the project has node-llama-cpp's addon sources, adds decode-steps.cpp (and
-#   token-logprobs.cpp, pooled-embeddings.cpp, sequence-state.cpp, vision.cpp with llama.cpp's mtmd
+#   token-logprobs.cpp, pooled-embeddings.cpp, sequence-state.cpp, infill-sampler.cpp, vision.cpp with llama.cpp's mtmd
 #   sources), and has the linker route napi_define_class through it, which gives
 #   AddonContext its methods,
 #   llama_log_set, which keeps an aborted step out of the log, and llama_memory_seq_add/div, which
@@ -34,7 +34,7 @@ if (PROJECT_NAME STREQUAL "llama-addon")
             endforeach()
             target_sources(llama-addon PRIVATE "${PARLEY_NATIVES_DIR}/decode-steps.cpp" "${PARLEY_NATIVES_DIR}/token-logprobs.cpp"
                            "${PARLEY_NATIVES_DIR}/pooled-embeddings.cpp" "${PARLEY_NATIVES_DIR}/sequence-state.cpp"
-                           "${PARLEY_NATIVES_DIR}/vision.cpp")
+                           "${PARLEY_NATIVES_DIR}/infill-sampler.cpp" "${PARLEY_NATIVES_DIR}/vision.cpp")
             target_include_directories(llama-addon PRIVATE "${PARLEY_ADDON_SOURCES}" "${PARLEY_NATIVES_DIR}")
             # llama.cpp's mtmd (images in prompts, vision.cpp), compiled into the addon rather than
             # linked as its own shared library: one file less to ship and find, and its decodes go

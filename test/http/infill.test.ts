@@ -37,6 +37,9 @@ import {
   testEngine,
 } from "../support";
 import {
+  CHAIN_BODY,
+  CHAIN_CASES,
+  CHAIN_SEEDS,
   INDENT_BODY,
   INDENT_CASES,
   INFILL_BATCH,
@@ -182,7 +185,7 @@ describe("POST /infill", () => {
     expect(body["timings/prompt_n"]).toBe(fixture.answers[c.name]!.tokens.length - (body["timings/cache_n"] as number));
   });
 
-  test("llama.vscode's request: its samplers refused (no infill sampler), llama-server's default chain taken; its other fields taken", async () => {
+  test("llama.vscode's request as it sends it; llama-server's default chain too", async () => {
     const request = {
       input_prefix: "def add(a, b):\n    ",
       input_suffix: "\n",
@@ -198,14 +201,8 @@ describe("POST /infill", () => {
       t_max_prompt_ms: 500,
       t_max_predict_ms: 1000,
     };
-    const refused = await infill(request);
-    expect(refused.status).toBe(400);
-    expect(((await refused.json()) as { error: { param: string; message: string } }).error).toMatchObject({
-      param: "samplers",
-      message: expect.stringContaining("infill"),
-    });
     const defaults = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"];
-    for (const samplers of [defaults, undefined]) {
+    for (const samplers of [request.samplers, defaults, undefined]) {
       const response = await infill({ ...request, samplers });
       expect(response.status).toBe(200);
       expect(await response.json()).toMatchObject({ tokens_predicted: 3, stop_type: "limit" });
@@ -218,7 +215,9 @@ describe("POST /infill", () => {
       [{ input_prefix: "", input_suffix: "", input_extra: [{ filename: "a.py" }] }, "input_extra"],
       [{ input_prefix: "", input_suffix: "", n_predict: 0 }, "n_predict"],
       [{ input_prefix: "", input_suffix: "", return_tokens: true }, "return_tokens"],
-      [{ input_prefix: "", input_suffix: "", samplers: ["top_k", "temperature"] }, "samplers"],
+      [{ input_prefix: "", input_suffix: "", samplers: ["temperature", "top_k"] }, "samplers[1]"],
+      [{ input_prefix: "", input_suffix: "", samplers: ["infill", "infill"] }, "samplers[1]"],
+      [{ input_prefix: "", input_suffix: "", samplers: ["mirostat"] }, "samplers[0]"],
       [{ input_prefix: "", input_suffix: "", n_indent: -1 }, "n_indent"],
       [{ input_prefix: "", input_suffix: "", prompt: "x".repeat(20_000) }, "prompt"],
     ];
@@ -281,6 +280,16 @@ describe("lines that end a completion: n_indent and t_max_predict_ms", () => {
     }
     // Each n_indent ends the completion at a line of its own (llama-server's cut: before the line's first character).
     expect(new Set(INDENT_CASES.map((n) => fixture.indent.answers[n]!.content)).size).toBe(INDENT_CASES.length);
+  });
+
+  test("samplers: each chain draws llama-server's completion seed for seed, the infill sampler's end included", async () => {
+    for (const [name, samplers] of Object.entries(CHAIN_CASES)) {
+      const drawn = [];
+      for (const seed of CHAIN_SEEDS) drawn.push(((await (await post({ ...CHAIN_BODY, samplers, seed })).json()) as Answer).content);
+      expect({ name, drawn }).toEqual({ name, drawn: fixture.chains[name]! });
+    }
+    // The infill sampler ends the completion where the model's end is likely; without it the draw goes on.
+    expect(fixture.chains["llama.vscode"]).not.toEqual(fixture.chains["no infill"]);
   });
 
   test("t_max_predict_ms: once past, the completion ends with the next piece that breaks a line", async () => {

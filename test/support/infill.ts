@@ -100,10 +100,25 @@ export interface IndentAnswer {
   tokens_predicted: number;
 }
 
+/**
+ * Sampler chains drawn with a seed on the indentation model, whose line breaks are tokens that begin
+ * one another (one break, two): llama.vscode's and llama.vim's request (`top_k`, `top_p`, `infill`),
+ * the same without the infill sampler (another completion), and a temperature before it.
+ */
+export const CHAIN_BODY = { input_prefix: "def f():\n", input_suffix: "\n", n_predict: 24, top_k: 40, top_p: 0.99, temperature: 2 };
+export const CHAIN_CASES: Record<string, string[]> = {
+  "llama.vscode": ["top_k", "top_p", "infill"],
+  "no infill": ["top_k", "top_p"],
+  "temperature, then infill": ["top_k", "temperature", "infill"],
+};
+export const CHAIN_SEEDS = [1, 2, 3, 4, 5, 6];
+
 export interface InfillFixture {
   /** The preset file llama-server was given. */
   sha256: string;
   answers: Record<string, InfillAnswer>;
+  /** llama-server's completions of `CHAIN_BODY` on the indentation model, by case, a content a seed (`CHAIN_SEEDS`). */
+  chains: Record<string, string[]>;
   /** The indentation model's file (indentModelGguf) and llama-server's answers on it, by `n_indent`. */
   indent: { sha256: string; answers: Record<string, IndentAnswer> };
 }

@@ -20,9 +20,6 @@ const WITHOUT_EFFECT = {
   t_max_prompt_ms: optional(t.Number(), "t_max_prompt_ms must be a number"),
 };
 
-/** llama-server's default sampler chain (common/common.h), the order Parley's sampling has: the only `samplers` taken. */
-export const DEFAULT_SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"];
-
 export const InfillRequest = t.Object(
   {
     input_prefix: t.String({ error: "input_prefix must be a string: the text before the cursor" }),

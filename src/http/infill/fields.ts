@@ -7,6 +7,8 @@ export const infillFields: FieldNames = (field) => {
       return field.detail === "start" ? "prompt" : "input_suffix";
     case "model":
       return "model";
+    case "sampler":
+      return "samplers";
     default:
       return undefined;
   }

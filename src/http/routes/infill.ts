@@ -10,9 +10,10 @@ import type { CompletionInput } from "../../chat/completions";
 import { InvalidInput } from "../../errors";
 import { requireKey } from "../auth";
 import { namingFields } from "../field-names";
-import { DEFAULT_SAMPLERS, InfillRequest } from "../infill/contract";
+import { InfillRequest } from "../infill/contract";
 import { infillFields } from "../infill/fields";
 import { InfillClock, infillFraming, infillJson } from "../infill/present";
+import { chainOf } from "../infill/samplers";
 import { jsonBody } from "../json-body";
 import { infillResponse, openAiErrorResponses, TURN_REFUSALS } from "../openapi";
 import { samplingFieldsOf } from "../sampling-fields";
@@ -33,31 +34,26 @@ function infillInput(body: InfillRequest): Omit<CompletionInput, "signal" | "use
     if (!file.text.isWellFormed() || !name.isWellFormed()) throw new InvalidInput(`input_extra[${i}]`, "a file's text and filename must be valid Unicode text");
     return { name, text: file.text };
   });
-  if (body.samplers != null && body.samplers.join() !== DEFAULT_SAMPLERS.join()) {
-    throw new InvalidInput(
-      "samplers",
-      `Parley samples with llama-server's default chain only (${DEFAULT_SAMPLERS.join(", ")}): leave samplers out or send that list; another chain (llama.vscode's "infill" sampler) would change the completion`,
-    );
-  }
   const stopWhen = {
     ...(body.n_indent ? { lineIndentBelow: body.n_indent } : {}),
     ...(body.t_max_predict_ms != null && body.t_max_predict_ms > 0 ? { afterMsAtNewLine: body.t_max_predict_ms } : {}),
   };
   // n_predict wins over max_tokens, as in llama-server; 0 would only evaluate the prompt, which Parley's cache does not need.
   const predict = body.n_predict ?? body.max_tokens ?? -1;
+  const sampling = {
+    temperature: body.temperature ?? DEFAULT_TEMPERATURE,
+    ...samplingFieldsOf(body),
+    minP: body.min_p ?? DEFAULT_MIN_P,
+    ...(body.repeat_last_n != null ? { penaltyWindow: body.repeat_last_n < 0 ? Number.POSITIVE_INFINITY : body.repeat_last_n } : {}),
+    seed: body.seed == null || body.seed < 0 ? undefined : body.seed >>> 0,
+  };
   if (predict === 0)
     throw new InvalidInput("n_predict", "must be at least 1, or -1 for as long as the context allows (Parley caches a prompt as it answers it)");
   return {
     messages: [],
     infill: { before: body.input_prefix, after: body.input_suffix, start: body.prompt ?? "", files },
     ...(body.model != null ? { model: body.model } : {}),
-    sampling: {
-      temperature: body.temperature ?? DEFAULT_TEMPERATURE,
-      ...samplingFieldsOf(body),
-      minP: body.min_p ?? DEFAULT_MIN_P,
-      ...(body.repeat_last_n != null ? { penaltyWindow: body.repeat_last_n < 0 ? Number.POSITIVE_INFINITY : body.repeat_last_n } : {}),
-      seed: body.seed == null || body.seed < 0 ? undefined : body.seed >>> 0,
-    },
+    sampling: body.samplers == null ? sampling : chainOf(body.samplers, sampling),
     ...(predict > 0 ? { maxTokens: predict } : {}),
     ...(body.stop?.length ? { stop: body.stop } : {}),
     ...(Object.keys(stopWhen).length > 0 ? { stopWhen } : {}),
