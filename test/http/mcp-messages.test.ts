@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
-import { allowSlowTests, rejection } from "../support";
+import { allowSlowTests, rejection, servedDocument } from "../support";
 import { HOSTILE_RESULT, servedWithMcp } from "../support/mcp";
 
 allowSlowTests();
@@ -93,4 +93,16 @@ describe("Messages' mcp_servers run in the service", () => {
       message: expect.stringContaining("mcp_servers[0].name"),
     });
   });
+});
+
+test("the message matches the served OpenAPI document", async () => {
+  const { betas: _, ...body } = ask("fail");
+  const response = await fetch(`${app.served.url}/v1/messages`, {
+    method: "POST",
+    headers: { "x-api-key": app.key, "anthropic-version": "2023-06-01", "anthropic-beta": BETA, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const message = (await response.json()) as { content: { type: string; is_error?: boolean }[] };
+  expect(message.content.find((block) => block.type === "mcp_tool_result")?.is_error).toBe(true);
+  (await servedDocument(app.served.url)).expectDocumented("/v1/messages", "post", 200, message);
 });

@@ -7,7 +7,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import OpenAI from "openai";
-import { allowSlowTests, rejection, until } from "../support";
+import { allowSlowTests, rejection, servedDocument, until } from "../support";
 import { MCP_RESULT_CAP as CAP, HOSTILE_RESULT, servedWithMcp } from "../support/mcp";
 
 allowSlowTests();
@@ -311,4 +311,30 @@ describe("only the servers the operator lists, for the keys it names", () => {
     expect(failed.status).toBe(424);
     expect(failed.message).toContain('MCP server "down" did not list its tools');
   });
+});
+
+test("the bodies match the served OpenAPI document: a response with every mcp item, its input items, a 424", async () => {
+  const document = await servedDocument(app.served.url);
+  const raw = async (method: string, path: string, body?: unknown) => {
+    const response = await fetch(`${app.served.url}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${app.key}`, "content-type": "application/json" },
+      ...(body ? { body: JSON.stringify(body) } : {}),
+    });
+    return { status: response.status, body: (await response.json()) as { id: string; output: { type: string; id: string }[] } };
+  };
+  const asked = await raw("POST", "/v1/responses", weather("lookup", { require_approval: { never: { tool_names: ["fail"] } } }));
+  document.expectDocumented("/v1/responses", "post", 200, asked.body);
+  const request = asked.body.output.find((item) => item.type === "mcp_approval_request")!;
+  const answered = await raw("POST", "/v1/responses", {
+    ...weather("fail", { require_approval: { never: { tool_names: ["fail"] } } }),
+    previous_response_id: asked.body.id,
+    input: [{ type: "mcp_approval_response", approval_request_id: request.id, approve: true }],
+  });
+  expect(answered.body.output.map((item) => item.type)).toEqual(["mcp_call", "mcp_call", "message"]);
+  document.expectDocumented("/v1/responses/{id}", "get", 200, (await raw("GET", `/v1/responses/${answered.body.id}`)).body);
+  document.expectDocumented("/v1/responses/{id}/input_items", "get", 200, (await raw("GET", `/v1/responses/${answered.body.id}/input_items`)).body);
+  const down = await raw("POST", "/v1/responses", { model: "any", input: "Hi", tools: [{ type: "mcp", server_label: "down" }] });
+  expect(down.status).toBe(424);
+  document.expectDocumented("/v1/responses", "post", 424, down.body);
 });

@@ -263,7 +263,10 @@ export const anthropicRoutes = (deps: CompletionRouteDeps) =>
         detail: {
           summary: "Anthropic-compatible Messages: the reply as a message (JSON, or Anthropic's named events with stream: true)",
           tags: TAGS,
-          responses: { "200": jsonResponse("The message", "AnthropicMessage"), ...anthropicErrorResponses(...TURN_REFUSALS, "quota_exceeded") },
+          responses: {
+            "200": jsonResponse("The message", "AnthropicMessage"),
+            ...anthropicErrorResponses(...TURN_REFUSALS, "quota_exceeded", "dependency_failed"),
+          },
         },
       },
     )

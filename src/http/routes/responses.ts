@@ -291,6 +291,7 @@ export const responsesRoutes = (deps: ResponsesRouteDeps) =>
               "rate_limited",
               "quota_exceeded",
               "overloaded",
+              "dependency_failed",
             ),
             "404": {
               ...openAiErrorResponses("not_found", "model_not_found")["404"]!,
