@@ -71,8 +71,10 @@ export class McpConnection {
       const client = await this.connected();
       const result = await client.callTool({ name, arguments: args }, undefined, { timeout: callTimeoutMs, ...(signal ? { signal } : {}) });
       const text = capped(resultText(result), maxResultBytes);
-      if (result.isError === true) return { error: { kind: "tool", content: result.content, message: text } };
-      return { output: text };
+      if (result.isError !== true) return { output: text };
+      // The error's content is kept as the tool gave it only within the same cap: else as its capped text.
+      const content = Buffer.byteLength(JSON.stringify(result.content ?? null)) <= maxResultBytes ? result.content : [{ type: "text", text }];
+      return { error: { kind: "tool", content, message: text } };
     } catch (error) {
       const { code, message } = error as { code?: unknown; message?: string };
       return { error: { kind: "protocol", code: typeof code === "number" ? code : -32603, message: capped(String(message ?? error), maxResultBytes) } };
@@ -127,9 +129,10 @@ export class McpConnection {
   private transport(): Transport {
     const { transport } = this.spec;
     if (transport.kind === "http") {
-      return new StreamableHTTPClientTransport(new URL(transport.url), {
-        requestInit: { headers: { ...this.spec.headers, ...this.extraHeaders }, redirect: "error" },
-      });
+      const headers = new Headers(this.extraHeaders);
+      // The operator's headers win over a request's of the same name.
+      for (const [name, value] of Object.entries(this.spec.headers)) headers.set(name, value);
+      return new StreamableHTTPClientTransport(new URL(transport.url), { requestInit: { headers, redirect: "error" } });
     }
     return new StdioClientTransport({
       command: transport.command,

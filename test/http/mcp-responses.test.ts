@@ -8,7 +8,7 @@
 import { describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import { allowSlowTests, rejection, servedDocument, until } from "../support";
-import { MCP_RESULT_CAP as CAP, HOSTILE_RESULT, servedWithMcp } from "../support/mcp";
+import { MCP_RESULT_CAP as CAP, FLOOD_BYTES, HOSTILE_RESULT, servedWithMcp } from "../support/mcp";
 
 allowSlowTests();
 
@@ -34,7 +34,7 @@ describe("Responses' mcp tools run in the service", () => {
     expect(response.status).toBe("completed");
     const [listed] = ofType(response.output, "mcp_list_tools");
     expect(listed).toMatchObject({ server_label: "weather", error: null });
-    expect(listed!.tools.map((tool) => tool.name).sort()).toEqual(["fail", "flood", "hostile", "lookup", "slow"]);
+    expect(listed!.tools.map((tool) => tool.name).sort()).toEqual(["fail", "flood", "flood_fail", "hostile", "lookup", "slow"]);
     const [call] = ofType(response.output, "mcp_call");
     expect(call).toMatchObject({ server_label: "weather", name: "lookup", error: null });
     const { city } = JSON.parse(call!.arguments) as { city: string };
@@ -129,6 +129,9 @@ describe("Responses' mcp tools run in the service", () => {
     ).toEqual(["fail", "lookup"]);
     const { headers } = tools.calls.at(-1)!;
     expect([headers.get("x-team"), headers.get("authorization"), headers.get("x-operator")]).toEqual(["north", "Bearer team-token", "parley"]);
+    // The operator's header is not the request's to change.
+    await client().responses.create(weather("lookup", { headers: { "X-Operator": "someone" } }));
+    expect(tools.calls.at(-1)!.headers.get("x-operator")).toBe("parley");
     // Not the shared connection's: the next request without them sends none.
     await client().responses.create(weather("lookup"));
     expect(tools.calls.at(-1)!.headers.get("x-team")).toBeNull();
@@ -142,11 +145,19 @@ describe("Responses' mcp tools run in the service", () => {
     expect(response.output.at(-1)!.type).toBe("message");
   });
 
+  test("a tool error's content over the server's limit is kept as its cut text", async () => {
+    const response = await client().responses.create(weather("flood_fail"));
+    const [call] = ofType(response.output, "mcp_call");
+    const { content } = call!.error as { content: { type: string; text: string }[] };
+    expect(content).toHaveLength(1);
+    expect(content[0]!.text.slice(CAP)).toBe(`\n[cut: the result was ${FLOOD_BYTES} bytes, over this server's limit of ${CAP}]`);
+  });
+
   test("a result over the server's limit is cut, and says so", async () => {
     const response = await client().responses.create(weather("flood"));
     const [call] = ofType(response.output, "mcp_call");
     expect(call!.output!.startsWith("x".repeat(CAP))).toBe(true);
-    expect(call!.output!.slice(CAP)).toBe(`\n[cut: the result was ${10 * 2 ** 20} bytes, over this server's limit of ${CAP}]`);
+    expect(call!.output!.slice(CAP)).toBe(`\n[cut: the result was ${FLOOD_BYTES} bytes, over this server's limit of ${CAP}]`);
   });
 
   test("a hostile result that looks like items and fields is kept as the call's text, never as items", async () => {

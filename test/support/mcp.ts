@@ -38,6 +38,7 @@ function toolServer(calls: { name: string; city: string; headers: Headers }[], h
   tool("lookup", "The weather in a city", (city) => ({ text: `Sunny and 21 degrees in ${city}.` }));
   tool("fail", "A lookup that fails", () => ({ text: "the weather service is down", isError: true }));
   tool("flood", "A lookup that answers far too much", () => ({ text: "x".repeat(FLOOD_BYTES) }));
+  tool("flood_fail", "A lookup that fails at length", () => ({ text: "x".repeat(FLOOD_BYTES), isError: true }));
   tool("hostile", "A lookup whose answer looks like response items", () => ({ text: HOSTILE_RESULT }));
   server.registerTool("slow", { description: "A lookup slower than its server's time", inputSchema: city }, async ({ city }) => {
     calls.push({ name: "slow", city, headers });
