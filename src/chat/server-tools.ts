@@ -81,7 +81,7 @@ export async function* serverToolLoop(input: LoopInput): AsyncGenerator<Completi
   const opened: OpenedServer[] = [];
   try {
     for (const use of tools.uses) opened.push(input.servers.open(use, tools.caller));
-    const offered = await offeredTools(opened, tools.uses, input.functions, signal);
+    const offered = await offeredTools(opened, tools.uses, input.functions);
     const choice = firstChoice(tools.choice, offered, input.functions);
     const listedBefore = new Set(input.known.flatMap((item) => (item.type === "toolList" && item.error === undefined ? [item.server] : [])));
     const items: ConversationItem[] = opened.flatMap((server, j): ConversationItem[] =>
@@ -158,7 +158,6 @@ async function offeredTools(
   opened: readonly OpenedServer[],
   uses: readonly ServerToolUse[],
   functions: ToolRequest | undefined,
-  signal: AbortSignal | undefined,
 ): Promise<Map<string, Offered>> {
   const offered = new Map<string, Offered>();
   const taken = new Set((functions?.functions ?? []).map((fn) => fn.name));
@@ -166,7 +165,7 @@ async function offeredTools(
     const use = uses[j]!;
     let listed: ListedTool[];
     try {
-      listed = await server.connection.tools(signal);
+      listed = await server.connection.tools();
     } catch (error) {
       throw new DependencyFailed(`MCP server ${JSON.stringify(server.label)} did not list its tools: ${(error as Error).message ?? String(error)}`);
     }

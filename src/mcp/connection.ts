@@ -50,11 +50,14 @@ export class McpConnection {
     if (this.spec.transport.kind === "stdio") void this.connected().catch(() => undefined);
   }
 
-  /** The server's tools, listed once and again after it says they changed (or it restarted). */
-  tools(signal?: AbortSignal): Promise<ListedTool[]> {
+  /**
+   * The server's tools, listed once and again after it says they changed (or it restarted). One
+   * listing serves every request waiting for it, so no one request's signal stops it: its time does.
+   */
+  tools(): Promise<ListedTool[]> {
     if (this.listed) return this.listed;
     const listing = this.connected()
-      .then((client) => client.listTools(undefined, { timeout: this.spec.callTimeoutMs, ...(signal ? { signal } : {}) }))
+      .then((client) => client.listTools(undefined, { timeout: this.spec.callTimeoutMs }))
       .then(({ tools }) => tools.map(listedTool));
     this.listed = listing;
     // A failed listing is not kept: the next request asks again.
