@@ -101,6 +101,41 @@ describe("Responses' mcp tools run in the service", () => {
     expect(input.data).toContainEqual(expect.objectContaining({ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }));
   });
 
+  test("streamed, an approval request comes whole, as kept; the approved call's events follow on the follow-up's stream", async () => {
+    const typesOf = (events: OpenAI.Responses.ResponseStreamEvent[]) => events.map((event) => event.type);
+    const asking: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const event of await client().responses.create({ ...weather("lookup", { require_approval: "always" }), stream: true })) asking.push(event);
+    expect(typesOf(asking).filter((type) => type.startsWith("response.mcp_call"))).toEqual([]);
+    const completed = asking.at(-1);
+    if (completed?.type !== "response.completed") throw new Error("the stream must end completed");
+    const request = ofType(completed.response.output, "mcp_approval_request")[0]!;
+    const about = asking.flatMap((event) => ("item" in event && event.item.id === request.id ? [[event.type, event.item]] : []));
+    expect(about).toEqual([
+      ["response.output_item.added", request],
+      ["response.output_item.done", request],
+    ]);
+    expect((await client().responses.retrieve(completed.response.id)).output).toEqual(completed.response.output);
+    const answering: OpenAI.Responses.ResponseStreamEvent[] = [];
+    const follow = await client().responses.create({
+      model: "any",
+      previous_response_id: completed.response.id,
+      input: [{ type: "mcp_approval_response", approval_request_id: request.id, approve: true }],
+      tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
+      temperature: 0,
+      stream: true,
+    });
+    for await (const event of follow) answering.push(event);
+    expect(typesOf(answering).slice(2, 6)).toEqual([
+      "response.output_item.added",
+      "response.mcp_call.in_progress",
+      "response.mcp_call.completed",
+      "response.output_item.done",
+    ]);
+    const done = answering.at(-1);
+    if (done?.type !== "response.completed") throw new Error("the stream must end completed");
+    expect(ofType(done.response.output, "mcp_call")[0]).toMatchObject({ approval_request_id: request.id, status: "completed" });
+  });
+
   test("unstored, the approval round trip gives the output back as input", async () => {
     const asked = await client().responses.create({ ...weather("lookup", { require_approval: "always" }), store: false });
     const [request] = ofType(asked.output, "mcp_approval_request");
