@@ -330,6 +330,7 @@ export const CONFIG_SPEC = {
   },
   mcpServers: {
     env: "PARLEY_MCP_SERVERS",
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the operator's ${NAME}, written as the file takes it
     doc: "the MCP servers whose tools a response may run in the service (`docs/operations.md`, MCP servers), `label=http://host:port/mcp,…`, or `@file` naming a JSON object of labels to `{url or command, args?, env?, cwd?, headers?, users?, roles?, timeout_s?, max_result_bytes?}` (a stdio `command` is started and restarted by Parley; `${NAME}` in a header or env value is taken from the environment); empty: a request that names a server is `400` (the service connects to none)",
     shownDefault: "empty",
     flag: "--mcp-servers",
