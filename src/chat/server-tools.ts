@@ -44,6 +44,8 @@ export interface ServerTools {
   caller: Caller;
   /** The first model turn must call a server's tool: the one named (of this server, if given), or any. */
   choice?: { server?: string; name?: string };
+  /** The request's choice is that no tool be called: the servers are listed and approved calls made, but nothing is offered. */
+  none?: boolean;
 }
 
 /** A turn's result with the items the loop made, in order (what the protocol shows as its output). */
@@ -96,7 +98,7 @@ export async function* serverToolLoop(input: LoopInput): AsyncGenerator<Completi
     for (let step = 0; step < STEP_LIMIT; step++) {
       const before = result;
       const last = step === STEP_LIMIT - 1;
-      const request = requestOf(input.functions, last ? [] : [...offered.values()], step === 0 ? choice : undefined);
+      const request = requestOf(input.functions, last || tools.none ? [] : [...offered.values()], step === 0 ? choice : undefined);
       const events = input.step(items, request, step === 0);
       const calls = new Map<number, Offered>();
       try {

@@ -136,6 +136,32 @@ describe("Responses' mcp tools run in the service", () => {
     expect(ofType(done.response.output, "mcp_call")[0]).toMatchObject({ approval_request_id: request.id, status: "completed" });
   });
 
+  test('tool_choice "none" offers no server\'s tool: the model answers in words, as it would with none', async () => {
+    const { tools: offered } = weather("lookup", { require_approval: "never" });
+    const plain = await client().responses.create({ model: "any", input: "What is the weather in Paris?", temperature: 0, store: false });
+    const none = await client().responses.create({ ...weather("lookup"), tools: offered, tool_choice: "none", store: false });
+    expect(none.output.map((item) => item.type)).toEqual(["mcp_list_tools", "message"]);
+    expect(none.output_text).toBe(plain.output_text);
+    expect(none.usage!.input_tokens).toBe(plain.usage!.input_tokens);
+  });
+
+  test("a refused approval makes no call: the model is told and answers", async () => {
+    const asked = await client().responses.create(weather("lookup", { require_approval: "always" }));
+    const [request] = ofType(asked.output, "mcp_approval_request");
+    const before = tools.calls.length;
+    const refused = await client().responses.create({
+      model: "any",
+      previous_response_id: asked.id,
+      input: [{ type: "mcp_approval_response", approval_request_id: request!.id, approve: false, reason: "not today" }],
+      tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
+      tool_choice: "none",
+      temperature: 0,
+    });
+    expect(tools.calls.length).toBe(before);
+    expect(refused.output.map((item) => item.type)).toEqual(["message"]);
+    expect(refused.output_text).toMatch(/\w/);
+  });
+
   test("unstored, the approval round trip gives the output back as input", async () => {
     const asked = await client().responses.create({ ...weather("lookup", { require_approval: "always" }), store: false });
     const [request] = ofType(asked.output, "mcp_approval_request");

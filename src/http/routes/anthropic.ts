@@ -159,6 +159,7 @@ function serverToolsOf(body: Pick<MessagesRequest, "tools" | "tool_choice" | "mc
   return {
     stem: newStem(),
     caller,
+    ...(choice?.type === "none" ? { none: true } : {}),
     uses: servers.map(
       (server, index): ServerToolUse => ({
         index,

@@ -220,6 +220,7 @@ async function responseInput(body: ResponseRequest, pictures: RequestPictures, c
           serverTools: {
             uses: servers,
             caller,
+            ...(choice === "none" ? { none: true } : {}),
             ...(serverChoice
               ? {
                   choice: {
