@@ -5,7 +5,7 @@
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { CARRIED_MODELS } from "./carried/models";
-import { unpackCarried } from "./carried/unpack";
+import { UnpackError, unpackCarried } from "./carried/unpack";
 import { CompletionService } from "./chat/completions";
 import { ConversationItemService } from "./chat/conversation-item-service";
 import { ResponseService } from "./chat/responses";
@@ -297,7 +297,9 @@ async function carriedPaths(dataDir: string, announce: Announce): Promise<string
     }
     return paths;
   } catch (error) {
-    throw new Refusal(`cannot unpack the models this executable carries into ${dataDir}: ${error instanceof Error ? error.message : String(error)}`);
+    const reason = error instanceof Error ? error.message : String(error);
+    // An UnpackError already says what is needed and where; anything else (a directory it cannot write) gets the place.
+    throw new Refusal(error instanceof UnpackError ? reason : `cannot unpack the models this executable carries into ${dataDir}: ${reason}`);
   }
 }
 

@@ -18,6 +18,7 @@ import { arm64Emulator, installAlone, runCli } from "../support/binary";
 import { postChat } from "../support/http";
 import { startServer } from "../support/process";
 import { readSse, type SseEvent } from "../support/sse";
+import { systemTests } from "../support/system-tests";
 import { binaryScenario } from "./scenario";
 
 allowSlowTests();
@@ -72,6 +73,22 @@ describe("the single executable", () => {
     expect(runCli(install("plain"), "model", "embedded").stdout).toContain("carries no models");
 
     await binaryScenario(carrying, { carried: true });
+
+    // A data directory without room for the model (a 4 MB tmpfs, mounted only when system tests are asked for).
+    if (systemTests("the carried model's no-room start", () => (process.getuid?.() !== 0 ? "mounting a tmpfs needs root" : undefined)) !== undefined) return;
+    const small = join(installed.dir, "small");
+    mkdirSync(small);
+    const mount = Bun.spawnSync(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", small], { stderr: "pipe" });
+    expect(mount.exitCode, mount.stderr.toString()).toBe(0);
+    try {
+      const refused = runCli(installed, "serve", "--port", "0", "--data-dir", small, "--db", join(small, "parley.db"));
+      expect(refused.code).toBe(1);
+      expect(`${refused.stdout}${refused.stderr}`).toMatch(
+        /no room to unpack the model this executable carries: parley-demo\.gguf needs \d+ MB free in \/\S+\/small\/carried\/[0-9a-f]{64}, which has \d+ MB \(.*PARLEY_DATA_DIR\)$/m,
+      );
+    } finally {
+      Bun.spawnSync(["umount", "-l", small]);
+    }
   }, 90_000);
 
   // Bun's ARM64 runtime comes from npm on the first such build (then from Bun's cache); the npm
