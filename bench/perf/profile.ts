@@ -173,6 +173,9 @@ export const profile: Scenario = {
       cpu.detail = {
         threads: Object.fromEntries(Object.entries(runs).map(([name, spent]) => [name, spent!.at(-1)!.threads])),
         wallUs: Object.fromEntries(Object.entries(runs).map(([name, spent]) => [name, median(spent!.map((s) => s.wallUs))])),
+        rounds: Object.fromEntries(
+          Object.entries(runs).map(([name, spent]) => [name, spent!.map(({ tokens, wallUs, cpuUs, mainCpuUs }) => ({ tokens, wallUs, cpuUs, mainCpuUs }))]),
+        ),
         ...(withPerf ? { perf } : {}),
       };
       rows.push(
