@@ -17,8 +17,6 @@
 #include <mutex>
 #include <thread>
 
-#include <pthread.h>
-
 #include "llama.h"
 
 extern "C" int32_t __real_llama_decode(llama_context * ctx, llama_batch batch);
@@ -57,9 +55,6 @@ class DecodeThread {
     std::thread worker{[this] { loop(); }};
 
     void loop() {
-        // Named so a profile tells the decodes' threads apart: OpenMP's workers, started from this
-        // thread, take its name too.
-        pthread_setname_np(pthread_self(), "parley-decode");
         for (;;) {
             std::function<void()> task;
             {

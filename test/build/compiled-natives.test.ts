@@ -5,7 +5,7 @@
  * and the hook that runs every decode on one thread (on a stand-in llama and addon, compiled).
  */
 import { describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { parseStep, progressLine } from "../../src/natives/build-progress";
 import { nativesRoot } from "../../src/natives/cache";
@@ -72,7 +72,7 @@ describe("compiled natives", () => {
         join(root, "CMakeLists.txt"),
         [
           "cmake_minimum_required(VERSION 3.19)",
-          "project(ggml CXX)",
+          "project(ggml NONE)",
           "add_subdirectory(cpu)",
           "function(ggml_add_cpu_backend_variant tag_name)",
           // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
@@ -85,17 +85,9 @@ describe("compiled natives", () => {
       );
       writeFileSync(
         join(root, "cpu", "CMakeLists.txt"),
-        [
-          "function(ggml_add_cpu_backend_variant_impl tag_name)",
-          // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
-          '  message(STATUS "added ${tag_name}")',
-          // As ggml's: a library a variant, named for its tag.
-          // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
-          "  add_library(ggml-cpu-${tag_name} STATIC ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/variant.cpp)",
-          "endfunction()",
-        ].join("\n"),
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: CMake's variable, not a template
+        'function(ggml_add_cpu_backend_variant_impl tag_name)\n  message(STATUS "added ${tag_name}")\nendfunction()\n',
       );
-      writeFileSync(join(root, "cpu", "variant.cpp"), "int variant() { return 0; }\n");
       const result = Bun.spawnSync([
         cmake!,
         "-S",
@@ -106,12 +98,7 @@ describe("compiled natives", () => {
         `-DPARLEY_CPU_VARIANTS=${variants}`,
       ]);
       const output = `${result.stdout}${result.stderr}`;
-      /** The -mtune a variant's objects are compiled with, as the generated build says. */
-      const tuned = (tag: string) => {
-        const flags = join(root, "build", "CMakeFiles", `ggml-cpu-${tag}.dir`, "flags.make");
-        return existsSync(flags) ? (readFileSync(flags, "utf8").match(/-mtune=(\S+)/)?.[1] ?? "none") : undefined;
-      };
-      return { code: result.exitCode, output, added: [...output.matchAll(/added (\S+)/g)].map((match) => match[1]), tuned };
+      return { code: result.exitCode, output, added: [...output.matchAll(/added (\S+)/g)].map((match) => match[1]) };
     };
 
     test("adds only the variants asked for", () => {
@@ -119,14 +106,6 @@ describe("compiled natives", () => {
       const { code, added, output } = configure("x64,haswell,zen4");
       expect(code, output).toBe(0);
       expect(added).toEqual(["x64", "haswell", "zen4"]);
-    });
-
-    test("tunes each x86-64 variant for the CPUs it is named for, as -march=native there would", () => {
-      if (cmake === null) return console.log("skipped: no cmake");
-      const { code, output, tuned } = configure("x64,haswell,skylakex,zen4");
-      expect(code, output).toBe(0);
-      // GCC 12 knows no znver4: it tunes a Zen 4 as znver3.
-      expect(["x64", "haswell", "skylakex", "zen4"].map(tuned)).toEqual(["none", "haswell", "skylake-avx512", expect.stringMatching(/^znver[34]$/)]);
     });
 
     test("fails when a variant is not declared (renamed upstream)", () => {
