@@ -199,6 +199,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
   const chat = new ChatService(storage.conversations, runner, {
     systemPrompt: config.systemPrompt,
     shared: storage.leases && { leases: storage.leases, ttlMs: config.leaseTtlS * 1000 },
+    servers: mcpServers,
   });
   const background = new BackgroundResponses(storage.responses, log, BACKGROUND);
   const app = createApp({

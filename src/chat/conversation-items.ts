@@ -30,6 +30,24 @@ export function rowItems(row: Pick<ConversationRow, "itemId"> & StoredTurn): Con
       return [{ type: "toolCall", id, callId: item.callId, name: item.name, arguments: item.arguments }];
     case "toolResult":
       return [{ type: "toolResult", id, callId: item.callId, output: content }];
+    case "toolList":
+      return [{ type: "toolList", id, server: item.server, tools: item.tools, ...(item.error !== undefined ? { error: item.error } : {}) }];
+    case "serverCall": {
+      const { type, error, ...call } = item;
+      return [{ type, id, ...call, output: error === null ? content : null, error }];
+    }
+    case "approvalRequest":
+      return [{ type: "approvalRequest", id, server: item.server, name: item.name, arguments: item.arguments }];
+    case "approvalResponse":
+      return [
+        {
+          type: "approvalResponse",
+          id,
+          approvalRequestId: item.approvalRequestId,
+          approve: item.approve,
+          ...(item.reason !== undefined ? { reason: item.reason } : {}),
+        },
+      ];
   }
 }
 
@@ -65,9 +83,27 @@ export function itemRows(items: readonly ConversationItem[]): NewMessage[] {
       case "toolResult":
         rows.push({ role: "user", content: entry.output, itemId: entry.id, item: { type: "toolResult", callId: entry.callId } });
         break;
-      default:
-        // The Conversations API takes no such item, and a response with server tools is no conversation's (responses.ts).
-        throw new Error(`a conversation keeps no ${entry.type} item`);
+      case "toolList": {
+        const { id, ...item } = entry;
+        rows.push({ role: "assistant", content: "", itemId: id, item });
+        break;
+      }
+      case "serverCall": {
+        // A call has its output or its error: the output is the row's text, kept as data.
+        const { id, output, ...item } = entry;
+        rows.push({ role: "assistant", content: output ?? "", itemId: id, item });
+        break;
+      }
+      case "approvalRequest": {
+        const { id, ...item } = entry;
+        rows.push({ role: "assistant", content: "", itemId: id, item });
+        break;
+      }
+      case "approvalResponse": {
+        const { id, ...item } = entry;
+        rows.push({ role: "user", content: "", itemId: id, item });
+        break;
+      }
     }
   }
   return rows;

@@ -8,7 +8,7 @@ import type { ResponseStore } from "../db/storage";
 import type { ConversationItem, ResponseEnd, ResponseRecord } from "../db/types";
 import { InvalidInput, NotFound, ParleyError } from "../errors";
 import { type McpServers, NO_MCP_SERVERS } from "../mcp/servers";
-import { type CompletionInput, type CompletionResult, type CompletionService, type CompletionStart, completionOf } from "./completions";
+import type { CompletionInput, CompletionResult, CompletionService, CompletionStart } from "./completions";
 import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, type ItemReference, inputItems, newStem, pageOf, replyItems, stemOfItem } from "./items";
 import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tools";
 import type { ChatService } from "./service";
@@ -133,11 +133,6 @@ export class ResponseService {
     };
     const earlier = async (maxChars: number) =>
       previous ? (await this.responses.chain(request.userId, previous.id, { maxChars })).flatMap((link) => [...link.input, ...link.output]) : [];
-    if (serverTools && conversation !== undefined)
-      throw new InvalidInput(
-        { part: "conversation" },
-        "a response whose tools run on MCP servers cannot be answered in a conversation yet: continue from the response itself",
-      );
     const step = (output: readonly ConversationItem[], tools: CompletionInput["tools"], first: boolean) =>
       this.completions.complete({
         ...turn,
@@ -149,7 +144,7 @@ export class ResponseService {
       });
     const events =
       conversation !== undefined
-        ? this.inConversation({ ...turn, ...(instructions ? { instructions } : {}) }, conversation, record)
+        ? this.inConversation({ ...turn, ...(instructions ? { instructions } : {}) }, conversation, record, serverTools)
         : serverTools
           ? serverToolLoop({
               servers: this.servers,
@@ -217,21 +212,24 @@ export class ResponseService {
 
   /**
    * The turn within a stored conversation, as a completion: its input and reply are the
-   * conversation's items (the reply's named as the response's output), and its start tells the
-   * conversation.
+   * conversation's items (the reply's named as the response's output; a loop of server tools', all
+   * it made), and its start tells the conversation.
    */
   private async *inConversation(
     turn: Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation"> & { instructions?: string },
     conversationId: string,
     record: ResponseRecord,
-  ): AsyncGenerator<(CompletionStart & { conversationId?: number }) | TurnEvent, CompletionResult | undefined, void> {
+    serverTools: ServerTools | undefined,
+  ): AsyncGenerator<(CompletionStart & { conversationId?: number }) | TurnEvent, CompletionResult | LoopResult | undefined, void> {
+    const stem = responseStem(record.id);
     const events = this.chat.converse({
       userId: turn.userId,
       conversationId,
       input: record.input,
       ...(turn.instructions ? { instructions: turn.instructions } : {}),
       create: false,
-      output: (reply) => replyItems(responseStem(record.id), reply),
+      output: (reply) => ("items" in reply ? reply.items : replyItems(stem, reply)),
+      serverTools: serverTools && { ...serverTools, stem },
       sampling: turn.sampling,
       maxTokens: turn.maxTokens,
       format: turn.format,
@@ -244,7 +242,7 @@ export class ResponseService {
     try {
       for (;;) {
         const step = await events.next();
-        if (step.done) return step.value?.reply && completionOf(step.value.reply, step.value.model);
+        if (step.done) return step.value?.reply;
         const event = step.value;
         yield event.type === "start" ? { type: "start", model: event.model, conversationId: event.conversation.id } : event;
       }

@@ -53,9 +53,10 @@ export interface LoopResult extends CompletionResult {
   items: ConversationItem[];
 }
 
-type StepEvents = AsyncGenerator<CompletionStart | TurnEvent, CompletionResult | undefined, void>;
+/** A model turn's events: its `start` (what the caller's turns start with), its pieces, its result. */
+type StepEvents<Start> = AsyncGenerator<Start | TurnEvent, CompletionResult | undefined, void>;
 
-export interface LoopInput {
+export interface LoopInput<Start extends { type: "start" } = CompletionStart> {
   servers: McpServers;
   tools: ServerTools;
   /** The client's own functions and choice, if any. */
@@ -68,7 +69,7 @@ export interface LoopInput {
   input: readonly ConversationItem[];
   signal?: AbortSignal;
   /** One model turn, given the loop's items so far and the tools it offers. */
-  step: (items: readonly ConversationItem[], tools: ToolRequest | undefined, first: boolean) => StepEvents;
+  step: (items: readonly ConversationItem[], tools: ToolRequest | undefined, first: boolean) => StepEvents<Start>;
 }
 
 interface Offered {
@@ -78,7 +79,9 @@ interface Offered {
 }
 
 /** Runs the loop: yields the first model turn's `start`, then every turn's pieces and the server items as they come. */
-export async function* serverToolLoop(input: LoopInput): AsyncGenerator<CompletionStart | TurnEvent, LoopResult | undefined, void> {
+export async function* serverToolLoop<Start extends { type: "start" }>(
+  input: LoopInput<Start>,
+): AsyncGenerator<Start | TurnEvent, LoopResult | undefined, void> {
   const { tools, stem, signal } = input;
   const opened: OpenedServer[] = [];
   try {
@@ -255,7 +258,7 @@ async function called(
  * The calls the input approves, made now (each answers a request of the response continued, or
  * one the input gives back); a refused one is left for the model to read.
  */
-async function approved(input: LoopInput, offered: Map<string, Offered>): Promise<ConversationItem[]> {
+async function approved(input: Pick<LoopInput, "known" | "input" | "stem" | "signal">, offered: Map<string, Offered>): Promise<ConversationItem[]> {
   const items: ConversationItem[] = [];
   for (const [i, entry] of input.input.entries()) {
     if (entry.type !== "approvalResponse") continue;

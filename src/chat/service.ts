@@ -1,14 +1,16 @@
 import type { ConversationStore } from "../db/storage";
 import { type ConversationItem, type ConversationRef, type FoundConversation, type MessageRecord, newItemId, type StoredConversation } from "../db/types";
 import { isAbort, NotFound } from "../errors";
-import type { GenerateResult, ReplyFormat, SamplingRequest, ToolRequest, Turn, TurnImage } from "../llm/engine";
+import type { ReplyFormat, SamplingRequest, ToolRequest, Turn, TurnImage } from "../llm/engine";
+import { type McpServers, NO_MCP_SERVERS } from "../mcp/servers";
+import { type CompletionResult, completionOf } from "./completions";
 import { itemRows, rowItems } from "./conversation-items";
 import { holdConversation, type LeaseOptions } from "./conversation-lease";
 import { historyOf, newStem, replyItems, storedImages, turnImages } from "./items";
 import { KeyedLock } from "./keyed-lock";
 import { PICTURE_LIMITS } from "./pictures";
+import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tools";
 import {
-  NO_REPLY,
   type RunningTurn,
   shuttingDown,
   type TurnDelta,
@@ -16,8 +18,8 @@ import {
   type TurnHooks,
   type TurnReasoning,
   type TurnRunner,
+  type TurnServerTool,
   type Usage,
-  usageOf,
 } from "./turn-runner";
 
 export type { TurnDelta, TurnReasoning, Usage } from "./turn-runner";
@@ -33,7 +35,12 @@ export interface TurnInput extends TurnHooks {
   maxTokens: number;
   /** What the reply must be (JSON, or JSON of a schema); stored as the reply's text. */
   format?: ReplyFormat | undefined;
+  /** Listed MCP servers whose tools the turn runs itself (server-tools.ts), its items named by `stem`. */
+  serverTools?: ServerTools & { stem: string };
 }
+
+/** A call the turn made of a server's tool, as stored. */
+export type ServerCall = Extract<ConversationItem, { type: "serverCall" }>;
 
 export interface TurnStart {
   type: "start";
@@ -48,6 +55,8 @@ export interface TurnResult {
   newConversation: boolean;
   message: MessageRecord;
   userMessage: MessageRecord;
+  /** The calls of servers' tools the turn made before its reply, in order (stored before it). */
+  serverCalls: ServerCall[];
   usage: Usage;
   model: string;
 }
@@ -65,13 +74,18 @@ export interface ConversationTurnInput extends TurnHooks {
   instructions?: string;
   /** Start the conversation when the user has none by this id; else `NotFound`. */
   create: boolean;
-  /** The items the reply is stored as (their ids are the caller's). */
-  output: (reply: GenerateResult) => ConversationItem[];
+  /** The items the reply is stored as (their ids are the caller's): a model turn's, or a loop's with the items it made. */
+  output: (reply: CompletionResult | LoopResult) => ConversationItem[];
   sampling: SamplingRequest;
   /** Absent: as long as the context allows. */
   maxTokens?: number | undefined;
   format?: ReplyFormat | undefined;
   tools?: ToolRequest | undefined;
+  /**
+   * Listed MCP servers' tools the turn runs itself (server-tools.ts): its model turns run one after
+   * another under the conversation's lock, each seeing the calls before it; the loop's items are stored with the reply.
+   */
+  serverTools?: (ServerTools & { stem: string }) | undefined;
 }
 
 export interface ConversationTurnStart {
@@ -85,11 +99,13 @@ export interface ConversationTurnStart {
 export interface ConversationTurnResult {
   conversation: FoundConversation;
   /** The reply as generated (undefined: the client left before generation began). */
-  reply: GenerateResult | undefined;
+  reply: CompletionResult | LoopResult | undefined;
   /** The input, then the reply, as stored. */
   stored: MessageRecord[];
   /** The reply as stored. */
   output: MessageRecord[];
+  /** Of `output`, the assistant message with the reply's statistics; absent when it has none. */
+  answer: MessageRecord | undefined;
   usage: Usage;
   model: string;
 }
@@ -103,6 +119,16 @@ export interface ChatServiceOptions {
   systemPrompt?: string;
   /** When other processes share the storage: a turn also holds its conversation across them. */
   shared?: LeaseOptions;
+  /** The operator's MCP servers, whose tools a turn may run. */
+  servers?: McpServers;
+}
+
+/** A turn under way: the conversation it holds, and once its input is stored, that. */
+interface OpenTurn {
+  running: RunningTurn;
+  input: ConversationTurnInput;
+  held: HeldConversation | undefined;
+  opened?: { conversation: FoundConversation; stored: MessageRecord[] };
 }
 
 /** A conversation a turn runs in, with its lease across nodes when it holds one. */
@@ -169,6 +195,7 @@ export class ChatService {
   private readonly turns = new KeyedLock();
   private readonly preamble: Turn[];
   private readonly shared: LeaseOptions | undefined;
+  private readonly servers: McpServers;
 
   constructor(
     private readonly conversations: ConversationStore,
@@ -177,6 +204,7 @@ export class ChatService {
   ) {
     this.preamble = preambleOf(options.systemPrompt);
     this.shared = options.shared;
+    this.servers = options.servers ?? NO_MCP_SERVERS;
   }
 
   /**
@@ -275,21 +303,23 @@ export class ChatService {
 
   /**
    * Yields `start` once the user's message is stored, then `reasoning` pieces of a reasoning model's
-   * thought, then `delta`s; returns the stored reply.
+   * thought, then `delta`s (and with server tools, their calls and results); returns the stored reply.
    * Returns undefined when the client left before generation began (no reply is stored then).
    * A turn the server cancels while it waits still ends in an answer: `Overloaded` before its
    * message is stored, an empty `cancelled` reply after.
    */
-  async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta, TurnResult | undefined, void> {
+  async *turn(input: TurnInput): AsyncGenerator<TurnStart | TurnReasoning | TurnDelta | TurnServerTool, TurnResult | undefined, void> {
+    const stem = input.serverTools?.stem ?? newStem();
     const turn = this.converse({
       userId: input.userId,
       conversationId: input.conversationId,
       input: [{ type: "message", id: newItemId(), role: "user", text: input.message, ...storedImages(input.images) }],
       create: true,
-      output: (reply) => replyItems(newStem(), reply),
+      output: (reply) => ("items" in reply ? answerAfterCalls(stem, reply.items) : replyItems(stem, reply)),
       sampling: input.sampling,
       maxTokens: input.maxTokens,
       format: input.format,
+      serverTools: input.serverTools,
       ...(input.signal ? { signal: input.signal } : {}),
       ...(input.onQuota ? { onQuota: input.onQuota } : {}),
       ...(input.onPicturesLeftOut ? { onPicturesLeftOut: input.onPicturesLeftOut } : {}),
@@ -303,8 +333,9 @@ export class ChatService {
         return {
           conversationId: input.conversationId,
           newConversation: ended.conversation.created,
-          message: ended.output[0]!,
+          message: ended.answer!,
           userMessage: ended.stored[0]!,
+          serverCalls: "items" in ended.reply ? ended.reply.items.filter((item): item is ServerCall => item.type === "serverCall") : [],
           usage: ended.usage,
           model: ended.model,
         };
@@ -318,7 +349,7 @@ export class ChatService {
           userMessage: event.stored[0]!,
           model: event.model,
         };
-      } else if (event.type === "delta" || event.type === "reasoning") yield event;
+      } else if (event.type === "delta" || event.type === "reasoning" || event.type === "serverTool") yield event;
     }
   }
 
@@ -355,48 +386,49 @@ export class ChatService {
     } catch (error) {
       return endedWaiting(error, running);
     }
-    let releaseLease: (() => Promise<void>) | undefined;
+    const turn: OpenTurn = { running, input, held: undefined };
     try {
-      let held: HeldConversation | undefined;
       try {
-        held = await this.holdCurrent(input, signal, false);
+        turn.held = await this.holdCurrent(input, signal, false);
       } catch (error) {
         return endedWaiting(error, running);
       }
-      // Released however the turn ends from here, refused or failed: a lease left renewing would hold the conversation.
-      releaseLease = held?.releaseLease;
-      // The input is stored, and a new conversation created, only once the reply may run: a turn
-      // over its user's quota keeps nothing, not even an empty conversation.
-      let request = await this.request(input, engine, held?.conversation);
-      await running.admit(request);
-      if (!held) {
-        try {
-          held = (await this.holdCurrent(input, signal, true))!;
-        } catch (error) {
-          return endedWaiting(error, running);
-        }
-        releaseLease = held.releaseLease;
-        // Read again under the lease: another node may have started the same conversation, or
-        // taken the lease on the one created here first, and its turns come before this one.
-        request = await this.request(input, engine, held.conversation);
-      }
-      const { conversation } = held;
-      const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
-      yield { type: "start", conversation, stored, model: engine.modelName };
-      const reply = yield* running.reply(request);
-      const done = { conversation, reply, stored, output: [] as MessageRecord[], usage: usageOf(reply ?? NO_REPLY), model: engine.modelName };
-      if (reply === undefined) return done;
+      const { serverTools } = input;
+      const result = yield* serverTools
+        ? serverToolLoop({
+            servers: this.servers,
+            tools: serverTools,
+            functions: input.tools,
+            stem: serverTools.stem,
+            known: turn.held ? await this.storedItems(turn.held.conversation, input, engine) : [],
+            input: input.input,
+            signal,
+            step: (items, tools) => this.modelTurn(turn, items, tools),
+          })
+        : this.modelTurn(turn, [], input.tools);
+      if (!turn.opened) return undefined;
+      const { conversation, stored } = turn.opened;
+      const done = {
+        conversation,
+        reply: result,
+        stored,
+        output: [] as MessageRecord[],
+        answer: undefined,
+        usage: result?.usage ?? NO_USAGE,
+        model: engine.modelName,
+      };
+      if (result === undefined) return done;
 
       const stats = {
-        finishReason: reply.finishReason,
-        promptTokens: reply.promptTokens,
-        completionTokens: reply.completionTokens,
-        cachedTokens: reply.cachedTokens,
+        finishReason: result.finishReason,
+        promptTokens: result.usage.promptTokens,
+        completionTokens: result.usage.completionTokens,
+        cachedTokens: result.usage.cachedTokens,
         temperature: input.sampling.temperature,
         model: engine.modelName,
       };
       // The reply's message row carries its statistics (its first row when it only called tools).
-      const rowsOut = itemRows(input.output(reply));
+      const rowsOut = itemRows(input.output(result));
       const carrier = Math.max(
         0,
         rowsOut.findIndex((row) => row.item === undefined && row.role === "assistant"),
@@ -405,10 +437,78 @@ export class ChatService {
         conversation,
         rowsOut.map((row, i) => (i === carrier ? { ...row, ...stats } : row)),
       );
-      return { ...done, stored: [...stored, ...output], output };
+      return { ...done, stored: [...stored, ...output], output, answer: output[carrier] };
     } finally {
-      await releaseLease?.();
+      // Released however the turn ends, refused or failed: a lease left renewing would hold the conversation.
+      await turn.held?.releaseLease?.();
       release();
     }
   }
+
+  /**
+   * One model turn of the conversation's turn: its input and `items` so far after the stored history.
+   * The first is admitted before anything is stored (a turn over its user's quota keeps nothing,
+   * not even an empty conversation), then stores the input and yields `start`.
+   */
+  private async *modelTurn(
+    turn: OpenTurn,
+    items: readonly ConversationItem[],
+    tools: ToolRequest | undefined,
+  ): AsyncGenerator<ConversationTurnStart | TurnEvent, CompletionResult | undefined, void> {
+    const { running, input } = turn;
+    const { engine } = running;
+    if (turn.opened) {
+      // The stored history holds the input now.
+      const request = await this.request({ ...input, tools, input: [...items] }, engine, turn.opened.conversation);
+      await running.admit(request);
+      const reply = yield* running.reply(request);
+      return reply && completionOf(reply, engine.modelName);
+    }
+    const asked = { ...input, tools, input: [...input.input, ...items] };
+    let request = await this.request(asked, engine, turn.held?.conversation);
+    await running.admit(request);
+    if (!turn.held) {
+      try {
+        turn.held = (await this.holdCurrent(input, running.signal, true))!;
+      } catch (error) {
+        return endedWaiting(error, running);
+      }
+      // Read again under the lease: another node may have started the same conversation, or
+      // taken the lease on the one created here first, and its turns come before this one.
+      request = await this.request(asked, engine, turn.held.conversation);
+    }
+    const { conversation } = turn.held;
+    const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
+    turn.opened = { conversation, stored };
+    yield { type: "start", conversation, stored, model: engine.modelName };
+    const reply = yield* running.reply(request);
+    return reply && completionOf(reply, engine.modelName);
+  }
+
+  /**
+   * What a loop of server tools knows of the conversation: its newest items (the servers already
+   * listed in it), and the approval requests the input answers, by their ids.
+   */
+  private async storedItems(conversation: FoundConversation, input: ConversationTurnInput, engine: RunningTurn["engine"]): Promise<ConversationItem[]> {
+    const rows = await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars });
+    const asked = await Promise.all(
+      input.input.flatMap((item) => (item.type === "approvalResponse" ? [this.conversations.row(conversation.id, item.approvalRequestId)] : [])),
+    );
+    return [...rows.flatMap((row) => rowItems({ itemId: "", ...row })), ...asked.flatMap((row) => (row ? rowItems(row) : []))];
+  }
+}
+
+const NO_USAGE: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
+
+/**
+ * A native turn's reply after its calls: one assistant message of every model turn's words (so
+ * its text is its deltas' concatenation, as the native stream promises), the calls before it.
+ */
+function answerAfterCalls(stem: string, items: readonly ConversationItem[]): ConversationItem[] {
+  const thoughts = items.flatMap((item) => (item.type === "thought" ? [item.text] : []));
+  const text = items.flatMap((item) => (item.type === "message" ? [item.text] : [])).join("");
+  return [
+    ...items.filter((item) => item.type !== "message" && item.type !== "thought"),
+    ...replyItems(stem, { text, ...(thoughts.length > 0 ? { reasoning: thoughts.join("") } : {}) }),
+  ];
 }

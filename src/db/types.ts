@@ -62,7 +62,13 @@ export type MessageItem =
   | { type: "message"; role: "system" | "developer" }
   | { type: "thought" }
   | { type: "toolCall"; callId: string; name: string; arguments: string }
-  | { type: "toolResult"; callId: string };
+  | { type: "toolResult"; callId: string }
+  /** A server's tools as listed for a turn. */
+  | { type: "toolList"; server: string; tools: ListedServerTool[]; error?: string }
+  /** A call the service made of a server's tool: its output is the row's content, unless it has its error instead. */
+  | { type: "serverCall"; server: string; name: string; arguments: string; error: ServerCallError | null; approvalRequestId?: string }
+  | { type: "approvalRequest"; server: string; name: string; arguments: string }
+  | { type: "approvalResponse"; approvalRequestId: string; approve: boolean; reason?: string };
 
 /** A picture a user message holds: its file in base64, before the character `at` of the message's text. */
 export interface StoredImage {

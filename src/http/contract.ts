@@ -92,12 +92,56 @@ export const Usage = t.Object(
   closed,
 );
 
+/** A call of a listed MCP server's tool, as the model wrote it: the stream's `tool_call` event. */
+export const ChatToolCallStart = t.Object(
+  {
+    id: t.String(),
+    server: t.String({ description: "The label of the server (one of the request's tools)" }),
+    name: t.String(),
+    arguments: t.String({ description: "The arguments the model wrote, JSON text" }),
+  },
+  closed,
+);
+export type ChatToolCallStart = Static<typeof ChatToolCallStart>;
+
+/** The call made: its output, or why it has none (the stream's `tool_result` event, and the reply's `tool_calls`). */
+export const ChatToolCall = t.Object(
+  {
+    ...ChatToolCallStart.properties,
+    output: t.Union([t.String(), t.Null()], {
+      description: "What the tool answered, as text (kept as data, capped by the server's limit); null when it failed",
+    }),
+    error: t.Union(
+      [
+        t.Object(
+          {
+            type: oneOf(["tool", "protocol"] as const, {
+              description: "tool: the tool answered with an error; protocol: the call failed (server down, timeout, ...)",
+            }),
+            message: t.String(),
+          },
+          closed,
+        ),
+        t.Null(),
+      ],
+      { description: "Why the call has no output; null when it has" },
+    ),
+  },
+  closed,
+);
+export type ChatToolCall = Static<typeof ChatToolCall>;
+
 export const ChatReply = t.Object(
   {
     conversation_id: t.String(),
     new_conversation: t.Boolean(),
     message: Message,
     user_message: Message,
+    tool_calls: t.Optional(
+      t.Array(ChatToolCall, {
+        description: "A turn with tools only: the calls of the servers' tools it made before its reply, in order (stored with the conversation)",
+      }),
+    ),
     usage: Usage,
     model: t.String(),
   },

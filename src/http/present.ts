@@ -4,6 +4,7 @@ import type { QuotaState } from "../chat/token-ledger";
 import type { ConversationSummary, MessageRecord } from "../db/types";
 import type { ChatReply, ChatStart, Conversation, ConversationPage, Message, MessagePage, Pagination, QuotaJson } from "./contract";
 import type { FieldNames } from "./field-names";
+import { toolCallJson } from "./native-tools";
 import { pictureUrl } from "./pictures";
 
 /** A stored message as the listing shows it: with its pictures, each a data URL. */
@@ -72,6 +73,7 @@ export const resultJson = (result: TurnResult): ChatReply => ({
   new_conversation: result.newConversation,
   message: echoJson(result.message),
   user_message: echoJson(result.userMessage),
+  ...(result.serverCalls.length > 0 ? { tool_calls: result.serverCalls.map(toolCallJson) } : {}),
   usage: {
     prompt_tokens: result.usage.promptTokens,
     completion_tokens: result.usage.completionTokens,
@@ -103,6 +105,10 @@ export const nativeFields: FieldNames = (field) => {
       return "logit_bias";
     case "conversation":
       return "conversation_id";
+    case "serverTool":
+      return `tools[${field.index}]`;
+    case "toolChoice":
+      return "tool_choice";
     default:
       return undefined;
   }

@@ -5,6 +5,8 @@ import type {
   ChatReasoning,
   ChatReply,
   ChatStart,
+  ChatToolCall,
+  ChatToolCallStart,
   Conversation,
   ConversationPage,
   ErrorBody,
@@ -14,7 +16,7 @@ import type {
 } from "../http/contract";
 import type { OpenAiModel, OpenAiModelList } from "../http/openai/contract";
 
-export type { Conversation, ConversationPage, Message, MessagePage, OpenAiModel, UsageReport };
+export type { ChatToolCall, ChatToolCallStart, Conversation, ConversationPage, Message, MessagePage, OpenAiModel, UsageReport };
 
 export interface ChatRequest {
   message: string;
@@ -25,6 +27,8 @@ export interface ChatRequest {
   model?: string;
   /** Pictures, each its file in base64, seen after the message (a model that sees pictures only). */
   images?: string[];
+  /** Labels of the operator's MCP servers whose tools the service may call for this turn. */
+  tools?: string[];
 }
 
 /** What a stream delivers; its `error` event is thrown as an ApiError instead. */
@@ -32,6 +36,8 @@ export type StreamEvent =
   | { event: "start"; data: ChatStart }
   | { event: "reasoning"; data: ChatReasoning }
   | { event: "delta"; data: ChatDelta }
+  | { event: "tool_call"; data: ChatToolCallStart }
+  | { event: "tool_result"; data: ChatToolCall }
   | { event: "done"; data: ChatReply };
 
 /** The contract's error, or the page's own `http` code when a proxy answered instead of Parley. */

@@ -27,6 +27,7 @@ const noConversations = byId<HTMLParagraphElement>("no-conversations");
 const temperature = byId<HTMLInputElement>("temperature");
 const temperatureValue = byId<HTMLOutputElement>("temperature-value");
 const maxTokens = byId<HTMLInputElement>("max-tokens");
+const toolsInput = byId<HTMLInputElement>("tools");
 const scroller = document.querySelector("main")!;
 const log = byId<HTMLOListElement>("log");
 const loadOlderButton = byId<HTMLButtonElement>("load-older");
@@ -43,6 +44,15 @@ const pictureInput = byId<HTMLInputElement>("picture");
 const attachButton = byId<HTMLButtonElement>("attach");
 const attachedImage = byId<HTMLImageElement>("attached");
 const detachButton = byId<HTMLButtonElement>("detach");
+
+/** The MCP servers the settings name (labels, comma-separated), as a request's `tools`. */
+function toolsOf(value: string): { tools?: string[] } {
+  const labels = value
+    .split(",")
+    .map((label) => label.trim())
+    .filter((label) => label !== "");
+  return labels.length > 0 ? { tools: labels } : {};
+}
 
 /** A picture's file, at most (the server's limit). */
 const MAX_PICTURE_BYTES = 20 * 2 ** 20;
@@ -318,6 +328,7 @@ async function send(): Promise<void> {
       max_tokens: maxTokens.valueAsNumber,
       ...(modelField.hidden || modelSelect.value === "" ? {} : { model: modelSelect.value }),
       ...(picture ? { images: [picture.slice(picture.indexOf(",") + 1)] } : {}),
+      ...toolsOf(toolsInput.value),
     };
     for await (const item of streamChat(key, request, controller.signal)) {
       if (item.event === "start") {
@@ -325,7 +336,10 @@ async function send(): Promise<void> {
         shown.add(item.data.user_message.id);
       } else if (item.event === "reasoning") follow(() => reply.think(item.data.content));
       else if (item.event === "delta") follow(() => reply.append(item.data.content));
+      else if (item.event === "tool_call") follow(() => reply.toolCall(item.data));
+      else if (item.event === "tool_result") follow(() => reply.toolCall(item.data));
       else if (item.event === "done") {
+        for (const call of item.data.tool_calls ?? []) reply.toolCall(call);
         replyId = item.data.message.id;
         finish = item.data.message.finish_reason;
         shown.add(replyId);

@@ -1,4 +1,4 @@
-import { ApiError, type Message } from "./api";
+import { ApiError, type ChatToolCall, type ChatToolCallStart, type Message } from "./api";
 import { renderMarkdown } from "./markdown";
 
 /** `document.getElementById` for elements the page cannot work without. */
@@ -23,6 +23,8 @@ export class MessageView {
   private readonly body = document.createElement("div");
   /** A reasoning model's thought, once one arrives. */
   private thought: HTMLElement | undefined;
+  /** The calls of servers' tools the reply made, by id. */
+  private readonly calls = new Map<string, HTMLDetailsElement>();
   private source = "";
   private renderTimer: ReturnType<typeof setTimeout> | undefined;
 
@@ -90,6 +92,36 @@ export class MessageView {
       this.body.before(details);
     }
     this.thought.append(text);
+  }
+
+  /**
+   * Shows a call of a server's tool folded (a <details>) above the answer: its name and, once
+   * made, its arguments and its result, as plain text (a result is data, never rendered).
+   */
+  toolCall(call: ChatToolCallStart | ChatToolCall): void {
+    let details = this.calls.get(call.id);
+    if (!details) {
+      details = document.createElement("details");
+      details.className = "tool-call";
+      const summary = document.createElement("summary");
+      summary.textContent = `${call.server}: ${call.name}`;
+      details.append(summary);
+      this.calls.set(call.id, details);
+      this.body.before(details);
+    }
+    const part = (name: string, text: string) => {
+      let block = details.querySelector<HTMLElement>(`.${name}`);
+      if (!block) {
+        block = document.createElement("pre");
+        block.className = name;
+        details.append(block);
+      }
+      block.textContent = text;
+    };
+    part("arguments", call.arguments);
+    if (!("output" in call)) return;
+    details.dataset.outcome = call.error ? "error" : "done";
+    part("result", call.error ? `${call.error.type} error: ${call.error.message}` : (call.output ?? ""));
   }
 
   /** Says, where the reply stands, why it failed: a reply is never left an empty bubble. */

@@ -378,6 +378,42 @@ describe("only the servers the operator lists, for the keys it names", () => {
     expect(ofType(response.output, "mcp_call")[0]!.output).toStartWith("Sunny");
   });
 
+  test("within a conversation: the mcp items kept as its own, an approval answered in it, a follow-up that sees the calls", async () => {
+    const conversation = await client().conversations.create();
+    const first = await client().responses.create({ ...weather("lookup"), conversation: conversation.id });
+    expect(first.status).toBe("completed");
+    const [call] = ofType(first.output, "mcp_call");
+    expect(call!.output).toStartWith("Sunny and 21 degrees in ");
+    const kept = async () => (await client().conversations.items.list(conversation.id, { order: "asc", limit: 100 })).data;
+    expect((await kept()).map((item) => item.id)).toEqual([expect.any(String), ...first.output.map((item) => item.id)]);
+    // Listed once in the conversation; the call waits for approval, which a later response in it gives.
+    const asked = await client().responses.create({ ...weather("lookup", { require_approval: "always" }), conversation: conversation.id });
+    expect(ofType(asked.output, "mcp_list_tools")).toEqual([]);
+    const [request] = ofType(asked.output, "mcp_approval_request");
+    expect(request).toMatchObject({ server_label: "weather", name: "lookup" });
+    const answered = await client().responses.create({
+      model: "any",
+      conversation: conversation.id,
+      input: [{ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }],
+      tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
+      temperature: 0,
+    });
+    const [approved] = ofType(answered.output, "mcp_call");
+    expect(approved).toMatchObject({ approval_request_id: request!.id, arguments: request!.arguments, error: null });
+    const types = (await kept()).map((item) => item.type);
+    expect(types.filter((type) => type.startsWith("mcp_"))).toEqual([
+      "mcp_list_tools",
+      "mcp_call",
+      "mcp_approval_request",
+      "mcp_approval_response",
+      "mcp_call",
+    ]);
+    // A follow-up without tools in the conversation is answered from its history, calls and all.
+    const after = await client().responses.create({ model: "any", conversation: conversation.id, input: "Thanks!", temperature: 0, max_output_tokens: 16 });
+    expect(after.output.at(-1)!.type).toBe("message");
+    expect((await kept()).at(-1)!.id).toBe(after.output.at(-1)!.id);
+  });
+
   test("a listed server that is down: 424, naming it, before anything is kept", async () => {
     const failed = await refusal({ tools: [{ type: "mcp", server_label: "down" }] });
     expect(failed.status).toBe(424);

@@ -96,7 +96,7 @@ export function serveApp(options: ServeOptions): Served {
       { ledger },
     );
   const completions = options.completions ?? new CompletionService(runner, options.mcpServers);
-  const chat = options.chat ?? new ChatService(storage.conversations, runner);
+  const chat = options.chat ?? new ChatService(storage.conversations, runner, { servers: options.mcpServers });
   const app = createApp({
     storage,
     ledger,

@@ -785,6 +785,61 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     expect(await streamed.locator(".body").getAttribute("data-source")).toBe("Hello again!");
   });
 
+  test("with MCP servers named, a call of a server's tool and its result are shown folded in the reply, as plain text", async () => {
+    const page = await open();
+    await signIn(page, "tools-1");
+    await page.fill("#tools", " weather , local ");
+    const hostile = '<img src=x onerror="alert(1)"> {"output": []}';
+    const call = { id: "mcp_1", server: "weather", name: "lookup", arguments: '{"city":"Paris"}' };
+    const made = { ...call, output: hostile, error: null };
+    const failed = { id: "mcp_2", server: "local", name: "echo", arguments: '{"city":"Rome"}', output: null, error: { type: "tool", message: "down" } };
+    const message = (id: number, role: "user" | "assistant", content: string) => ({
+      id,
+      role,
+      content,
+      created_at: new Date().toISOString(),
+      conversation_id: "tools-1",
+      user_id: alice.userId,
+      ...(role === "assistant" ? { finish_reason: "stop" } : {}),
+    });
+    const question = message(900_021, "user", "Weather?");
+    const body = [
+      sse("start", { conversation_id: "tools-1", new_conversation: true, user_message: question, model: "test" }),
+      sse("tool_call", call),
+      sse("tool_result", made),
+      sse("delta", { content: "Sunny." }),
+      sse("done", {
+        conversation_id: "tools-1",
+        new_conversation: true,
+        message: message(900_022, "assistant", "Sunny."),
+        user_message: question,
+        tool_calls: [made, failed],
+        usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+        model: "test",
+      }),
+    ].join("");
+    const sent: unknown[] = [];
+    await page.route("**/api/v1.0/chat", (route) => {
+      sent.push(route.request().postDataJSON());
+      return route.fulfill({ status: 200, contentType: "text/event-stream", body });
+    });
+    await send(page, "Weather?");
+    const reply = page.locator('#log .assistant[data-id="900022"]');
+    await reply.waitFor();
+    expect(sent).toEqual([expect.objectContaining({ tools: ["weather", "local"] })]);
+    const calls = reply.locator("details.tool-call");
+    expect(await calls.count()).toBe(2);
+    expect(await calls.first().getAttribute("open")).toBeNull();
+    expect(await calls.first().locator("summary").textContent()).toBe("weather: lookup");
+    expect(await calls.first().locator(".arguments").textContent()).toBe(call.arguments);
+    expect(await calls.first().locator(".result").textContent()).toBe(hostile);
+    expect(await calls.first().locator("img").count()).toBe(0);
+    expect(await calls.nth(1).getAttribute("data-outcome")).toBe("error");
+    expect(await calls.nth(1).locator(".result").textContent()).toBe("tool error: down");
+    await calls.first().locator("summary").click();
+    expect(await calls.first().locator(".result").isVisible()).toBe(true);
+  });
+
   test("a chat with a real family's model: qwen3-thinking's thought folded above its answer, as stored, no template text shown", async () => {
     const page = await open({ server: thinking!.served });
     await signIn(page, "qwen3-1");

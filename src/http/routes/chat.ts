@@ -6,6 +6,7 @@ import { CONVERSATION_ID, CONVERSATION_ID_RULE } from "../conversation-id";
 import { errorBody } from "../errors";
 import { namingFields } from "../field-names";
 import { type BodyLimits, jsonBody } from "../json-body";
+import { NATIVE_TOOL_FIELDS, nativeServerTools, toolEvents } from "../native-tools";
 import { chatReplyResponse, errorResponses } from "../openapi";
 import { RequestPictures } from "../pictures";
 import { nativeFields, resultJson, startJson } from "../present";
@@ -31,6 +32,7 @@ const chatRequest = t.Object({
   model: t.Optional(t.String({ minLength: 1, maxLength: 256, error: "model must be a model's id (GET /v1/models lists them)" })),
   response_format: t.Optional(t.Union([RESPONSE_FORMAT, t.Null()], { error: RESPONSE_FORMAT_RULE })),
   images: t.Optional(t.Array(t.String(), { maxItems: MAX_IMAGES, error: IMAGES_RULE })),
+  ...NATIVE_TOOL_FIELDS,
   ...SAMPLING_FIELDS,
 });
 
@@ -55,14 +57,18 @@ function checkMessage(message: string): void {
   }
 }
 
-/** The native API's stream: `start`, a reasoning model's `reasoning`, `delta`s, then `done` or `error`. */
-const nativeFraming: Framing<TurnStart, TurnResult> = {
+/**
+ * The native API's stream: `start`, a reasoning model's `reasoning`, `delta`s (with server tools,
+ * each call's `tool_call` and `tool_result`), then `done` or `error`.
+ */
+const nativeFraming = (toolStem: string | undefined): Framing<TurnStart, TurnResult> => ({
   start: (start) => [event("start", startJson(start))],
   reasoning: (content) => [event("reasoning", { content })],
   delta: (content) => [event("delta", { content })],
+  serverTool: toolEvents(toolStem),
   done: (result) => [event("done", resultJson(result))],
   error: (error, requestId) => [event("error", errorBody(error, requestId))],
-};
+});
 
 export interface ChatRouteDeps {
   chat: ChatService;
@@ -80,6 +86,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
         checkConversationHeader(request.headers.get("x-conversation-id"), body.conversation_id);
         contextOf(request).conversationId = body.conversation_id;
         checkMessage(body.message);
+        const serverTools = nativeServerTools(body, { userName: principal.userName, role: principal.role });
         const turn = (hooks: RequestHooks) =>
           deps.chat.turn({
             userId: principal.userId,
@@ -90,13 +97,14 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
             maxTokens: body.max_tokens ?? 512,
             format: formatOf(body.response_format),
             ...(body.model !== undefined ? { model: body.model } : {}),
+            ...(serverTools ? { serverTools } : {}),
             ...hooks,
           });
         if (body.stream !== true) {
           const result = await deps.turns.complete({ request, set }, turn);
           return result && resultJson(result);
         }
-        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, nativeFraming);
+        yield* deps.turns.stream({ request, set, server, keyId: principal.keyId }, turn, nativeFraming(serverTools?.stem));
       },
       {
         auth: "key",
@@ -113,6 +121,7 @@ export const chatRoutes = (deps: ChatRouteDeps) =>
               "unsupported_media_type",
               "invalid_input",
               "model_not_found",
+              "dependency_failed",
               "rate_limited",
               "quota_exceeded",
               "overloaded",
