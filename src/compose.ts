@@ -122,6 +122,7 @@ export async function startService(config: Config, log: Logger, announce: Announ
     turns: () => runner.activeTurns,
     responses: () => storage.responses.count(),
     ...(stateMemory ? { statesInMemory: () => stateMemory.size } : {}),
+    mcpCalls: () => mcpServers.calls(),
   });
   const memory = new LoadedModels<ServedEngine>({
     max: config.maxLoadedModels,

@@ -4,6 +4,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { PoolStats } from "./llm/pool";
+import type { CallCount } from "./mcp/servers";
 
 export interface EngineGauges {
   stats(): Pick<PoolStats, "busy" | "queued">;
@@ -112,12 +113,15 @@ export class Metrics {
     turns,
     responses,
     statesInMemory,
+    mcpCalls,
   }: {
     engines: () => readonly EngineGauges[];
     turns: () => number;
     responses?: () => Promise<number>;
     /** Bytes of saved KV states held in memory (PARLEY_KV_RAM_MB). */
     statesInMemory?: () => number;
+    /** The calls made of MCP servers' tools, by server and outcome (PARLEY_MCP_SERVERS). */
+    mcpCalls?: () => readonly CallCount[];
   }) {
     const total = (field: "queued" | "busy") => engines().reduce((sum, engine) => sum + engine.stats()[field], 0);
     // Labelled series exist from the start, so a scrape shows zeros rather than nothing.
@@ -150,6 +154,17 @@ export class Metrics {
       observed("parley_responses_kept", "Responses of /v1/responses kept in the database, of every user (PARLEY_RESPONSES_TTL_DAYS bounds them)", responses);
     if (statesInMemory)
       observed("parley_kv_memory_bytes", "Bytes of conversations' saved KV states held in memory (PARLEY_KV_RAM_MB bounds them)", statesInMemory);
+    if (mcpCalls)
+      new Counter({
+        name: "parley_mcp_calls_total",
+        help: "Calls of MCP servers' tools the service made, by server label and outcome (ok; tool_error: the tool answered with an error; failed: the call did, timed out or found no server)",
+        labelNames: ["server", "outcome"] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const { server, outcome, count } of mcpCalls()) this.inc({ server, outcome }, count);
+        },
+      });
     observed("parley_sequences_busy", "Sequences generating a reply", () => total("busy"));
     observed("parley_models_loaded", "Models loaded now (PARLEY_MAX_LOADED_MODELS at most)", () => engines().length);
   }

@@ -249,7 +249,7 @@ async function called(
   }
   const outcome: CallOutcome =
     typeof args === "object" && args !== null && !Array.isArray(args)
-      ? await server.connection.call(item.name, args as Record<string, unknown>, signal)
+      ? await server.call(item.name, args as Record<string, unknown>, signal)
       : { error: { kind: "protocol", code: -32602, message: "the call's arguments are not a JSON object" } };
   return { ...item, output: outcome.output ?? null, error: (outcome.error as ServerCallError | undefined) ?? null };
 }

@@ -6,7 +6,7 @@
  */
 import { InvalidInput } from "../errors";
 import type { McpServerSpec } from "./config";
-import { McpConnection, type StateListener } from "./connection";
+import { type CallOutcome, McpConnection, type StateListener } from "./connection";
 
 /** Who asks: the key's user and role. */
 export interface Caller {
@@ -23,15 +23,22 @@ export interface ServerRequest {
   headers: Record<string, string>;
 }
 
-/** A server opened for one request: its connection, and what ends the request's use of it. */
+/** A server opened for one request: its connection, its tools' calls (counted), and what ends the request's use of it. */
 export interface OpenedServer {
   label: string;
   connection: McpConnection;
+  call(name: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<CallOutcome>;
   release(): Promise<void>;
 }
 
+/** What a call came to: an output, the tool's own error, or a failure of the call (protocol, timeout, server gone). */
+export const CALL_OUTCOMES = ["ok", "tool_error", "failed"] as const;
+export type CallCount = { server: string; outcome: (typeof CALL_OUTCOMES)[number]; count: number };
+
 export class McpServers {
   private readonly connections = new Map<string, McpConnection>();
+  /** Calls made since the start, by server and outcome. */
+  private readonly counts = new Map<string, CallCount>();
 
   constructor(
     specs: readonly McpServerSpec[],
@@ -42,6 +49,14 @@ export class McpServers {
 
   get size(): number {
     return this.connections.size;
+  }
+
+  /** Calls made since the start, by server and outcome: every listed server's outcomes, at 0 until one comes. */
+  calls(): CallCount[] {
+    for (const label of this.connections.keys())
+      for (const outcome of CALL_OUTCOMES)
+        if (!this.counts.has(`${label}\u0000${outcome}`)) this.counts.set(`${label}\u0000${outcome}`, { server: label, outcome, count: 0 });
+    return [...this.counts.values()];
   }
 
   /** Starts the stdio servers. */
@@ -69,14 +84,30 @@ export class McpServers {
         `is not the URL of MCP server ${JSON.stringify(request.label)}: the service connects only where its operator lists (leave it out to use the listed one)`,
       );
     }
-    if (Object.keys(request.headers).length === 0) return { label: request.label, connection: shared, release: async () => undefined };
+    if (Object.keys(request.headers).length === 0) return this.opened(request.label, shared, async () => undefined);
     if (transport.kind !== "http")
       throw new InvalidInput(
         { part: "serverTool", index: request.index, detail: "headers" },
         `MCP server ${JSON.stringify(request.label)} runs on this host: it takes no headers`,
       );
     const own = new McpConnection(shared.spec, this.onState, request.headers);
-    return { label: request.label, connection: own, release: () => own.close() };
+    return this.opened(request.label, own, () => own.close());
+  }
+
+  private opened(label: string, connection: McpConnection, release: () => Promise<void>): OpenedServer {
+    const call = async (name: string, args: Record<string, unknown>, signal?: AbortSignal) => {
+      const outcome = await connection.call(name, args, signal);
+      this.count(label, outcome.error === undefined ? "ok" : outcome.error.kind === "tool" ? "tool_error" : "failed");
+      return outcome;
+    };
+    return { label, connection, call, release };
+  }
+
+  private count(server: string, outcome: CallCount["outcome"]): void {
+    const key = `${server}\u0000${outcome}`;
+    const counted = this.counts.get(key) ?? { server, outcome, count: 0 };
+    counted.count++;
+    this.counts.set(key, counted);
   }
 
   async close(): Promise<void> {

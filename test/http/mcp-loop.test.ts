@@ -98,4 +98,31 @@ describe("the loop of server tools at its edges", () => {
     expect(next.status).toBe(200);
     expect(((await next.json()) as ChatReply).message.finish_reason).toBeDefined();
   });
+
+  test("/metrics counts the calls by server and outcome", async () => {
+    const counts = async () => {
+      const text = await (await fetch(`${app.served.url}/metrics`)).text();
+      return (server: string, outcome: string) =>
+        Number(new RegExp(`^parley_mcp_calls_total\\{server="${server}",outcome="${outcome}"\\} (\\d+)$`, "m").exec(text)?.[1]);
+    };
+    const before = await counts();
+    expect(before("local", "ok")).toBe(0);
+    const made: string[] = [];
+    for (const name of ["lookup", "fail"]) {
+      const response = await postChat(app.served.url, app.key, {
+        conversation_id: `metrics-${name}`,
+        message: "Weather?",
+        tools: ["weather"],
+        tool_choice: { name },
+        temperature: 0,
+        max_tokens: 96,
+      });
+      for (const call of ((await response.json()) as ChatReply).tool_calls ?? [])
+        made.push(call.error === null ? "ok" : call.error.type === "tool" ? "tool_error" : "failed");
+    }
+    expect(made).toEqual(expect.arrayContaining(["ok", "tool_error"]));
+    const after = await counts();
+    for (const outcome of ["ok", "tool_error", "failed"])
+      expect(after("weather", outcome) - before("weather", outcome), outcome).toBe(made.filter((counted) => counted === outcome).length);
+  });
 });

@@ -109,7 +109,13 @@ export function serveApp(options: ServeOptions): Served {
     isReady: () => engine !== undefined,
     node: options.node,
     log: options.logLines ? captureLog(options.logLines) : silentLogger(),
-    metrics: options.metrics ?? new Metrics({ engines: () => runner.engines.loaded(), turns: () => runner.activeTurns }),
+    metrics:
+      options.metrics ??
+      new Metrics({
+        engines: () => runner.engines.loaded(),
+        turns: () => runner.activeTurns,
+        ...(options.mcpServers ? { mcpCalls: () => options.mcpServers!.calls() } : {}),
+      }),
     limits: { ...DEFAULT_LIMITS, ...options.limits },
   }).listen({ hostname: "127.0.0.1", port: 0 });
   return {
@@ -204,7 +210,11 @@ export interface ServedEngine {
  * A test engine served by the app on a fresh database, with one user's key: set up before the
  * calling file's tests and closed after them. The fields are filled in by `beforeAll`.
  */
-export function servedEngine(label: string, options: Parameters<typeof testEngine>[0] = {}, serve: Pick<ServeOptions, "mcpServers"> = {}): ServedEngine {
+export function servedEngine(
+  label: string,
+  options: Parameters<typeof testEngine>[0] = {},
+  serve: Pick<ServeOptions, "mcpServers" | "limits"> = {},
+): ServedEngine {
   const db = testDb(label);
   const fixture = {} as ServedEngine;
   beforeAll(async () => {

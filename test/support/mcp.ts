@@ -127,7 +127,7 @@ export function servedWithMcp(label: string): { app: ServedEngine; tools: McpHtt
     (server, state) => states.push(`${server} ${state}`),
   );
   servers.start();
-  const app = servedEngine(label, { parallel: 2 }, { mcpServers: servers });
+  const app = servedEngine(label, { parallel: 2 }, { mcpServers: servers, limits: { metricsPublic: true } });
   afterAll(async () => {
     await servers.close();
     await tools.stop();
