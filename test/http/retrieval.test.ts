@@ -137,9 +137,9 @@ describe("embeddings", () => {
   test('as on Ollama\'s server, an empty input ("" or []) only loads the model; an empty text among others is refused naming it', async () => {
     const loaded = async () => (await ollama.ps()).models.map((model) => model.name);
     expect(await ollama.embed({ model: EMBED, input: "", keep_alive: 0 })).toMatchObject({ model: EMBED, embeddings: [] });
-    await until(async () => !(await loaded()).includes(EMBED), "the embedding model to be unloaded");
+    await until(async () => !(await loaded()).includes(`${EMBED}:latest`), "the embedding model to be unloaded");
     expect((await ollama.embed({ model: EMBED, input: "" })).embeddings).toEqual([]);
-    expect(await loaded()).toContain(EMBED);
+    expect(await loaded()).toContain(`${EMBED}:latest`);
     expect((await ollama.embeddings({ model: EMBED, prompt: "" })).embedding).toEqual([]);
     const refused = await refusal("/api/embed", { model: EMBED, input: ["a", ""] });
     expect(refused).toMatchObject({ status: 400 });
@@ -149,11 +149,11 @@ describe("embeddings", () => {
   test("Ollama's keep_alive: 0 unloads the model once idle, as Ollama's does; the next request loads it again; a bad duration is refused", async () => {
     const loaded = async () => (await ollama.ps()).models.map((model) => model.name);
     await ollama.embed({ model: EMBED, input: "load it" });
-    expect(await loaded()).toContain(EMBED);
+    expect(await loaded()).toContain(`${EMBED}:latest`);
     await ollama.embed({ model: EMBED, input: "then let it go", keep_alive: 0 });
-    await until(async () => !(await loaded()).includes(EMBED), "the embedding model to be unloaded");
+    await until(async () => !(await loaded()).includes(`${EMBED}:latest`), "the embedding model to be unloaded");
     expect((await ollama.embed({ model: EMBED, input: "back", keep_alive: "5m" })).embeddings).toHaveLength(1);
-    expect(await loaded()).toContain(EMBED);
+    expect(await loaded()).toContain(`${EMBED}:latest`);
     expect(await refusal("/api/embed", { model: EMBED, input: "x", keep_alive: "5 minutes" })).toMatchObject({ status: 400 });
   });
 
