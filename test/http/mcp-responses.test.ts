@@ -25,6 +25,15 @@ const weather = (name: string, more: Record<string, unknown> = {}) =>
   }) as OpenAI.Responses.ResponseCreateParamsNonStreaming;
 
 type Item = OpenAI.Responses.ResponseOutputItem;
+/** A response that must call the stdio server's tool `name`. */
+const local = (name: string) =>
+  client().responses.create({
+    model: "any",
+    input: "Rome",
+    tools: [{ type: "mcp", server_label: "local", require_approval: "never" }],
+    tool_choice: { type: "mcp", server_label: "local", name },
+    temperature: 0,
+  });
 const ofType = <T extends Item["type"]>(output: Item[], type: T) => output.filter((item): item is Extract<Item, { type: T }> => item.type === type);
 
 describe("Responses' mcp tools run in the service", () => {
@@ -248,14 +257,6 @@ describe("Responses' mcp tools run in the service", () => {
   });
 
   test("a stdio server that dies is restarted, each change told: the call it died in failed, the next one is answered", async () => {
-    const local = (name: string) =>
-      client().responses.create({
-        model: "any",
-        input: "Rome",
-        tools: [{ type: "mcp", server_label: "local", require_approval: "never" }],
-        tool_choice: { type: "mcp", server_label: "local", name },
-        temperature: 0,
-      });
     const ready = () => states.filter((state) => state === "local ready").length;
     await until(() => ready() > 0, "the stdio server to be ready");
     const readyBefore = ready();
@@ -267,14 +268,6 @@ describe("Responses' mcp tools run in the service", () => {
   });
 
   test("a server that tells its tools changed is listed again: the next response offers the new tool", async () => {
-    const local = (name: string) =>
-      client().responses.create({
-        model: "any",
-        input: "Rome",
-        tools: [{ type: "mcp", server_label: "local", require_approval: "never" }],
-        tool_choice: { type: "mcp", server_label: "local", name },
-        temperature: 0,
-      });
     const listedOf = (response: OpenAI.Responses.Response) => ofType(response.output, "mcp_list_tools")[0]!.tools.map((tool) => tool.name);
     expect(listedOf(await local("grow"))).not.toContain("grown");
     const grown = await local("grown");

@@ -12,12 +12,16 @@ import type { SamplingRequest } from "../../llm/engine";
 export const SAMPLER_ORDER = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature", "infill"] as const;
 type SamplerName = (typeof SAMPLER_ORDER)[number];
 
-/** llama-server's spellings of a name (common/sampling.cpp): any case, kebab-case or without the underscore, and three words of its own. */
-function canonical(name: string): SamplerName | undefined {
-  const lower = name.toLowerCase();
-  const own: Record<string, SamplerName> = { nucleus: "top_p", temp: "temperature", typ: "typ_p" };
-  return own[lower] ?? SAMPLER_ORDER.find((known) => [known, known.replaceAll("_", "-"), known.replaceAll("_", "")].includes(lower));
-}
+/** llama-server's spellings of the names (common/sampling.cpp): kebab-case or without the underscore, and three words of its own. */
+const SPELLINGS = new Map<string, SamplerName>([
+  ...SAMPLER_ORDER.flatMap((known) => [known, known.replaceAll("_", "-"), known.replaceAll("_", "")].map((spelled) => [spelled, known] as const)),
+  ["nucleus", "top_p"],
+  ["temp", "temperature"],
+  ["typ", "typ_p"],
+]);
+
+/** A name as llama-server reads it, in any case. */
+const canonical = (name: string): SamplerName | undefined => SPELLINGS.get(name.toLowerCase());
 
 /**
  * What a `samplers` list makes of the request's sampling: the fields of the samplers it leaves out
