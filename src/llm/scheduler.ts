@@ -21,8 +21,7 @@
  * 1. Prompts' ends, which give new replies their first token: a request that arrives while others
  *    decode waits only for the batch in flight and its own prompt. With `promptEnds` "shortest"
  *    (the default), ends go one a batch, shortest first, but for ends of a few tokens (see
- *    `SHARED_END_TOKENS`), and one a step while any reply streams: the replies take a token
- *    between two ends instead of pausing for all of them.
+ *    `SHARED_END_TOKENS`).
  * 2. Running replies' next tokens.
  * 3. Chunks of long prompts, one per prompt and step.
  * Mixing kinds would save nothing: llama.cpp computes a batch whose sequences bring different token
@@ -188,8 +187,8 @@ const IMAGE = 3;
  * computation on a CPU, and every end in a batch waits for all of its tokens: four 70-token ends
  * in one batch all give their first token after 280 tokens' work (llama-server's way); one a
  * batch, shortest first, after 70, 140, 210 and 280, for the same total work and three more fixed
- * costs. The first replies then take a token between two later ends, not a pause as long as all
- * of them: their first tokens come sooner, and their last ones no later.
+ * costs. The first replies then pause while the later ends are evaluated: their first tokens come
+ * sooner, their last ones no later.
  */
 const SHARED_END_TOKENS = 4;
 
@@ -238,8 +237,6 @@ export class Scheduler {
   private stepping = false;
   private readonly promptChunk: number;
   private readonly endsApart: boolean;
-  /** The step whose batch of prompts' ends went last: with ends apart, one a step while replies stream. */
-  private endedAt = -1;
   private readonly kv: KvStore | undefined;
   private readonly speculate: Speculate;
   private readonly onDrafts: ((drafted: number, accepted: number) => void) | undefined;
@@ -472,13 +469,10 @@ export class Scheduler {
 
   /** The lowest kind of work among the jobs this step has not served yet, as much as a batch holds. */
   private nextBatch(active: readonly Job[]): Batch {
-    const replying = active.some(({ slot }) => slot.state === SlotState.Replying);
-    const endsWait = this.endsApart && this.endedAt === this.step && replying;
-    const candidates = active.filter((job) => job.stepped < this.step && !(endsWait && this.kind(job) === PROMPT_END));
+    const candidates = active.filter((job) => job.stepped < this.step);
     if (candidates.length === 0) return [];
     const kinds = candidates.map((job) => this.kind(job));
     const first = kinds.reduce((lowest, kind) => Math.min(lowest, kind));
-    if (first === PROMPT_END) this.endedAt = this.step;
     let room = this.context.batchSize;
     const batch: Batch = [];
     const chosen = candidates.filter((_, i) => kinds[i] === first).sort((a, b) => a.pending.length - b.pending.length);
