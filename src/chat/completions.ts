@@ -94,7 +94,9 @@ export class CompletionService {
   async countTokens(input: Pick<CompletionInput, "userId" | "model" | "tools" | "signal"> & { messages: Turn[] }): Promise<number> {
     const held = await this.runner.engines.hold(input.model, input.signal);
     try {
-      return await held.engine.measure({ history: input.messages, cacheScope: String(input.userId), maxTokens: 1, tools: input.tools });
+      const measured = await held.engine.measure({ history: input.messages, cacheScope: String(input.userId), maxTokens: 1, tools: input.tools });
+      measured.release();
+      return measured.tokens;
     } finally {
       held.release();
     }

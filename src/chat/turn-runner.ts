@@ -8,6 +8,7 @@ import {
   type FinishReason,
   type GenerateRequest,
   type GenerateResult,
+  type Measured,
   replyRoom,
   type TokenLogprob,
   type ToolCallPart,
@@ -202,7 +203,7 @@ export interface TurnHooks {
 }
 
 /** What a reply is asked for, before the turn gives it its signal and budget. */
-export type ReplyRequest = Omit<GenerateRequest, "signal" | "budget">;
+export type ReplyRequest = Omit<GenerateRequest, "signal" | "budget" | "measured">;
 
 /**
  * One reply being generated. Its `signal` aborts when the caller's signal does (a client gone),
@@ -217,6 +218,8 @@ export class RunningTurn {
   private admitted = false;
   /** Its share of the user's budget until settled; none when no quota applies. */
   private hold: TokenHold | undefined;
+  /** The prompt the quota was measured on, which the reply evaluates without fitting it again. */
+  private measured: Measured | undefined;
 
   constructor(
     readonly engine: Engine,
@@ -240,7 +243,10 @@ export class RunningTurn {
     this.admitted = true;
     const rule = await ledger?.rule(this.userId);
     if (!ledger || !rule) return;
-    const prompt = await this.engine.measure(request);
+    // A turn with tools admits each of its model turns: the last one measured is the one replying.
+    this.measured?.release();
+    this.measured = await this.engine.measure(request);
+    const prompt = this.measured.tokens;
     const { hold, state } = await ledger.hold(this.userId, rule, prompt + 1, prompt + replyRoom(request.maxTokens, this.engine.contextSize, prompt));
     this.hold = hold;
     this.hooks.onQuota?.(state);
@@ -275,7 +281,13 @@ export class RunningTurn {
   async *reply(request: ReplyRequest): AsyncGenerator<TurnEvent, GenerateResult | undefined, void> {
     if (!this.admitted) throw new Error("a turn's reply runs once admitted");
     const budget = this.hold?.tokens;
-    const generation = this.engine.generate({ ...request, signal: this.signal, ...(budget !== undefined ? { budget } : {}) });
+    const { measured } = this;
+    const generation = this.engine.generate({
+      ...request,
+      signal: this.signal,
+      ...(budget !== undefined ? { budget } : {}),
+      ...(measured ? { measured } : {}),
+    });
     let result: GenerateResult | undefined;
     try {
       for (;;) {
@@ -333,6 +345,7 @@ export class RunningTurn {
   /** Idempotent. A hold its reply never settled (refused, failed, left before it began) is given back. */
   end(): void {
     clearTimeout(this.cap);
+    this.measured?.release();
     if (this.hold) void this.options.ledger?.release(this.hold).catch((error: unknown) => this.options.onLedgerError?.(error));
     this.hold = undefined;
     this.onEnd(this);

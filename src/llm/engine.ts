@@ -40,6 +40,7 @@ import {
   type GenerateResult,
   type KvType,
   kvCacheTypes,
+  type Measured,
   type PromptEnds,
   promptEndsFor,
   type ReasoningMode,
@@ -452,23 +453,41 @@ export class Engine {
   }
 
   /**
-   * The tokens of the request's prompt, as fitted to the context for a sequence that holds none of
-   * it. A sequence holding the conversation past its context may evaluate another window (shifted,
-   * or resumed with slack): a `budget` from this count is still enforced on the prompt evaluated.
+   * The request's prompt, as fitted to the context for a sequence that holds none of it, and its
+   * tokens counted. A sequence holding the conversation past its context may evaluate another
+   * window (shifted, or resumed with slack): a `budget` from this count is still enforced on the
+   * prompt evaluated. Handed back as the same request's `measured`, `generate` fits nothing again.
    */
   async measure(
     request: Pick<GenerateRequest, "history" | "raw" | "infill" | "maxTokens" | "contextTokens" | "cacheScope" | "tools" | "conversationKey">,
-  ): Promise<number> {
-    if (request.raw !== undefined) return (await this.prompts.raw(request.raw, this.promptBudget(request), request.cacheScope)).tokens.length;
-    if (request.infill) return this.infillPrompt(request.infill, request, request.cacheScope).tokens.length;
+  ): Promise<Measured> {
+    if (request.raw !== undefined) return counted((await this.prompts.raw(request.raw, this.promptBudget(request), request.cacheScope)).tokens.length);
+    if (request.infill) return counted(this.infillPrompt(request.infill, request, request.cacheScope).tokens.length);
     const keep = request.conversationKey === undefined ? 1 : this.keep;
+    const budget = this.promptBudget(request);
     const pictures = await this.holdImages(request);
     try {
-      const fitted = await this.prompts.fit(pictures.turns, this.promptBudget(request), request.cacheScope, request.tools?.functions ?? [], keep);
-      return seen(fitted, pictures).tokens.length;
-    } finally {
+      const fitted = seen(await this.prompts.fit(pictures.turns, budget, request.cacheScope, request.tools?.functions ?? [], keep), pictures);
+      const { history, cacheScope, tools, conversationKey } = request;
+      return new MeasuredPrompt(this, fitted, pictures, { history, cacheScope, tools, conversationKey, budget });
+    } catch (error) {
       pictures.release();
+      throw error;
     }
+  }
+
+  /** The request's `measured`, where `measure` fitted it on this engine from the same inputs. */
+  private measuredFor(request: GenerateRequest, budget: number): MeasuredPrompt | undefined {
+    const { measured } = request;
+    if (!(measured instanceof MeasuredPrompt) || measured.engine !== this) return undefined;
+    const { inputs } = measured;
+    const same =
+      inputs.history === request.history &&
+      inputs.budget === budget &&
+      inputs.cacheScope === request.cacheScope &&
+      inputs.tools === request.tools &&
+      inputs.conversationKey === request.conversationKey;
+    return same ? measured : undefined;
   }
 
   /**
@@ -491,8 +510,9 @@ export class Engine {
     if (plain && (request.history.length > 0 || key !== undefined || request.tools || request.format)) {
       throw new Error("a raw or infill prompt has no history, conversation, tools or format");
     }
+    const prior = this.measuredFor(request, budget);
     // Without pictures, nothing to wait for: a conversation's turn takes its sequence synchronously.
-    const pictures = hasImages(request.history) ? await this.holdImages(request) : withoutImages(request.history);
+    const pictures = prior?.pictures ?? (hasImages(request.history) ? await this.holdImages(request) : withoutImages(request.history));
     // Also stops generation when the consumer quits early (`return()`), so the sequence comes back.
     const stop = new AbortController();
     let running: Promise<Decoded> | undefined;
@@ -505,7 +525,7 @@ export class Engine {
           : infill
             ? this.infillPrompt(infill, request, scope)
             : byPrompt
-              ? seen(await this.prompts.fit(history, budget, scope, tools, key === undefined ? 1 : this.keep), pictures)
+              ? (prior?.fitted ?? seen(await this.prompts.fit(history, budget, scope, tools, key === undefined ? 1 : this.keep), pictures))
               : undefined;
       const score = (slot: Slot) => this.prefixScore(slot, statelessPrompt!, budget, scope);
       lease = await this.pool.acquire(key === undefined ? score : byPrompt ? { key, score } : key, request.signal);
@@ -514,7 +534,7 @@ export class Engine {
       const sampling = await this.grammars.hold(request, this.callable(request, samplingOf(request, this.context.contextSize)));
       // Fitted while the scheduler saves what the sequence held and finds this conversation's state.
       const fitting = (async (): Promise<Fitting> => ({
-        fitted: statelessPrompt ?? seen(await this.prompts.fit(history, budget, scope, tools, this.keep), pictures),
+        fitted: statelessPrompt ?? prior?.fitted ?? seen(await this.prompts.fit(history, budget, scope, tools, this.keep), pictures),
         // Without the tools: a client chooses them, so another user's prompt must not find them cached.
         opening: await this.prompts.opening(history.slice(0, request.publicTurns ?? 0)),
       }))();
@@ -860,6 +880,27 @@ async function visionOf(
 }
 
 /** The fitted prompt, if it has every picture of the newest turn: fitting cuts the newest turn's start when it must, and a picture is not to be cut. */
+/** A count with nothing to take over: a raw or infill prompt is only tokenized. */
+const counted = (tokens: number): Measured => ({ tokens, release: () => {} });
+
+/** What `measure` fitted, and from what: `generate` takes it only for the same inputs. */
+class MeasuredPrompt implements Measured {
+  constructor(
+    readonly engine: Engine,
+    readonly fitted: FittedPrompt,
+    readonly pictures: HeldImages,
+    readonly inputs: Pick<GenerateRequest, "history" | "cacheScope" | "tools" | "conversationKey"> & { budget: number },
+  ) {}
+
+  get tokens(): number {
+    return this.fitted.tokens.length;
+  }
+
+  release(): void {
+    this.pictures.release();
+  }
+}
+
 function seen(fitted: FittedPrompt, pictures: HeldImages): FittedPrompt {
   const cut = pictures.newest.find(({ placeholder }) => !fitted.tokens.includes(placeholder));
   if (cut) {

@@ -143,6 +143,15 @@ export function samplingOf(request: SamplingRequest, contextSize = Number.POSITI
   };
 }
 
+/**
+ * A request's prompt fitted by `Engine.measure`, with its pictures held: `tokens` long. Handed to
+ * `generate` with the same request, it is evaluated as it is; release it if no generation takes it.
+ */
+export interface Measured {
+  readonly tokens: number;
+  release(): void;
+}
+
 export interface GenerateRequest {
   /**
    * Stable per conversation: the engine prefers the sequence whose KV cache already holds it.
@@ -231,6 +240,8 @@ export interface GenerateRequest {
   /** Drawn at random per request when absent (node-llama-cpp's default is the current second). */
   seed?: number;
   signal?: AbortSignal;
+  /** This request's prompt as `Engine.measure` fitted it: generation takes it instead of fitting it again. */
+  measured?: Measured;
 }
 
 export interface GenerateResult {

@@ -60,8 +60,16 @@ describe("the native chat API runs listed MCP servers' tools", () => {
     expect(next.body.tool_calls).toBeUndefined();
     const asked = { role: "user" as const, content: "What is the weather in Paris?" };
     const answered = { role: "assistant" as const, content: body.message.content };
-    const measured = (turns: Turn[]) =>
-      app.engine.measure({ history: [...turns, { role: "user", content: "And tomorrow?" }], maxTokens: 8, cacheScope: "1", conversationKey: "x" });
+    const measured = async (turns: Turn[]) => {
+      const prompt = await app.engine.measure({
+        history: [...turns, { role: "user", content: "And tomorrow?" }],
+        maxTokens: 8,
+        cacheScope: "1",
+        conversationKey: "x",
+      });
+      prompt.release();
+      return prompt.tokens;
+    };
     const calledTurns: Turn[] = [
       asked,
       { role: "assistant", content: "", toolCalls: [{ id: call!.id, name: "lookup", arguments: call!.arguments }] },

@@ -4,7 +4,7 @@
  * injected clock; exact accounting over every kind of request; concurrent requests of one user
  * that never pass the budget and store nothing when refused.
  */
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { afterAll, beforeAll, expect, spyOn, test } from "bun:test";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { TokenLedger, usageDay } from "../../src/chat/token-ledger";
@@ -228,6 +228,34 @@ test(
     expect(report.quota!.remaining).toBe(limit - report.quota!.used);
   }),
 );
+
+test("a turn under a quota fits its prompt once: what the quota measured is what the reply evaluates", async () => {
+  const dana = await user("dana");
+  await setQuota(dana.userId, 1_000_000);
+  // Instrumented, not replaced: every fit still runs.
+  const fit = spyOn((engine as unknown as { prompts: { fit: (...args: never[]) => unknown } }).prompts, "fit");
+  try {
+    const fits = async (send: () => Promise<{ total: number }>) => {
+      fit.mockClear();
+      const { total } = await send();
+      expect(total).toBeGreaterThan(0);
+      return fit.mock.calls.length;
+    };
+    const native = async (message: string) => {
+      const reply = (await (await postChat(served.url, dana.key, { message, conversation_id: "once", max_tokens: 3 })).json()) as ChatReply;
+      return { total: reply.usage.total_tokens };
+    };
+    await native("opens the conversation");
+    expect(await fits(() => native("and goes on"))).toBe(1);
+    const stateless = async () => {
+      const reply = await openai(dana.key).chat.completions.create({ model: "any", messages: [{ role: "user", content: "once" }], max_tokens: 3 });
+      return { total: reply.usage!.total_tokens };
+    };
+    expect(await fits(stateless)).toBe(1);
+  } finally {
+    fit.mockRestore();
+  }
+});
 
 test("Anthropic's Messages API is held to the quota too: a spent one is the SDK's RateLimitError", async () => {
   const frank = await user("frank");
