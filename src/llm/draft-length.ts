@@ -27,8 +27,8 @@ const PRIOR = 0.5;
 const WINDOW = 16;
 
 export class DraftLength {
-  /** The chance that a drafted token is accepted, given that the one before it was. */
-  acceptance = PRIOR;
+  /** @param acceptance the chance that a drafted token is accepted, given that the one before it was */
+  constructor(public acceptance = PRIOR) {}
 
   /** A native run of steps' guesses for the reply: how many were tried, and how many were right. */
   update(tried: number, right: number): void {
@@ -56,4 +56,28 @@ export function draftLength(acceptances: readonly number[], most: number, atLeas
   }
   if (atLeastOne) return Math.max(best.length, Math.min(1, most));
   return best.rate >= MARGIN ? best.length : 0;
+}
+
+/** Users whose last acceptance is kept: past this many, the longest unheard of is forgotten. */
+const REMEMBERED_SCOPES = 4096;
+
+/**
+ * Where a reply's guesses start: its user's last reply's acceptance, else `PRIOR`. A user whose
+ * replies repeat their context drafts from the first step; one whose replies do not drafts
+ * nothing until its own guesses, checked for free, say it pays. Kept per user, so no reply's pace
+ * follows another user's text.
+ */
+export class AcceptancePriors {
+  private readonly last = new Map<string, number>();
+
+  for(scope: string): DraftLength {
+    return new DraftLength(this.last.get(scope));
+  }
+
+  /** The reply's acceptance at its end, for its user's next. */
+  remember(scope: string, draft: DraftLength): void {
+    this.last.delete(scope);
+    this.last.set(scope, draft.acceptance);
+    if (this.last.size > REMEMBERED_SCOPES) this.last.delete(this.last.keys().next().value!);
+  }
 }

@@ -55,7 +55,7 @@ import {
   type TokenLogprobs,
 } from "../natives/addon";
 import { evalImage, type ImagePiece } from "../natives/vision";
-import { DraftLength, draftLength } from "./draft-length";
+import { AcceptancePriors, type DraftLength, draftLength } from "./draft-length";
 import type { DraftModel } from "./draft-model";
 import type { Found, KvStore } from "./kv-store";
 import type { Transcript } from "./transcript";
@@ -241,6 +241,8 @@ export class Scheduler {
   private readonly speculate: Speculate;
   private readonly onDrafts: ((drafted: number, accepted: number) => void) | undefined;
   private readonly drafter: DraftModel | undefined;
+  /** Where each user's next reply's guesses start. */
+  private readonly priors = new AcceptancePriors();
   /** Native calls while the draft model did not pay: every `DRAFT_PROBE_CALLS`th probes it. */
   private unpaid = 0;
 
@@ -278,10 +280,11 @@ export class Scheduler {
       sampler: new Sampler(this.context, slot.sequence.model, turn.sampling),
       stepped: -1,
       given: 0,
-      ...(this.speculate === "off" ? {} : { draft: new DraftLength() }),
+      ...(this.speculate === "off" ? {} : { draft: this.priors.for(turn.scope) }),
       end: (error) => {
         if (!this.jobs.delete(job)) return;
         job.sampler.dispose();
+        if (job.draft) this.priors.remember(turn.scope, job.draft);
         slot.state = SlotState.Idle;
         turn.signal.removeEventListener("abort", onAbort);
         // A slot no longer Preparing may free prompts waiting for it.

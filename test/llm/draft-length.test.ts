@@ -3,7 +3,7 @@
  * are often wrong, longer the likelier they are right, shorter the more replies share the batch.
  */
 import { expect, test } from "bun:test";
-import { DraftLength, draftLength } from "../../src/llm/draft-length";
+import { AcceptancePriors, DraftLength, draftLength } from "../../src/llm/draft-length";
 
 test("no draft where guesses are right half the time or less; a long one where they are nearly always right", () => {
   expect(draftLength([0.3], 500)).toBe(0);
@@ -53,4 +53,30 @@ test("a reply's acceptance follows how often its guesses were right, the more gu
   expect(reply.acceptance).toBe(0.75);
   reply.update(16, 0);
   expect(reply.acceptance).toBe(0);
+});
+
+test("a reply's guesses start where its user's last reply's ended, never another user's", () => {
+  const priors = new AcceptancePriors();
+  const fresh = priors.for("alice").acceptance;
+  const quoting = priors.for("alice");
+  quoting.update(32, 32);
+  priors.remember("alice", quoting);
+  expect(priors.for("alice").acceptance).toBe(quoting.acceptance);
+  expect(priors.for("bob").acceptance).toBe(fresh);
+  // A single reply drafts from its first step where its user's replies repeat their context, and not where they do not.
+  expect(draftLength([priors.for("alice").acceptance], 500)).toBeGreaterThan(0);
+  const unlike = priors.for("carol");
+  unlike.update(32, 2);
+  priors.remember("carol", unlike);
+  expect(draftLength([priors.for("carol").acceptance], 500)).toBe(0);
+  expect(draftLength([fresh], 500)).toBeGreaterThan(0);
+});
+
+test("a user's acceptance is kept for the most recent few thousand users", () => {
+  const priors = new AcceptancePriors();
+  const right = priors.for("first");
+  right.update(32, 32);
+  priors.remember("first", right);
+  for (let user = 0; user < 4096; user++) priors.remember(`user-${user}`, priors.for(`user-${user}`));
+  expect(priors.for("first").acceptance).toBe(new DraftLength().acceptance);
 });
