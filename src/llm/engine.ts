@@ -879,7 +879,6 @@ async function visionOf(
   return new PromptImages(context);
 }
 
-/** The fitted prompt, if it has every picture of the newest turn: fitting cuts the newest turn's start when it must, and a picture is not to be cut. */
 /** A count with nothing to take over: a raw or infill prompt is only tokenized. */
 const counted = (tokens: number): Measured => ({ tokens, release: () => {} });
 
@@ -901,6 +900,7 @@ class MeasuredPrompt implements Measured {
   }
 }
 
+/** The fitted prompt, if it has every picture of the newest turn: fitting cuts the newest turn's start when it must, and a picture is not to be cut. */
 function seen(fitted: FittedPrompt, pictures: HeldImages): FittedPrompt {
   const cut = pictures.newest.find(({ placeholder }) => !fitted.tokens.includes(placeholder));
   if (cut) {
