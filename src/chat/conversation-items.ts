@@ -83,25 +83,17 @@ export function itemRows(items: readonly ConversationItem[]): NewMessage[] {
       case "toolResult":
         rows.push({ role: "user", content: entry.output, itemId: entry.id, item: { type: "toolResult", callId: entry.callId } });
         break;
-      case "toolList": {
-        const { id, ...item } = entry;
-        rows.push({ role: "assistant", content: "", itemId: id, item });
-        break;
-      }
       case "serverCall": {
         // A call has its output or its error: the output is the row's text, kept as data.
         const { id, output, ...item } = entry;
         rows.push({ role: "assistant", content: output ?? "", itemId: id, item });
         break;
       }
-      case "approvalRequest": {
-        const { id, ...item } = entry;
-        rows.push({ role: "assistant", content: "", itemId: id, item });
-        break;
-      }
+      case "toolList":
+      case "approvalRequest":
       case "approvalResponse": {
         const { id, ...item } = entry;
-        rows.push({ role: "user", content: "", itemId: id, item });
+        rows.push({ role: entry.type === "approvalResponse" ? "user" : "assistant", content: "", itemId: id, item });
         break;
       }
     }

@@ -12,7 +12,7 @@ import type { CompletionInput, CompletionResult, CompletionService, CompletionSt
 import { historyOf, type ItemInput, type ItemPage, type ItemPageQuery, type ItemReference, inputItems, newStem, pageOf, replyItems, stemOfItem } from "./items";
 import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tools";
 import type { ChatService } from "./service";
-import type { EngineSource, TurnEvent, Usage } from "./turn-runner";
+import { type EngineSource, NO_USAGE, type TurnEvent, type Usage } from "./turn-runner";
 
 export interface ResponseInput extends Omit<CompletionInput, "messages" | "conversationKey" | "startsConversation" | "serverTools"> {
   /** Answer within this stored conversation (its id): the input is added to it, and the reply. */
@@ -49,8 +49,6 @@ export const newResponseId = () => `resp_${newStem()}`;
 
 /** The stem of a response's items' ids: its id's hex, so a stream names its items as they are kept. */
 export const responseStem = (responseId: string) => responseId.slice("resp_".length);
-
-const NO_USAGE: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
 
 /**
  * How a turn's result ends its response: `cancelled` when its client left (`clientLeft`); cut by

@@ -16,7 +16,7 @@ export type { Caller };
 
 import type { CompletionResult, CompletionStart } from "./completions";
 import { replyItemId, replyItems, stepStem } from "./items";
-import type { TurnEvent, Usage } from "./turn-runner";
+import { NO_USAGE, type TurnEvent, type Usage } from "./turn-runner";
 
 /**
  * The model turns one response may take: the last is offered no server's tools, so it answers
@@ -96,7 +96,7 @@ export async function* serverToolLoop<Start extends { type: "start" }>(
     );
     for (const item of await approved(input, offered)) items.push(item);
     const announced = items.length;
-    let usage: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
+    let usage = NO_USAGE;
     let result: CompletionResult | undefined;
     for (let step = 0; step < STEP_LIMIT; step++) {
       const before = result;

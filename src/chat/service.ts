@@ -11,6 +11,8 @@ import { KeyedLock } from "./keyed-lock";
 import { PICTURE_LIMITS } from "./pictures";
 import { type LoopResult, type ServerTools, serverToolLoop } from "./server-tools";
 import {
+  NO_USAGE,
+  type ReplyRequest,
   type RunningTurn,
   shuttingDown,
   type TurnDelta,
@@ -280,7 +282,7 @@ export class ChatService {
   }
 
   /** What the engine is asked for the turn: the conversation's newest stored turns, then the input. */
-  private async request(input: ConversationTurnInput, engine: RunningTurn["engine"], conversation: FoundConversation | undefined) {
+  private async request(input: ConversationTurnInput, engine: RunningTurn["engine"], conversation: FoundConversation | undefined): Promise<ReplyRequest> {
     const rows = conversation ? await this.conversations.recentTurns(conversation.id, { maxChars: engine.historyChars }) : [];
     const earlier = await seenPictures(
       rows.flatMap((row) => rowItems({ itemId: "", ...row })),
@@ -457,30 +459,30 @@ export class ChatService {
   ): AsyncGenerator<ConversationTurnStart | TurnEvent, CompletionResult | undefined, void> {
     const { running, input } = turn;
     const { engine } = running;
+    let request: ReplyRequest;
     if (turn.opened) {
       // The stored history holds the input now.
-      const request = await this.request({ ...input, tools, input: [...items] }, engine, turn.opened.conversation);
+      request = await this.request({ ...input, tools, input: [...items] }, engine, turn.opened.conversation);
       await running.admit(request);
-      const reply = yield* running.reply(request);
-      return reply && completionOf(reply, engine.modelName);
-    }
-    const asked = { ...input, tools, input: [...input.input, ...items] };
-    let request = await this.request(asked, engine, turn.held?.conversation);
-    await running.admit(request);
-    if (!turn.held) {
-      try {
-        turn.held = (await this.holdCurrent(input, running.signal, true))!;
-      } catch (error) {
-        return endedWaiting(error, running);
+    } else {
+      const asked = { ...input, tools, input: [...input.input, ...items] };
+      request = await this.request(asked, engine, turn.held?.conversation);
+      await running.admit(request);
+      if (!turn.held) {
+        try {
+          turn.held = (await this.holdCurrent(input, running.signal, true))!;
+        } catch (error) {
+          return endedWaiting(error, running);
+        }
+        // Read again under the lease: another node may have started the same conversation, or
+        // taken the lease on the one created here first, and its turns come before this one.
+        request = await this.request(asked, engine, turn.held.conversation);
       }
-      // Read again under the lease: another node may have started the same conversation, or
-      // taken the lease on the one created here first, and its turns come before this one.
-      request = await this.request(asked, engine, turn.held.conversation);
+      const { conversation } = turn.held;
+      const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
+      turn.opened = { conversation, stored };
+      yield { type: "start", conversation, stored, model: engine.modelName };
     }
-    const { conversation } = turn.held;
-    const stored = await this.conversations.addMessages(conversation, itemRows(input.input));
-    turn.opened = { conversation, stored };
-    yield { type: "start", conversation, stored, model: engine.modelName };
     const reply = yield* running.reply(request);
     return reply && completionOf(reply, engine.modelName);
   }
@@ -497,8 +499,6 @@ export class ChatService {
     return [...rows.flatMap((row) => rowItems({ itemId: "", ...row })), ...asked.flatMap((row) => (row ? rowItems(row) : []))];
   }
 }
-
-const NO_USAGE: Usage = { promptTokens: 0, completionTokens: 0, cachedTokens: 0, reasoningTokens: 0 };
 
 /**
  * A native turn's reply after its calls: one assistant message of every model turn's words (so

@@ -89,6 +89,9 @@ export const usageOf = ({ promptTokens, completionTokens, cachedTokens, reasonin
   reasoningTokens,
 });
 
+/** Nothing counted: a turn that never replied. */
+export const NO_USAGE: Usage = Object.freeze(usageOf(NO_REPLY));
+
 /** The refusal while there is no engine yet; readiness reports it too. */
 export const modelLoading = () => new Overloaded("the model is still loading", 5_000);
 

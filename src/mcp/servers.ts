@@ -33,18 +33,22 @@ export interface OpenedServer {
 
 /** What a call came to: an output, the tool's own error, or a failure of the call (protocol, timeout, server gone). */
 export const CALL_OUTCOMES = ["ok", "tool_error", "failed"] as const;
-export type CallCount = { server: string; outcome: (typeof CALL_OUTCOMES)[number]; count: number };
+type CallOutcomeName = (typeof CALL_OUTCOMES)[number];
+export type CallCount = { server: string; outcome: CallOutcomeName; count: number };
 
 export class McpServers {
   private readonly connections = new Map<string, McpConnection>();
   /** Calls made since the start, by server and outcome. */
-  private readonly counts = new Map<string, CallCount>();
+  private readonly counts = new Map<string, Record<CallOutcomeName, number>>();
 
   constructor(
     specs: readonly McpServerSpec[],
     private readonly onState: StateListener,
   ) {
-    for (const spec of specs) this.connections.set(spec.label, new McpConnection(spec, onState));
+    for (const spec of specs) {
+      this.connections.set(spec.label, new McpConnection(spec, onState));
+      this.counts.set(spec.label, { ok: 0, tool_error: 0, failed: 0 });
+    }
   }
 
   get size(): number {
@@ -53,10 +57,7 @@ export class McpServers {
 
   /** Calls made since the start, by server and outcome: every listed server's outcomes, at 0 until one comes. */
   calls(): CallCount[] {
-    for (const label of this.connections.keys())
-      for (const outcome of CALL_OUTCOMES)
-        if (!this.counts.has(`${label}\u0000${outcome}`)) this.counts.set(`${label}\u0000${outcome}`, { server: label, outcome, count: 0 });
-    return [...this.counts.values()];
+    return [...this.counts].flatMap(([server, counts]) => CALL_OUTCOMES.map((outcome) => ({ server, outcome, count: counts[outcome] })));
   }
 
   /** Starts the stdio servers. */
@@ -97,17 +98,10 @@ export class McpServers {
   private opened(label: string, connection: McpConnection, release: () => Promise<void>): OpenedServer {
     const call = async (name: string, args: Record<string, unknown>, signal?: AbortSignal) => {
       const outcome = await connection.call(name, args, signal);
-      this.count(label, outcome.error === undefined ? "ok" : outcome.error.kind === "tool" ? "tool_error" : "failed");
+      this.counts.get(label)![outcome.error === undefined ? "ok" : outcome.error.kind === "tool" ? "tool_error" : "failed"]++;
       return outcome;
     };
     return { label, connection, call, release };
-  }
-
-  private count(server: string, outcome: CallCount["outcome"]): void {
-    const key = `${server}\u0000${outcome}`;
-    const counted = this.counts.get(key) ?? { server, outcome, count: 0 };
-    counted.count++;
-    this.counts.set(key, counted);
   }
 
   async close(): Promise<void> {

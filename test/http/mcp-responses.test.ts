@@ -34,6 +34,15 @@ const local = (name: string) =>
     tool_choice: { type: "mcp", server_label: "local", name },
     temperature: 0,
   });
+/** The weather tool's call approved, continuing a response or a conversation. */
+const approving = (requestId: string, where: { previous_response_id: string } | { conversation: string }) =>
+  client().responses.create({
+    model: "any",
+    ...where,
+    input: [{ type: "mcp_approval_response", approval_request_id: requestId, approve: true }],
+    tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
+    temperature: 0,
+  });
 const ofType = <T extends Item["type"]>(output: Item[], type: T) => output.filter((item): item is Extract<Item, { type: T }> => item.type === type);
 
 describe("Responses' mcp tools run in the service", () => {
@@ -93,13 +102,7 @@ describe("Responses' mcp tools run in the service", () => {
     expect(request).toMatchObject({ server_label: "weather", name: "lookup" });
     expect(ofType(asked.output, "mcp_call")).toEqual([]);
     expect(tools.calls.length).toBe(before);
-    const answered = await client().responses.create({
-      model: "any",
-      previous_response_id: asked.id,
-      input: [{ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }],
-      tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
-      temperature: 0,
-    });
+    const answered = await approving(request!.id, { previous_response_id: asked.id });
     const [call] = ofType(answered.output, "mcp_call");
     expect(call).toMatchObject({ approval_request_id: request!.id, name: "lookup", arguments: request!.arguments, error: null });
     expect(call!.output).toStartWith("Sunny and 21 degrees in ");
@@ -384,13 +387,7 @@ describe("only the servers the operator lists, for the keys it names", () => {
     expect(ofType(asked.output, "mcp_list_tools")).toEqual([]);
     const [request] = ofType(asked.output, "mcp_approval_request");
     expect(request).toMatchObject({ server_label: "weather", name: "lookup" });
-    const answered = await client().responses.create({
-      model: "any",
-      conversation: conversation.id,
-      input: [{ type: "mcp_approval_response", approval_request_id: request!.id, approve: true }],
-      tools: [{ type: "mcp", server_label: "weather", require_approval: "always" }],
-      temperature: 0,
-    });
+    const answered = await approving(request!.id, { conversation: conversation.id });
     const [approved] = ofType(answered.output, "mcp_call");
     expect(approved).toMatchObject({ approval_request_id: request!.id, arguments: request!.arguments, error: null });
     const types = (await kept()).map((item) => item.type);

@@ -99,6 +99,17 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   }
 
   /** Types the key and the conversation id as a user would; Tab commits each field. */
+  /** Stored messages of the conversation as the native API returns them (an answer with its thought), for a reply the test plays. */
+  const storedMessage = (conversationId: string, reasoning?: string) => (id: number, role: "user" | "assistant", content: string) => ({
+    id,
+    role,
+    content,
+    created_at: new Date().toISOString(),
+    conversation_id: conversationId,
+    user_id: alice.userId,
+    ...(role === "assistant" ? { finish_reason: "stop", ...(reasoning !== undefined ? { reasoning } : {}) } : {}),
+  });
+
   async function signIn(page: Page, conversationId: string, key = alice.key): Promise<void> {
     await page.fill("#key", key);
     await page.press("#key", "Tab");
@@ -698,15 +709,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
   test("a streamed reply's Markdown goes through the same rendering, with the same safety", async () => {
     const page = await open();
     await signIn(page, "markdown-stream");
-    const message = (id: number, role: "user" | "assistant", content: string) => ({
-      id,
-      role,
-      content,
-      created_at: new Date().toISOString(),
-      conversation_id: "markdown-stream",
-      user_id: alice.userId,
-      ...(role === "assistant" ? { finish_reason: "stop" } : {}),
-    });
+    const message = storedMessage("markdown-stream");
     const question = message(900_001, "user", "Stream me code");
     const answer = message(900_002, "assistant", HOSTILE);
     // The server's stream, cut into small deltas that split the code block and the payloads.
@@ -752,15 +755,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     await page.click("#log .assistant details.reasoning summary");
     expect(await page.locator("#log .assistant .thought").isVisible()).toBe(true);
 
-    const message = (id: number, role: "user" | "assistant", content: string) => ({
-      id,
-      role,
-      content,
-      created_at: new Date().toISOString(),
-      conversation_id: "thinking-1",
-      user_id: alice.userId,
-      ...(role === "assistant" ? { finish_reason: "stop", reasoning: thought } : {}),
-    });
+    const message = storedMessage("thinking-1", thought);
     const question = message(900_011, "user", "Again");
     const answer = message(900_012, "assistant", "Hello again!");
     const body = [
@@ -793,15 +788,7 @@ describe.skipIf(skipped || !installed)("the web page at /", () => {
     const call = { id: "mcp_1", server: "weather", name: "lookup", arguments: '{"city":"Paris"}' };
     const made = { ...call, output: hostile, error: null };
     const failed = { id: "mcp_2", server: "local", name: "echo", arguments: '{"city":"Rome"}', output: null, error: { type: "tool", message: "down" } };
-    const message = (id: number, role: "user" | "assistant", content: string) => ({
-      id,
-      role,
-      content,
-      created_at: new Date().toISOString(),
-      conversation_id: "tools-1",
-      user_id: alice.userId,
-      ...(role === "assistant" ? { finish_reason: "stop" } : {}),
-    });
+    const message = storedMessage("tools-1");
     const question = message(900_021, "user", "Weather?");
     const body = [
       sse("start", { conversation_id: "tools-1", new_conversation: true, user_message: question, model: "test" }),
